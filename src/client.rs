@@ -1,0 +1,419 @@
+//! [`LockClient`]: the pool, the background threads, and the entry points.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cancel::CancelToken;
+use crate::config::{
+    LockClientBuilder, LockOptions, LostCallback, Renewal, check_interval, check_ttl,
+};
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::lease::LeaseState;
+use crate::metrics::{Counters, Metrics, bump};
+use crate::pool::{Manager, Pool, Redacted};
+use crate::renewal::{Lease, Renewer};
+use crate::scheme::{self, Acquire, Backend, Keys, Request};
+use crate::wait::{WaitSlot, Waiter};
+
+/// A client for distributed locks on one Redis server.
+///
+/// Cheap to clone: clones share one connection pool, one renewal thread and one
+/// waiter thread. The threads stop, and are joined, when the last clone is dropped;
+/// guards that outlive it are no longer renewed and stop reporting
+/// [`is_held`](LockGuard::is_held) once their validity runs out.
+///
+/// # Examples
+/// ```no_run
+/// # fn main() -> redlease::Result<()> {
+/// use std::time::Duration;
+/// let client = redlease::LockClient::builder("redis://127.0.0.1/")
+///     .key_prefix("lock:")
+///     .ttl(Duration::from_secs(10))
+///     .build()?;
+/// let guard = client.lock("invoice:42")?;
+/// // ... work while the lease is renewed in the background ...
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<Inner>,
+}
+
+/// What the client's clones share; dropping it stops and joins the threads.
+struct Inner {
+    core: Arc<Core>,
+    renewer: Renewer,
+    waiter: Option<Waiter>,
+}
+
+/// What guards and the background threads share: the pool, the settings and the
+/// counters. It holds no thread handles, so holding it never keeps a thread alive.
+pub(crate) struct Core {
+    pub(crate) pool: Pool,
+    pub(crate) connector: Manager,
+    pub(crate) settings: LockClientBuilder,
+    pub(crate) counters: Counters,
+    /// Cancelled by [`LockClient::close`]: wakes every wait with a shutdown.
+    pub(crate) shutdown: CancelToken,
+    default_backend: Arc<dyn Backend>,
+}
+
+/// A lock call's options with the client's defaults filled in.
+struct Plan {
+    ttl: Duration,
+    fence: bool,
+    renewal: Renewal,
+    interval: Duration,
+    max_hold: Option<Duration>,
+    max_renewals: Option<u32>,
+    backend: Arc<dyn Backend>,
+    on_lost: Option<LostCallback>,
+}
+
+impl LockClient {
+    /// Starts building a client for the server at `url` (`redis://[user:password@]host[:port][/db]`).
+    pub fn builder(url: impl redis::IntoConnectionInfo) -> LockClientBuilder {
+        LockClientBuilder::new(url)
+    }
+
+    pub(crate) fn from_builder(settings: LockClientBuilder) -> Result<Self> {
+        settings.validate()?;
+        let info = match &settings.url {
+            Ok(info) => info.clone(),
+            Err(_) => return Err(Error::config("url", "not a valid redis url")),
+        };
+        let manager = Manager {
+            client: redis::Client::open(info)?,
+            connect_timeout: settings.connect_timeout,
+            read_timeout: settings.read_timeout,
+            write_timeout: settings.write_timeout,
+        };
+        // One direct PING first, so an unreachable server is reported with its cause
+        // rather than as a pool timeout.
+        let mut con = manager.connect_raw()?;
+        redis::cmd("PING").query::<()>(&mut con)?;
+        let pool = r2d2::Pool::builder()
+            .max_size(settings.pool_size)
+            .min_idle(Some(1))
+            .connection_timeout(settings.connect_timeout)
+            .test_on_check_out(false)
+            .build_unchecked(manager.clone());
+        let core = Arc::new(Core {
+            pool,
+            connector: manager,
+            default_backend: scheme::backend(&settings.scheme),
+            settings,
+            counters: Counters::default(),
+            shutdown: CancelToken::new(),
+        });
+        let renewer = Renewer::spawn(Arc::clone(&core))?;
+        let waiter = if core.settings.pubsub {
+            Some(Waiter::spawn(Arc::clone(&core))?)
+        } else {
+            None
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                core,
+                renewer,
+                waiter,
+            }),
+        })
+    }
+
+    /// Acquires the lock on `key`, waiting as long as it takes.
+    ///
+    /// Waits for a release message (or the holder's TTL, whichever comes first) and
+    /// retries; never returns while someone else holds the lock. The lease is renewed
+    /// in the background per the client's [`Renewal`] policy.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] / [`Error::Pool`] when
+    /// Redis fails or does not answer within the configured timeouts,
+    /// [`Error::Shutdown`] when the client is [closed](Self::close).
+    pub fn lock(&self, key: &str) -> Result<LockGuard> {
+        let acquired = self.acquire(key, &LockOptions::default(), None, true)?;
+        // Without a deadline the wait ends only in a guard or an error.
+        acquired.ok_or(Error::Shutdown)
+    }
+
+    /// Makes one attempt to acquire the lock on `key`; never waits.
+    ///
+    /// Returns `Ok(None)` when someone else holds it. One round trip at most.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
+        self.acquire(key, &LockOptions::default(), Some(Instant::now()), false)
+    }
+
+    /// Acquires the lock on `key`, waiting at most `wait`.
+    ///
+    /// Returns `Ok(None)` when the wait ran out with someone else still holding it.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_for(&self, key: &str, wait: Duration) -> Result<Option<LockGuard>> {
+        let deadline = Instant::now().checked_add(wait);
+        self.acquire(key, &LockOptions::default(), deadline, true)
+    }
+
+    /// Acquires the lock on `key`, waiting until `deadline` at most.
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
+        self.acquire(key, &LockOptions::default(), Some(deadline), true)
+    }
+
+    /// Acquires the lock on `key` with per-call options.
+    ///
+    /// Waits per [`LockOptions::wait`] / [`LockOptions::deadline`] (no bound when
+    /// neither is set, and then never returns `Ok(None)`), and can be cancelled through
+    /// [`LockOptions::cancel`].
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock); [`Error::Config`] for an out-of-range option;
+    /// [`Error::Cancelled`] when the wait was cancelled.
+    pub fn lock_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
+        let now = Instant::now();
+        let by_wait = opts.wait.and_then(|w| now.checked_add(w));
+        let deadline = match (by_wait, opts.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.acquire(key, opts, deadline, true)
+    }
+
+    /// Runs `f` while holding the lock on `key`, then releases it.
+    ///
+    /// Waits like [`lock`](Self::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), and [`Error::LockLost`] when the lease had expired or
+    /// been taken by the time `f` returned: `f` then ran at least partly without the
+    /// lock, and its result is dropped.
+    pub fn with_lock<R>(&self, key: &str, f: impl FnOnce() -> R) -> Result<R> {
+        let guard = self.lock(key)?;
+        let out = f();
+        let key = guard.key().to_owned();
+        if guard.unlock()?.was_held() {
+            Ok(out)
+        } else {
+            Err(Error::LockLost { key })
+        }
+    }
+
+    /// A snapshot of this client's counters.
+    pub fn metrics(&self) -> Metrics {
+        self.inner.core.counters.snapshot()
+    }
+
+    /// Stops new lock calls and wakes every waiting call with [`Error::Shutdown`].
+    ///
+    /// Held guards keep being renewed until released or until the last clone of
+    /// the client is dropped.
+    pub fn close(&self) {
+        self.inner.core.shutdown.cancel();
+    }
+
+    /// Waits until the renewal thread has taken in every lease acquired so far
+    /// through this client. Returns at once if the thread has stopped.
+    ///
+    /// Useful before reading [`metrics`](Self::metrics) in tests and benchmarks.
+    pub fn flush(&self) {
+        self.inner.renewer.sync();
+    }
+
+    fn acquire(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+        fair: bool,
+    ) -> Result<Option<LockGuard>> {
+        let core = &self.inner.core;
+        let plan = self.plan(opts)?;
+        let keys = Keys::new(&core.settings.key_prefix, key)?;
+        let waiter = self
+            .inner
+            .waiter
+            .as_ref()
+            .filter(|_| plan.backend.publishes());
+        let new_slot = || WaitSlot::new(core, waiter, &keys, opts.cancel.as_ref());
+        let mut slot: Option<WaitSlot<'_>> = None;
+        if fair && deadline.is_none_or(|d| d > Instant::now()) && WaitSlot::wanted(waiter, &keys) {
+            slot.get_or_insert_with(new_slot).prepare(deadline)?;
+        }
+        loop {
+            if core.shutdown.is_cancelled() {
+                return Err(Error::Shutdown);
+            }
+            if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
+                return Err(Error::Cancelled {
+                    key: keys.lock.clone(),
+                });
+            }
+            let will_wait = deadline.is_none_or(|d| d > Instant::now());
+            let remaining = match self.attempt(&plan, &keys, will_wait)? {
+                Ok(guard) => {
+                    if let Some(s) = &mut slot {
+                        s.acquired();
+                    }
+                    return Ok(Some(guard));
+                }
+                Err(remaining) => remaining,
+            };
+            if !will_wait || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            slot.get_or_insert_with(new_slot)
+                .pause(remaining, deadline)?;
+        }
+    }
+
+    /// One acquire attempt: `Ok(Ok(guard))` acquired, `Ok(Err(remaining))` busy.
+    fn attempt(
+        &self,
+        plan: &Plan,
+        keys: &Keys,
+        want_remaining: bool,
+    ) -> Result<std::result::Result<LockGuard, Option<Duration>>> {
+        let core = &self.inner.core;
+        let mut conn = core.pool.get()?;
+        let value = plan.backend.new_value(&mut conn, plan.ttl)?;
+        bump(&core.counters.attempts, 1);
+        let req = Request {
+            ttl: plan.ttl,
+            fence: plan.fence,
+            remaining: want_remaining,
+        };
+        let sent = Instant::now();
+        let outcome = plan.backend.acquire(&mut conn, keys, &value, req);
+        let fence = match outcome {
+            Ok(Acquire::Acquired { fence }) => fence,
+            Ok(Acquire::Busy { remaining }) => return Ok(Err(remaining)),
+            Err(e) => {
+                if conn.broken {
+                    drop(conn);
+                    self.clear_ghost(plan, keys, &value);
+                }
+                return Err(e.into());
+            }
+        };
+        drop(conn);
+        bump(&core.counters.acquired, 1);
+        let (lost_tx, lost_rx) = crossbeam_channel::bounded(1);
+        let state = Arc::new(LeaseState::new(
+            keys,
+            Arc::clone(&plan.backend),
+            value,
+            sent,
+            plan.ttl,
+            plan.on_lost.clone(),
+            lost_tx,
+        ));
+        let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
+        self.inner.renewer.register(Lease::new(
+            Arc::clone(&state),
+            plan.renewal == Renewal::Auto,
+            plan.interval,
+            hold_until,
+            plan.max_renewals,
+            sent,
+        ));
+        Ok(Ok(LockGuard::new(Arc::clone(core), state, fence, lost_rx)))
+    }
+
+    /// The acquire's reply was lost after the command may have reached Redis: delete
+    /// our value if it is there, so no lock is held that nobody knows of.
+    fn clear_ghost(&self, plan: &Plan, keys: &Keys, value: &str) {
+        let cleared = self
+            .inner
+            .core
+            .pool
+            .get()
+            .map_err(Error::from)
+            .and_then(|mut c| {
+                Ok(plan
+                    .backend
+                    .release(&mut c, &keys.lock, &keys.channel, value)?)
+            });
+        match cleared {
+            Ok(outcome) => log::debug!("acquire of `{}` failed; cleanup: {outcome:?}", keys.lock),
+            Err(e) => log::warn!(
+                "acquire of `{}` failed and its cleanup too ({e}); a lock we may hold expires with its ttl",
+                keys.lock
+            ),
+        }
+    }
+
+    fn plan(&self, opts: &LockOptions) -> Result<Plan> {
+        let s = &self.inner.core.settings;
+        let ttl = opts.ttl.unwrap_or(s.ttl);
+        check_ttl("ttl", ttl)?;
+        let interval = match opts.renew_interval.or(s.renew_interval) {
+            Some(every) => {
+                check_interval(every, ttl)?;
+                every
+            }
+            None => (ttl / 3).max(Duration::from_millis(1)),
+        };
+        let max_hold = opts.max_hold.or(s.max_hold);
+        if max_hold.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config("max_hold", "must be above zero"));
+        }
+        let backend = match &opts.scheme {
+            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
+            _ => Arc::clone(&self.inner.core.default_backend),
+        };
+        Ok(Plan {
+            ttl,
+            fence: opts.fencing.unwrap_or(s.fencing),
+            renewal: opts.renewal.unwrap_or(s.renewal),
+            interval,
+            max_hold,
+            max_renewals: opts.max_renewals,
+            backend,
+            on_lost: opts.on_lost.clone(),
+        })
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.inner.core.settings;
+        f.debug_struct("LockClient")
+            .field("server", &Redacted(s.url.as_ref().ok()))
+            .field("key_prefix", &s.key_prefix)
+            .field("ttl", &s.ttl)
+            .field("scheme", &s.scheme)
+            .field("pubsub", &s.pubsub)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Core {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Core")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<LockClient>();
+        send::<LockGuard>();
+        send_sync::<Error>();
+    }
+}

@@ -1,0 +1,209 @@
+//! [`LockGuard`]: a held lease, released when dropped.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use crate::client::Core;
+use crate::config::check_ttl;
+use crate::error::{Error, Result};
+use crate::lease::{LeaseLost, LeaseState, LossReason};
+use crate::metrics::bump;
+use crate::scheme::{Extend, Release, with_scripts};
+
+/// A held lock. Releases it when dropped (also while unwinding from a panic).
+///
+/// Made by [`LockClient::lock`](crate::LockClient::lock),
+/// [`try_lock`](crate::LockClient::try_lock),
+/// [`try_lock_for`](crate::LockClient::try_lock_for),
+/// [`try_lock_until`](crate::LockClient::try_lock_until) and
+/// [`lock_with`](crate::LockClient::lock_with).
+///
+/// The guard guards a key in Redis, not local data, so it has no `Deref`. A lease
+/// can end while the guard lives (expiry, a paused process, someone deleting the
+/// key); [`is_held`](Self::is_held), [`check`](Self::check) and [`lost`](Self::lost)
+/// say so, and [`fence`](Self::fence) lets downstream systems reject late writers.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    state: Arc<LeaseState>,
+    /// Taken by the first release, so releasing twice is a no-op.
+    core: Option<Arc<Core>>,
+    fence: Option<u64>,
+    lost: Receiver<LeaseLost>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        state: Arc<LeaseState>,
+        fence: Option<u64>,
+        lost: Receiver<LeaseLost>,
+    ) -> Self {
+        Self {
+            state,
+            core: Some(core),
+            fence,
+            lost,
+        }
+    }
+
+    /// The lock key, with the client's prefix.
+    pub fn key(&self) -> &str {
+        &self.state.key
+    }
+
+    /// The fencing token taken with the lock, when fencing was asked for.
+    ///
+    /// Strictly increasing per key across all clients: pass it with every write to
+    /// a downstream system and have that system reject a token lower than the
+    /// highest it has seen. This is what keeps a holder that was paused past its
+    /// lease from overwriting the work of the next holder.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// The instant (local monotonic clock) until which the lease is surely valid:
+    /// when the last confirmed acquire or renewal was sent, plus the TTL, minus a
+    /// clock-drift allowance (2 ms + 1 % of the TTL).
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// Whether the lease is still ours: not known lost, and within
+    /// [`valid_until`](Self::valid_until). A local check; never blocks.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// Like [`is_held`](Self::is_held), as a `Result` for use with `?` right before a
+    /// side effect that needs the lock.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] once the lease is lost or past its validity.
+    pub fn check(&self) -> Result<()> {
+        if self.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LockLost {
+                key: self.state.key.clone(),
+            })
+        }
+    }
+
+    /// A channel that receives one [`LeaseLost`] message if the lease is lost.
+    ///
+    /// The message comes from the renewal thread when a renewal finds the key gone
+    /// or taken, when renewals fail until the validity ends, when a fixed lease runs
+    /// out, or when the client is dropped. The channel disconnects without a message
+    /// after a normal release. Use it in `crossbeam_channel::select!` to abort work.
+    pub fn lost(&self) -> &Receiver<LeaseLost> {
+        &self.lost
+    }
+
+    /// Sets the lease's remaining time to `ttl` from now, if it is still ours.
+    ///
+    /// Background renewals then use `ttl` too. One round trip, bounded by the
+    /// client's timeouts.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when the key is gone or someone else's (the lease is then
+    /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`] /
+    /// [`Error::Pool`] when Redis fails; validity is then unchanged.
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        check_ttl("ttl", ttl)?;
+        let core = self.core.as_ref().ok_or(Error::Shutdown)?;
+        let mut conn = core.pool.get()?;
+        let mut held = self.state.held.lock();
+        let backend = &self.state.backend;
+        let (cmd, new_value) = backend.extend_cmd(&self.state.key, &held.value, ttl);
+        let sent = Instant::now();
+        let reply = with_scripts(&mut conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))?;
+        match backend.extend_reply(&reply)? {
+            Extend::Extended => {
+                held.value = new_value;
+                self.state.confirm(sent, ttl);
+                Ok(())
+            }
+            outcome => {
+                drop(held);
+                let reason = if outcome == Extend::Taken {
+                    LossReason::Taken
+                } else {
+                    LossReason::Expired
+                };
+                self.state.notify_lost(reason, &core.counters);
+                Err(Error::LockLost {
+                    key: self.state.key.clone(),
+                })
+            }
+        }
+    }
+
+    /// Releases the lock and says what Redis found.
+    ///
+    /// [`Release::Expired`] and [`Release::Taken`] mean the lease ended before the
+    /// release: work done under it may have overlapped another holder's. One round
+    /// trip, bounded by the client's timeouts.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] / [`Error::Pool`] when the release could not be sent; the
+    /// lock then runs out with its TTL.
+    pub fn unlock(mut self) -> Result<Release> {
+        self.release().unwrap_or(Ok(Release::Released))
+    }
+
+    /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
+    fn release(&mut self) -> Option<Result<Release>> {
+        let core = self.core.take()?;
+        let value = {
+            // Under the lease's mutex: waits for a renewal in flight, and keeps
+            // the renewal thread from sending another once this returns.
+            let mut held = self.state.held.lock();
+            held.released = true;
+            held.value.clone()
+        };
+        let outcome = core.pool.get().map_err(Error::from).and_then(|mut conn| {
+            Ok(self.state.backend.release(
+                &mut conn,
+                &self.state.key,
+                &self.state.channel,
+                &value,
+            )?)
+        });
+        match &outcome {
+            Ok(Release::Released) => bump(&core.counters.released, 1),
+            Ok(_) => {}
+            Err(_) => bump(&core.counters.release_errors, 1),
+        }
+        Some(outcome)
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        match self.release() {
+            Some(Err(e)) => log::warn!("release of `{}` failed: {e}", self.state.key),
+            Some(Ok(outcome)) if !outcome.was_held() => {
+                log::warn!(
+                    "lock `{}` had ended before release: {outcome:?}",
+                    self.state.key
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.state.key)
+            .field("fence", &self.fence)
+            .field("held", &self.is_held())
+            .field("valid_until", &self.valid_until())
+            .finish_non_exhaustive()
+    }
+}

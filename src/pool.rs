@@ -1,0 +1,123 @@
+//! Pooled connections with every network call bounded by a timeout.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
+
+/// The r2d2 pool of Redis connections.
+pub(crate) type Pool = r2d2::Pool<Manager>;
+
+/// Opens connections with a connect timeout and sets read/write timeouts on them,
+/// so no pooled call can block forever on a dead or silent server.
+#[derive(Clone)]
+pub(crate) struct Manager {
+    pub(crate) client: redis::Client,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+}
+
+/// A pooled connection that remembers when it can no longer be trusted.
+///
+/// After a timeout or I/O error the reply stream may be out of step with the
+/// requests (a late reply would answer the next command), so the connection is
+/// marked `broken` and the pool throws it away instead of reusing it.
+pub(crate) struct Conn {
+    pub(crate) con: redis::Connection,
+    pub(crate) broken: bool,
+}
+
+impl Conn {
+    /// Runs `f`, marking the connection broken when it fails below the protocol level.
+    pub(crate) fn run<T>(
+        &mut self,
+        f: impl FnOnce(&mut redis::Connection) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let result = f(&mut self.con);
+        if let Err(e) = &result
+            && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+        {
+            self.broken = true;
+        }
+        result
+    }
+}
+
+impl Manager {
+    pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
+        let con = self
+            .client
+            .get_connection_with_timeout(self.connect_timeout)?;
+        con.set_read_timeout(Some(self.read_timeout))?;
+        con.set_write_timeout(Some(self.write_timeout))?;
+        Ok(con)
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = redis::RedisError;
+
+    fn connect(&self) -> RedisResult<Conn> {
+        Ok(Conn {
+            con: self.connect_raw()?,
+            broken: false,
+        })
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {
+        conn.run(|c| redis::cmd("PING").query::<()>(c))
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken || !conn.con.is_open()
+    }
+}
+
+impl fmt::Debug for Manager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Manager")
+            .field("server", &Redacted(Some(self.client.get_connection_info())))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shows where a server is (host, port, database) and never its credentials.
+pub(crate) struct Redacted<'a>(pub(crate) Option<&'a ConnectionInfo>);
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(info) = self.0 else {
+            return f.write_str("<invalid url>");
+        };
+        let db = info.redis_settings().db();
+        match info.addr() {
+            ConnectionAddr::Tcp(host, port) => write!(f, "redis://{host}:{port}/{db}"),
+            ConnectionAddr::TcpTls { host, port, .. } => write!(f, "rediss://{host}:{port}/{db}"),
+            ConnectionAddr::Unix(path) => write!(f, "unix://{}?db={db}", path.display()),
+            _ => f.write_str("<redis server>"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::IntoConnectionInfo;
+
+    #[test]
+    fn redacted_hides_user_and_password() {
+        let info = "redis://alice:s3cret@10.0.0.1:7000/2"
+            .into_connection_info()
+            .unwrap();
+        let shown = Redacted(Some(&info)).to_string();
+        assert_eq!(shown, "redis://10.0.0.1:7000/2");
+    }
+}

@@ -1,0 +1,206 @@
+//! How a lock is stored in Redis: one [`Backend`] per scheme.
+//!
+//! A backend turns acquire / release / extend into Redis commands and their
+//! replies into outcomes. It keeps no state; the lease value it wrote travels with
+//! the lease.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{RedisResult, Value};
+
+use crate::config::Scheme;
+use crate::error::{Error, Result};
+use crate::pool::Conn;
+
+mod token;
+
+pub(crate) use token::TokenBackend;
+
+/// What [`LockGuard::unlock`](crate::LockGuard::unlock) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+#[non_exhaustive]
+pub enum Release {
+    /// The lock was still ours and is now deleted.
+    Released,
+    /// The key was gone: the lease had expired (or was deleted) before the release.
+    Expired,
+    /// Someone else's value was under the key; it was left untouched.
+    Taken,
+}
+
+impl Release {
+    /// Whether the lock was still held when released: the critical section ran
+    /// under the lock throughout, as far as Redis can tell.
+    pub fn was_held(self) -> bool {
+        self == Release::Released
+    }
+}
+
+/// The result of one acquire attempt.
+#[derive(Debug)]
+pub(crate) enum Acquire {
+    /// The lock is ours; `fence` is set when a fencing token was asked for.
+    Acquired { fence: Option<u64> },
+    /// Someone else holds it; it lasts at most `remaining` more (None: unknown,
+    /// e.g. a key without TTL).
+    Busy { remaining: Option<Duration> },
+}
+
+/// What one acquire attempt asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request {
+    /// The lease's TTL.
+    pub(crate) ttl: Duration,
+    /// Whether to take a fencing token.
+    pub(crate) fence: bool,
+    /// Whether a busy reply should say how long the holder has left (only callers
+    /// about to wait need it).
+    pub(crate) remaining: bool,
+}
+
+/// The result of one extend or renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Extend {
+    Extended,
+    Gone,
+    Taken,
+}
+
+/// The Redis names that belong to one lock key.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    /// The lock key, with the client's prefix.
+    pub(crate) lock: String,
+    /// The fencing counter, in the same cluster slot as `lock`.
+    pub(crate) fence: String,
+    /// The pub/sub channel a release publishes on.
+    pub(crate) channel: String,
+}
+
+impl Keys {
+    /// Derives the names for `key`, checking it.
+    pub(crate) fn new(prefix: &str, key: &str) -> Result<Self> {
+        if key.is_empty() {
+            return Err(Error::InvalidKey {
+                reason: "the key is empty",
+            });
+        }
+        let lock = format!("{prefix}{key}");
+        Ok(Self {
+            fence: companion(&lock, "fence"),
+            channel: companion(&lock, "released"),
+            lock,
+        })
+    }
+}
+
+/// A name next to `key` that Redis Cluster hashes to the same slot: a key with a
+/// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
+/// (`a` → `{a}:fence`).
+pub(crate) fn companion(key: &str, suffix: &str) -> String {
+    if has_hash_tag(key) || key.contains('}') {
+        // With a tag the suffix keeps the slot; a stray `}` cannot be wrapped
+        // safely, so such keys get the suffix alone (same node without Cluster).
+        format!("{key}:{suffix}")
+    } else {
+        format!("{{{key}}}:{suffix}")
+    }
+}
+
+/// Whether Redis Cluster would hash only part of `key`: a `{` followed later by a
+/// `}` with at least one byte between them.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+/// One scheme's commands.
+pub(crate) trait Backend: Send + Sync + fmt::Debug {
+    /// The value this attempt will write (a token, a timestamp).
+    fn new_value(&self, conn: &mut Conn, ttl: Duration) -> RedisResult<String>;
+    /// One attempt to take the lock, writing `value`.
+    fn acquire(
+        &self,
+        conn: &mut Conn,
+        keys: &Keys,
+        value: &str,
+        req: Request,
+    ) -> RedisResult<Acquire>;
+    /// Deletes the lock if `value` is still what it holds, waking waiters.
+    fn release(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        channel: &str,
+        value: &str,
+    ) -> RedisResult<Release>;
+    /// The command that extends the lock holding `value` to `ttl`, and the value it
+    /// leaves under the key (schemes whose value encodes the expiry rewrite it).
+    fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String);
+    /// Reads the reply to an [`extend_cmd`](Backend::extend_cmd).
+    fn extend_reply(&self, reply: &Value) -> RedisResult<Extend>;
+    /// Whether its releases publish on the key's channel, so waiters can sleep until
+    /// a release message instead of polling.
+    fn publishes(&self) -> bool;
+    /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
+    fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
+}
+
+/// The backend for a scheme.
+pub(crate) fn backend(scheme: &Scheme) -> Arc<dyn Backend> {
+    match scheme {
+        Scheme::Token => Arc::new(TokenBackend),
+    }
+}
+
+/// Reads a script's `1 / 0 / -1` reply as an [`Extend`].
+pub(crate) fn tri_state(reply: &Value) -> RedisResult<Extend> {
+    match redis::from_redis_value_ref::<i64>(reply)? {
+        1 => Ok(Extend::Extended),
+        0 => Ok(Extend::Gone),
+        _ => Ok(Extend::Taken),
+    }
+}
+
+/// Runs `f`; if the server lost the scripts (restart, `SCRIPT FLUSH`), loads `scripts`
+/// and runs `f` once more.
+pub(crate) fn with_scripts<T>(
+    conn: &mut Conn,
+    scripts: &[&std::sync::LazyLock<redis::Script>],
+    mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
+) -> RedisResult<T> {
+    match f(conn) {
+        Err(e) if crate::scripts::is_noscript(&e) => {
+            for s in scripts {
+                conn.run(|c| s.load(c))?;
+            }
+            f(conn)
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn companions_share_the_cluster_slot() {
+        assert_eq!(companion("lock:a", "fence"), "{lock:a}:fence");
+        assert_eq!(companion("lock:{a}", "fence"), "lock:{a}:fence");
+        assert_eq!(companion("x{}y", "fence"), "x{}y:fence");
+        assert_eq!(companion("a}b", "fence"), "a}b:fence");
+    }
+
+    #[test]
+    fn empty_keys_are_rejected() {
+        assert!(matches!(Keys::new("p:", ""), Err(Error::InvalidKey { .. })));
+        let k = Keys::new("p:", "k").unwrap();
+        assert_eq!(k.lock, "p:k");
+        assert_eq!(k.channel, "{p:k}:released");
+    }
+}

@@ -1,0 +1,129 @@
+//! The token scheme: `SET key token NX PX ttl`; release and renewal compare the token.
+//!
+//! The same wire format as redis-py's `Lock`, redsync, node-redlock and redlock-rs,
+//! so those clients and redlease exclude each other on the same key.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{RedisResult, Script, Value};
+
+use super::{Acquire, Backend, Extend, Keys, Release, Request, tri_state, with_scripts};
+use crate::lease::ttl_millis;
+use crate::pool::Conn;
+use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
+
+/// The token scheme's commands.
+#[derive(Debug)]
+pub(crate) struct TokenBackend;
+
+static SCRIPTS: [&LazyLock<Script>; 3] = [&TOKEN_ACQUIRE_FENCED, &TOKEN_RELEASE, &TOKEN_EXTEND];
+
+impl Backend for TokenBackend {
+    fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
+        Ok(uuid::Uuid::new_v4().to_string())
+    }
+
+    fn acquire(
+        &self,
+        conn: &mut Conn,
+        keys: &Keys,
+        value: &str,
+        req: Request,
+    ) -> RedisResult<Acquire> {
+        let Request {
+            ttl,
+            fence,
+            remaining,
+        } = req;
+        let ms = ttl_millis(ttl);
+        if fence {
+            let (won, n): (i64, i64) = with_scripts(conn, &SCRIPTS, |c| {
+                c.run(|c| {
+                    TOKEN_ACQUIRE_FENCED
+                        .key(&keys.lock)
+                        .key(&keys.fence)
+                        .arg(value)
+                        .arg(ms)
+                        .invoke(c)
+                })
+            })?;
+            return Ok(if won == 1 {
+                Acquire::Acquired {
+                    fence: Some(u64::try_from(n).unwrap_or(0)),
+                }
+            } else {
+                busy(n)
+            });
+        }
+        // Without a fence no script is needed: a plain `SET NX PX`, the same one
+        // command as the hand-written floor. Only a caller about to wait asks for the
+        // holder's `PTTL`, in a second round trip on that slow path.
+        let set: Value = conn.run(|c| {
+            redis::cmd("SET")
+                .arg(&keys.lock)
+                .arg(value)
+                .arg("NX")
+                .arg("PX")
+                .arg(ms)
+                .query(c)
+        })?;
+        if !matches!(set, Value::Nil) {
+            return Ok(Acquire::Acquired { fence: None });
+        }
+        if !remaining {
+            return Ok(Acquire::Busy { remaining: None });
+        }
+        let pttl: i64 = conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?;
+        Ok(busy(pttl))
+    }
+
+    fn release(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        channel: &str,
+        value: &str,
+    ) -> RedisResult<Release> {
+        let n: i64 = with_scripts(conn, &SCRIPTS, |c| {
+            c.run(|c| TOKEN_RELEASE.key(key).arg(value).arg(channel).invoke(c))
+        })?;
+        Ok(match n {
+            1 => Release::Released,
+            0 => Release::Expired,
+            _ => Release::Taken,
+        })
+    }
+
+    fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String) {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(TOKEN_EXTEND.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(value)
+            .arg(ttl_millis(ttl));
+        (cmd, value.to_owned())
+    }
+
+    fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
+        tri_state(reply)
+    }
+
+    fn publishes(&self) -> bool {
+        true
+    }
+
+    fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
+        &SCRIPTS
+    }
+}
+
+/// A busy reply: `pttl` ≥ 0 bounds the wait, -2 (gone since) means retry now,
+/// -1 (a key without TTL, not written by this scheme) gives no bound.
+fn busy(pttl: i64) -> Acquire {
+    let remaining = match pttl {
+        -2 => Some(Duration::ZERO),
+        n => u64::try_from(n).ok().map(Duration::from_millis),
+    };
+    Acquire::Busy { remaining }
+}
