@@ -1,1 +1,381 @@
-fn main() {}
+//! redlease against its floor, measured side by side in one run.
+//!
+//! Each group times redlease and the hand-written minimum the same work needs on raw
+//! `redis` connections, then prints the ratio of their medians:
+//! - `uncontended`: lock + unlock vs raw `SET NX PX` + `EVALSHA` compare-and-delete;
+//! - `try_lock_held`: one attempt on a held key vs one raw `SET NX PX`;
+//! - `parallel_8_keys`: 8 threads on 8 keys vs 8 raw connections;
+//! - `renewal`: one `extend` round trip vs one raw `PEXPIRE`, and the renewal
+//!   thread's batching (round trips per renewed lease) for 1 … 10,000 leases;
+//! - `contention`: 8 threads on one key vs raw clients retrying with no sleep:
+//!   acquisitions/s, hand-off p50/p99, fairness, Redis commands per acquisition.
+//!
+//! Run: `cargo bench --bench lock` (needs `redis-server` on PATH).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use redlease::{LockClient, LockOptions, Renewal};
+use support::RedisServer;
+
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// The floor: what any correct token lock must send, on one raw connection.
+struct Floor {
+    con: redis::Connection,
+    release: redis::Script,
+    n: u64,
+}
+
+impl Floor {
+    fn new(server: &RedisServer) -> Self {
+        Self {
+            con: server.conn(),
+            release: redis::Script::new(RELEASE),
+            n: 0,
+        }
+    }
+
+    fn try_set(&mut self, key: &str) -> Option<String> {
+        self.n += 1;
+        let token = format!("floor-{}", self.n);
+        let set: redis::Value = redis::cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut self.con)
+            .unwrap();
+        (set != redis::Value::Nil).then_some(token)
+    }
+
+    fn release(&mut self, key: &str, token: &str) {
+        let _: i64 = self.release.key(key).arg(token).invoke(&mut self.con).unwrap();
+    }
+
+    fn lock_unlock(&mut self, key: &str) {
+        let token = self.try_set(key).expect("floor key free");
+        self.release(key, &token);
+    }
+}
+
+fn client(server: &RedisServer) -> LockClient {
+    LockClient::builder(server.url()).build().unwrap()
+}
+
+/// Medians of `a` and `b`, sampled alternately so both see the same machine state.
+fn paired_p50(rounds: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (Duration, Duration) {
+    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        let t = Instant::now();
+        a();
+        ta.push(t.elapsed());
+        let t = Instant::now();
+        b();
+        tb.push(t.elapsed());
+    }
+    (percentile(&mut ta, 50), percentile(&mut tb, 50))
+}
+
+fn percentile(v: &mut [Duration], p: usize) -> Duration {
+    v.sort_unstable();
+    v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
+fn report(name: &str, ours: Duration, floor: Duration) {
+    let ratio = ours.as_secs_f64() / floor.as_secs_f64();
+    println!("RATIO {name}: redlease p50 {ours:?} / floor p50 {floor:?} = {ratio:.3}x");
+}
+
+fn uncontended(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let lc = client(&server);
+    let mut floor = Floor::new(&server);
+    let mut g = c.benchmark_group("uncontended");
+    g.bench_function("redlease_lock_unlock", |b| {
+        b.iter(|| lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+    });
+    g.bench_function("floor_set_nx_px_evalsha", |b| b.iter(|| floor.lock_unlock("bench:f")));
+    g.finish();
+    let (ours, base) = paired_p50(
+        3000,
+        || assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held()),
+        || floor.lock_unlock("bench:f"),
+    );
+    report("uncontended lock+unlock", ours, base);
+}
+
+fn try_lock_held(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let lc = client(&server);
+    let _held = lc.lock("bench:h").unwrap();
+    let mut floor = Floor::new(&server);
+    let mut g = c.benchmark_group("try_lock_held");
+    g.bench_function("redlease_try_lock", |b| {
+        b.iter(|| assert!(lc.try_lock("bench:h").unwrap().is_none()));
+    });
+    g.bench_function("floor_set_nx_px", |b| b.iter(|| assert!(floor.try_set("bench:h").is_none())));
+    g.finish();
+    let (ours, base) = paired_p50(
+        3000,
+        || assert!(lc.try_lock("bench:h").unwrap().is_none()),
+        || assert!(floor.try_set("bench:h").is_none()),
+    );
+    report("try_lock on a held key", ours, base);
+}
+
+/// Runs `work(thread, key)` on 8 threads for `per_thread` rounds each; returns ops/s.
+fn parallel(per_thread: usize, work: impl Fn(usize) -> Box<dyn FnMut() + Send> + Sync) -> f64 {
+    let barrier = Barrier::new(9);
+    let start = thread::scope(|s| {
+        for t in 0..8 {
+            let mut op = work(t);
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for _ in 0..per_thread {
+                    op();
+                }
+            });
+        }
+        barrier.wait();
+        Instant::now()
+    });
+    (8 * per_thread) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn parallel_8_keys(_c: &mut Criterion) {
+    let server = RedisServer::start();
+    let lc = client(&server);
+    let mut ours = Vec::new();
+    let mut base = Vec::new();
+    for _ in 0..5 {
+        ours.push(parallel(1000, |t| {
+            let lc = lc.clone();
+            let key = format!("bench:p{t}");
+            Box::new(move || assert!(lc.lock(&key).unwrap().unlock().unwrap().was_held()))
+        }));
+        base.push(parallel(1000, |t| {
+            let mut floor = Floor::new(&server);
+            let key = format!("bench:q{t}");
+            Box::new(move || floor.lock_unlock(&key))
+        }));
+    }
+    ours.sort_by(f64::total_cmp);
+    base.sort_by(f64::total_cmp);
+    let (o, b) = (ours[2], base[2]);
+    println!(
+        "RATIO parallel 8 threads x 8 keys: redlease {o:.0} ops/s / floor {b:.0} ops/s = {:.3}x (median of 5)",
+        o / b
+    );
+}
+
+fn renewal(c: &mut Criterion) {
+    let server = RedisServer::start();
+    let lc = client(&server);
+    let guard = lc.lock("bench:r").unwrap();
+    let mut con = server.conn();
+    let _: () = redis::cmd("SET").arg("bench:raw").arg("x").query(&mut con).unwrap();
+    let mut g = c.benchmark_group("renewal");
+    g.bench_function("redlease_extend", |b| {
+        b.iter(|| guard.extend(Duration::from_secs(30)).unwrap());
+    });
+    g.bench_function("floor_pexpire", |b| {
+        b.iter(|| {
+            let _: i64 = redis::cmd("PEXPIRE").arg("bench:raw").arg(30_000).query(&mut con).unwrap();
+        });
+    });
+    g.finish();
+    let (ours, base) = paired_p50(
+        3000,
+        || guard.extend(Duration::from_secs(30)).unwrap(),
+        || {
+            let _: i64 = redis::cmd("PEXPIRE").arg("bench:raw").arg(30_000).query(&mut con).unwrap();
+        },
+    );
+    report("extend vs PEXPIRE", ours, base);
+    drop(guard);
+    for n in [1usize, 100, 1000, 10_000] {
+        renewal_batch(&server, n, &mut con);
+    }
+}
+
+/// Holds `n` leases renewed every 100 ms for ~1 s and reports round trips per lease
+/// renewal and the time one pipeline of `n` renewals takes, next to a raw `PEXPIRE`.
+fn renewal_batch(server: &RedisServer, n: usize, con: &mut redis::Connection) {
+    let lc = LockClient::builder(server.url())
+        .ttl(Duration::from_secs(3))
+        .renew_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..n)
+        .map(|i| lc.try_lock(&format!("bench:n{n}:{i}")).unwrap().unwrap())
+        .collect();
+    lc.flush();
+    let before = lc.metrics();
+    thread::sleep(Duration::from_millis(1000));
+    let after = lc.metrics();
+    let renewals = after.renewals - before.renewals;
+    let trips = after.renewal_round_trips - before.renewal_round_trips;
+    // Time of one pipeline of n renewals, as the renewal thread sends it.
+    let script = redis::Script::new(
+        "local v = redis.pcall('GET', KEYS[1]) if v == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0",
+    );
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(1).arg(format!("bench:n{n}:{i}")).arg("x").arg(3000);
+    }
+    let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE).query(con).unwrap();
+    script.prepare_invoke().load(con).unwrap();
+    let (batch, raw) = paired_p50(
+        if n >= 1000 { 20 } else { 200 },
+        || {
+            let _: Vec<redis::Value> = pipe.query(con).unwrap();
+        },
+        || {},
+    );
+    let t = Instant::now();
+    let _: i64 = redis::cmd("PEXPIRE").arg("bench:raw").arg(30_000).query(con).unwrap();
+    let one = t.elapsed().max(raw);
+    println!(
+        "RENEWAL {n} leases: {renewals} renewals in {trips} round trips ({:.1} leases/trip); \
+         one {n}-lease pipeline p50 {batch:?} vs one raw PEXPIRE {one:?} ({:.2}x)",
+        renewals as f64 / trips.max(1) as f64,
+        batch.as_secs_f64() / one.as_secs_f64()
+    );
+    drop(guards);
+}
+
+/// 8 threads on one key for `secs`: acquisitions/s, hand-off p50/p99, per-thread
+/// min/max, and Redis commands per acquisition.
+struct Contention {
+    per_sec: f64,
+    handoff_p50: Duration,
+    handoff_p99: Duration,
+    min: u64,
+    max: u64,
+    cmds_per_acq: f64,
+}
+
+fn contend(
+    server: &RedisServer,
+    secs: f64,
+    make: impl Fn() -> Box<dyn FnMut(&dyn Fn()) + Send> + Sync,
+) -> Contention {
+    let stop = AtomicBool::new(false);
+    let released_at = Arc::new(parking_lot::Mutex::new((usize::MAX, Instant::now())));
+    let handoffs = parking_lot::Mutex::new(Vec::new());
+    let counts: Vec<AtomicU64> = (0..8).map(|_| AtomicU64::new(0)).collect();
+    server.reset_stats();
+    let start = Instant::now();
+    thread::scope(|s| {
+        for t in 0..8 {
+            let mut run = make();
+            let (stop, released_at, handoffs, counts) = (&stop, &released_at, &handoffs, &counts);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    run(&|| {
+                        // Inside the lock: note the hand-off latency from the last
+                        // release by another thread.
+                        let (by, at) = *released_at.lock();
+                        if by != t && by != usize::MAX {
+                            handoffs.lock().push(at.elapsed());
+                        }
+                        counts[t].fetch_add(1, Ordering::Relaxed);
+                    });
+                    *released_at.lock() = (t, Instant::now());
+                }
+            });
+        }
+        thread::sleep(Duration::from_secs_f64(secs));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let cmds = client_commands(server);
+    let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let total: u64 = per.iter().sum();
+    let mut h = handoffs.into_inner();
+    Contention {
+        per_sec: total as f64 / elapsed,
+        handoff_p50: percentile(&mut h, 50),
+        handoff_p99: percentile(&mut h, 99),
+        min: per.iter().copied().min().unwrap_or(0),
+        max: per.iter().copied().max().unwrap_or(0),
+        cmds_per_acq: cmds as f64 / total.max(1) as f64,
+    }
+}
+
+/// Commands sent by clients since the last `reset_stats`: commandstats also counts
+/// the commands a script runs, so those are taken out (`GET`/`DEL`/`INCR`/`PEXPIRE`
+/// run only inside scripts here, and each script-run `PUBLISH` follows a `DEL`),
+/// as are the stats queries themselves.
+fn client_commands(server: &RedisServer) -> u64 {
+    let calls = |c: &str| server.command_calls(c);
+    let in_scripts = calls("get") + calls("del") * 2 + calls("incr") + calls("pexpire");
+    server
+        .total_commands()
+        .saturating_sub(in_scripts)
+        .saturating_sub(calls("info") + calls("client|setinfo") + calls("config|resetstat"))
+}
+
+fn contention(_c: &mut Criterion) {
+    let server = RedisServer::start();
+    let lc = client(&server);
+    let ours = contend(&server, 3.0, || {
+        let lc = lc.clone();
+        Box::new(move |cs: &dyn Fn()| {
+            let g = lc
+                .lock_with("bench:c", &LockOptions::new().renewal(Renewal::None))
+                .unwrap()
+                .unwrap();
+            cs();
+            assert!(g.unlock().unwrap().was_held());
+        })
+    });
+    let base = contend(&server, 3.0, || {
+        let mut floor = Floor::new(&server);
+        Box::new(move |cs: &dyn Fn()| {
+            let token = loop {
+                if let Some(t) = floor.try_set("bench:c") {
+                    break t;
+                }
+            };
+            cs();
+            floor.release("bench:c", &token);
+        })
+    });
+    for (name, r) in [("redlease", &ours), ("floor (spin, no sleep)", &base)] {
+        println!(
+            "CONTENTION {name}: {:.0} acq/s, hand-off p50 {:?} p99 {:?}, per thread min {} max {}, {:.2} redis commands/acq",
+            r.per_sec, r.handoff_p50, r.handoff_p99, r.min, r.max, r.cmds_per_acq
+        );
+    }
+    println!(
+        "RATIO contention: acquisitions/s {:.3}x of floor, hand-off p50 {:.3}x of floor",
+        ours.per_sec / base.per_sec,
+        ours.handoff_p50.as_secs_f64() / base.handoff_p50.as_secs_f64().max(1e-9)
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

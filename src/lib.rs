@@ -1,6 +1,96 @@
 //! Blocking distributed locks on Redis.
 //!
-//! The crate docs are written in README.md; see the items below.
+//! redlease is for code that is not async — plain-threaded services, batch workers,
+//! cron jobs — and for teams moving off the old `SETNX`/`GETSET` timestamp locks. No
+//! tokio, no futures: calls block, with every network call bounded by a timeout.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! # fn main() -> redlease::Result<()> {
+//! use std::time::Duration;
+//! use redlease::{LockClient, LockOptions};
+//!
+//! let client = LockClient::builder("redis://127.0.0.1/")
+//!     .key_prefix("lock:")
+//!     .ttl(Duration::from_secs(30))
+//!     .build()?;
+//!
+//! let guard = client.lock("invoice:42")?;   // waits; renewed in the background
+//! guard.check()?;                           // still ours? (local, no round trip)
+//! let released = guard.unlock()?;           // Released / Expired / Taken
+//! assert!(released.was_held());
+//!
+//! // One attempt, or a bounded wait: busy is `Ok(None)`, never an error.
+//! if let Some(g) = client.try_lock_for("report", Duration::from_millis(500))? {
+//!     drop(g); // releases
+//! }
+//! let total = client.with_lock("counter", || 2 + 2)?;
+//! let fenced = client.lock_with("ledger", &LockOptions::new().fencing(true))?;
+//! # let _ = (total, fenced);
+//! # Ok(()) }
+//! ```
+//!
+//! The same program is `examples/basic.rs`.
+//!
+//! # Schemes
+//!
+//! [`Scheme::Token`] (the default) stores `SET key <uuid v4> NX PX <ttl>`; release is a
+//! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
+//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s a
+//! companion counter `{key}:fence` (same Redis Cluster slot) in the same atomic step:
+//! [`LockGuard::fence`] is strictly increasing per key. Pass it to downstream systems
+//! and have them reject lower fences: that is what makes a paused, expired holder
+//! harmless.
+//!
+//! # Threads and guarantees
+//!
+//! Each client runs two threads, stopped and joined when its last clone is dropped:
+//!
+//! - `redlease-renewal` renews every due lease in one pipelined round trip, per the
+//!   lease's [`Renewal`] policy and its `max_hold` / `max_renewals` bounds. When a
+//!   renewal finds the key gone or taken, or renewals fail until the lease's validity
+//!   ends, the lease is lost: [`LockGuard::is_held`] turns false, [`LockGuard::lost`]
+//!   receives a [`LeaseLost`], and the `on_lost` callback runs.
+//! - `redlease-waiter` holds one pub/sub connection and hands each release to one
+//!   waiting caller of this client, oldest first. Waits are bounded by the holder's
+//!   remaining TTL; polling with jittered backoff is the fallback.
+//!
+//! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
+//! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of
+//! the TTL; only a confirmed renewal moves it forward. [`LockGuard::is_held`] never
+//! says true past it. What no lock client can promise: a process paused past its
+//! lease still believes, for a moment, that it holds it. Fencing closes that gap.
+//!
+//! If an acquire's reply is lost after the command may have reached Redis, the client
+//! deletes its token (compare-and-delete) before returning the error: no ghost locks.
+//!
+//! # Errors
+//!
+//! [`Error`] is `#[non_exhaustive]`; busy is never an error. Use
+//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries.
+//! Bad input ([`Error::Config`], [`Error::InvalidKey`]) never panics. `Debug` output
+//! never contains a URL's password.
+//!
+//! # Interoperability
+//!
+//! The token scheme is the wire format of redis-py's `Lock`, redsync, node-redlock and
+//! redlock-rs, so they and redlease exclude each other on the same key. A key holding
+//! another type or another scheme's value is treated as held, never overwritten.
+//!
+//! # Foreign types
+//!
+//! [`Error::Redis`] carries a [`redis::RedisError`], [`Error::Pool`] an
+//! [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`] accepts; the lost
+//! channel is a [`crossbeam_channel::Receiver`].
+//!
+//! # Feature flags
+//!
+//! None yet: the default build is the whole library.
+//!
+//! # MSRV
+//!
+//! Rust 1.88, raised only in a minor release.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
@@ -35,3 +125,7 @@ pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use scheme::Release;
+
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
