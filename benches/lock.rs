@@ -12,6 +12,11 @@
 //!
 //! Run: `cargo bench --bench lock` (needs `redis-server` on PATH).
 
+#![expect(
+    clippy::cast_precision_loss,
+    reason = "counts shown as rates stay far below 2^52"
+)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -24,7 +29,8 @@ use criterion::{Criterion, criterion_group};
 use redlease::{LockClient, LockOptions, Renewal};
 use support::RedisServer;
 
-const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// The floor: what any correct token lock must send, on one raw connection.
 struct Floor {
@@ -57,7 +63,12 @@ impl Floor {
     }
 
     fn release(&mut self, key: &str, token: &str) {
-        let _: i64 = self.release.key(key).arg(token).invoke(&mut self.con).unwrap();
+        let _: i64 = self
+            .release
+            .key(key)
+            .arg(token)
+            .invoke(&mut self.con)
+            .unwrap();
     }
 
     fn lock_unlock(&mut self, key: &str) {
@@ -104,7 +115,9 @@ fn uncontended(c: &mut Criterion) {
     g.bench_function("redlease_lock_unlock", |b| {
         b.iter(|| lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
     });
-    g.bench_function("floor_set_nx_px_evalsha", |b| b.iter(|| floor.lock_unlock("bench:f")));
+    g.bench_function("floor_set_nx_px_evalsha", |b| {
+        b.iter(|| floor.lock_unlock("bench:f"))
+    });
     g.finish();
     let (ours, base) = paired_p50(
         3000,
@@ -123,7 +136,9 @@ fn try_lock_held(c: &mut Criterion) {
     g.bench_function("redlease_try_lock", |b| {
         b.iter(|| assert!(lc.try_lock("bench:h").unwrap().is_none()));
     });
-    g.bench_function("floor_set_nx_px", |b| b.iter(|| assert!(floor.try_set("bench:h").is_none())));
+    g.bench_function("floor_set_nx_px", |b| {
+        b.iter(|| assert!(floor.try_set("bench:h").is_none()))
+    });
     g.finish();
     let (ours, base) = paired_p50(
         3000,
@@ -184,14 +199,22 @@ fn renewal(c: &mut Criterion) {
     let lc = client(&server);
     let guard = lc.lock("bench:r").unwrap();
     let mut con = server.conn();
-    let _: () = redis::cmd("SET").arg("bench:raw").arg("x").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("bench:raw")
+        .arg("x")
+        .query(&mut con)
+        .unwrap();
     let mut g = c.benchmark_group("renewal");
     g.bench_function("redlease_extend", |b| {
         b.iter(|| guard.extend(Duration::from_secs(30)).unwrap());
     });
     g.bench_function("floor_pexpire", |b| {
         b.iter(|| {
-            let _: i64 = redis::cmd("PEXPIRE").arg("bench:raw").arg(30_000).query(&mut con).unwrap();
+            let _: i64 = redis::cmd("PEXPIRE")
+                .arg("bench:raw")
+                .arg(30_000)
+                .query(&mut con)
+                .unwrap();
         });
     });
     g.finish();
@@ -199,7 +222,11 @@ fn renewal(c: &mut Criterion) {
         3000,
         || guard.extend(Duration::from_secs(30)).unwrap(),
         || {
-            let _: i64 = redis::cmd("PEXPIRE").arg("bench:raw").arg(30_000).query(&mut con).unwrap();
+            let _: i64 = redis::cmd("PEXPIRE")
+                .arg("bench:raw")
+                .arg(30_000)
+                .query(&mut con)
+                .unwrap();
         },
     );
     report("extend vs PEXPIRE", ours, base);
@@ -222,7 +249,7 @@ fn renewal_batch(server: &RedisServer, n: usize, con: &mut redis::Connection) {
         .collect();
     lc.flush();
     let before = lc.metrics();
-    thread::sleep(Duration::from_millis(1000));
+    thread::sleep(Duration::from_secs(1));
     let after = lc.metrics();
     let renewals = after.renewals - before.renewals;
     let trips = after.renewal_round_trips - before.renewal_round_trips;
@@ -232,9 +259,18 @@ fn renewal_batch(server: &RedisServer, n: usize, con: &mut redis::Connection) {
     );
     let mut pipe = redis::pipe();
     for i in 0..n {
-        pipe.cmd("EVALSHA").arg(script.get_hash()).arg(1).arg(format!("bench:n{n}:{i}")).arg("x").arg(3000);
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(format!("bench:n{n}:{i}"))
+            .arg("x")
+            .arg(3000);
     }
-    let _: String = redis::cmd("SCRIPT").arg("LOAD").arg(RELEASE).query(con).unwrap();
+    let _: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(RELEASE)
+        .query(con)
+        .unwrap();
     script.prepare_invoke().load(con).unwrap();
     let (batch, raw) = paired_p50(
         if n >= 1000 { 20 } else { 200 },
@@ -244,7 +280,11 @@ fn renewal_batch(server: &RedisServer, n: usize, con: &mut redis::Connection) {
         || {},
     );
     let t = Instant::now();
-    let _: i64 = redis::cmd("PEXPIRE").arg("bench:raw").arg(30_000).query(con).unwrap();
+    let _: i64 = redis::cmd("PEXPIRE")
+        .arg("bench:raw")
+        .arg(30_000)
+        .query(con)
+        .unwrap();
     let one = t.elapsed().max(raw);
     println!(
         "RENEWAL {n} leases: {renewals} renewals in {trips} round trips ({:.1} leases/trip); \

@@ -1,0 +1,194 @@
+mod support;
+
+// Real faults under the token scheme: a killed server, a paused (`SIGSTOP`) server, a port
+// nobody listens on, and a proxy that delays replies past the read timeout (no ghost locks).
+
+use std::time::{Duration, Instant};
+
+use redlease::{Error, LockClient, LockClientBuilder, Release};
+use support::proxy::Proxy;
+use support::{RedisServer, eventually, free_port};
+
+/// Connect, read and write timeout of the clients here.
+const TIMEOUT: Duration = Duration::from_millis(200);
+/// Scheduling slack on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(300);
+
+fn builder(url: &str) -> LockClientBuilder {
+    LockClient::builder(url)
+        .key_prefix("lock:")
+        .connect_timeout(TIMEOUT)
+        .read_timeout(TIMEOUT)
+        .write_timeout(TIMEOUT)
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
+}
+
+/// Runs `f` and returns its result with how long it took.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let out = f();
+    (out, started.elapsed())
+}
+
+#[test]
+fn try_lock_on_a_killed_server_fails_fast_with_a_connection_error() {
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    let guard = client.try_lock("held").unwrap().unwrap();
+    server.kill();
+
+    let (r, took) = timed(|| client.try_lock("k"));
+    let err = r.unwrap_err();
+    assert!(err.is_connection_error(), "{err:?}");
+    assert!(!err.is_lock_lost());
+    assert!(took < Duration::from_secs(1), "{took:?}");
+
+    // Every entry point fails rather than waits: `lock` too, and again after the first
+    // failure (the pool has no good connection left to hand out).
+    let (r, took) = timed(|| client.lock("k"));
+    assert!(r.unwrap_err().is_connection_error());
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let (r, took) = timed(|| client.try_lock_for("k", Duration::from_secs(30)));
+    assert!(r.unwrap_err().is_connection_error());
+    assert!(took < Duration::from_secs(1), "{took:?}");
+
+    // The release of a guard taken before the kill reports the failure, bounded too.
+    let (r, took) = timed(|| guard.unlock());
+    assert!(r.unwrap_err().is_connection_error());
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(client.metrics().release_errors, 1);
+    eprintln!("killed server: errors within {took:?}");
+}
+
+#[test]
+fn a_guard_dropped_on_a_killed_server_returns_promptly_and_counts_the_error() {
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    let guard = client.lock("k").unwrap();
+    server.kill();
+    let ((), took) = timed(|| drop(guard));
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    let m = client.metrics();
+    assert_eq!((m.released, m.release_errors), (0, 1));
+}
+
+#[test]
+fn try_lock_on_a_paused_server_times_out_within_the_configured_timeouts() {
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    assert!(client.try_lock("warm").unwrap().is_some());
+    server.pause();
+
+    let (r, took) = timed(|| client.try_lock("k"));
+    let err = r.unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(err.is_connection_error(), "{err:?}");
+    // The reply is awaited for the read timeout; then the cleanup of a possible ghost
+    // lock gets at most a pool checkout (connect timeout) and one more read timeout.
+    assert!(took >= TIMEOUT, "{took:?}");
+    let bound = TIMEOUT * 3 + SLACK;
+    assert!(took < bound, "{took:?} >= {bound:?}");
+
+    let (r, took_lock) = timed(|| client.lock("k"));
+    assert!(r.unwrap_err().is_timeout());
+    assert!(took_lock < bound, "{took_lock:?} >= {bound:?}");
+    eprintln!("paused server: timeouts after {took:?} (try_lock), {took_lock:?} (lock)");
+
+    // Once resumed, the same client works again: broken connections were thrown away.
+    // (The acquires sent while paused may land on resume: their cleanup could not
+    // reach the server, so they run out with their TTL; the caller got an error, never
+    // a false "not acquired".)
+    server.resume();
+    let recovered = eventually(Duration::from_secs(2), || {
+        client.try_lock("other").is_ok_and(|g| g.is_some())
+    });
+    assert!(recovered);
+}
+
+#[test]
+fn build_against_a_port_nobody_listens_on_fails_fast() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/");
+    let (r, took) = timed(|| builder(&url).build());
+    let err = r.unwrap_err();
+    assert!(matches!(err, Error::Redis(_)), "{err:?}");
+    assert!(err.is_connection_error(), "{err:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}
+
+/// Acquires through a proxy that delays every chunk by more than the read timeout, so
+/// the `SET` reaches Redis but its reply comes too late; returns the error and time.
+fn acquire_with_lost_reply(server: &RedisServer, fencing: bool) -> (Error, Duration, Proxy) {
+    let proxy = Proxy::start(server.port());
+    // The pool's connections are opened now, while the proxy is fast; the cleanup's
+    // connection is opened under the delay, so it gets a longer connect timeout.
+    let client = builder(&proxy.url())
+        .connect_timeout(Duration::from_secs(3))
+        .fencing(fencing)
+        .build()
+        .unwrap();
+    // Load the scripts, so the delayed acquire is the command itself, not a NOSCRIPT.
+    assert_eq!(
+        client.lock("warm").unwrap().unlock().unwrap(),
+        Release::Released
+    );
+    proxy.delay(TIMEOUT * 2);
+    let (r, took) = timed(|| client.try_lock("k"));
+    let err = match r {
+        Err(e) => e,
+        Ok(guard) => panic!("a reply later than the read timeout gave {guard:?}"),
+    };
+    (err, took, proxy)
+}
+
+#[test]
+fn an_acquire_whose_reply_is_lost_leaves_no_ghost_lock() {
+    let server = RedisServer::start();
+    server.reset_stats();
+    let (err, took, proxy) = acquire_with_lost_reply(&server, false);
+    assert!(
+        err.is_timeout(),
+        "not Ok(None): the outcome is unknown: {err:?}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    proxy.delay(Duration::ZERO);
+    // The delayed `SET` (TTL 30 s) lands first; the compare-and-delete sent after it
+    // on a new connection then removes our token.
+    let sets = || server.command_calls("set");
+    assert!(
+        eventually(Duration::from_secs(5), || sets() >= 2),
+        "the SET reached Redis"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !exists(&server, "lock:k")),
+        "our token is still stored: {:?}",
+        server.query::<Option<String>>(redis::cmd("GET").arg("lock:k"))
+    );
+    let other = builder(&server.url()).build().unwrap();
+    let guard = other.try_lock("k").unwrap().expect("nobody holds it");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_fenced_acquire_whose_reply_is_lost_leaves_no_ghost_lock() {
+    let server = RedisServer::start();
+    let (err, _, proxy) = acquire_with_lost_reply(&server, true);
+    assert!(err.is_timeout(), "{err:?}");
+    proxy.delay(Duration::ZERO);
+    // The acquire script ran (its fence was taken), and its lock was cleaned up.
+    let fence = || server.query::<Option<u64>>(redis::cmd("GET").arg("{lock:k}:fence"));
+    assert!(eventually(Duration::from_secs(5), || fence() == Some(1)));
+    assert!(eventually(Duration::from_secs(5), || !exists(
+        &server, "lock:k"
+    )));
+    let other = builder(&server.url()).fencing(true).build().unwrap();
+    let guard = other.try_lock("k").unwrap().expect("nobody holds it");
+    assert_eq!(
+        guard.fence(),
+        Some(2),
+        "fences still rise past the lost acquire"
+    );
+}
