@@ -99,3 +99,37 @@ impl fmt::Debug for CancelToken {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cancel_wakes_registered_waits_once_and_later_waits_at_once() {
+        let token = CancelToken::new();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let watch = token.watch(&tx, Wake::Cancelled);
+        assert!(rx.try_recv().is_err());
+        token.clone().cancel();
+        assert!(token.is_cancelled());
+        assert_eq!(rx.try_recv(), Ok(Wake::Cancelled));
+        assert!(rx.try_recv().is_err());
+        drop(watch);
+        // A wait that starts after the cancel is woken as it registers.
+        let _late = token.watch(&tx, Wake::Shutdown);
+        assert_eq!(rx.try_recv(), Ok(Wake::Shutdown));
+    }
+
+    #[test]
+    fn a_dropped_watch_is_forgotten_and_not_woken() {
+        let token = CancelToken::new();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let kept = token.watch(&tx, Wake::Shutdown);
+        drop(token.watch(&tx, Wake::Cancelled));
+        assert_eq!(token.inner.waits.lock().len(), 1);
+        token.cancel();
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [Wake::Shutdown]);
+        drop(kept);
+        assert!(token.inner.waits.lock().is_empty());
+    }
+}

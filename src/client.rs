@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lease::LeaseState;
 use crate::metrics::{Counters, Metrics, bump};
-use crate::pool::{Manager, Pool, Redacted};
+use crate::pool::{Manager, Pool, Redacted, is_stale};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Acquire, Backend, Keys, Request};
 use crate::wait::{WaitSlot, Waiter};
@@ -283,28 +283,36 @@ impl LockClient {
         want_remaining: bool,
     ) -> Result<std::result::Result<LockGuard, Option<Duration>>> {
         let core = &self.inner.core;
-        let mut conn = core.pool.get()?;
-        let value = plan.backend.new_value(&mut conn, plan.ttl)?;
-        bump(&core.counters.attempts, 1);
         let req = Request {
             ttl: plan.ttl,
             fence: plan.fence,
             remaining: want_remaining,
         };
-        let sent = Instant::now();
-        let outcome = plan.backend.acquire(&mut conn, keys, &value, req);
-        let fence = match outcome {
-            Ok(Acquire::Acquired { fence }) => fence,
-            Ok(Acquire::Busy { remaining }) => return Ok(Err(remaining)),
-            Err(e) => {
-                if conn.broken {
+        let mut retried = false;
+        let (value, sent, fence) = loop {
+            let mut conn = core.pool.get()?;
+            let value = plan.backend.new_value(&mut conn, plan.ttl)?;
+            bump(&core.counters.attempts, 1);
+            let sent = Instant::now();
+            match plan.backend.acquire(&mut conn, keys, &value, req) {
+                Ok(Acquire::Acquired { fence }) => break (value, sent, fence),
+                Ok(Acquire::Busy { remaining }) => return Ok(Err(remaining)),
+                Err(e) => {
+                    let broken = conn.broken;
                     drop(conn);
-                    self.clear_ghost(plan, keys, &value);
+                    if broken {
+                        self.clear_ghost(plan, keys, &value);
+                    }
+                    // A pooled connection that died while idle (server restarted)
+                    // fails on first use without reaching any server: one retry.
+                    if broken && !retried && is_stale(&e) {
+                        retried = true;
+                        continue;
+                    }
+                    return Err(e.into());
                 }
-                return Err(e.into());
             }
         };
-        drop(conn);
         bump(&core.counters.acquired, 1);
         let (lost_tx, lost_rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(LeaseState::new(

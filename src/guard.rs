@@ -11,6 +11,7 @@ use crate::config::check_ttl;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
+use crate::pool::with_retry;
 use crate::scheme::{Extend, Release, with_scripts};
 
 /// A held lock. Releases it when dropped (also while unwinding from a panic).
@@ -115,12 +116,13 @@ impl LockGuard {
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         check_ttl("ttl", ttl)?;
         let core = self.core.as_ref().ok_or(Error::Shutdown)?;
-        let mut conn = core.pool.get()?;
         let mut held = self.state.held.lock();
         let backend = &self.state.backend;
         let (cmd, new_value) = backend.extend_cmd(&self.state.key, &held.value, ttl);
         let sent = Instant::now();
-        let reply = with_scripts(&mut conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))?;
+        let reply = with_retry(&core.pool, |conn| {
+            with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
+        })?;
         match backend.extend_reply(&reply)? {
             Extend::Extended => {
                 held.value = new_value;

@@ -5,6 +5,10 @@
 //! the thread's queue for the key's channel and sleeps on the slot's own channel,
 //! for at most the holder's remaining TTL (or a backoff step when pub/sub is down),
 //! so a holder that dies without publishing delays waiters by at most its TTL.
+//!
+//! Data flows one way: callers send [`Command`]s, the thread sends [`Wake`]s back on
+//! each slot's own channel. The thread owns the queues; callers only read the
+//! [`Shared`] view (is the connection up, which channels are subscribed).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -12,44 +16,53 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::{Mutex, RwLock};
 
-use crate::cancel::{CancelToken, Watch};
 use crate::client::Core;
 use crate::error::{Error, Result};
-use crate::metrics::bump;
-use crate::scheme::Keys;
+
+mod slot;
+
+pub(crate) use slot::WaitSlot;
 
 /// How long the thread blocks on the socket before looking at its commands.
 const TICK: Duration = Duration::from_millis(50);
 /// How long a channel stays subscribed after its last waiter left, so a busy key
 /// does not pay `SUBSCRIBE` + `UNSUBSCRIBE` on every wait.
 const LINGER: Duration = Duration::from_secs(2);
+/// The longest pause between two reconnection attempts.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// Why a waiting caller was woken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
     /// A release message arrived for the key; the slot left the queue.
     Released,
-    /// Try again now (subscription confirmed or re-established); still queued.
+    /// Try again now (subscription confirmed), or poll from now on (connection
+    /// lost); still queued.
     Retry,
-    /// The wait's [`CancelToken`] fired.
+    /// The wait's [`CancelToken`](crate::CancelToken) fired.
     Cancelled,
     /// The client was closed.
     Shutdown,
 }
 
 enum Command {
+    /// Queue a waiter on `channel`; `seq` orders waiters, oldest first.
     Wait {
         channel: String,
         seq: u64,
         tx: Sender<Wake>,
     },
+    /// A waiter is done. `pass`: it took a wake-up and left without using it.
+    /// `unread`: its channel, to look for a wake-up sent before this command was
+    /// read (also not used). Either goes to the next waiter.
     Leave {
         channel: String,
         seq: u64,
         pass: bool,
+        unread: Option<Receiver<Wake>>,
     },
     Shutdown,
 }
@@ -65,6 +78,9 @@ struct Shared {
     /// Per channel: this client's callers waiting on it, and when the holder's TTL
     /// last seen runs out. Kept by the callers for fair queueing.
     local: Mutex<HashMap<String, Local>>,
+    /// Set by the caller that publishes a kick, cleared by the thread before it
+    /// reads its commands: one kick wakes the thread for every caller behind it.
+    kicked: AtomicBool,
     seq: AtomicU64,
 }
 
@@ -116,212 +132,6 @@ impl Drop for Waiter {
     }
 }
 
-/// One caller's wait for one key, from its first busy reply to its return.
-pub(crate) struct WaitSlot<'a> {
-    core: &'a Core,
-    waiter: Option<&'a Waiter>,
-    channel: String,
-    key: String,
-    seq: u64,
-    tx: Sender<Wake>,
-    rx: Receiver<Wake>,
-    queued: bool,
-    counted: bool,
-    acquired: bool,
-    backoff_step: u32,
-    _watches: [Option<Watch>; 2],
-}
-
-impl<'a> WaitSlot<'a> {
-    /// A slot for `keys`; `waiter` is `None` when waits must poll.
-    pub(crate) fn new(
-        core: &'a Core,
-        waiter: Option<&'a Waiter>,
-        keys: &Keys,
-        cancel: Option<&CancelToken>,
-    ) -> Self {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let watches = [
-            Some(core.shutdown.watch(&tx, Wake::Shutdown)),
-            cancel.map(|c| c.watch(&tx, Wake::Cancelled)),
-        ];
-        let seq = waiter.map_or(0, |w| w.shared.seq.fetch_add(1, Ordering::Relaxed));
-        Self {
-            core,
-            waiter,
-            channel: keys.channel.clone(),
-            key: keys.lock.clone(),
-            seq,
-            tx,
-            rx,
-            queued: false,
-            counted: false,
-            acquired: false,
-            backoff_step: 0,
-            _watches: watches,
-        }
-    }
-
-    /// Whether a slot is worth making before the first attempt: this client already
-    /// has waiters on the key, or its channel is subscribed.
-    pub(crate) fn wanted(waiter: Option<&Waiter>, keys: &Keys) -> bool {
-        waiter.is_some_and(|w| {
-            w.shared.healthy.load(Ordering::Acquire)
-                && (w.shared.local.lock().contains_key(&keys.channel)
-                    || w.shared.subscribed.read().contains(&keys.channel))
-        })
-    }
-
-    /// Before the first attempt: join the queue when the channel is subscribed, and
-    /// when this client's callers already wait for the key, wait behind them rather
-    /// than barge in on the lock a waiter is about to be handed.
-    pub(crate) fn prepare(&mut self, deadline: Option<Instant>) -> Result<()> {
-        let Some(w) = self.waiter else { return Ok(()) };
-        let (ahead, holder_until) = {
-            let local = w.shared.local.lock();
-            local
-                .get(&self.channel)
-                .map_or((0, None), |l| (l.waiting, l.holder_until))
-        };
-        if w.shared.subscribed.read().contains(&self.channel) {
-            self.enqueue(w);
-        }
-        if ahead == 0 || !self.queued {
-            return Ok(());
-        }
-        self.count(None);
-        let bound = holder_until.unwrap_or_else(|| Instant::now() + self.core.settings.backoff_max);
-        self.sleep(bound, deadline)
-    }
-
-    /// After a busy reply: wait until it is worth trying again.
-    ///
-    /// Subscribes first when needed (so no release is missed between the failed
-    /// attempt and the wait), then sleeps until a release message, the holder's
-    /// `remaining` TTL, a backoff step (when polling), or `deadline`.
-    pub(crate) fn pause(
-        &mut self,
-        remaining: Option<Duration>,
-        deadline: Option<Instant>,
-    ) -> Result<()> {
-        self.count(remaining);
-        let now = Instant::now();
-        let pubsub = self
-            .waiter
-            .filter(|w| w.shared.healthy.load(Ordering::Acquire));
-        let until = match (pubsub, remaining) {
-            (Some(w), remaining) => {
-                if !self.queued {
-                    self.enqueue(w);
-                    if w.shared.subscribed.read().contains(&self.channel) {
-                        return Ok(()); // subscribed already: retry at once
-                    }
-                    self.kick(w);
-                }
-                // A holder that never publishes is waited out by its TTL.
-                let bound = remaining.unwrap_or_else(|| self.backoff());
-                now + bound + Duration::from_millis(1)
-            }
-            (None, Some(r)) => now + self.backoff().min(r + Duration::from_millis(1)),
-            (None, None) => now + self.backoff(),
-        };
-        self.sleep(until, deadline)
-    }
-
-    /// Marks the wait as ended by an acquisition: a wake-up it still holds was
-    /// meant for it, and is not passed on.
-    pub(crate) fn acquired(&mut self) {
-        self.acquired = true;
-    }
-
-    fn sleep(&mut self, until: Instant, deadline: Option<Instant>) -> Result<()> {
-        let until = deadline.map_or(until, |d| d.min(until));
-        match self.rx.recv_deadline(until) {
-            Ok(Wake::Released) => {
-                self.queued = false;
-                self.backoff_step = 0;
-                bump(&self.core.counters.wakeups, 1);
-                Ok(())
-            }
-            Ok(Wake::Retry) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                Ok(())
-            }
-            Ok(Wake::Cancelled) => Err(Error::Cancelled {
-                key: self.key.clone(),
-            }),
-            Ok(Wake::Shutdown) => Err(Error::Shutdown),
-        }
-    }
-
-    fn enqueue(&mut self, w: &Waiter) {
-        let cmd = Command::Wait {
-            channel: self.channel.clone(),
-            seq: self.seq,
-            tx: self.tx.clone(),
-        };
-        self.queued = w.tx.send(cmd).is_ok();
-    }
-
-    /// Wakes the thread out of its socket read, so it subscribes now rather than at
-    /// its next tick: one `PUBLISH` to the thread's own control channel.
-    fn kick(&self, w: &Waiter) {
-        if let Ok(mut conn) = self.core.pool.get() {
-            let _ = conn.run(|c| redis::cmd("PUBLISH").arg(&w.kick).arg("").query::<i64>(c));
-        }
-    }
-
-    fn count(&mut self, remaining: Option<Duration>) {
-        let Some(w) = self.waiter else { return };
-        let mut local = w.shared.local.lock();
-        let entry = local.entry(self.channel.clone()).or_default();
-        if !self.counted {
-            entry.waiting += 1;
-            self.counted = true;
-        }
-        if let Some(r) = remaining {
-            entry.holder_until = Instant::now().checked_add(r);
-        }
-    }
-
-    /// The next polling delay: exponential from the client's minimum to its maximum,
-    /// with full jitter.
-    fn backoff(&mut self) -> Duration {
-        let s = &self.core.settings;
-        let cap = s
-            .backoff_min
-            .saturating_mul(1 << self.backoff_step.min(16))
-            .min(s.backoff_max);
-        self.backoff_step += 1;
-        let lo = u64::try_from(s.backoff_min.as_micros()).unwrap_or(u64::MAX);
-        let hi = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX).max(lo);
-        Duration::from_micros(fastrand::u64(lo..=hi))
-    }
-}
-
-impl Drop for WaitSlot<'_> {
-    fn drop(&mut self) {
-        let Some(w) = self.waiter else { return };
-        // A wake-up this slot received but did not use belongs to the next waiter.
-        let unused = !self.acquired && self.rx.try_iter().any(|m| m == Wake::Released);
-        if self.queued || unused {
-            let _ = w.tx.send(Command::Leave {
-                channel: self.channel.clone(),
-                seq: self.seq,
-                pass: unused,
-            });
-        }
-        if self.counted {
-            let mut local = w.shared.local.lock();
-            if let Some(entry) = local.get_mut(&self.channel) {
-                entry.waiting -= 1;
-                if entry.waiting == 0 {
-                    local.remove(&self.channel);
-                }
-            }
-        }
-    }
-}
-
 /// A channel the thread serves.
 #[derive(Default)]
 struct Chan {
@@ -340,67 +150,90 @@ struct Worker {
     chans: HashMap<String, Chan>,
 }
 
-/// What the thread does next after reading its commands.
-enum Flow {
-    Go,
+/// How [`Worker::serve`] ended.
+enum Served {
+    /// Shutdown: the thread ends.
     Stop,
+    /// The connection was up and broke: reconnect at once.
+    Lost,
+    /// No usable connection: reconnect after a delay.
+    Failed,
 }
 
 impl Worker {
     fn run(mut self) {
-        let mut delay = self.core.settings.backoff_min;
+        let mut delay = Duration::ZERO;
         loop {
             match self.serve() {
-                Flow::Stop => return,
-                Flow::Go => {}
+                Served::Stop => return,
+                Served::Lost => delay = Duration::ZERO,
+                Served::Failed => {
+                    delay = (delay * 2)
+                        .max(self.core.settings.backoff_min)
+                        .min(MAX_RECONNECT_DELAY);
+                }
             }
-            // The connection failed: poll until it is back, answering commands.
+            // Polling until the connection is back, answering commands meanwhile.
             self.set_down();
+            if delay.is_zero() {
+                continue;
+            }
             match self.rx.recv_timeout(delay) {
                 Ok(cmd) => {
-                    if let Flow::Stop = self.apply(cmd) {
+                    if !self.apply(cmd) {
                         return;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
-            delay = (delay * 2).min(Duration::from_secs(1));
         }
     }
 
-    /// Serves one connection until it fails (`Go`: reconnect) or shutdown (`Stop`).
-    fn serve(&mut self) -> Flow {
+    /// Serves one connection until it breaks, or until shutdown.
+    fn serve(&mut self) -> Served {
         let Ok(mut con) = self.core.connector.connect_raw() else {
-            return self.drain();
+            return if self.drain() {
+                Served::Failed
+            } else {
+                Served::Stop
+            };
         };
-        if con.set_read_timeout(Some(TICK)).is_err() {
-            return Flow::Go;
-        }
         let mut ps = con.as_pubsub();
-        if ps.subscribe(&self.kick).is_err() {
-            return Flow::Go;
+        let kick = self.replies(&mut ps, |ps, kick| ps.subscribe(kick));
+        if kick.is_err() {
+            return Served::Failed;
         }
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
         }
         self.shared.healthy.store(true, Ordering::Release);
         loop {
-            if let Flow::Stop = self.drain() {
-                return Flow::Stop;
+            // Acquire: the `Wait` of every caller that skipped its kick because
+            // of the flag is visible to the drain below.
+            self.shared.kicked.swap(false, Ordering::AcqRel);
+            if !self.drain() {
+                return Served::Stop;
+            }
+            // Commands are read again after unsubscribing: a caller that saw the
+            // channel subscribed had queued before it left the shared view, so its
+            // `Wait` is read now and the channel subscribed again at once.
+            if self.unsubscribe_idle(&mut ps).is_err() {
+                return Served::Lost;
+            }
+            if !self.drain() {
+                return Served::Stop;
             }
             if self.subscribe_pending(&mut ps).is_err() {
-                return Flow::Go;
-            }
-            if self.unsubscribe_idle(&mut ps).is_err() {
-                return Flow::Go;
+                return Served::Lost;
             }
             match ps.get_message() {
                 Ok(msg) => {
                     // Commands sent before this message was read go first, so a waiter
-                    // that queued before the release is woken by it.
-                    if let Flow::Stop = self.drain() {
-                        return Flow::Stop;
+                    // that queued before the release is woken by it, and one that
+                    // left is not.
+                    if !self.drain() {
+                        return Served::Stop;
                     }
                     let channel = msg.get_channel_name();
                     if channel != self.kick {
@@ -410,47 +243,56 @@ impl Worker {
                 Err(e) if e.is_timeout() => {}
                 Err(e) => {
                     log::warn!("pub/sub connection lost ({e}); waiters poll until it is back");
-                    return Flow::Go;
+                    return Served::Lost;
                 }
             }
         }
     }
 
-    fn drain(&mut self) -> Flow {
+    /// Applies every pending command; `false` on shutdown.
+    fn drain(&mut self) -> bool {
         loop {
             match self.rx.try_recv() {
                 Ok(cmd) => {
-                    if let Flow::Stop = self.apply(cmd) {
-                        return Flow::Stop;
+                    if !self.apply(cmd) {
+                        return false;
                     }
                 }
-                Err(TryRecvError::Empty) => return Flow::Go,
-                Err(TryRecvError::Disconnected) => return Flow::Stop,
+                Err(e) => return e.is_empty(),
             }
         }
     }
 
-    fn apply(&mut self, cmd: Command) -> Flow {
+    /// Applies one command; `false` on shutdown.
+    fn apply(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Wait { channel, seq, tx } => {
                 let chan = self.chans.entry(channel).or_default();
                 chan.queue.insert(seq, tx);
                 chan.idle_since = None;
             }
-            Command::Leave { channel, seq, pass } => {
+            Command::Leave {
+                channel,
+                seq,
+                pass,
+                unread,
+            } => {
                 if let Some(chan) = self.chans.get_mut(&channel) {
                     chan.queue.remove(&seq);
                     if chan.queue.is_empty() {
-                        chan.idle_since = Some(Instant::now());
+                        chan.idle_since.get_or_insert_with(Instant::now);
                     }
                 }
-                if pass {
+                // Out of the queue now, so nothing more is sent to it: whatever
+                // wake-up it holds unread is the last it got.
+                let unused = unread.is_some_and(|rx| rx.try_iter().any(|m| m == Wake::Released));
+                if pass || unused {
                     self.dispatch(&channel);
                 }
             }
-            Command::Shutdown => return Flow::Stop,
+            Command::Shutdown => return false,
         }
-        Flow::Go
+        true
     }
 
     /// Hands a release to the oldest live waiter on `channel`.
@@ -463,23 +305,51 @@ impl Worker {
                 break;
             }
         }
-        if chan.queue.is_empty() && chan.idle_since.is_none() {
-            chan.idle_since = Some(Instant::now());
+        if chan.queue.is_empty() {
+            chan.idle_since.get_or_insert_with(Instant::now);
         }
     }
 
+    /// Runs `f` (a command with a reply) under the client's read timeout, then goes
+    /// back to the short tick for message reads, also when `f` failed (dropping the
+    /// connection unsubscribes, and must not wait long for a silent server).
+    fn replies(
+        &self,
+        ps: &mut redis::PubSub<'_>,
+        f: impl FnOnce(&mut redis::PubSub<'_>, &str) -> redis::RedisResult<()>,
+    ) -> redis::RedisResult<()> {
+        ps.set_read_timeout(Some(self.core.settings.read_timeout))?;
+        let out = f(ps, &self.kick);
+        ps.set_read_timeout(Some(TICK))?;
+        out
+    }
+
     fn subscribe_pending(&mut self, ps: &mut redis::PubSub<'_>) -> redis::RedisResult<()> {
-        for (name, chan) in &mut self.chans {
-            if chan.confirmed || chan.queue.is_empty() {
+        let pending: Vec<String> = self
+            .chans
+            .iter()
+            .filter(|(_, c)| !c.confirmed && !c.queue.is_empty())
+            .map(|(name, _)| name.clone())
+            .collect();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        // One channel per command: each has exactly one reply, so a reply read
+        // is always the confirmation of the command just sent.
+        self.replies(ps, |ps, _| {
+            pending.iter().try_for_each(|name| ps.subscribe(name))
+        })?;
+        let mut subscribed = self.shared.subscribed.write();
+        for name in pending {
+            let Some(chan) = self.chans.get_mut(&name) else {
                 continue;
-            }
-            ps.subscribe(name)?;
+            };
             chan.confirmed = true;
-            self.shared.subscribed.write().insert(name.clone());
             // Waiters that queued before the subscription may have missed a release.
             for tx in chan.queue.values() {
                 let _ = tx.send(Wake::Retry);
             }
+            subscribed.insert(name);
         }
         Ok(())
     }
@@ -492,25 +362,37 @@ impl Worker {
             .filter(|(_, c)| c.queue.is_empty() && c.idle_since.is_some_and(|t| now - t >= LINGER))
             .map(|(name, _)| name.clone())
             .collect();
-        for name in idle {
-            // Out of the shared view first: a caller that still sees it queues, and
-            // is told to retry once the thread has resubscribed.
-            self.shared.subscribed.write().remove(&name);
-            self.chans.remove(&name);
-            ps.unsubscribe(&name)?;
+        if idle.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut confirmed = Vec::new();
+        {
+            // Out of the shared view first: a caller that still sees it has queued
+            // already, and is told to retry once the thread has resubscribed.
+            let mut subscribed = self.shared.subscribed.write();
+            for name in idle {
+                subscribed.remove(&name);
+                if self.chans.remove(&name).is_some_and(|c| c.confirmed) {
+                    confirmed.push(name);
+                }
+            }
+        }
+        self.replies(ps, |ps, _| {
+            confirmed.iter().try_for_each(|name| ps.unsubscribe(name))
+        })
     }
 
-    /// The connection is gone: waiters must poll, and retry now in case a release
-    /// was missed.
+    /// The connection is gone: waiters poll until it is back (a release may be
+    /// missed meanwhile), and the thread resubscribes in the background.
     fn set_down(&mut self) {
-        self.shared.healthy.store(false, Ordering::Release);
+        let was_up = self.shared.healthy.swap(false, Ordering::AcqRel);
         self.shared.subscribed.write().clear();
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
-            for tx in chan.queue.values() {
-                let _ = tx.send(Wake::Retry);
+            if was_up {
+                for tx in chan.queue.values() {
+                    let _ = tx.send(Wake::Retry);
+                }
             }
         }
     }

@@ -1,0 +1,886 @@
+//! Waiting woken by pub/sub (issue 4), against real `redis-server` processes: hand-off
+//! latency, what many waiters cost Redis, TTL-bounded waits when the holder dies or never
+//! publishes, a killed or restarted pub/sub connection, cancellation, close and drop,
+//! fairness, and the polling mode.
+//!
+//! Timings are printed (`cargo test --test wait -- --nocapture` shows them).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::bounded;
+use parking_lot::Mutex;
+use redlease::{CancelToken, Error, LockClient, LockClientBuilder, LockOptions};
+use support::{RedisServer, eventually};
+
+const KEY: &str = "job";
+/// `KEY` with the prefix of [`builder`], and its wake-up channel.
+const LOCK_KEY: &str = "wait:job";
+const CHANNEL: &str = "{wait:job}:released";
+/// Set in a re-executed copy of this test binary: the URL of the server on which
+/// that child process holds the lock until it is killed.
+const CHILD_ENV: &str = "REDLEASE_WAIT_TEST_HOLDER_URL";
+/// A polling step far above any pub/sub hand-off: a waiter that gets the lock sooner
+/// than this after a release was woken, not polling.
+const SLOW_MIN: Duration = Duration::from_millis(500);
+const SLOW_MAX: Duration = Duration::from_secs(1);
+/// Scheduling slack on a loaded 2-core machine.
+const SLACK: Duration = Duration::from_millis(250);
+const MS: Duration = Duration::from_millis(1);
+
+fn builder(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder(server.url()).key_prefix("wait:")
+}
+
+/// A client whose polling could never explain a fast hand-off.
+fn slow_polling(server: &RedisServer) -> LockClientBuilder {
+    builder(server).backoff(SLOW_MIN, SLOW_MAX)
+}
+
+/// Pub/sub connections the server has open (our waiter threads).
+fn pubsub_connections(server: &RedisServer) -> usize {
+    let list: String = server.query(redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub"));
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+/// Subscribers of the key's wake-up channel.
+fn subscribers(server: &RedisServer) -> i64 {
+    let (_, n): (String, i64) = server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(CHANNEL));
+    n
+}
+
+/// Waits until the server has answered more than `seen` `PTTL`s: a waiter found the
+/// lock busy and asked how long the holder has left, so it is waiting now.
+fn busy_reply_after(server: &RedisServer, seen: u64) -> u64 {
+    let mut now = seen;
+    let found = eventually(Duration::from_secs(10), || {
+        now = server.command_calls("pttl");
+        now > seen
+    });
+    assert!(found, "no waiter found the lock busy");
+    now
+}
+
+/// `calls` per command in `INFO commandstats`, leaving out the tests' own
+/// queries (`info`, `client|…`, `config|…`, `pubsub|…`).
+fn command_counts(server: &RedisServer) -> Vec<(String, u64)> {
+    let info: String = server.query(redis::cmd("INFO").arg("commandstats"));
+    info.lines()
+        .filter_map(|line| {
+            let (name, rest) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_ascii_lowercase(), calls.parse().ok()?))
+        })
+        .filter(|(name, _)| {
+            !(name == "info"
+                || ["client|", "config|", "pubsub|"]
+                    .iter()
+                    .any(|p| name.starts_with(p)))
+        })
+        .collect()
+}
+
+/// The sum of [`command_counts`]: the commands the clients under test sent.
+fn lock_commands(server: &RedisServer) -> u64 {
+    command_counts(server).iter().map(|(_, n)| n).sum()
+}
+
+/// `a / b` as a float, for reports.
+#[expect(clippy::cast_precision_loss, reason = "counts in reports")]
+fn ratio(a: impl TryInto<u64>, b: usize) -> f64 {
+    a.try_into().unwrap_or(u64::MAX) as f64 / b as f64
+}
+
+/// `(p50, p99, max)`.
+fn summary(samples: &[Duration]) -> (Duration, Duration, Duration) {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let at = |p: usize| sorted[(sorted.len() - 1) * p / 100];
+    (at(50), at(99), at(100))
+}
+
+/// One hand-off: the holder's release to the waiter's `lock()` returning.
+#[derive(Debug, Clone, Copy)]
+struct HandOff {
+    /// From `unlock()` being called (the release's round trip included).
+    from_unlock: Duration,
+    /// From `unlock()` returning (zero when the waiter returned first).
+    from_return: Duration,
+}
+
+/// `rounds` hand-offs of `KEY` from `holder` (this thread) to `waiter` (used on another
+/// thread), each released only once the waiter has found the lock busy.
+fn hand_offs(
+    server: &RedisServer,
+    holder: &LockClient,
+    waiter: &LockClient,
+    rounds: usize,
+) -> Vec<HandOff> {
+    thread::scope(|s| {
+        let (go_tx, go_rx) = bounded::<()>(1);
+        let (got_tx, got_rx) = bounded::<Instant>(1);
+        let (done_tx, done_rx) = bounded::<()>(1);
+        s.spawn(move || {
+            for () in go_rx {
+                let guard = waiter.lock(KEY).unwrap();
+                got_tx.send(Instant::now()).unwrap();
+                let _ = done_rx.recv();
+                assert!(guard.unlock().unwrap().was_held());
+            }
+        });
+        (0..rounds)
+            .map(|_| {
+                let guard = holder.lock(KEY).unwrap();
+                let seen = server.command_calls("pttl");
+                go_tx.send(()).unwrap();
+                busy_reply_after(server, seen);
+                let called = Instant::now();
+                assert!(guard.unlock().unwrap().was_held());
+                let returned = Instant::now();
+                let acquired = got_rx
+                    .recv_timeout(Duration::from_secs(40))
+                    .expect("the waiter never got the lock");
+                done_tx.send(()).unwrap();
+                HandOff {
+                    from_unlock: acquired - called,
+                    from_return: acquired.saturating_duration_since(returned),
+                }
+            })
+            .collect()
+    })
+}
+
+/// Prints the hand-offs' latencies and checks that they were wake-ups: each far
+/// faster than a polling step of [`slow_polling`].
+fn assert_fast(what: &str, handoffs: &[HandOff]) {
+    let from_unlock: Vec<Duration> = handoffs.iter().map(|h| h.from_unlock).collect();
+    let from_return: Vec<Duration> = handoffs.iter().map(|h| h.from_return).collect();
+    let (p50, p99, max) = summary(&from_unlock);
+    let (r50, r99, rmax) = summary(&from_return);
+    println!(
+        "hand-off, {what}, {} rounds: from unlock() call p50 {p50:?} p99 {p99:?} max {max:?}; \
+         from unlock() return p50 {r50:?} p99 {r99:?} max {rmax:?}",
+        handoffs.len()
+    );
+    assert!(r50 < 20 * MS, "{what}: median hand-off {r50:?}");
+    // Polling could not do any single one of them this fast.
+    assert!(
+        rmax < SLOW_MIN.saturating_sub(100 * MS),
+        "{what}: slowest hand-off {rmax:?}"
+    );
+}
+
+#[test]
+fn a_waiter_gets_a_released_lock_within_milliseconds_not_a_polling_step() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(10);
+    let one = slow_polling(&server).ttl(ttl).build().unwrap();
+    let other = slow_polling(&server).ttl(ttl).build().unwrap();
+
+    let same = hand_offs(&server, &one, &one, 100);
+    assert_fast("one client, two threads", &same);
+    let separate = hand_offs(&server, &one, &other, 100);
+    assert_fast("two clients", &separate);
+
+    // The waits ended by release messages, one per hand-off.
+    let woken = one.metrics().wakeups + other.metrics().wakeups;
+    assert!(
+        woken >= 190,
+        "only {woken} of 200 waits ended by a release message"
+    );
+}
+
+#[test]
+fn sixty_four_waiters_cost_a_few_commands_each_and_enter_one_at_a_time() {
+    const WAITERS: usize = 64;
+    let server = RedisServer::start();
+    let holder = builder(&server).build().unwrap();
+    let client = builder(&server).build().unwrap();
+    let guard = holder.lock(KEY).unwrap();
+    // Both waiter threads are up (their own SUBSCRIBE is done) before counting.
+    assert!(eventually(Duration::from_secs(5), || {
+        pubsub_connections(&server) == 2
+    }));
+    let barrier = Barrier::new(WAITERS + 1);
+    let inside = AtomicUsize::new(0);
+    let most_inside = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    server.reset_stats();
+    thread::scope(|s| {
+        for _ in 0..WAITERS {
+            s.spawn(|| {
+                barrier.wait();
+                let g = client.lock(KEY).unwrap();
+                most_inside.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
+                thread::sleep(Duration::from_micros(200)); // work
+                inside.fetch_sub(1, SeqCst);
+                finished.fetch_add(1, SeqCst);
+                assert!(g.unlock().unwrap().was_held());
+            });
+        }
+        barrier.wait();
+        let started = Instant::now();
+        let attempted = eventually(Duration::from_secs(10), || {
+            client.metrics().attempts >= WAITERS as u64
+        });
+        assert!(attempted, "not every waiter tried the lock");
+        // Hold the lock for 5 s in all. Once no waiter has tried for 500 ms they
+        // have all settled; the rest of the 5 s shows what steady waiting costs.
+        let mut seen = client.metrics().attempts;
+        for _ in 0..8 {
+            thread::sleep(Duration::from_millis(500));
+            let now = client.metrics().attempts;
+            if now == seen {
+                break;
+            }
+            seen = now;
+        }
+        let settling = lock_commands(&server);
+        let settled = started.elapsed();
+        assert!(
+            settled < Duration::from_secs(4),
+            "still trying after {settled:?}"
+        );
+        thread::sleep(Duration::from_secs(5).saturating_sub(settled));
+        let steady = lock_commands(&server) - settling;
+        let subscribes = server.command_calls("subscribe");
+        let per_waiter = ratio(settling, WAITERS);
+        println!(
+            "{WAITERS} waiters for {:?}: {settling} commands while they settled ({per_waiter:.1} \
+             per waiter, {subscribes} subscribe) in {settled:?}, {steady} in the {:?} after",
+            started.elapsed(),
+            started.elapsed().saturating_sub(settled)
+        );
+        assert!(subscribes <= 1, "{subscribes} subscribes for one key");
+        assert!(
+            settling <= 6 * WAITERS as u64 + 10,
+            "{settling} commands for {WAITERS} waiters to start waiting"
+        );
+        assert!(
+            steady <= 5,
+            "{steady} commands while {WAITERS} waiters waited"
+        );
+
+        let attempts = client.metrics().attempts;
+        server.reset_stats();
+        let released = Instant::now();
+        assert!(guard.unlock().unwrap().was_held());
+        let all_in = eventually(Duration::from_secs(20), || finished.load(SeqCst) == WAITERS);
+        let chain = released.elapsed();
+        assert!(
+            all_in,
+            "only {} of {WAITERS} got the lock",
+            finished.load(SeqCst)
+        );
+        let tries = client.metrics().attempts - attempts;
+        let commands = lock_commands(&server);
+        println!(
+            "{WAITERS} releases in {chain:?}: {tries} acquire attempts, {commands} commands \
+             ({:.2} per acquisition)",
+            ratio(commands, WAITERS)
+        );
+        // One attempt per release, not one per waiter per release.
+        assert!(
+            tries <= WAITERS as u64 + 8,
+            "{tries} attempts for {WAITERS} hand-offs"
+        );
+    });
+    assert_eq!(
+        most_inside.load(SeqCst),
+        1,
+        "two threads held the lock at once"
+    );
+}
+
+/// A copy of this test binary, running one test in the holder role; killed on drop.
+struct HolderProcess(Child);
+
+impl HolderProcess {
+    /// Runs `test` in a child with [`CHILD_ENV`] set, and waits until it holds the lock.
+    fn spawn(server: &RedisServer, test: &str) -> HolderProcess {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ENV, server.url())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let holder = HolderProcess(child);
+        let (held_tx, held_rx) = bounded(1);
+        thread::spawn(move || {
+            // Ends at the child's exit (end of file).
+            for line in BufReader::new(stdout).lines() {
+                if line.is_ok_and(|l| l.contains("HELD")) {
+                    let _ = held_tx.send(());
+                }
+            }
+        });
+        held_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the child process never held the lock");
+        holder
+    }
+}
+
+impl Drop for HolderProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_holder_killed_with_sigkill_delays_waiters_by_at_most_its_ttl() {
+    const TTL: Duration = Duration::from_secs(1);
+    const BACKOFF_MAX: Duration = Duration::from_millis(100);
+    if let Ok(url) = std::env::var(CHILD_ENV) {
+        // The child: hold the lock (renewed) until killed; bounded all the same.
+        let client = LockClient::builder(url.as_str())
+            .key_prefix("wait:")
+            .ttl(TTL)
+            .build()
+            .unwrap();
+        let _guard = client.lock(KEY).unwrap();
+        println!("HELD");
+        std::io::stdout().flush().unwrap();
+        thread::sleep(Duration::from_secs(60));
+        return;
+    }
+    let server = RedisServer::start();
+    let mut holder = HolderProcess::spawn(
+        &server,
+        "a_holder_killed_with_sigkill_delays_waiters_by_at_most_its_ttl",
+    );
+    let clients = [1, 2].map(|_| {
+        builder(&server)
+            .backoff(4 * MS, BACKOFF_MAX)
+            .build()
+            .unwrap()
+    });
+    let acquired = Mutex::new(Vec::new());
+    let (killed_tx, killed_rx) = bounded::<Instant>(1);
+    thread::scope(|s| {
+        for client in clients.iter().chain(&clients) {
+            let acquired = &acquired;
+            s.spawn(move || {
+                let guard = client.lock(KEY).unwrap();
+                acquired.lock().push(Instant::now());
+                assert!(guard.unlock().unwrap().was_held());
+            });
+        }
+        let attempted = eventually(Duration::from_secs(10), || {
+            clients.iter().map(|c| c.metrics().attempts).sum::<u64>() >= 4
+        });
+        assert!(attempted, "the waiters never tried the lock");
+        let killed = Instant::now();
+        holder.0.kill().unwrap();
+        holder.0.wait().unwrap();
+        let _ = killed_tx.send(killed);
+        // The dead holder released nothing: its lock runs out with its TTL.
+        let left: i64 = server.query(redis::cmd("PTTL").arg(LOCK_KEY));
+        assert!(
+            left > 0,
+            "the lock was gone right after the kill (pttl {left})"
+        );
+    });
+    let killed = killed_rx.recv().unwrap();
+    let acquired = acquired.into_inner();
+    assert_eq!(acquired.len(), 4);
+    let first = acquired.iter().min().unwrap().duration_since(killed);
+    let last = acquired.iter().max().unwrap().duration_since(killed);
+    println!(
+        "holder SIGKILLed (ttl {TTL:?}): first waiter in after {first:?}, last after {last:?}"
+    );
+    assert!(
+        last <= TTL + BACKOFF_MAX + SLACK,
+        "the last waiter got in {last:?} after the kill"
+    );
+}
+
+#[test]
+fn client_kill_of_the_pubsub_connection_while_waiting_loses_no_waiter() {
+    const WAITERS: usize = 8;
+    let server = RedisServer::start();
+    let holder = builder(&server).build().unwrap();
+    let client = slow_polling(&server).build().unwrap();
+    let guard = holder.lock(KEY).unwrap();
+    let inside = AtomicUsize::new(0);
+    let most_inside = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    thread::scope(|s| {
+        for _ in 0..WAITERS {
+            s.spawn(|| {
+                let g = client.lock(KEY).unwrap();
+                most_inside.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
+                inside.fetch_sub(1, SeqCst);
+                finished.fetch_add(1, SeqCst);
+                assert!(g.unlock().unwrap().was_held());
+            });
+        }
+        let waiting = eventually(Duration::from_secs(10), || {
+            client.metrics().attempts >= WAITERS as u64 && subscribers(&server) == 1
+        });
+        assert!(waiting, "the waiters never subscribed");
+        let killed: i64 = server.query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"));
+        assert!(killed >= 1, "no pub/sub connection to kill");
+        // Released while the waiter thread reconnects: that message is lost.
+        let released = Instant::now();
+        assert!(guard.unlock().unwrap().was_held());
+        let all_in = eventually(Duration::from_secs(15), || finished.load(SeqCst) == WAITERS);
+        println!(
+            "pub/sub connection killed: {} of {WAITERS} waiters in after {:?}",
+            finished.load(SeqCst),
+            released.elapsed()
+        );
+        assert!(all_in, "waiters hang after CLIENT KILL TYPE pubsub");
+    });
+    assert_eq!(
+        most_inside.load(SeqCst),
+        1,
+        "two threads held the lock at once"
+    );
+    // The thread reconnected: hand-offs are wake-ups again.
+    assert_fast(
+        "after CLIENT KILL",
+        &hand_offs(&server, &holder, &client, 5),
+    );
+}
+
+#[test]
+fn cancel_ends_a_blocked_wait_within_milliseconds() {
+    let server = RedisServer::start();
+    let holder = builder(&server).build().unwrap();
+    let _guard = holder.lock(KEY).unwrap();
+    let pubsub = builder(&server).build().unwrap();
+    // Polling in steps of over a second: only the cancel itself can end the sleep.
+    let polling = builder(&server)
+        .pubsub(false)
+        .backoff(Duration::from_secs(1), Duration::from_secs(2))
+        .build()
+        .unwrap();
+    for (what, client) in [("pub/sub", &pubsub), ("polling", &polling)] {
+        let token = CancelToken::new();
+        let opts = LockOptions::new().cancel(token.clone());
+        let (result, took) = thread::scope(|s| {
+            let seen = server.command_calls("pttl");
+            let waiting = s.spawn(|| {
+                let result = client.lock_with(KEY, &opts);
+                (result, Instant::now())
+            });
+            busy_reply_after(&server, seen);
+            let cancelled = Instant::now();
+            token.cancel();
+            let (result, returned) = waiting.join().unwrap();
+            (result, returned - cancelled)
+        });
+        println!("cancel, {what}: the wait returned {took:?} after cancel()");
+        match result {
+            Err(Error::Cancelled { key }) => assert_eq!(key, LOCK_KEY),
+            other => panic!("{what}: expected Cancelled, got {other:?}"),
+        }
+        assert!(took < 100 * MS, "{what}: cancel took {took:?}");
+        assert!(token.is_cancelled());
+    }
+}
+
+#[test]
+fn a_token_cancelled_before_the_call_returns_cancelled_without_trying() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    let token = CancelToken::new();
+    token.cancel();
+    let opts = LockOptions::new().cancel(token);
+    let holder = builder(&server).build().unwrap();
+    for held in [false, true] {
+        let _guard = held.then(|| holder.lock(KEY).unwrap());
+        let attempts = client.metrics().attempts;
+        let start = Instant::now();
+        let result = client.lock_with(KEY, &opts);
+        let took = start.elapsed();
+        assert!(
+            matches!(result, Err(Error::Cancelled { .. })),
+            "held {held}: {result:?}"
+        );
+        assert!(took < 20 * MS, "held {held}: took {took:?}");
+        assert_eq!(client.metrics().attempts, attempts, "held {held}: it tried");
+    }
+}
+
+#[test]
+fn close_wakes_every_waiter_with_shutdown() {
+    const WAITERS: usize = 8;
+    let server = RedisServer::start();
+    let holder = builder(&server).build().unwrap();
+    let client = builder(&server).build().unwrap();
+    let _guard = holder.lock(KEY).unwrap();
+    let (returned, closed) = thread::scope(|s| {
+        let threads: Vec<_> = (0..WAITERS)
+            .map(|i| {
+                let client = &client;
+                s.spawn(move || {
+                    let result = if i % 2 == 0 {
+                        client.lock(KEY).map(Some)
+                    } else {
+                        client.try_lock_for(KEY, Duration::from_secs(60))
+                    };
+                    (result.map(|g| g.is_some()), Instant::now())
+                })
+            })
+            .collect();
+        let attempted = eventually(Duration::from_secs(10), || {
+            client.metrics().attempts >= WAITERS as u64
+        });
+        assert!(attempted, "the waiters never tried the lock");
+        let closed = Instant::now();
+        client.close();
+        let returned: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        (returned, closed)
+    });
+    let slowest = returned.iter().map(|(_, at)| *at - closed).max().unwrap();
+    println!("close: {WAITERS} waiters returned within {slowest:?}");
+    for (result, _) in &returned {
+        assert!(matches!(result, Err(Error::Shutdown)), "{result:?}");
+    }
+    assert!(
+        slowest < 200 * MS,
+        "close took {slowest:?} to wake the waiters"
+    );
+    // Closed for good: new calls are refused at once, even on a free key.
+    assert!(matches!(client.lock(KEY), Err(Error::Shutdown)));
+    assert!(matches!(client.try_lock("free"), Err(Error::Shutdown)));
+}
+
+#[test]
+fn dropping_the_last_client_joins_the_waiter_thread_promptly() {
+    let server = RedisServer::start();
+    let holder = builder(&server).pubsub(false).build().unwrap();
+    let _guard = holder.lock(KEY).unwrap();
+    let client = builder(&server).build().unwrap();
+    // A wait that gives up leaves its channel subscribed, the thread busy with it.
+    let none = client
+        .try_lock_for(KEY, Duration::from_millis(100))
+        .unwrap();
+    assert!(none.is_none());
+    assert_eq!(pubsub_connections(&server), 1);
+    let clone = client.clone();
+    drop(clone);
+    assert_eq!(
+        pubsub_connections(&server),
+        1,
+        "a clone's drop stopped the thread"
+    );
+    let start = Instant::now();
+    drop(client);
+    let took = start.elapsed();
+    println!("drop of the last client took {took:?}");
+    assert!(took < 300 * MS, "drop took {took:?}");
+    // The thread ended, and with it its connection.
+    assert!(eventually(Duration::from_secs(2), || pubsub_connections(
+        &server
+    ) == 0));
+}
+
+#[test]
+fn eight_contending_threads_take_turns() {
+    const THREADS: usize = 8;
+    const RUN: Duration = Duration::from_secs(5);
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    // (thread, unlock() called, next lock() returned) per acquisition.
+    let log: Mutex<Vec<(usize, Instant, Instant)>> = Mutex::new(Vec::new());
+    let inside = AtomicUsize::new(0);
+    let most_inside = AtomicUsize::new(0);
+    let barrier = Barrier::new(THREADS);
+    server.reset_stats();
+    let start = Instant::now();
+    thread::scope(|s| {
+        for id in 0..THREADS {
+            let (log, inside, most_inside, barrier, client) =
+                (&log, &inside, &most_inside, &barrier, &client);
+            s.spawn(move || {
+                barrier.wait();
+                while start.elapsed() < RUN {
+                    let guard = client.lock(KEY).unwrap();
+                    let acquired = Instant::now();
+                    most_inside.fetch_max(inside.fetch_add(1, SeqCst) + 1, SeqCst);
+                    inside.fetch_sub(1, SeqCst);
+                    let released = Instant::now();
+                    assert!(guard.unlock().unwrap().was_held());
+                    log.lock().push((id, acquired, released));
+                }
+            });
+        }
+    });
+    let elapsed = start.elapsed();
+    let counts = command_counts(&server);
+    let commands: u64 = counts.iter().map(|(_, n)| n).sum();
+    let mut log = log.into_inner();
+    log.sort_by_key(|&(_, acquired, _)| acquired);
+    let total = log.len();
+    let mut per_thread = [0usize; THREADS];
+    for &(id, _, _) in &log {
+        per_thread[id] += 1;
+    }
+    let repeats = log.windows(2).filter(|w| w[0].0 == w[1].0).count();
+    let gaps: Vec<Duration> = log.windows(2).map(|w| w[1].1 - w[0].2).collect();
+    let (p50, p99, max) = summary(&gaps);
+    let (min_n, max_n) = (
+        per_thread.iter().min().unwrap(),
+        per_thread.iter().max().unwrap(),
+    );
+    let share = ratio(repeats, total - 1);
+    let per_acquisition = ratio(commands, total);
+    println!(
+        "{THREADS} threads for {elapsed:?}: {total} acquisitions ({:.0}/s), per thread min {min_n} \
+         max {max_n}, same holder twice in a row {:.1}%, hand-off (unlock call to next lock \
+         return) p50 {p50:?} p99 {p99:?} max {max:?}, {:.2} commands per acquisition",
+        ratio(total, 1) / elapsed.as_secs_f64(),
+        share * 100.0,
+        per_acquisition
+    );
+    assert_eq!(
+        most_inside.load(SeqCst),
+        1,
+        "two threads held the lock at once"
+    );
+    assert!(total >= 500, "only {total} acquisitions in {elapsed:?}");
+    assert!(
+        *min_n * THREADS * 4 >= total,
+        "a thread starved: per thread {per_thread:?}"
+    );
+    assert!(
+        share <= 0.2,
+        "the releasing thread won again {repeats} of {total} times"
+    );
+    // SET + EVALSHA per acquisition, and the script's GET, DEL and PUBLISH.
+    assert!(
+        per_acquisition <= 6.0,
+        "{commands} commands for {total} acquisitions: {counts:?}"
+    );
+    // Woken waiters try once: about one SET per acquisition, few busy replies.
+    let calls = |name: &str| {
+        counts
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, c)| *c)
+    };
+    let tries = calls("set") + calls("pttl");
+    assert!(
+        ratio(tries, total) <= 1.5,
+        "{tries} SET + PTTL for {total} acquisitions"
+    );
+}
+
+#[test]
+fn with_pubsub_off_waiters_poll_and_nothing_subscribes() {
+    let server = RedisServer::start();
+    let holder = builder(&server).pubsub(false).build().unwrap();
+    let backoff_max = Duration::from_millis(40);
+    let client = builder(&server)
+        .pubsub(false)
+        .backoff(4 * MS, backoff_max)
+        .build()
+        .unwrap();
+    let handoffs = hand_offs(&server, &holder, &client, 20);
+    let gaps: Vec<Duration> = handoffs.iter().map(|h| h.from_return).collect();
+    let (p50, p99, max) = summary(&gaps);
+    println!(
+        "hand-off by polling (backoff max {backoff_max:?}): p50 {p50:?} p99 {p99:?} max {max:?}"
+    );
+    assert!(max <= backoff_max + SLACK, "a polled hand-off took {max:?}");
+    let m = client.metrics();
+    assert_eq!(m.wakeups, 0, "woken by messages with pub/sub off");
+    // Held for 500 ms, the lock is polled every 4-40 ms.
+    let guard = holder.lock(KEY).unwrap();
+    let attempts = m.attempts;
+    thread::scope(|s| {
+        s.spawn(|| assert!(client.lock(KEY).unwrap().unlock().unwrap().was_held()));
+        thread::sleep(Duration::from_millis(500));
+        assert!(guard.unlock().unwrap().was_held());
+    });
+    let polls = client.metrics().attempts - attempts;
+    println!("a 500 ms hold polled {polls} times");
+    assert!(polls >= 8, "{polls} attempts in 500 ms: it did not poll");
+    assert_eq!(server.command_calls("subscribe"), 0);
+    assert_eq!(pubsub_connections(&server), 0);
+}
+
+#[test]
+fn a_redis_restart_while_waiting_is_survived_and_pubsub_comes_back() {
+    const WAITERS: usize = 4;
+    let server = RedisServer::start();
+    let holder = builder(&server)
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let client = slow_polling(&server)
+        .ttl(Duration::from_secs(5))
+        .connect_timeout(Duration::from_millis(500))
+        .read_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let guard = holder.lock(KEY).unwrap();
+    let errors = AtomicUsize::new(0);
+    let finished = AtomicUsize::new(0);
+    let give_up = Instant::now() + Duration::from_secs(30);
+    thread::scope(|s| {
+        for _ in 0..WAITERS {
+            s.spawn(|| {
+                // Errors while Redis is down are reported, as documented; callers retry.
+                loop {
+                    match client.lock(KEY) {
+                        Ok(g) => {
+                            finished.fetch_add(1, SeqCst);
+                            assert!(g.unlock().unwrap().was_held());
+                            return;
+                        }
+                        Err(e) => {
+                            assert!(e.is_connection_error(), "{e:?}");
+                            errors.fetch_add(1, SeqCst);
+                            assert!(Instant::now() < give_up, "no lock 30 s on: {e}");
+                        }
+                    }
+                }
+            });
+        }
+        let waiting = eventually(Duration::from_secs(10), || {
+            client.metrics().attempts >= WAITERS as u64 && subscribers(&server) == 1
+        });
+        assert!(waiting, "the waiters never subscribed");
+        server.kill();
+        server.restart();
+        let restarted = Instant::now();
+        // The restart wiped the holder's lock; its release finds nothing.
+        drop(guard);
+        let all_in = eventually(Duration::from_secs(15), || finished.load(SeqCst) == WAITERS);
+        println!(
+            "redis restarted: {} of {WAITERS} waiters in after {:?}, {} errors returned meanwhile",
+            finished.load(SeqCst),
+            restarted.elapsed(),
+            errors.load(SeqCst)
+        );
+        assert!(all_in, "waiters hang after a restart");
+    });
+    // The waiter thread reconnected and subscribes again: hand-offs are wake-ups.
+    // (A fresh holder: the old one's idle pooled connections died with the server,
+    // and each fails once when next used.)
+    let holder = builder(&server).build().unwrap();
+    let warm = eventually(Duration::from_secs(5), || {
+        client.try_lock("warm").is_ok_and(|g| g.is_some())
+    });
+    assert!(warm, "the client cannot lock anything after the restart");
+    assert_fast("after a restart", &hand_offs(&server, &holder, &client, 5));
+    assert!(server.command_calls("subscribe") >= 1);
+}
+
+#[test]
+fn a_holder_that_never_publishes_delays_a_waiter_by_at_most_its_ttl() {
+    let server = RedisServer::start();
+    let client = builder(&server).backoff(20 * MS, 50 * MS).build().unwrap();
+    // A foreign holder: a plain SET with a TTL, released by nobody.
+    let () = server.query(redis::cmd("SET").arg(LOCK_KEY).arg("x").arg("PX").arg(500));
+    let set = Instant::now();
+    let guard = client.lock(KEY).unwrap();
+    let waited = set.elapsed();
+    let attempts = client.metrics().attempts;
+    println!(
+        "a holder that never publishes (ttl 500ms): waited {waited:?} with {attempts} attempts"
+    );
+    assert!(waited >= 480 * MS, "got a held lock after {waited:?}");
+    assert!(
+        waited <= 500 * MS + SLACK,
+        "waited {waited:?} for a 500 ms TTL"
+    );
+    // It slept on the TTL; polling every 20-50 ms would have taken 10 or more.
+    assert!(attempts <= 4, "{attempts} attempts");
+    drop(guard);
+}
+
+#[test]
+fn issue_4_a_wake_up_taken_by_a_waiter_that_gives_up_goes_to_the_next() {
+    const ROUNDS: usize = 20;
+    let server = RedisServer::start();
+    let holder = builder(&server)
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let client = builder(&server).backoff(4 * MS, 50 * MS).build().unwrap();
+    for round in 0..ROUNDS {
+        let guard = holder.lock(KEY).unwrap();
+        let token = CancelToken::new();
+        let opts = LockOptions::new().cancel(token.clone());
+        thread::scope(|s| {
+            let seen = server.command_calls("pttl");
+            let first = s.spawn(|| client.lock_with(KEY, &opts));
+            let seen = busy_reply_after(&server, seen);
+            let second = s.spawn(|| {
+                let guard = client.lock(KEY).unwrap();
+                let at = Instant::now();
+                assert!(guard.unlock().unwrap().was_held());
+                at
+            });
+            busy_reply_after(&server, seen);
+            // The release's wake-up goes to the first waiter, which is cancelled
+            // about when it gets it: whether it used it or not, the second waiter
+            // must not wait for the holder's TTL.
+            assert!(guard.unlock().unwrap().was_held());
+            let released = Instant::now();
+            token.cancel();
+            match first.join().unwrap() {
+                Ok(got) => drop(got),
+                Err(Error::Cancelled { .. }) => {}
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+            let waited = second.join().unwrap().saturating_duration_since(released);
+            assert!(
+                waited < Duration::from_secs(1),
+                "round {round}: the second waiter waited {waited:?}"
+            );
+        });
+    }
+}
+
+#[test]
+fn issue_4_a_caller_behind_local_waiters_tries_a_free_lock_within_a_backoff_step() {
+    let server = RedisServer::start();
+    let backoff_max = Duration::from_millis(100);
+    let client = builder(&server)
+        .backoff(4 * MS, backoff_max)
+        .build()
+        .unwrap();
+    // A foreign holder with a long TTL, which will release without publishing.
+    let () = server.query(
+        redis::cmd("SET")
+            .arg(LOCK_KEY)
+            .arg("x")
+            .arg("PX")
+            .arg(30_000),
+    );
+    thread::scope(|s| {
+        let waiter = s.spawn(|| client.try_lock_for(KEY, Duration::from_secs(20)).unwrap());
+        let subscribed = eventually(Duration::from_secs(10), || subscribers(&server) == 1);
+        assert!(subscribed, "the waiter never subscribed");
+        let () = server.query(redis::cmd("DEL").arg(LOCK_KEY));
+        // The lock is free and the waiter sleeps on the old TTL: a new caller waits
+        // behind it for a backoff step at most, not for that TTL.
+        let start = Instant::now();
+        let got = client.try_lock_for(KEY, Duration::from_secs(5)).unwrap();
+        let took = start.elapsed();
+        println!("a caller behind a waiter on a free lock got it after {took:?}");
+        assert!(got.is_some(), "a free lock was not taken in 5 s");
+        assert!(took <= backoff_max + SLACK, "took {took:?}");
+        // Its release wakes the first waiter.
+        drop(got);
+        let woken = Instant::now();
+        assert!(waiter.join().unwrap().is_some());
+        assert!(woken.elapsed() < Duration::from_secs(1));
+    });
+}
