@@ -10,6 +10,7 @@ use crate::cancel::CancelToken;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::lease::LeaseLost;
+use crate::scheme::LegacyTimestamp;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -37,6 +38,10 @@ pub enum Scheme {
     /// The wire format of redis-py's `Lock`, redsync, node-redlock and redlock-rs.
     #[default]
     Token,
+    /// The `SETNX`/`GETSET` timestamp lock of older clients (value: the expiry as a
+    /// decimal unix timestamp), for running beside them while migrating to
+    /// [`Scheme::Token`]. Opt-in only; see [`LegacyTimestamp`] for its limits.
+    LegacyTimestamp(LegacyTimestamp),
 }
 
 /// Whether a held lease is renewed in the background.

@@ -124,7 +124,7 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
-pub use scheme::Release;
+pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, TimestampUnit};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -14,8 +14,11 @@ use crate::config::Scheme;
 use crate::error::{Error, Result};
 use crate::pool::Conn;
 
+mod legacy;
 mod token;
 
+pub(crate) use legacy::LegacyBackend;
+pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use token::TokenBackend;
 
 /// What [`LockGuard::unlock`](crate::LockGuard::unlock) found.
@@ -154,6 +157,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
 pub(crate) fn backend(scheme: &Scheme) -> Arc<dyn Backend> {
     match scheme {
         Scheme::Token => Arc::new(TokenBackend),
+        Scheme::LegacyTimestamp(opts) => Arc::new(LegacyBackend::new(opts.clone())),
     }
 }
 
