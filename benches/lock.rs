@@ -116,7 +116,7 @@ fn uncontended(c: &mut Criterion) {
         b.iter(|| lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
     });
     g.bench_function("floor_set_nx_px_evalsha", |b| {
-        b.iter(|| floor.lock_unlock("bench:f"))
+        b.iter(|| floor.lock_unlock("bench:f"));
     });
     g.finish();
     let (ours, base) = paired_p50(
@@ -137,7 +137,7 @@ fn try_lock_held(c: &mut Criterion) {
         b.iter(|| assert!(lc.try_lock("bench:h").unwrap().is_none()));
     });
     g.bench_function("floor_set_nx_px", |b| {
-        b.iter(|| assert!(floor.try_set("bench:h").is_none()))
+        b.iter(|| assert!(floor.try_set("bench:h").is_none()));
     });
     g.finish();
     let (ours, base) = paired_p50(

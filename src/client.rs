@@ -10,6 +10,7 @@ use crate::config::{
 };
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::handoff::Offers;
 use crate::lease::LeaseState;
 use crate::metrics::{Counters, Metrics, bump};
 use crate::pool::{Manager, Pool, Redacted, is_stale};
@@ -58,6 +59,8 @@ pub(crate) struct Core {
     pub(crate) counters: Counters,
     /// Cancelled by [`LockClient::close`]: wakes every wait with a shutdown.
     pub(crate) shutdown: CancelToken,
+    /// Waiting callers' offers to be handed a lock by a releasing guard.
+    pub(crate) offers: Offers,
     default_backend: Arc<dyn Backend>,
 }
 
@@ -108,6 +111,7 @@ impl LockClient {
             settings,
             counters: Counters::default(),
             shutdown: CancelToken::new(),
+            offers: Offers::default(),
         });
         let renewer = Renewer::spawn(Arc::clone(&core))?;
         let waiter = if core.settings.pubsub {
@@ -243,10 +247,16 @@ impl LockClient {
             .waiter
             .as_ref()
             .filter(|_| plan.backend.publishes());
-        let new_slot = || WaitSlot::new(core, waiter, &keys, opts.cancel.as_ref());
+        // Only token locks can be handed over by a releasing guard.
+        let want = Some((plan.ttl, plan.fence));
+        let new_slot = || WaitSlot::new(core, waiter, &keys, opts.cancel.as_ref(), want);
         let mut slot: Option<WaitSlot<'_>> = None;
-        if fair && deadline.is_none_or(|d| d > Instant::now()) && WaitSlot::wanted(waiter, &keys) {
-            slot.get_or_insert_with(new_slot).prepare(deadline)?;
+        if fair
+            && deadline.is_none_or(|d| d > Instant::now())
+            && WaitSlot::wanted(waiter, &keys)
+            && let Some(h) = slot.get_or_insert_with(new_slot).prepare(deadline)?
+        {
+            return Ok(Some(self.adopt(&plan, &keys, h.value, h.sent, h.fence)));
         }
         loop {
             if core.shutdown.is_cancelled() {
@@ -270,8 +280,12 @@ impl LockClient {
             if !will_wait || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            slot.get_or_insert_with(new_slot)
-                .pause(remaining, deadline)?;
+            if let Some(h) = slot
+                .get_or_insert_with(new_slot)
+                .pause(remaining, deadline)?
+            {
+                return Ok(Some(self.adopt(&plan, &keys, h.value, h.sent, h.fence)));
+            }
         }
     }
 
@@ -313,6 +327,20 @@ impl LockClient {
                 }
             }
         };
+        Ok(Ok(self.adopt(plan, keys, value, sent, fence)))
+    }
+
+    /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL
+    /// was set by a command sent at `sent`, and hands its lease to the renewal thread.
+    fn adopt(
+        &self,
+        plan: &Plan,
+        keys: &Keys,
+        value: String,
+        sent: Instant,
+        fence: Option<u64>,
+    ) -> LockGuard {
+        let core = &self.inner.core;
         bump(&core.counters.acquired, 1);
         let (lost_tx, lost_rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(LeaseState::new(
@@ -333,7 +361,7 @@ impl LockClient {
             plan.max_renewals,
             sent,
         ));
-        Ok(Ok(LockGuard::new(Arc::clone(core), state, fence, lost_rx)))
+        LockGuard::new(Arc::clone(core), state, fence, lost_rx)
     }
 
     /// The acquire's reply was lost after the command may have reached Redis: delete

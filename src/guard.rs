@@ -167,14 +167,17 @@ impl LockGuard {
             held.released = true;
             held.value.clone()
         };
-        let outcome = core.pool.get().map_err(Error::from).and_then(|mut conn| {
-            Ok(self.state.backend.release(
-                &mut conn,
-                &self.state.key,
-                &self.state.channel,
-                &value,
-            )?)
-        });
+        // A caller of this client waiting for the key takes the lock over directly;
+        // otherwise compare-and-delete, which is idempotent, so a connection that
+        // died while idle may be retried.
+        let outcome =
+            crate::handoff::try_hand_off(&core, &self.state, &value).unwrap_or_else(|| {
+                with_retry(&core.pool, |conn| {
+                    self.state
+                        .backend
+                        .release(conn, &self.state.key, &self.state.channel, &value)
+                })
+            });
         match &outcome {
             Ok(Release::Released) => bump(&core.counters.released, 1),
             Ok(_) => {}

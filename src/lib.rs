@@ -105,6 +105,7 @@ mod client;
 mod config;
 mod error;
 mod guard;
+mod handoff;
 mod lease;
 mod metrics;
 mod pool;

@@ -113,6 +113,27 @@ return 1
     )
 });
 
+/// Token hand-off: replace our token by a waiting caller's, without freeing the lock.
+///
+/// KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] our token, ARGV[2] the new
+/// holder's token, ARGV[3] its TTL in ms, ARGV[4] `1` to take a fence for it.
+/// Returns `{1, fence}` handed over, `{0, 0}` our lock was gone, `{-1, 0}` someone
+/// else's value is there. Compare and replace are one atomic step, so the lock is
+/// held by exactly one of the two tokens at every moment.
+pub(crate) static TOKEN_HANDOFF: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local v = redis.pcall('GET', KEYS[1])
+if v == false then return {0, 0} end
+if type(v) == 'table' or v ~= ARGV[1] then return {-1, 0} end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+local fence = 0
+if ARGV[4] == '1' then fence = redis.call('INCR', KEYS[2]) end
+return {1, fence}
+",
+    )
+});
+
 /// Whether a reply says the server does not know the script (after a restart or
 /// `SCRIPT FLUSH`), so it must be loaded and the call repeated.
 pub(crate) fn is_noscript(err: &redis::RedisError) -> bool {

@@ -46,6 +46,11 @@ pub(crate) enum Wake {
     Cancelled,
     /// The client was closed.
     Shutdown,
+    /// A releasing guard of this client handed its lock to this caller's offer
+    /// (see `handoff`): the caller holds the lock, measured from `sent`.
+    Handed { sent: Instant, fence: Option<u64> },
+    /// A releaser took this caller's offer but could not hand the lock over.
+    NotHanded,
 }
 
 enum Command {

@@ -9,6 +9,7 @@ use super::{Command, Waiter, Wake};
 use crate::cancel::{CancelToken, Watch};
 use crate::client::Core;
 use crate::error::{Error, Result};
+use crate::handoff::Offer;
 use crate::metrics::bump;
 use crate::scheme::Keys;
 
@@ -28,7 +29,22 @@ pub(crate) struct WaitSlot<'a> {
     counted: bool,
     turn: Turn,
     backoff_step: u32,
+    /// TTL and fencing of the lock this caller wants, for hand-off offers; `None`
+    /// when releasers cannot hand it over.
+    want: Option<(Duration, bool)>,
+    /// The token this caller offers to be handed the lock with (made once).
+    offer_value: Option<String>,
     _watches: [Option<Watch>; 2],
+}
+
+/// A lock handed to a waiting caller by a releasing guard of its client.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    /// The caller's token, now stored under the key.
+    pub(crate) value: String,
+    /// When the hand-off was sent: the lease's validity counts from here.
+    pub(crate) sent: Instant,
+    pub(crate) fence: Option<u64>,
 }
 
 /// Where a slot stands with the wake-ups it was sent.
@@ -50,6 +66,7 @@ impl<'a> WaitSlot<'a> {
         waiter: Option<&'a Waiter>,
         keys: &Keys,
         cancel: Option<&CancelToken>,
+        want: Option<(Duration, bool)>,
     ) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
         let watches = [
@@ -69,6 +86,8 @@ impl<'a> WaitSlot<'a> {
             counted: false,
             turn: Turn::Waiting,
             backoff_step: 0,
+            want: want.filter(|_| waiter.is_some()),
+            offer_value: None,
             _watches: watches,
         }
     }
@@ -90,8 +109,10 @@ impl<'a> WaitSlot<'a> {
     /// The fair wait ends at our turn, at the holder's TTL last seen, or after
     /// the longest backoff step, whichever comes first: a lock left free with
     /// nobody woken (a holder that released without publishing) is tried soon.
-    pub(crate) fn prepare(&mut self, deadline: Option<Instant>) -> Result<()> {
-        let Some(w) = self.waiter else { return Ok(()) };
+    pub(crate) fn prepare(&mut self, deadline: Option<Instant>) -> Result<Option<Handoff>> {
+        let Some(w) = self.waiter else {
+            return Ok(None);
+        };
         let (ahead, holder_until) = {
             let local = w.shared.local.lock();
             local
@@ -102,7 +123,7 @@ impl<'a> WaitSlot<'a> {
             self.enqueue(w);
         }
         if ahead == 0 || !self.queued {
-            return Ok(());
+            return Ok(None);
         }
         self.count(None);
         let step = Instant::now() + self.core.settings.backoff_max;
@@ -119,7 +140,7 @@ impl<'a> WaitSlot<'a> {
         &mut self,
         remaining: Option<Duration>,
         deadline: Option<Instant>,
-    ) -> Result<()> {
+    ) -> Result<Option<Handoff>> {
         // The attempt that found the lock busy used any wake-up we had.
         self.turn = Turn::Waiting;
         self.count(remaining);
@@ -134,7 +155,7 @@ impl<'a> WaitSlot<'a> {
                     if w.shared.subscribed.read().contains(&self.channel) {
                         // Queued on a live subscription: one more attempt covers a
                         // release between the busy reply and the queueing.
-                        return Ok(());
+                        return Ok(None);
                     }
                     self.kick(w);
                 }
@@ -154,29 +175,100 @@ impl<'a> WaitSlot<'a> {
         self.turn = Turn::Acquired;
     }
 
-    fn sleep(&mut self, until: Instant, deadline: Option<Instant>) -> Result<()> {
+    /// Sleeps until a wake-up, `until` or `deadline`. While asleep the caller has an
+    /// offer out, so a releasing guard of this client can hand it the lock.
+    fn sleep(&mut self, until: Instant, deadline: Option<Instant>) -> Result<Option<Handoff>> {
         let mut until = deadline.map_or(until, |d| d.min(until));
-        loop {
+        let posted = self.post_offer();
+        let result = loop {
             match self.rx.recv_deadline(until) {
-                Ok(Wake::Released) => {
-                    self.queued = false;
-                    self.turn = Turn::Woken;
-                    self.backoff_step = 0;
-                    bump(&self.core.counters.wakeups, 1);
-                    return Ok(());
-                }
+                Ok(Wake::Handed { sent, fence }) => return Ok(Some(self.handed(sent, fence))),
+                // Our offer was taken and not used: we are still waiting.
+                Ok(Wake::NotHanded) => return Ok(None),
                 Ok(Wake::Retry) if !self.healthy() => {
                     // The connection broke: a release may be lost, so poll.
                     until = until.min(Instant::now() + self.backoff());
                 }
-                Ok(Wake::Retry) | Err(_) => return Ok(()),
-                Ok(Wake::Cancelled) => {
-                    return Err(Error::Cancelled {
-                        key: self.key.clone(),
-                    });
-                }
-                Ok(Wake::Shutdown) => return Err(Error::Shutdown),
+                Ok(wake) => break self.woken(wake),
+                Err(_) => break Ok(None),
             }
+        };
+        if posted && !self.withdraw_offer() {
+            // A releaser took the offer and is handing the lock over right now:
+            // its answer comes within its network timeouts.
+            if let Some(handoff) = self.await_hand_off() {
+                return Ok(Some(handoff));
+            }
+        }
+        result
+    }
+
+    /// What a wake-up other than a hand-off means for the wait.
+    fn woken(&mut self, wake: Wake) -> Result<Option<Handoff>> {
+        match wake {
+            Wake::Released => {
+                self.queued = false;
+                self.turn = Turn::Woken;
+                self.backoff_step = 0;
+                bump(&self.core.counters.wakeups, 1);
+                Ok(None)
+            }
+            Wake::Cancelled => Err(Error::Cancelled {
+                key: self.key.clone(),
+            }),
+            Wake::Shutdown => Err(Error::Shutdown),
+            Wake::Retry | Wake::Handed { .. } | Wake::NotHanded => Ok(None),
+        }
+    }
+
+    /// Puts this caller's offer out; whether there is one.
+    fn post_offer(&mut self) -> bool {
+        let Some((ttl, fence)) = self.want else {
+            return false;
+        };
+        let value = self
+            .offer_value
+            .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
+            .clone();
+        self.core.offers.post(
+            &self.channel,
+            Offer {
+                seq: self.seq,
+                value,
+                ttl,
+                fence,
+                tx: self.tx.clone(),
+            },
+        );
+        true
+    }
+
+    fn withdraw_offer(&self) -> bool {
+        self.core.offers.withdraw(&self.channel, self.seq)
+    }
+
+    /// Waits for the outcome of a hand-off in flight to this caller.
+    fn await_hand_off(&mut self) -> Option<Handoff> {
+        let s = &self.core.settings;
+        let bound = Instant::now() + 2 * (s.connect_timeout + s.read_timeout + s.write_timeout);
+        loop {
+            match self.rx.recv_deadline(bound) {
+                Ok(Wake::Handed { sent, fence }) => return Some(self.handed(sent, fence)),
+                Ok(Wake::NotHanded) | Err(_) => return None,
+                // Cancel and shutdown flags are seen by the caller's next check.
+                Ok(wake) => {
+                    let _ = self.woken(wake);
+                }
+            }
+        }
+    }
+
+    fn handed(&mut self, sent: Instant, fence: Option<u64>) -> Handoff {
+        self.turn = Turn::Acquired;
+        Handoff {
+            value: self.offer_value.take().unwrap_or_default(),
+            sent,
+            fence,
         }
     }
 
@@ -232,6 +324,7 @@ impl<'a> WaitSlot<'a> {
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
         let Some(w) = self.waiter else { return };
+        self.release_late_hand_off();
         let woken = self.turn == Turn::Woken;
         if self.queued || woken {
             // A wake-up this slot took but did not use, or one the thread sent it
@@ -253,6 +346,28 @@ impl Drop for WaitSlot<'_> {
                     local.remove(&self.channel);
                 }
             }
+        }
+    }
+}
+
+impl WaitSlot<'_> {
+    /// A hand-off that arrived after the caller stopped waiting for it is a lock
+    /// nobody will use: release it so the next waiter gets it.
+    fn release_late_hand_off(&mut self) {
+        let mut late = false;
+        for wake in self.rx.try_iter() {
+            match wake {
+                Wake::Handed { .. } => late = true,
+                // An unread release is passed on by the `Leave` below.
+                Wake::Released if self.turn != Turn::Acquired => self.turn = Turn::Woken,
+                _ => {}
+            }
+        }
+        if let (true, Some(value)) = (late, self.offer_value.take()) {
+            let backend = crate::scheme::TokenBackend;
+            let _ = crate::pool::with_retry(&self.core.pool, |conn| {
+                crate::scheme::Backend::release(&backend, conn, &self.key, &self.channel, &value)
+            });
         }
     }
 }

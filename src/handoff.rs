@@ -1,0 +1,154 @@
+//! Local hand-off: a releasing guard passes its lock straight to the oldest caller
+//! of the same client waiting for the key, in one atomic script, instead of freeing
+//! it and letting the waiter race for it.
+//!
+//! A waiting caller posts an [`Offer`] (the token it would write, its TTL, whether it
+//! wants a fence) while it sleeps. The releaser takes the oldest offer and runs
+//! `TOKEN_HANDOFF`, which replaces its own token by the offered one only if its own
+//! is still there. The lock is never free in between, so the hand-off costs one
+//! round trip and one thread wake-up where a release and a new acquire cost two
+//! round trips and two wake-ups. After [`STREAK`] hand-offs in a row a key is
+//! released for real once, so callers of other processes get their turn.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use crate::client::Core;
+use crate::error::Result;
+use crate::lease::{LeaseState, ttl_millis};
+use crate::metrics::bump;
+use crate::pool::with_retry;
+use crate::scheme::{Release, companion, with_scripts};
+use crate::scripts::TOKEN_HANDOFF;
+use crate::wait::Wake;
+
+/// Hand-offs in a row after which a key is released for real once.
+pub(crate) const STREAK: u32 = 16;
+
+/// A sleeping caller's standing request for the lock.
+pub(crate) struct Offer {
+    pub(crate) seq: u64,
+    pub(crate) value: String,
+    pub(crate) ttl: Duration,
+    pub(crate) fence: bool,
+    pub(crate) tx: Sender<Wake>,
+}
+
+/// The offers of one client, by channel, oldest first.
+#[derive(Default)]
+pub(crate) struct Offers {
+    by_channel: Mutex<HashMap<String, Queue>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    offers: BTreeMap<u64, Offer>,
+    streak: u32,
+}
+
+impl Offers {
+    pub(crate) fn post(&self, channel: &str, offer: Offer) {
+        let mut map = self.by_channel.lock();
+        let queue = map.entry(channel.to_owned()).or_default();
+        queue.offers.insert(offer.seq, offer);
+    }
+
+    /// Takes back the offer `seq`; `false` when a releaser has taken it already
+    /// (its outcome, `Wake::Handed` or `Wake::NotHanded`, is on the way).
+    pub(crate) fn withdraw(&self, channel: &str, seq: u64) -> bool {
+        let mut map = self.by_channel.lock();
+        let Some(queue) = map.get_mut(channel) else {
+            return false;
+        };
+        let found = queue.offers.remove(&seq).is_some();
+        if queue.offers.is_empty() {
+            map.remove(channel);
+        }
+        found
+    }
+
+    /// The oldest offer for `channel`, unless the key is due a real release.
+    fn take(&self, channel: &str) -> Option<Offer> {
+        let mut map = self.by_channel.lock();
+        let queue = map.get_mut(channel)?;
+        if queue.streak >= STREAK {
+            queue.streak = 0;
+            return None;
+        }
+        let (_, offer) = queue.offers.pop_first()?;
+        queue.streak += 1;
+        if queue.offers.is_empty() {
+            map.remove(channel);
+        }
+        Some(offer)
+    }
+}
+
+/// Hands the lock held with `value` to a waiting caller, if one has an offer out.
+///
+/// `None`: nobody to hand to, or the hand-off failed in a way that leaves our lock
+/// to be released the usual way. `Some(outcome)`: what a release would have said.
+pub(crate) fn try_hand_off(
+    core: &Core,
+    state: &LeaseState,
+    value: &str,
+) -> Option<Result<Release>> {
+    if !state.backend.publishes() {
+        return None;
+    }
+    let offer = core.offers.take(&state.channel)?;
+    let fence_key = companion(&state.key, "fence");
+    let sent = Instant::now();
+    let reply: Result<(i64, i64)> = with_retry(&core.pool, |conn| {
+        with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
+            c.run(|c| {
+                TOKEN_HANDOFF
+                    .key(&state.key)
+                    .key(&fence_key)
+                    .arg(value)
+                    .arg(&offer.value)
+                    .arg(ttl_millis(offer.ttl))
+                    .arg(if offer.fence { "1" } else { "0" })
+                    .invoke(c)
+            })
+        })
+    });
+    match reply {
+        Ok((1, fence)) => {
+            bump(&core.counters.handoffs, 1);
+            let fence = offer.fence.then(|| u64::try_from(fence).unwrap_or(0));
+            if offer.tx.send(Wake::Handed { sent, fence }).is_err() {
+                // The caller gave up meanwhile: free the lock it was handed.
+                let _ = with_retry(&core.pool, |conn| {
+                    state
+                        .backend
+                        .release(conn, &state.key, &state.channel, &offer.value)
+                });
+            }
+            Some(Ok(Release::Released))
+        }
+        Ok((n, _)) => {
+            let _ = offer.tx.send(Wake::NotHanded);
+            Some(Ok(if n == 0 {
+                Release::Expired
+            } else {
+                Release::Taken
+            }))
+        }
+        Err(e) => {
+            // Unknown whether the script ran: take the offered token back out (it
+            // would be a lock nobody holds), then release ours the usual way.
+            log::debug!("hand-off of `{}` failed: {e}", state.key);
+            let _ = with_retry(&core.pool, |conn| {
+                state
+                    .backend
+                    .release(conn, &state.key, &state.channel, &offer.value)
+            });
+            let _ = offer.tx.send(Wake::NotHanded);
+            None
+        }
+    }
+}
