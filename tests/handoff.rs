@@ -99,8 +99,8 @@ fn an_expired_holder_hands_nothing_and_the_waiter_still_gets_the_lock() {
         });
         wait_until_waiting(&c, before);
         assert!(eventually(Duration::from_secs(2), || !holder.is_held()));
-        let (guard, waited) = waiter.join().unwrap();
-        assert!(waited < Duration::from_secs(2), "{waited:?}");
+        let (guard, took) = waiter.join().unwrap();
+        assert!(took < Duration::from_secs(2), "{took:?}");
         // The waiter took the lock on its own once the TTL ran out; the late
         // release finds someone else's token and leaves it.
         assert_eq!(holder.unlock().unwrap(), Release::Taken);
