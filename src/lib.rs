@@ -43,6 +43,26 @@
 //! and have them reject lower fences: that is what makes a paused, expired holder
 //! harmless.
 //!
+//! [`Scheme::LegacyTimestamp`] (opt-in) shares keys with deployed `SETNX`/`GETSET`
+//! timestamp locks: the value is the expiry as a unix timestamp, an expired value is
+//! taken over atomically, and release and renewal compare the exact value written.
+//! Its limits (all clients' clocks must agree; a paused holder is overtaken) are in
+//! [`LegacyTimestamp`]'s docs.
+//!
+//! # Migrating from timestamp locks
+//!
+//! 1. Run redlease with [`Scheme::LegacyTimestamp`] beside the deployed clients, on
+//!    the same keys, in the same unit. They exclude each other.
+//! 2. Once every client of a key runs redlease, switch that key to [`Scheme::Token`].
+//!    During the rollout legacy-mode and token-mode redlease clients still exclude
+//!    each other: `SET NX` fails on a timestamp, and legacy mode treats a token (not
+//!    an integer) as held.
+//! 3. Remove the compatibility mode.
+//!
+//! The order matters: a deployed client cannot parse a token (Jedis-style code's
+//! `Long.parseLong` throws), so a key moves to tokens only after its last deployed
+//! client is gone. `examples/migrate_from_timestamp.rs` shows steps 1 and 2.
+//!
 //! # Threads and guarantees
 //!
 //! Each client runs two threads, stopped and joined when its last clone is dropped:
@@ -54,7 +74,10 @@
 //!   receives a [`LeaseLost`], and the `on_lost` callback runs.
 //! - `redlease-waiter` holds one pub/sub connection and hands each release to one
 //!   waiting caller of this client, oldest first. Waits are bounded by the holder's
-//!   remaining TTL; polling with jittered backoff is the fallback.
+//!   remaining TTL; polling with jittered backoff is the fallback. Within a client,
+//!   a releasing guard hands its lock straight to the oldest waiting caller in one
+//!   atomic script; every 16 hand-offs in a row it releases for real, so callers in
+//!   other processes get their turn.
 //!
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
 //! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of
