@@ -1,7 +1,7 @@
 //! The state of one held lease, shared by its guard and the renewal thread.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -9,6 +9,7 @@ use parking_lot::Mutex;
 
 use crate::config::LostCallback;
 use crate::metrics::{Counters, bump};
+use crate::renewal::Command;
 use crate::scheme::Backend;
 
 /// Why a lease was lost; carried by [`LeaseLost`].
@@ -27,8 +28,9 @@ pub enum LossReason {
     /// The lease was not renewed ([`Renewal::None`](crate::Renewal::None)) and its
     /// TTL ran out.
     TtlElapsed,
-    /// The client was dropped: nothing renews the lease any more, and it runs out at
-    /// the guard's `valid_until()`.
+    /// The client was dropped: nothing renews the lease any more. Unlike the other
+    /// reasons this is a warning, not a loss: the lease stays valid, and
+    /// [`is_held`](crate::LockGuard::is_held) true, until the guard's `valid_until()`.
     Shutdown,
 }
 
@@ -82,17 +84,27 @@ pub(crate) struct Held {
     pub(crate) released: bool,
 }
 
+/// Numbers the leases of this process, so the renewal thread can find one by id.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
 /// One held lease.
 pub(crate) struct LeaseState {
+    pub(crate) id: u64,
     pub(crate) key: String,
     pub(crate) channel: String,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) held: Arc<Mutex<Held>>,
     valid_until: AtomicU64,
     ttl_ms: AtomicU64,
+    /// Known lost: `is_held()` is false from then on.
     lost: AtomicBool,
+    /// The holder was told (message and callback), which happens at most once.
+    told: AtomicBool,
     lost_tx: Sender<LeaseLost>,
     on_lost: Option<LostCallback>,
+    /// The renewal thread's channel, set when the lease is registered, so that an
+    /// `extend` from the guard can have the lease's schedule looked at again.
+    pub(crate) renewer: OnceLock<Sender<Command>>,
 }
 
 impl std::fmt::Debug for LostCallback2<'_> {
@@ -116,6 +128,7 @@ impl LeaseState {
     ) -> Self {
         let (key, channel) = (keys.lock.clone(), keys.channel.clone());
         Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key,
             channel,
             backend,
@@ -126,19 +139,31 @@ impl LeaseState {
             valid_until: AtomicU64::new(to_nanos(validity_end(sent, ttl))),
             ttl_ms: AtomicU64::new(ttl_millis(ttl)),
             lost: AtomicBool::new(false),
+            told: AtomicBool::new(false),
             lost_tx,
             on_lost,
+            renewer: OnceLock::new(),
         }
     }
 
-    /// Marks the lease lost and tells its holder, once: the `lost()` receiver gets a
-    /// message and the `on_lost` callback runs (a panic in it is caught and logged).
+    /// Marks the lease lost (for every reason but [`LossReason::Shutdown`], which
+    /// leaves it valid until `valid_until`) and tells its holder, once: the `lost()`
+    /// receiver gets a message and the `on_lost` callback runs (a panic in it is
+    /// caught and logged). Must be called with no lease's `held` mutex locked, since
+    /// the callback may release guards.
     pub(crate) fn notify_lost(&self, reason: LossReason, counters: &Counters) {
-        if !self.mark_lost() {
+        let newly_lost = reason != LossReason::Shutdown && self.mark_lost();
+        if newly_lost {
+            bump(&counters.leases_lost, 1);
+        }
+        if self.told.swap(true, Ordering::AcqRel) {
             return;
         }
-        bump(&counters.leases_lost, 1);
-        log::warn!("lease on `{}` lost: {reason:?}", self.key);
+        if reason == LossReason::Shutdown {
+            log::info!("lease on `{}` no longer renewed: client dropped", self.key);
+        } else {
+            log::warn!("lease on `{}` lost: {reason:?}", self.key);
+        }
         let msg = LeaseLost {
             key: self.key.clone(),
             reason,
@@ -157,9 +182,25 @@ impl LeaseState {
         from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
-    /// Records a renewal or extension confirmed by Redis, sent at `sent`.
+    /// Records an extension to `ttl` confirmed by Redis, sent at `sent` by the guard:
+    /// later renewals use `ttl` too. If the validity now ends sooner, the renewal
+    /// thread is asked to look at the lease's schedule again.
     pub(crate) fn confirm(&self, sent: Instant, ttl: Duration) {
+        let before = self.valid_until();
         self.ttl_ms.store(ttl_millis(ttl), Ordering::Release);
+        self.renewed(sent, ttl);
+        if self.valid_until() < before
+            && let Some(renewer) = self.renewer.get()
+        {
+            // Fails only once the thread is gone: nothing to reschedule then.
+            let _ = renewer.send(Command::Reschedule(self.id));
+        }
+    }
+
+    /// Records a renewal for `ttl` confirmed by Redis, sent at `sent` by the renewal
+    /// thread; the lease's own TTL is unchanged (a renewal clipped to `max_hold` is
+    /// shorter).
+    pub(crate) fn renewed(&self, sent: Instant, ttl: Duration) {
         self.valid_until
             .store(to_nanos(validity_end(sent, ttl)), Ordering::Release);
     }
@@ -216,6 +257,71 @@ mod tests {
     fn a_ttl_below_the_drift_is_never_valid() {
         let now = Instant::now();
         assert_eq!(validity_end(now, Duration::from_millis(1)), now);
+    }
+
+    fn lease(
+        on_lost: Option<LostCallback>,
+    ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let keys = crate::scheme::Keys::new("", "k").unwrap();
+        let backend = crate::scheme::backend(&crate::config::Scheme::Token);
+        let ttl = Duration::from_secs(10);
+        let state = LeaseState::new(&keys, backend, "v".into(), Instant::now(), ttl, on_lost, tx);
+        (state, rx)
+    }
+
+    #[test]
+    fn a_lease_is_reported_lost_once() {
+        let calls = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&calls);
+        let (state, rx) = lease(Some(Arc::new(move |_: &LeaseLost| {
+            counted.fetch_add(1, Ordering::SeqCst);
+        })));
+        let counters = Counters::default();
+        assert!(state.is_held());
+        state.notify_lost(LossReason::Expired, &counters);
+        state.notify_lost(LossReason::Taken, &counters);
+        assert!(!state.is_held());
+        assert_eq!(rx.try_recv().unwrap().reason, LossReason::Expired);
+        assert!(rx.try_recv().is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(counters.snapshot().leases_lost, 1);
+    }
+
+    #[test]
+    fn shutdown_is_told_but_leaves_the_lease_valid() {
+        let (state, rx) = lease(None);
+        let counters = Counters::default();
+        state.notify_lost(LossReason::Shutdown, &counters);
+        assert!(state.is_held());
+        assert_eq!(rx.try_recv().unwrap().reason, LossReason::Shutdown);
+        assert_eq!(counters.snapshot().leases_lost, 0);
+        // A loss found later (by an extend) still ends it, without a second message.
+        state.notify_lost(LossReason::Expired, &counters);
+        assert!(!state.is_held());
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_panicking_callback_is_caught() {
+        let (state, rx) = lease(Some(Arc::new(|_: &LeaseLost| panic!("expected"))));
+        state.notify_lost(LossReason::Taken, &Counters::default());
+        assert_eq!(rx.try_recv().unwrap().reason, LossReason::Taken);
+    }
+
+    #[test]
+    fn only_an_extend_that_shortens_the_validity_reschedules() {
+        let (state, _rx) = lease(None);
+        let (tx, rx) = crossbeam_channel::unbounded();
+        state.renewer.set(tx).unwrap();
+        state.confirm(Instant::now(), Duration::from_secs(20));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(state.ttl(), Duration::from_secs(20));
+        state.confirm(Instant::now(), Duration::from_secs(1));
+        assert!(matches!(rx.try_recv(), Ok(Command::Reschedule(id)) if id == state.id));
+        // A renewal by the thread moves the validity only, never the lease's TTL.
+        state.renewed(Instant::now(), Duration::from_millis(5));
+        assert_eq!(state.ttl(), Duration::from_secs(1));
     }
 
     proptest! {

@@ -1,6 +1,7 @@
 //! Counters kept by a client, read as a [`Metrics`] snapshot.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A snapshot of a client's counters, from [`LockClient::metrics`](crate::LockClient::metrics).
 ///
@@ -16,16 +17,26 @@ pub struct Metrics {
     pub released: u64,
     /// Releases (including by `Drop`) that failed with an error.
     pub release_errors: u64,
-    /// Renewal commands sent (one per lease per renewal).
+    /// Renewal commands sent (one per lease per renewal, and again for one re-sent
+    /// after `NOSCRIPT`).
     pub renewals: u64,
     /// Renewals that failed (error or no reply in time); retried until validity ends.
     pub renewals_failed: u64,
-    /// Round trips the renewal thread made; each carries every lease due then.
+    /// Ticks of the renewal thread: wake-ups that found leases due and set out to
+    /// renew them all. A tick makes one round trip (none if no connection could be
+    /// had in time), and two more after a `NOSCRIPT` (script load, re-send).
+    pub renewal_ticks: u64,
+    /// Round trips the renewal thread made: one pipeline per tick carrying every
+    /// lease due then, and the script loads and re-sends after a `NOSCRIPT`.
     pub renewal_round_trips: u64,
-    /// Leases marked lost, for any [`LossReason`](crate::LossReason).
+    /// Time the renewal thread spent on ticks: taking a connection, the round trips.
+    pub renewal_time: Duration,
+    /// Leases marked lost, for any [`LossReason`](crate::LossReason) but `Shutdown`.
     pub leases_lost: u64,
     /// Waits ended by a release message from the waiter thread.
     pub wakeups: u64,
+    /// Locks a releasing guard handed straight to a waiting caller of this client.
+    pub handoffs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -36,9 +47,12 @@ pub(crate) struct Counters {
     pub(crate) release_errors: AtomicU64,
     pub(crate) renewals: AtomicU64,
     pub(crate) renewals_failed: AtomicU64,
+    pub(crate) renewal_ticks: AtomicU64,
     pub(crate) renewal_round_trips: AtomicU64,
+    pub(crate) renewal_nanos: AtomicU64,
     pub(crate) leases_lost: AtomicU64,
     pub(crate) wakeups: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
 }
 
 /// Adds `n` to a counter.
@@ -56,9 +70,12 @@ impl Counters {
             release_errors: get(&self.release_errors),
             renewals: get(&self.renewals),
             renewals_failed: get(&self.renewals_failed),
+            renewal_ticks: get(&self.renewal_ticks),
             renewal_round_trips: get(&self.renewal_round_trips),
+            renewal_time: Duration::from_nanos(get(&self.renewal_nanos)),
             leases_lost: get(&self.leases_lost),
             wakeups: get(&self.wakeups),
+            handoffs: get(&self.handoffs),
         }
     }
 }
