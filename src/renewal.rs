@@ -15,6 +15,7 @@ mod batch;
 mod schedule;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering, fence};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -22,15 +23,16 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::client::Core;
 use crate::error::{Error, Result};
-use crate::lease::LossReason;
+use crate::lease::{LossReason, to_nanos};
 use batch::{Loaded, Outcome, renew_due};
 pub(crate) use schedule::Lease;
 use schedule::{Due, EARLY_SHARE, Queue};
 
 /// What the renewal thread is told, on its channel.
 pub(crate) enum Command {
-    /// A newly acquired lease.
-    Register(Box<Lease>),
+    /// Look at the inbox of new leases now: one of them is due before the thread
+    /// would otherwise wake, or the inbox is getting long.
+    Wake,
     /// The lease with this id was extended to a shorter validity: schedule it again.
     Reschedule(u64),
     /// Acknowledge once every earlier command is taken (for `flush`).
@@ -38,21 +40,50 @@ pub(crate) enum Command {
     Shutdown,
 }
 
+/// New leases waiting in the inbox after which the thread is woken to take them.
+const INBOX_WAKE: usize = 1024;
+
 /// The renewal thread's handle; dropping it stops and joins the thread.
+///
+/// New leases go through a channel of their own, the inbox, which the thread drains
+/// whenever it wakes; it is woken for them only when one is due before its next
+/// wake-up or the inbox is long. So taking a lock costs a channel send, not a
+/// thread wake-up, and a client churning through short locks keeps the thread
+/// asleep until the next renewal is due.
 pub(crate) struct Renewer {
     tx: Sender<Command>,
+    inbox: Sender<Box<Lease>>,
+    /// When the thread will next wake on its own (lease-clock nanoseconds); 0
+    /// while it is awake and will still look at the inbox.
+    wake_at: Arc<AtomicU64>,
     handle: Option<JoinHandle<()>>,
+}
+
+/// The thread's ends of the channels.
+struct Inbound {
+    rx: Receiver<Command>,
+    inbox: Receiver<Box<Lease>>,
+    wake_at: Arc<AtomicU64>,
 }
 
 impl Renewer {
     pub(crate) fn spawn(core: Arc<Core>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        let (inbox, inbox_rx) = crossbeam_channel::unbounded();
+        let wake_at = Arc::new(AtomicU64::new(0));
+        let inbound = Inbound {
+            rx,
+            inbox: inbox_rx,
+            wake_at: Arc::clone(&wake_at),
+        };
         let handle = thread::Builder::new()
             .name("redlease-renewal".into())
-            .spawn(move || run(&rx, &core))
+            .spawn(move || run(&inbound, &core))
             .map_err(Error::Spawn)?;
         Ok(Self {
             tx,
+            inbox,
+            wake_at,
             handle: Some(handle),
         })
     }
@@ -60,8 +91,17 @@ impl Renewer {
     /// Hands a newly acquired lease to the thread.
     pub(crate) fn register(&self, lease: Lease) {
         let _ = lease.state.renewer.set(self.tx.clone());
+        let due = to_nanos(lease.due);
         // Sending fails only once the thread is gone; the lease then just runs out.
-        let _ = self.tx.send(Command::Register(Box::new(lease)));
+        if self.inbox.send(Box::new(lease)).is_err() {
+            return;
+        }
+        // Pairs with the fence in `run`: either the thread sees this lease before it
+        // sleeps, or this sees the wake-up time it published.
+        fence(AtomicOrdering::SeqCst);
+        if due < self.wake_at.load(AtomicOrdering::SeqCst) || self.inbox.len() >= INBOX_WAKE {
+            let _ = self.tx.send(Command::Wake);
+        }
     }
 
     /// Returns once the thread has taken every command sent before this call.
@@ -85,7 +125,7 @@ impl Drop for Renewer {
 /// Applies a command; `false` on shutdown.
 fn apply(queue: &mut Queue, cmd: Command) -> bool {
     match cmd {
-        Command::Register(lease) => queue.push(*lease),
+        Command::Wake => {}
         Command::Reschedule(id) => queue.reschedule(id),
         Command::Sync(ack) => {
             let _ = ack.send(());
@@ -95,14 +135,28 @@ fn apply(queue: &mut Queue, cmd: Command) -> bool {
     true
 }
 
-fn run(rx: &Receiver<Command>, core: &Core) {
+/// Moves the inbox's leases into the queue. Leases released meanwhile are dropped;
+/// one whose mutex is busy is kept and looked at when due (the thread never waits
+/// on a lease's mutex).
+fn take_inbox(inbound: &Inbound, queue: &mut Queue) {
+    for lease in inbound.inbox.try_iter() {
+        if lease.state.held.try_lock().is_none_or(|h| !h.released) {
+            queue.push(*lease);
+        }
+    }
+}
+
+fn run(inbound: &Inbound, core: &Core) {
+    let rx = &inbound.rx;
     let mut queue = Queue::new();
     let mut loaded = Loaded::new();
     'run: loop {
+        inbound.wake_at.store(0, AtomicOrdering::SeqCst);
+        take_inbox(inbound, &mut queue);
         let next = queue.heap.peek().map(|d| d.0.due);
         if next.is_some_and(|due| due <= Instant::now()) {
-            // Take what is queued first (new leases join this tick), but no more, so
-            // a stream of commands cannot hold off a tick.
+            // Take what is queued first, but no more, so a stream of commands
+            // cannot hold off a tick.
             for _ in 0..rx.len() {
                 let Ok(cmd) = rx.try_recv() else { break };
                 if !apply(&mut queue, cmd) {
@@ -112,12 +166,23 @@ fn run(rx: &Receiver<Command>, core: &Core) {
             tick(&mut queue, &mut loaded, core);
             continue;
         }
+        inbound
+            .wake_at
+            .store(next.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
+        fence(AtomicOrdering::SeqCst);
+        if !inbound.inbox.is_empty() {
+            continue;
+        }
         let cmd = match next {
             Some(due) => rx.recv_deadline(due),
             None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         let go_on = match cmd {
-            Ok(cmd) => apply(&mut queue, cmd),
+            Ok(cmd) => {
+                // Leases first: a reschedule or a flush may be about one of them.
+                take_inbox(inbound, &mut queue);
+                apply(&mut queue, cmd)
+            }
             Err(RecvTimeoutError::Timeout) => true,
             Err(RecvTimeoutError::Disconnected) => false,
         };
@@ -125,6 +190,7 @@ fn run(rx: &Receiver<Command>, core: &Core) {
             break;
         }
     }
+    take_inbox(inbound, &mut queue);
     for Due(lease) in queue.heap {
         let released = lease.state.held.lock().released;
         if !released {
