@@ -12,7 +12,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redis::{ErrorKind, RedisResult, Script, Value};
 
-use super::{Acquire, Backend, Extend, Keys, Release, Request, tri_state, with_scripts};
+use super::{
+    Acquire, Backend, Extend, Keys, Release, Request, compare_and_delete, tri_state, with_scripts,
+};
 use crate::config::MAX_TTL;
 use crate::lease::ttl_millis;
 use crate::pool::Conn;
@@ -138,14 +140,7 @@ impl Backend for LegacyBackend {
     ) -> RedisResult<Release> {
         // The token scheme's compare-and-delete: it compares strings, whatever they
         // hold. Its publish wakes token-scheme waiters while a migration is under way.
-        let n: i64 = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| TOKEN_RELEASE.key(key).arg(value).arg(channel).invoke(c))
-        })?;
-        Ok(match n {
-            1 => Release::Released,
-            0 => Release::Expired,
-            _ => Release::Taken,
-        })
+        compare_and_delete(conn, &SCRIPTS, key, channel, value)
     }
 
     fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String) {

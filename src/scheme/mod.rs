@@ -170,6 +170,31 @@ pub(crate) fn tri_state(reply: &Value) -> RedisResult<Extend> {
     }
 }
 
+/// The compare-and-delete both schemes release with (it compares strings, whatever
+/// they hold), publishing a wake-up on `channel` when it deletes.
+pub(crate) fn compare_and_delete(
+    conn: &mut Conn,
+    scripts: &[&std::sync::LazyLock<redis::Script>],
+    key: &str,
+    channel: &str,
+    value: &str,
+) -> RedisResult<Release> {
+    let n: i64 = with_scripts(conn, scripts, |c| {
+        c.run(|c| {
+            crate::scripts::TOKEN_RELEASE
+                .key(key)
+                .arg(value)
+                .arg(channel)
+                .invoke(c)
+        })
+    })?;
+    Ok(match n {
+        1 => Release::Released,
+        0 => Release::Expired,
+        _ => Release::Taken,
+    })
+}
+
 /// Runs `f`; if the server lost the scripts (restart, `SCRIPT FLUSH`), loads `scripts`
 /// and runs `f` once more.
 pub(crate) fn with_scripts<T>(

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{Acquire, Backend, Extend, Keys, Release, Request, tri_state, with_scripts};
+use super::{
+    Acquire, Backend, Extend, Keys, Release, Request, compare_and_delete, tri_state, with_scripts,
+};
 use crate::lease::ttl_millis;
 use crate::pool::Conn;
 use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
@@ -85,14 +87,7 @@ impl Backend for TokenBackend {
         channel: &str,
         value: &str,
     ) -> RedisResult<Release> {
-        let n: i64 = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| TOKEN_RELEASE.key(key).arg(value).arg(channel).invoke(c))
-        })?;
-        Ok(match n {
-            1 => Release::Released,
-            0 => Release::Expired,
-            _ => Release::Taken,
-        })
+        compare_and_delete(conn, &SCRIPTS, key, channel, value)
     }
 
     fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String) {
