@@ -98,8 +98,10 @@ impl LockGuard {
     ///
     /// The message comes from the renewal thread when a renewal finds the key gone
     /// or taken, when renewals fail until the validity ends, when a fixed lease runs
-    /// out, or when the client is dropped. The channel disconnects without a message
-    /// after a normal release. Use it in `crossbeam_channel::select!` to abort work.
+    /// out, or when the client is dropped (reason [`LossReason::Shutdown`]: nothing
+    /// renews the lease any more). After a normal release no message is sent; the
+    /// channel disconnects once the renewal thread has dropped the lease. Use it in
+    /// `crossbeam_channel::select!` to abort work.
     pub fn lost(&self) -> &Receiver<LeaseLost> {
         &self.lost
     }
