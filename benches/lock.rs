@@ -10,7 +10,8 @@
 //! - `contention`: 8 threads on one key vs raw clients retrying with no sleep:
 //!   acquisitions/s, hand-off p50/p99, fairness, Redis commands per acquisition.
 //!
-//! Run: `cargo bench --bench lock` (needs `redis-server` on PATH).
+//! Run: `cargo bench --bench lock` (needs `redis-server` on PATH);
+//! `REDLEASE_BENCH=contention,parallel_8_keys` runs only those groups.
 
 #![expect(
     clippy::cast_precision_loss,
@@ -77,6 +78,12 @@ impl Floor {
     }
 }
 
+/// Whether group `name` runs: all by default, or those named in `REDLEASE_BENCH`
+/// (comma-separated).
+fn wanted(name: &str) -> bool {
+    std::env::var("REDLEASE_BENCH").map_or(true, |v| v.split(',').any(|g| g == name))
+}
+
 fn client(server: &RedisServer) -> LockClient {
     LockClient::builder(server.url()).build().unwrap()
 }
@@ -108,6 +115,9 @@ fn report(name: &str, ours: Duration, floor: Duration) {
 }
 
 fn uncontended(c: &mut Criterion) {
+    if !wanted("uncontended") {
+        return;
+    }
     let server = RedisServer::start();
     let lc = client(&server);
     let mut floor = Floor::new(&server);
@@ -128,6 +138,9 @@ fn uncontended(c: &mut Criterion) {
 }
 
 fn try_lock_held(c: &mut Criterion) {
+    if !wanted("try_lock_held") {
+        return;
+    }
     let server = RedisServer::start();
     let lc = client(&server);
     let _held = lc.lock("bench:h").unwrap();
@@ -169,6 +182,9 @@ fn parallel(per_thread: usize, work: impl Fn(usize) -> Box<dyn FnMut() + Send> +
 }
 
 fn parallel_8_keys(_c: &mut Criterion) {
+    if !wanted("parallel_8_keys") {
+        return;
+    }
     let server = RedisServer::start();
     let lc = client(&server);
     let mut ours = Vec::new();
@@ -195,6 +211,9 @@ fn parallel_8_keys(_c: &mut Criterion) {
 }
 
 fn renewal(c: &mut Criterion) {
+    if !wanted("renewal") {
+        return;
+    }
     let server = RedisServer::start();
     let lc = client(&server);
     let guard = lc.lock("bench:r").unwrap();
@@ -372,6 +391,9 @@ fn client_commands(server: &RedisServer) -> u64 {
 }
 
 fn contention(_c: &mut Criterion) {
+    if !wanted("contention") {
+        return;
+    }
     let server = RedisServer::start();
     let lc = client(&server);
     let ours = contend(&server, 3.0, || {

@@ -11,6 +11,7 @@
 //! released for real once, so callers of other processes get their turn.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -41,6 +42,9 @@ pub(crate) struct Offer {
 #[derive(Default)]
 pub(crate) struct Offers {
     by_channel: Mutex<HashMap<String, Queue>>,
+    /// `by_channel.len()`, kept beside the map so a release with nobody waiting (the
+    /// common case) skips the lock.
+    channels: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -54,6 +58,7 @@ impl Offers {
         let mut map = self.by_channel.lock();
         let queue = map.entry(channel.to_owned()).or_default();
         queue.offers.insert(offer.seq, offer);
+        self.channels.store(map.len(), Ordering::Release);
     }
 
     /// Takes back the offer `seq`; `false` when a releaser has taken it already
@@ -64,25 +69,34 @@ impl Offers {
             return false;
         };
         let found = queue.offers.remove(&seq).is_some();
-        if queue.offers.is_empty() {
+        if queue.offers.is_empty() && queue.streak == 0 {
             map.remove(channel);
+            self.channels.store(map.len(), Ordering::Release);
         }
         found
     }
 
     /// The oldest offer for `channel`, unless the key is due a real release.
+    ///
+    /// The streak survives the queue running empty (two threads passing a lock back
+    /// and forth never have more than one offer out); only a real release ends it.
     fn take(&self, channel: &str) -> Option<Offer> {
+        if self.channels.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut map = self.by_channel.lock();
         let queue = map.get_mut(channel)?;
+        if queue.offers.is_empty() {
+            map.remove(channel);
+            self.channels.store(map.len(), Ordering::Release);
+            return None;
+        }
         if queue.streak >= STREAK {
             queue.streak = 0;
             return None;
         }
         let (_, offer) = queue.offers.pop_first()?;
         queue.streak += 1;
-        if queue.offers.is_empty() {
-            map.remove(channel);
-        }
         Some(offer)
     }
 }

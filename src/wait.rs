@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,17 @@ struct Shared {
     /// reads its commands: one kick wakes the thread for every caller behind it.
     kicked: AtomicBool,
     seq: AtomicU64,
+    /// `local.len() + subscribed.len()`, kept beside them so the common case — a
+    /// key nobody waits for — is told apart without taking either lock.
+    interest: AtomicUsize,
+}
+
+impl Shared {
+    /// Adds `delta` (±) channels to [`Shared::interest`].
+    fn note(&self, added: usize, removed: usize) {
+        self.interest.fetch_add(added, Ordering::AcqRel);
+        self.interest.fetch_sub(removed, Ordering::AcqRel);
+    }
 }
 
 #[derive(Default)]
@@ -354,7 +365,9 @@ impl Worker {
             for tx in chan.queue.values() {
                 let _ = tx.send(Wake::Retry);
             }
-            subscribed.insert(name);
+            if subscribed.insert(name) {
+                self.shared.note(1, 0);
+            }
         }
         Ok(())
     }
@@ -376,7 +389,9 @@ impl Worker {
             // already, and is told to retry once the thread has resubscribed.
             let mut subscribed = self.shared.subscribed.write();
             for name in idle {
-                subscribed.remove(&name);
+                if subscribed.remove(&name) {
+                    self.shared.note(0, 1);
+                }
                 if self.chans.remove(&name).is_some_and(|c| c.confirmed) {
                     confirmed.push(name);
                 }
@@ -391,7 +406,10 @@ impl Worker {
     /// missed meanwhile), and the thread resubscribes in the background.
     fn set_down(&mut self) {
         let was_up = self.shared.healthy.swap(false, Ordering::AcqRel);
-        self.shared.subscribed.write().clear();
+        let mut subscribed = self.shared.subscribed.write();
+        self.shared.note(0, subscribed.len());
+        subscribed.clear();
+        drop(subscribed);
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
             if was_up {

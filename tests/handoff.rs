@@ -112,14 +112,20 @@ fn an_expired_holder_hands_nothing_and_the_waiter_still_gets_the_lock() {
 
 #[test]
 fn another_process_gets_its_turn_while_one_client_hands_off_in_a_loop() {
+    for threads in [2, 4] {
+        another_client_gets_a_turn(threads);
+    }
+}
+
+fn another_client_gets_a_turn(threads: usize) {
     let server = RedisServer::start();
     let busy = client(&server);
     let other = client(&server);
     let stop = AtomicBool::new(false);
     let loops = AtomicUsize::new(0);
-    let start = Barrier::new(5);
+    let start = Barrier::new(threads + 1);
     thread::scope(|s| {
-        for _ in 0..4 {
+        for _ in 0..threads {
             s.spawn(|| {
                 start.wait();
                 while !stop.load(Ordering::Relaxed) {
@@ -142,7 +148,7 @@ fn another_process_gets_its_turn_while_one_client_hands_off_in_a_loop() {
         stop.store(true, Ordering::Relaxed);
         assert!(got.is_some(), "starved for {waited:?}");
         println!(
-            "another client got the lock after {waited:?}; {} local hand-offs",
+            "{threads} threads: another client got the lock after {waited:?}; {} local hand-offs",
             busy.metrics().handoffs
         );
     });

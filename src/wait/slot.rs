@@ -97,6 +97,7 @@ impl<'a> WaitSlot<'a> {
     pub(crate) fn wanted(waiter: Option<&Waiter>, keys: &Keys) -> bool {
         waiter.is_some_and(|w| {
             w.shared.healthy.load(Ordering::Acquire)
+                && w.shared.interest.load(Ordering::Acquire) > 0
                 && (w.shared.local.lock().contains_key(&keys.channel)
                     || w.shared.subscribed.read().contains(&keys.channel))
         })
@@ -301,6 +302,9 @@ impl<'a> WaitSlot<'a> {
     fn count(&mut self, remaining: Option<Duration>) {
         let Some(w) = self.waiter else { return };
         let mut local = w.shared.local.lock();
+        if !local.contains_key(&self.channel) {
+            w.shared.note(1, 0);
+        }
         let entry = local.entry(self.channel.clone()).or_default();
         if !self.counted {
             entry.waiting += 1;
@@ -344,6 +348,7 @@ impl Drop for WaitSlot<'_> {
                 entry.waiting -= 1;
                 if entry.waiting == 0 {
                     local.remove(&self.channel);
+                    w.shared.note(0, 1);
                 }
             }
         }
