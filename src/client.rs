@@ -342,7 +342,6 @@ impl LockClient {
     ) -> LockGuard {
         let core = &self.inner.core;
         bump(&core.counters.acquired, 1);
-        let (lost_tx, lost_rx) = crossbeam_channel::bounded(1);
         let state = Arc::new(LeaseState::new(
             keys,
             Arc::clone(&plan.backend),
@@ -350,7 +349,6 @@ impl LockClient {
             sent,
             plan.ttl,
             plan.on_lost.clone(),
-            lost_tx,
         ));
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(
@@ -361,7 +359,7 @@ impl LockClient {
             plan.max_renewals,
             sent,
         ));
-        LockGuard::new(Arc::clone(core), state, fence, lost_rx)
+        LockGuard::new(Arc::clone(core), state, fence)
     }
 
     /// The acquire's reply was lost after the command may have reached Redis: delete

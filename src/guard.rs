@@ -1,7 +1,7 @@
 //! [`LockGuard`]: a held lease, released when dropped.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -33,21 +33,16 @@ pub struct LockGuard {
     /// Taken by the first release, so releasing twice is a no-op.
     core: Option<Arc<Core>>,
     fence: Option<u64>,
-    lost: Receiver<LeaseLost>,
+    lost: OnceLock<Receiver<LeaseLost>>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        core: Arc<Core>,
-        state: Arc<LeaseState>,
-        fence: Option<u64>,
-        lost: Receiver<LeaseLost>,
-    ) -> Self {
+    pub(crate) fn new(core: Arc<Core>, state: Arc<LeaseState>, fence: Option<u64>) -> Self {
         Self {
             state,
             core: Some(core),
             fence,
-            lost,
+            lost: OnceLock::new(),
         }
     }
 
@@ -103,7 +98,7 @@ impl LockGuard {
     /// channel disconnects once the renewal thread has dropped the lease. Use it in
     /// `crossbeam_channel::select!` to abort work.
     pub fn lost(&self) -> &Receiver<LeaseLost> {
-        &self.lost
+        self.lost.get_or_init(|| self.state.lost_receiver())
     }
 
     /// Sets the lease's remaining time to `ttl` from now, if it is still ours.

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::config::LostCallback;
@@ -100,7 +100,9 @@ pub(crate) struct LeaseState {
     lost: AtomicBool,
     /// The holder was told (message and callback), which happens at most once.
     told: AtomicBool,
-    lost_tx: Sender<LeaseLost>,
+    /// The `lost()` channel's sender, made when the guard first asks for the
+    /// channel (most never do), and the message once there is one.
+    lost_slot: Mutex<(Option<Sender<LeaseLost>>, Option<LeaseLost>)>,
     on_lost: Option<LostCallback>,
     /// The renewal thread's channel, set when the lease is registered, so that an
     /// `extend` from the guard can have the lease's schedule looked at again.
@@ -124,7 +126,6 @@ impl LeaseState {
         sent: Instant,
         ttl: Duration,
         on_lost: Option<LostCallback>,
-        lost_tx: Sender<LeaseLost>,
     ) -> Self {
         let (key, channel) = (keys.lock.clone(), keys.channel.clone());
         Self {
@@ -140,7 +141,7 @@ impl LeaseState {
             ttl_ms: AtomicU64::new(ttl_millis(ttl)),
             lost: AtomicBool::new(false),
             told: AtomicBool::new(false),
-            lost_tx,
+            lost_slot: Mutex::new((None, None)),
             on_lost,
             renewer: OnceLock::new(),
         }
@@ -168,13 +169,31 @@ impl LeaseState {
             key: self.key.clone(),
             reason,
         };
-        let _ = self.lost_tx.try_send(msg.clone());
+        {
+            let mut slot = self.lost_slot.lock();
+            if let Some(tx) = &slot.0 {
+                let _ = tx.try_send(msg.clone());
+            }
+            slot.1 = Some(msg.clone());
+        }
         if let Some(f) = &self.on_lost {
             let call = std::panic::AssertUnwindSafe(|| f(&msg));
             if std::panic::catch_unwind(call).is_err() {
                 log::error!("on_lost callback for `{}` panicked", self.key);
             }
         }
+    }
+
+    /// A receiver for the loss message: made on first use, and holding the message
+    /// already if the lease was lost before. Disconnects when the lease is dropped.
+    pub(crate) fn lost_receiver(&self) -> Receiver<LeaseLost> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let mut slot = self.lost_slot.lock();
+        if let Some(msg) = &slot.1 {
+            let _ = tx.try_send(msg.clone());
+        }
+        slot.0 = Some(tx);
+        rx
     }
 
     /// The local deadline after which the lease must be presumed expired.
@@ -262,11 +281,11 @@ mod tests {
     fn lease(
         on_lost: Option<LostCallback>,
     ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
         let keys = crate::scheme::Keys::new("", "k").unwrap();
         let backend = crate::scheme::backend(&crate::config::Scheme::Token);
         let ttl = Duration::from_secs(10);
-        let state = LeaseState::new(&keys, backend, "v".into(), Instant::now(), ttl, on_lost, tx);
+        let state = LeaseState::new(&keys, backend, "v".into(), Instant::now(), ttl, on_lost);
+        let rx = state.lost_receiver();
         (state, rx)
     }
 

@@ -193,18 +193,9 @@ mod tests {
     }
 
     fn state(sent: Instant, ttl: Duration) -> Arc<LeaseState> {
-        let (tx, _rx) = crossbeam_channel::bounded(1);
         let keys = Keys::new("", "k").unwrap();
         let backend = backend(&Scheme::Token);
-        Arc::new(LeaseState::new(
-            &keys,
-            backend,
-            "v".into(),
-            sent,
-            ttl,
-            None,
-            tx,
-        ))
+        Arc::new(LeaseState::new(&keys, backend, "v".into(), sent, ttl, None))
     }
 
     /// A renewed lease acquired at `sent` with a TTL of 300 ms.

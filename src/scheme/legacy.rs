@@ -103,7 +103,7 @@ impl Backend for LegacyBackend {
             c.run(|c| {
                 LEGACY_ACQUIRE
                     .key(&keys.lock)
-                    .key(&keys.fence)
+                    .key(keys.fence())
                     .arg(value)
                     .arg(now)
                     .arg(self.server_ttl(ours, now))

@@ -77,8 +77,6 @@ pub(crate) enum Extend {
 pub(crate) struct Keys {
     /// The lock key, with the client's prefix.
     pub(crate) lock: String,
-    /// The fencing counter, in the same cluster slot as `lock`.
-    pub(crate) fence: String,
     /// The pub/sub channel a release publishes on.
     pub(crate) channel: String,
 }
@@ -91,12 +89,18 @@ impl Keys {
                 reason: "the key is empty",
             });
         }
-        let lock = format!("{prefix}{key}");
+        let mut lock = String::with_capacity(prefix.len() + key.len());
+        lock.push_str(prefix);
+        lock.push_str(key);
         Ok(Self {
-            fence: companion(&lock, "fence"),
             channel: companion(&lock, "released"),
             lock,
         })
+    }
+
+    /// The fencing counter, in the same cluster slot as the lock key.
+    pub(crate) fn fence(&self) -> String {
+        companion(&self.lock, "fence")
     }
 }
 
@@ -104,13 +108,20 @@ impl Keys {
 /// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
 /// (`a` → `{a}:fence`).
 pub(crate) fn companion(key: &str, suffix: &str) -> String {
-    if has_hash_tag(key) || key.contains('}') {
-        // With a tag the suffix keeps the slot; a stray `}` cannot be wrapped
-        // safely, so such keys get the suffix alone (same node without Cluster).
-        format!("{key}:{suffix}")
-    } else {
-        format!("{{{key}}}:{suffix}")
+    let mut name = String::with_capacity(key.len() + suffix.len() + 3);
+    // With a tag the suffix keeps the slot; a stray `}` cannot be wrapped safely,
+    // so such keys get the suffix alone (same node without Cluster).
+    let wrap = !(has_hash_tag(key) || key.contains('}'));
+    if wrap {
+        name.push('{');
     }
+    name.push_str(key);
+    if wrap {
+        name.push('}');
+    }
+    name.push(':');
+    name.push_str(suffix);
+    name
 }
 
 /// Whether Redis Cluster would hash only part of `key`: a `{` followed later by a

@@ -44,7 +44,7 @@ impl Backend for TokenBackend {
                 c.run(|c| {
                     TOKEN_ACQUIRE_FENCED
                         .key(&keys.lock)
-                        .key(&keys.fence)
+                        .key(keys.fence())
                         .arg(value)
                         .arg(ms)
                         .invoke(c)
