@@ -10,19 +10,21 @@
 //! each slot's own channel. The thread owns the queues; callers only read the
 //! [`Shared`] view (is the connection up, which channels are subscribed).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use parking_lot::{Mutex, RwLock};
 
 use crate::client::Core;
 use crate::error::{Error, Result};
 
+mod shared;
 mod slot;
+
+use shared::Shared;
 
 pub(crate) use slot::WaitSlot;
 
@@ -70,40 +72,6 @@ enum Command {
         unread: Option<Receiver<Wake>>,
     },
     Shutdown,
-}
-
-/// State the callers share with each other and read from the thread.
-#[derive(Default)]
-struct Shared {
-    /// Whether the pub/sub connection is up; when not, waits fall back to polling.
-    healthy: AtomicBool,
-    /// Channels whose subscription Redis has confirmed. The thread removes a channel
-    /// here before unsubscribing, so a caller that sees it may skip the handshake.
-    subscribed: RwLock<HashSet<String>>,
-    /// Per channel: this client's callers waiting on it, and when the holder's TTL
-    /// last seen runs out. Kept by the callers for fair queueing.
-    local: Mutex<HashMap<String, Local>>,
-    /// Set by the caller that publishes a kick, cleared by the thread before it
-    /// reads its commands: one kick wakes the thread for every caller behind it.
-    kicked: AtomicBool,
-    seq: AtomicU64,
-    /// `local.len() + subscribed.len()`, kept beside them so the common case — a
-    /// key nobody waits for — is told apart without taking either lock.
-    interest: AtomicUsize,
-}
-
-impl Shared {
-    /// Adds `delta` (±) channels to [`Shared::interest`].
-    fn note(&self, added: usize, removed: usize) {
-        self.interest.fetch_add(added, Ordering::AcqRel);
-        self.interest.fetch_sub(removed, Ordering::AcqRel);
-    }
-}
-
-#[derive(Default)]
-struct Local {
-    waiting: usize,
-    holder_until: Option<Instant>,
 }
 
 /// The waiter thread's handle; dropping it stops and joins the thread.
