@@ -64,6 +64,9 @@ pub(crate) struct Core {
     default_backend: Arc<dyn Backend>,
 }
 
+/// A won attempt: the value written, when the command was sent, the fence.
+type Won = (String, Instant, Option<u64>);
+
 /// A lock call's options with the client's defaults filled in.
 struct Plan {
     ttl: Duration,
@@ -249,14 +252,16 @@ impl LockClient {
             .filter(|_| plan.backend.publishes());
         // Only token locks can be handed over by a releasing guard.
         let want = Some((plan.ttl, plan.fence));
-        let new_slot = || WaitSlot::new(core, waiter, &keys, opts.cancel.as_ref(), want);
+        let cancel = opts.cancel.as_ref();
         let mut slot: Option<WaitSlot<'_>> = None;
         if fair
             && deadline.is_none_or(|d| d > Instant::now())
             && WaitSlot::wanted(waiter, &keys)
-            && let Some(h) = slot.get_or_insert_with(new_slot).prepare(deadline)?
+            && let Some(h) = slot
+                .get_or_insert_with(|| WaitSlot::new(core, waiter, &keys, cancel, want))
+                .prepare(deadline)?
         {
-            return Ok(Some(self.adopt(&plan, &keys, h.value, h.sent, h.fence)));
+            return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
         }
         loop {
             if core.shutdown.is_cancelled() {
@@ -269,11 +274,11 @@ impl LockClient {
             }
             let will_wait = deadline.is_none_or(|d| d > Instant::now());
             let remaining = match self.attempt(&plan, &keys, will_wait)? {
-                Ok(guard) => {
+                Ok((value, sent, fence)) => {
                     if let Some(s) = &mut slot {
                         s.acquired();
                     }
-                    return Ok(Some(guard));
+                    return Ok(Some(self.adopt(&plan, keys, value, sent, fence)));
                 }
                 Err(remaining) => remaining,
             };
@@ -281,21 +286,22 @@ impl LockClient {
                 return Ok(None);
             }
             if let Some(h) = slot
-                .get_or_insert_with(new_slot)
+                .get_or_insert_with(|| WaitSlot::new(core, waiter, &keys, cancel, want))
                 .pause(remaining, deadline)?
             {
-                return Ok(Some(self.adopt(&plan, &keys, h.value, h.sent, h.fence)));
+                return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
             }
         }
     }
 
-    /// One acquire attempt: `Ok(Ok(guard))` acquired, `Ok(Err(remaining))` busy.
+    /// One acquire attempt: `Ok(Ok((value, sent, fence)))` acquired (the value
+    /// written, when it was sent, the fence), `Ok(Err(remaining))` busy.
     fn attempt(
         &self,
         plan: &Plan,
         keys: &Keys,
         want_remaining: bool,
-    ) -> Result<std::result::Result<LockGuard, Option<Duration>>> {
+    ) -> Result<std::result::Result<Won, Option<Duration>>> {
         let core = &self.inner.core;
         let req = Request {
             ttl: plan.ttl,
@@ -327,7 +333,7 @@ impl LockClient {
                 }
             }
         };
-        Ok(Ok(self.adopt(plan, keys, value, sent, fence)))
+        Ok(Ok((value, sent, fence)))
     }
 
     /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL
@@ -335,7 +341,7 @@ impl LockClient {
     fn adopt(
         &self,
         plan: &Plan,
-        keys: &Keys,
+        keys: Keys,
         value: String,
         sent: Instant,
         fence: Option<u64>,

@@ -162,7 +162,8 @@ impl LockGuard {
             // the renewal thread from sending another once this returns.
             let mut held = self.state.held.lock();
             held.released = true;
-            held.value.clone()
+            // Nothing reads the value once `released` is set.
+            std::mem::take(&mut held.value)
         };
         // A caller of this client waiting for the key takes the lock over directly;
         // otherwise compare-and-delete, which is idempotent, so a connection that

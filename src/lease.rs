@@ -120,14 +120,14 @@ struct LostCallback2<'a>(&'a Option<LostCallback>);
 
 impl LeaseState {
     pub(crate) fn new(
-        keys: &crate::scheme::Keys,
+        keys: crate::scheme::Keys,
         backend: Arc<dyn Backend>,
         value: String,
         sent: Instant,
         ttl: Duration,
         on_lost: Option<LostCallback>,
     ) -> Self {
-        let (key, channel) = (keys.lock.clone(), keys.channel.clone());
+        let crate::scheme::Keys { lock: key, channel } = keys;
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key,
@@ -284,7 +284,7 @@ mod tests {
         let keys = crate::scheme::Keys::new("", "k").unwrap();
         let backend = crate::scheme::backend(&crate::config::Scheme::Token);
         let ttl = Duration::from_secs(10);
-        let state = LeaseState::new(&keys, backend, "v".into(), Instant::now(), ttl, on_lost);
+        let state = LeaseState::new(keys, backend, "v".into(), Instant::now(), ttl, on_lost);
         let rx = state.lost_receiver();
         (state, rx)
     }

@@ -195,7 +195,7 @@ mod tests {
     fn state(sent: Instant, ttl: Duration) -> Arc<LeaseState> {
         let keys = Keys::new("", "k").unwrap();
         let backend = backend(&Scheme::Token);
-        Arc::new(LeaseState::new(&keys, backend, "v".into(), sent, ttl, None))
+        Arc::new(LeaseState::new(keys, backend, "v".into(), sent, ttl, None))
     }
 
     /// A renewed lease acquired at `sent` with a TTL of 300 ms.
