@@ -10,11 +10,9 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
-use redis::{ErrorKind, RedisResult, Script, Value};
+use redis::{ErrorKind, RedisResult, Script};
 
-use super::{
-    Acquire, Backend, Extend, Keys, Release, Request, compare_and_delete, tri_state, with_scripts,
-};
+use super::{Acquire, Backend, Keys, Release, Request, compare_and_delete, with_scripts};
 use crate::config::MAX_TTL;
 use crate::lease::ttl_millis;
 use crate::pool::Conn;
@@ -155,10 +153,6 @@ impl Backend for LegacyBackend {
             .arg(next)
             .arg(self.server_ttl(next, now));
         (cmd, next.to_string())
-    }
-
-    fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
-        tri_state(reply)
     }
 
     fn publishes(&self) -> bool {

@@ -155,8 +155,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// The command that extends the lock holding `value` to `ttl`, and the value it
     /// leaves under the key (schemes whose value encodes the expiry rewrite it).
     fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String);
-    /// Reads the reply to an [`extend_cmd`](Backend::extend_cmd).
-    fn extend_reply(&self, reply: &Value) -> RedisResult<Extend>;
+    /// Reads the reply to an [`extend_cmd`](Backend::extend_cmd): both schemes'
+    /// scripts answer 1 extended, 0 gone, -1 someone else's.
+    fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
+        tri_state(reply)
+    }
     /// Whether its releases publish on the key's channel, so waiters can sleep until
     /// a release message instead of polling.
     fn publishes(&self) -> bool;

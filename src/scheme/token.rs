@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{
-    Acquire, Backend, Extend, Keys, Release, Request, compare_and_delete, tri_state, with_scripts,
-};
+use super::{Acquire, Backend, Keys, Release, Request, compare_and_delete, with_scripts};
 use crate::lease::ttl_millis;
 use crate::pool::Conn;
 use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
@@ -98,10 +96,6 @@ impl Backend for TokenBackend {
             .arg(value)
             .arg(ttl_millis(ttl));
         (cmd, value.to_owned())
-    }
-
-    fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
-        tri_state(reply)
     }
 
     fn publishes(&self) -> bool {
