@@ -380,7 +380,7 @@ impl LockClient {
             .and_then(|mut c| {
                 Ok(plan
                     .backend
-                    .release(&mut c, &keys.lock, &keys.channel, value)?)
+                    .release(&mut c, &keys.lock, &keys.channel, value, &[])?)
             });
         match cleared {
             Ok(outcome) => log::debug!("acquire of `{}` failed; cleanup: {outcome:?}", keys.lock),

@@ -115,14 +115,23 @@ impl LockGuard {
         let core = self.core.as_ref().ok_or(Error::Shutdown)?;
         let mut held = self.state.held.lock();
         let backend = &self.state.backend;
-        let (cmd, new_value) = backend.extend_cmd(&self.state.key, &held.value, ttl);
+        let (cmd, new_value) = backend.extend_cmd(&self.state.key, &held.value, &held.maybe, ttl);
         let sent = Instant::now();
-        let reply = with_retry(&core.pool, |conn| {
+        let reply = match with_retry(&core.pool, |conn| {
             with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
-        })?;
+        }) {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.is_timeout() || e.is_connection_error() {
+                    // No reply: the extend may have landed and rewritten the value.
+                    held.unconfirmed(new_value);
+                }
+                return Err(e);
+            }
+        };
         match backend.extend_reply(&reply)? {
             Extend::Extended => {
-                held.value = new_value;
+                held.confirmed(new_value);
                 self.state.confirm(sent, ttl);
                 Ok(())
             }
@@ -157,13 +166,16 @@ impl LockGuard {
     /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
     fn release(&mut self) -> Option<Result<Release>> {
         let core = self.core.take()?;
-        let value = {
+        let (value, maybe) = {
             // Under the lease's mutex: waits for a renewal in flight, and keeps
             // the renewal thread from sending another once this returns.
             let mut held = self.state.held.lock();
             held.released = true;
-            // Nothing reads the value once `released` is set.
-            std::mem::take(&mut held.value)
+            // Nothing reads the values once `released` is set.
+            (
+                std::mem::take(&mut held.value),
+                std::mem::take(&mut held.maybe),
+            )
         };
         // A caller of this client waiting for the key takes the lock over directly;
         // otherwise compare-and-delete, which is idempotent, so a connection that
@@ -171,9 +183,13 @@ impl LockGuard {
         let outcome =
             crate::handoff::try_hand_off(&core, &self.state, &value).unwrap_or_else(|| {
                 with_retry(&core.pool, |conn| {
-                    self.state
-                        .backend
-                        .release(conn, &self.state.key, &self.state.channel, &value)
+                    self.state.backend.release(
+                        conn,
+                        &self.state.key,
+                        &self.state.channel,
+                        &value,
+                        &maybe,
+                    )
                 })
             });
         match &outcome {

@@ -139,7 +139,7 @@ pub(crate) fn try_hand_off(
                 let _ = with_retry(&core.pool, |conn| {
                     state
                         .backend
-                        .release(conn, &state.key, &state.channel, &offer.value)
+                        .release(conn, &state.key, &state.channel, &offer.value, &[])
                 });
             }
             Some(Ok(Release::Released))
@@ -159,7 +159,7 @@ pub(crate) fn try_hand_off(
             let _ = with_retry(&core.pool, |conn| {
                 state
                     .backend
-                    .release(conn, &state.key, &state.channel, &offer.value)
+                    .release(conn, &state.key, &state.channel, &offer.value, &[])
             });
             let _ = offer.tx.send(Wake::NotHanded);
             None

@@ -81,7 +81,32 @@ pub(crate) fn validity_end(sent: Instant, ttl: Duration) -> Instant {
 #[derive(Debug)]
 pub(crate) struct Held {
     pub(crate) value: String,
+    /// Values a renewal may have written in place of `value` (schemes whose value
+    /// encodes the expiry): sent, but no reply came. Release and the next renewal
+    /// accept any of them as ours. Empty for the token scheme, whose value stays.
+    pub(crate) maybe: Vec<String>,
     pub(crate) released: bool,
+}
+
+/// How many unconfirmed values a lease remembers (oldest forgotten first).
+const MAYBE_KEPT: usize = 8;
+
+impl Held {
+    /// A renewal that would have left `written` got no reply: it may have landed.
+    pub(crate) fn unconfirmed(&mut self, written: String) {
+        if written != self.value && !self.maybe.contains(&written) {
+            if self.maybe.len() == MAYBE_KEPT {
+                self.maybe.remove(0);
+            }
+            self.maybe.push(written);
+        }
+    }
+
+    /// A renewal that left `written` was confirmed.
+    pub(crate) fn confirmed(&mut self, written: String) {
+        self.value = written;
+        self.maybe.clear();
+    }
 }
 
 /// Numbers the leases of this process, so the renewal thread can find one by id.
@@ -135,6 +160,7 @@ impl LeaseState {
             backend,
             held: Arc::new(Mutex::new(Held {
                 value,
+                maybe: Vec::new(),
                 released: false,
             })),
             valid_until: AtomicU64::new(to_nanos(validity_end(sent, ttl))),

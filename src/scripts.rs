@@ -27,7 +27,8 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// Token release: compare-and-delete, then wake one waiter per client.
 ///
-/// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel.
+/// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel, ARGV[3..] other values
+/// that are ours too (a timestamp an unanswered renewal may have written).
 /// Returns 1 released, 0 the key was gone (expired), -1 someone else's value or a
 /// value of another type is there (left untouched). `pcall` keeps a key of another
 /// type (a hash, a list) from raising: it is someone else's lock, not an error.
@@ -36,7 +37,10 @@ pub(crate) static TOKEN_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return 0 end
-if type(v) == 'table' or v ~= ARGV[1] then return -1 end
+if type(v) == 'table' then return -1 end
+local ours = v == ARGV[1]
+for i = 3, #ARGV do ours = ours or v == ARGV[i] end
+if not ours then return -1 end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], 'released')
 return 1
@@ -98,14 +102,18 @@ return won()
 /// Legacy timestamp extend (also the renewal): compare-and-set to a later expiry.
 ///
 /// KEYS[1] lock key. ARGV[1] the value we wrote, ARGV[2] the new expiry timestamp,
-/// ARGV[3] server TTL in ms (`0`: none). Returns 1 extended, 0 gone, -1 someone
-/// else's value (a deployed client's takeover) or another type: left untouched.
+/// ARGV[3] server TTL in ms (`0`: none), ARGV[4..] values an unanswered renewal of
+/// ours may have written. Returns 1 extended, 0 gone, -1 someone else's value (a
+/// deployed client's takeover) or another type: left untouched.
 pub(crate) static LEGACY_EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return 0 end
-if type(v) == 'table' or v ~= ARGV[1] then return -1 end
+if type(v) == 'table' then return -1 end
+local ours = v == ARGV[1]
+for i = 4, #ARGV do ours = ours or v == ARGV[i] end
+if not ours then return -1 end
 redis.call('SET', KEYS[1], ARGV[2])
 if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 1

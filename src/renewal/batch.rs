@@ -86,7 +86,9 @@ pub(super) fn renew_due(
         };
         let last = ttl < lease.state.ttl();
         let state = &lease.state;
-        let (cmd, new_value) = state.backend.extend_cmd(&state.key, &held.value, ttl);
+        let (cmd, new_value) = state
+            .backend
+            .extend_cmd(&state.key, &held.value, &held.maybe, ttl);
         batch.push(InFlight {
             lease,
             held,
@@ -115,7 +117,7 @@ pub(super) fn renew_due(
         let state = Arc::clone(&lease.state);
         match reply.map(|v| state.backend.extend_reply(&v)) {
             Some(Ok(Extend::Extended)) => {
-                held.value = new_value;
+                held.confirmed(new_value);
                 state.renewed(sent, ttl);
                 if let Some(n) = &mut lease.renewals_left {
                     *n = n.saturating_sub(1);
@@ -136,8 +138,10 @@ pub(super) fn renew_due(
                 out.ended.push((state, reason));
             }
             failed => {
-                if let Some(Err(e)) = failed {
-                    log::debug!("renewal of `{}` failed: {e}", state.key);
+                match failed {
+                    Some(Err(e)) => log::debug!("renewal of `{}` failed: {e}", state.key),
+                    // No reply: the renewal may have landed and rewritten the value.
+                    _ => held.unconfirmed(new_value),
                 }
                 drop(held);
                 retry_later(lease, core, out);
@@ -220,7 +224,10 @@ fn exchange(
     for &i in &again {
         let f = &mut batch[i];
         let state = &f.lease.state;
-        (f.cmd, f.new_value) = state.backend.extend_cmd(&state.key, &f.held.value, f.ttl);
+        (f.cmd, f.new_value) =
+            state
+                .backend
+                .extend_cmd(&state.key, &f.held.value, &f.held.maybe, f.ttl);
     }
     let retried = load_scripts(conn, core, batch, &again, loaded)
         .and_then(|()| round_trip(conn, core, batch, &again));

@@ -135,13 +135,20 @@ impl Backend for LegacyBackend {
         key: &str,
         channel: &str,
         value: &str,
+        maybe: &[String],
     ) -> RedisResult<Release> {
         // The token scheme's compare-and-delete: it compares strings, whatever they
         // hold. Its publish wakes token-scheme waiters while a migration is under way.
-        compare_and_delete(conn, &SCRIPTS, key, channel, value)
+        compare_and_delete(conn, &SCRIPTS, key, channel, value, maybe)
     }
 
-    fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String) {
+    fn extend_cmd(
+        &self,
+        key: &str,
+        value: &str,
+        maybe: &[String],
+        ttl: Duration,
+    ) -> (redis::Cmd, String) {
         let now_ms = self.now_ms();
         let next = expiry(now_ms, ttl, self.opts.get_unit());
         let now = now_ms / unit_ms(self.opts.get_unit());
@@ -151,7 +158,8 @@ impl Backend for LegacyBackend {
             .arg(key)
             .arg(value)
             .arg(next)
-            .arg(self.server_ttl(next, now));
+            .arg(self.server_ttl(next, now))
+            .arg(maybe);
         (cmd, next.to_string())
     }
 

@@ -144,17 +144,26 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         value: &str,
         req: Request,
     ) -> RedisResult<Acquire>;
-    /// Deletes the lock if `value` is still what it holds, waking waiters.
+    /// Deletes the lock if `value` (or one of `maybe`, values an unanswered renewal
+    /// may have written) is still what it holds, waking waiters.
     fn release(
         &self,
         conn: &mut Conn,
         key: &str,
         channel: &str,
         value: &str,
+        maybe: &[String],
     ) -> RedisResult<Release>;
-    /// The command that extends the lock holding `value` to `ttl`, and the value it
-    /// leaves under the key (schemes whose value encodes the expiry rewrite it).
-    fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String);
+    /// The command that extends the lock holding `value` (or one of `maybe`) to
+    /// `ttl`, and the value it leaves under the key (schemes whose value encodes the
+    /// expiry rewrite it).
+    fn extend_cmd(
+        &self,
+        key: &str,
+        value: &str,
+        maybe: &[String],
+        ttl: Duration,
+    ) -> (redis::Cmd, String);
     /// Reads the reply to an [`extend_cmd`](Backend::extend_cmd): both schemes'
     /// scripts answer 1 extended, 0 gone, -1 someone else's.
     fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
@@ -192,6 +201,7 @@ pub(crate) fn compare_and_delete(
     key: &str,
     channel: &str,
     value: &str,
+    maybe: &[String],
 ) -> RedisResult<Release> {
     let n: i64 = with_scripts(conn, scripts, |c| {
         c.run(|c| {
@@ -199,6 +209,7 @@ pub(crate) fn compare_and_delete(
                 .key(key)
                 .arg(value)
                 .arg(channel)
+                .arg(maybe)
                 .invoke(c)
         })
     })?;

@@ -84,11 +84,19 @@ impl Backend for TokenBackend {
         key: &str,
         channel: &str,
         value: &str,
+        maybe: &[String],
     ) -> RedisResult<Release> {
-        compare_and_delete(conn, &SCRIPTS, key, channel, value)
+        compare_and_delete(conn, &SCRIPTS, key, channel, value, maybe)
     }
 
-    fn extend_cmd(&self, key: &str, value: &str, ttl: Duration) -> (redis::Cmd, String) {
+    fn extend_cmd(
+        &self,
+        key: &str,
+        value: &str,
+        _maybe: &[String],
+        ttl: Duration,
+    ) -> (redis::Cmd, String) {
+        // The token never changes, so there is never another value to accept.
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(TOKEN_EXTEND.get_hash())
             .arg(1)

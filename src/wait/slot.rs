@@ -371,7 +371,14 @@ impl WaitSlot<'_> {
         if let (true, Some(value)) = (late, self.offer_value.take()) {
             let backend = crate::scheme::TokenBackend;
             let _ = crate::pool::with_retry(&self.core.pool, |conn| {
-                crate::scheme::Backend::release(&backend, conn, &self.key, &self.channel, &value)
+                crate::scheme::Backend::release(
+                    &backend,
+                    conn,
+                    &self.key,
+                    &self.channel,
+                    &value,
+                    &[],
+                )
             });
         }
     }
