@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redis::{ErrorKind, RedisResult, Script};
 
-use super::{Acquire, Backend, Keys, Release, Request, compare_and_delete, with_scripts};
+use super::{Acquire, Backend, Keys, Request, with_scripts};
 use crate::config::MAX_TTL;
 use crate::lease::ttl_millis;
 use crate::pool::Conn;
@@ -129,18 +129,9 @@ impl Backend for LegacyBackend {
         })
     }
 
-    fn release(
-        &self,
-        conn: &mut Conn,
-        key: &str,
-        channel: &str,
-        value: &str,
-        maybe: &[String],
-    ) -> RedisResult<Release> {
-        // The token scheme's compare-and-delete: it compares strings, whatever they
-        // hold. Its publish wakes token-scheme waiters while a migration is under way.
-        compare_and_delete(conn, &SCRIPTS, key, channel, value, maybe)
-    }
+    // Release is the trait's compare-and-delete, shared with the token scheme: it
+    // compares strings, whatever they hold, and its publish wakes token-scheme
+    // waiters while a migration is under way.
 
     fn extend_cmd(
         &self,

@@ -145,7 +145,8 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         req: Request,
     ) -> RedisResult<Acquire>;
     /// Deletes the lock if `value` (or one of `maybe`, values an unanswered renewal
-    /// may have written) is still what it holds, waking waiters.
+    /// may have written) is still what it holds, waking waiters. Both schemes use
+    /// the same compare-and-delete: it compares strings, whatever they hold.
     fn release(
         &self,
         conn: &mut Conn,
@@ -153,7 +154,23 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> RedisResult<Release>;
+    ) -> RedisResult<Release> {
+        let n: i64 = with_scripts(conn, self.scripts(), |c| {
+            c.run(|c| {
+                crate::scripts::TOKEN_RELEASE
+                    .key(key)
+                    .arg(value)
+                    .arg(channel)
+                    .arg(maybe)
+                    .invoke(c)
+            })
+        })?;
+        Ok(match n {
+            1 => Release::Released,
+            0 => Release::Expired,
+            _ => Release::Taken,
+        })
+    }
     /// The command that extends the lock holding `value` (or one of `maybe`) to
     /// `ttl`, and the value it leaves under the key (schemes whose value encodes the
     /// expiry rewrite it).
@@ -191,33 +208,6 @@ pub(crate) fn tri_state(reply: &Value) -> RedisResult<Extend> {
         0 => Ok(Extend::Gone),
         _ => Ok(Extend::Taken),
     }
-}
-
-/// The compare-and-delete both schemes release with (it compares strings, whatever
-/// they hold), publishing a wake-up on `channel` when it deletes.
-pub(crate) fn compare_and_delete(
-    conn: &mut Conn,
-    scripts: &[&std::sync::LazyLock<redis::Script>],
-    key: &str,
-    channel: &str,
-    value: &str,
-    maybe: &[String],
-) -> RedisResult<Release> {
-    let n: i64 = with_scripts(conn, scripts, |c| {
-        c.run(|c| {
-            crate::scripts::TOKEN_RELEASE
-                .key(key)
-                .arg(value)
-                .arg(channel)
-                .arg(maybe)
-                .invoke(c)
-        })
-    })?;
-    Ok(match n {
-        1 => Release::Released,
-        0 => Release::Expired,
-        _ => Release::Taken,
-    })
 }
 
 /// Runs `f`; if the server lost the scripts (restart, `SCRIPT FLUSH`), loads `scripts`

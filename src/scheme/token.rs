@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{Acquire, Backend, Keys, Release, Request, compare_and_delete, with_scripts};
+use super::{Acquire, Backend, Keys, Request, with_scripts};
 use crate::lease::ttl_millis;
 use crate::pool::Conn;
 use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
@@ -76,17 +76,6 @@ impl Backend for TokenBackend {
         }
         let pttl: i64 = conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?;
         Ok(busy(pttl))
-    }
-
-    fn release(
-        &self,
-        conn: &mut Conn,
-        key: &str,
-        channel: &str,
-        value: &str,
-        maybe: &[String],
-    ) -> RedisResult<Release> {
-        compare_and_delete(conn, &SCRIPTS, key, channel, value, maybe)
     }
 
     fn extend_cmd(
