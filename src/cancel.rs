@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use crate::wait::Wake;
-
 /// Cancels waits for a lock from another thread.
 ///
 /// Pass a clone in [`LockOptions::cancel`](crate::LockOptions::cancel); calling
@@ -35,11 +33,14 @@ pub struct CancelToken {
     inner: Arc<Inner>,
 }
 
+/// Wakes one registered wait.
+type Wakeup = Arc<dyn Fn() + Send + Sync>;
+
 #[derive(Default)]
 struct Inner {
     cancelled: AtomicBool,
     next: AtomicU64,
-    waits: Mutex<Vec<(u64, Sender<Wake>, Wake)>>,
+    waits: Mutex<Vec<(u64, Wakeup)>>,
 }
 
 impl CancelToken {
@@ -51,8 +52,8 @@ impl CancelToken {
     /// Cancels every wait that uses this token, now and later.
     pub fn cancel(&self) {
         self.inner.cancelled.store(true, Ordering::Release);
-        for (_, tx, wake) in self.inner.waits.lock().drain(..) {
-            let _ = tx.send(wake);
+        for (_, wake) in self.inner.waits.lock().drain(..) {
+            wake();
         }
     }
 
@@ -61,13 +62,17 @@ impl CancelToken {
         self.inner.cancelled.load(Ordering::Acquire)
     }
 
-    /// Sends `wake` to `tx` on cancellation until the returned handle is dropped.
-    pub(crate) fn watch(&self, tx: &Sender<Wake>, wake: Wake) -> Watch {
+    /// Sends `msg` to `tx` on cancellation until the returned handle is dropped.
+    pub(crate) fn watch<T: Clone + Send + Sync + 'static>(&self, tx: &Sender<T>, msg: T) -> Watch {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        self.inner.waits.lock().push((id, tx.clone(), wake));
+        let tx = tx.clone();
+        let wake: Wakeup = Arc::new(move || {
+            let _ = tx.send(msg.clone());
+        });
+        self.inner.waits.lock().push((id, Arc::clone(&wake)));
         // Cancelled between the caller's check and the push: wake it ourselves.
         if self.is_cancelled() {
-            let _ = tx.send(wake);
+            wake();
         }
         Watch {
             token: self.clone(),
@@ -88,7 +93,7 @@ impl Drop for Watch {
             .inner
             .waits
             .lock()
-            .retain(|(id, _, _)| *id != self.id);
+            .retain(|(id, _)| *id != self.id);
     }
 }
 
@@ -104,31 +109,37 @@ impl fmt::Debug for CancelToken {
 mod tests {
     use super::*;
 
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Msg {
+        Cancelled,
+        Shutdown,
+    }
+
     #[test]
     fn cancel_wakes_registered_waits_once_and_later_waits_at_once() {
         let token = CancelToken::new();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let watch = token.watch(&tx, Wake::Cancelled);
+        let watch = token.watch(&tx, Msg::Cancelled);
         assert!(rx.try_recv().is_err());
         token.clone().cancel();
         assert!(token.is_cancelled());
-        assert_eq!(rx.try_recv(), Ok(Wake::Cancelled));
+        assert_eq!(rx.try_recv(), Ok(Msg::Cancelled));
         assert!(rx.try_recv().is_err());
         drop(watch);
         // A wait that starts after the cancel is woken as it registers.
-        let _late = token.watch(&tx, Wake::Shutdown);
-        assert_eq!(rx.try_recv(), Ok(Wake::Shutdown));
+        let _late = token.watch(&tx, Msg::Shutdown);
+        assert_eq!(rx.try_recv(), Ok(Msg::Shutdown));
     }
 
     #[test]
     fn a_dropped_watch_is_forgotten_and_not_woken() {
         let token = CancelToken::new();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let kept = token.watch(&tx, Wake::Shutdown);
-        drop(token.watch(&tx, Wake::Cancelled));
+        let kept = token.watch(&tx, Msg::Shutdown);
+        drop(token.watch(&tx, Msg::Cancelled));
         assert_eq!(token.inner.waits.lock().len(), 1);
         token.cancel();
-        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [Wake::Shutdown]);
+        assert_eq!(rx.try_iter().collect::<Vec<_>>(), [Msg::Shutdown]);
         drop(kept);
         assert!(token.inner.waits.lock().is_empty());
     }

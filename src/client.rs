@@ -5,18 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
-use crate::config::{
-    LockClientBuilder, LockOptions, LostCallback, Renewal, check_interval, check_ttl,
-};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::handoff::Offers;
-use crate::lease::LeaseState;
+use crate::lease::{LeaseState, LostCallback};
 use crate::metrics::{Counters, Metrics, bump};
-use crate::pool::{Manager, Pool, Redacted, is_stale};
+use crate::notify::Notifier;
+use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
-use crate::scheme::{self, Acquire, Backend, Keys, Request};
-use crate::wait::{WaitSlot, Waiter};
+use crate::scheme::{self, Backend, Keys, Request};
+use crate::topology::{Attempt, Topology};
+use crate::wait::{Hub, WaitSlot, Waiter};
 
 /// A client for distributed locks on one Redis server.
 ///
@@ -43,29 +41,18 @@ pub struct LockClient {
     inner: Arc<Inner>,
 }
 
-/// What the client's clones share; dropping it stops and joins the threads.
+/// What the client's clones share; dropping it stops and joins the threads (the
+/// renewal thread first: its last reports may queue callbacks for the notifier).
 struct Inner {
-    core: Arc<Core>,
+    settings: Settings,
+    default_backend: Arc<dyn Backend>,
+    /// What guards and waiting callers share with the waiter thread. It holds no
+    /// thread handle, so a guard holding it never keeps a thread alive.
+    hub: Arc<Hub>,
     renewer: Renewer,
+    notifier: Notifier,
     waiter: Option<Waiter>,
 }
-
-/// What guards and the background threads share: the pool, the settings and the
-/// counters. It holds no thread handles, so holding it never keeps a thread alive.
-pub(crate) struct Core {
-    pub(crate) pool: Pool,
-    pub(crate) connector: Manager,
-    pub(crate) settings: LockClientBuilder,
-    pub(crate) counters: Counters,
-    /// Cancelled by [`LockClient::close`]: wakes every wait with a shutdown.
-    pub(crate) shutdown: CancelToken,
-    /// Waiting callers' offers to be handed a lock by a releasing guard.
-    pub(crate) offers: Offers,
-    default_backend: Arc<dyn Backend>,
-}
-
-/// A won attempt: the value written, when the command was sent, the fence.
-type Won = (String, Instant, Option<u64>);
 
 /// A lock call's options with the client's defaults filled in.
 struct Plan {
@@ -80,52 +67,32 @@ struct Plan {
 }
 
 impl LockClient {
-    /// Starts building a client for the server at `url` (`redis://[user:password@]host[:port][/db]`).
-    pub fn builder(url: impl redis::IntoConnectionInfo) -> LockClientBuilder {
-        LockClientBuilder::new(url)
-    }
-
-    pub(crate) fn from_builder(settings: LockClientBuilder) -> Result<Self> {
-        settings.validate()?;
-        let info = match &settings.url {
-            Ok(info) => info.clone(),
-            Err(_) => return Err(Error::config("url", "not a valid redis url")),
-        };
-        let manager = Manager {
-            client: redis::Client::open(info)?,
-            connect_timeout: settings.connect_timeout,
-            read_timeout: settings.read_timeout,
-            write_timeout: settings.write_timeout,
-        };
-        // One direct PING first, so an unreachable server is reported with its cause
-        // rather than as a pool timeout.
-        let mut con = manager.connect_raw()?;
-        redis::cmd("PING").query::<()>(&mut con)?;
-        let pool = r2d2::Pool::builder()
-            .max_size(settings.pool_size)
-            .min_idle(Some(1))
-            .connection_timeout(settings.connect_timeout)
-            .test_on_check_out(false)
-            .build_unchecked(manager.clone());
-        let core = Arc::new(Core {
-            pool,
-            connector: manager,
-            default_backend: scheme::backend(&settings.scheme),
-            settings,
-            counters: Counters::default(),
-            shutdown: CancelToken::new(),
-            offers: Offers::default(),
-        });
-        let renewer = Renewer::spawn(Arc::clone(&core))?;
-        let waiter = if core.settings.pubsub {
-            Some(Waiter::spawn(Arc::clone(&core))?)
+    /// Starts the client's threads over `topology`.
+    pub(crate) fn start(
+        settings: Settings,
+        topology: Arc<dyn Topology>,
+        counters: Arc<Counters>,
+        backoff: (Duration, Duration),
+    ) -> Result<Self> {
+        let hub = Arc::new(Hub::new(
+            Arc::clone(&topology),
+            Arc::clone(&counters),
+            backoff,
+        ));
+        let notifier = Notifier::spawn()?;
+        let renewer = Renewer::spawn(topology, counters)?;
+        let waiter = if settings.pubsub {
+            Some(Waiter::spawn(Arc::clone(&hub))?)
         } else {
             None
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                core,
+                default_backend: scheme::backend(&settings.scheme),
+                settings,
+                hub,
                 renewer,
+                notifier,
                 waiter,
             }),
         })
@@ -216,7 +183,7 @@ impl LockClient {
 
     /// A snapshot of this client's counters.
     pub fn metrics(&self) -> Metrics {
-        self.inner.core.counters.snapshot()
+        self.inner.hub.counters.snapshot()
     }
 
     /// Stops new lock calls and wakes every waiting call with [`Error::Shutdown`].
@@ -224,7 +191,7 @@ impl LockClient {
     /// Held guards keep being renewed until released or until the last clone of
     /// the client is dropped.
     pub fn close(&self) {
-        self.inner.core.shutdown.cancel();
+        self.inner.hub.shutdown.cancel();
     }
 
     /// Waits until the renewal thread has taken in every lease acquired so far
@@ -242,9 +209,9 @@ impl LockClient {
         deadline: Option<Instant>,
         fair: bool,
     ) -> Result<Option<LockGuard>> {
-        let core = &self.inner.core;
+        let hub = &*self.inner.hub;
         let plan = self.plan(opts)?;
-        let keys = Keys::new(&core.settings.key_prefix, key)?;
+        let keys = Keys::new(&self.inner.settings.key_prefix, key)?;
         let waiter = self
             .inner
             .waiter
@@ -258,13 +225,13 @@ impl LockClient {
             && deadline.is_none_or(|d| d > Instant::now())
             && WaitSlot::wanted(waiter, &keys)
             && let Some(h) = slot
-                .get_or_insert_with(|| WaitSlot::new(core, waiter, &keys, cancel, want))
+                .get_or_insert_with(|| WaitSlot::new(hub, waiter, &keys, cancel, want))
                 .prepare(deadline)?
         {
             return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
         }
         loop {
-            if core.shutdown.is_cancelled() {
+            if hub.shutdown.is_cancelled() {
                 return Err(Error::Shutdown);
             }
             if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
@@ -273,67 +240,30 @@ impl LockClient {
                 });
             }
             let will_wait = deadline.is_none_or(|d| d > Instant::now());
-            let remaining = match self.attempt(&plan, &keys, will_wait)? {
-                Ok((value, sent, fence)) => {
+            let req = Request {
+                ttl: plan.ttl,
+                fence: plan.fence,
+                remaining: will_wait,
+            };
+            let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
+                Attempt::Acquired { value, sent, fence } => {
                     if let Some(s) = &mut slot {
                         s.acquired();
                     }
                     return Ok(Some(self.adopt(&plan, keys, value, sent, fence)));
                 }
-                Err(remaining) => remaining,
+                Attempt::Busy { remaining } => remaining,
             };
             if !will_wait || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
             if let Some(h) = slot
-                .get_or_insert_with(|| WaitSlot::new(core, waiter, &keys, cancel, want))
+                .get_or_insert_with(|| WaitSlot::new(hub, waiter, &keys, cancel, want))
                 .pause(remaining, deadline)?
             {
                 return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
             }
         }
-    }
-
-    /// One acquire attempt: `Ok(Ok((value, sent, fence)))` acquired (the value
-    /// written, when it was sent, the fence), `Ok(Err(remaining))` busy.
-    fn attempt(
-        &self,
-        plan: &Plan,
-        keys: &Keys,
-        want_remaining: bool,
-    ) -> Result<std::result::Result<Won, Option<Duration>>> {
-        let core = &self.inner.core;
-        let req = Request {
-            ttl: plan.ttl,
-            fence: plan.fence,
-            remaining: want_remaining,
-        };
-        let mut retried = false;
-        let (value, sent, fence) = loop {
-            let mut conn = core.pool.get()?;
-            let value = plan.backend.new_value(&mut conn, plan.ttl)?;
-            bump(&core.counters.attempts, 1);
-            let sent = Instant::now();
-            match plan.backend.acquire(&mut conn, keys, &value, req) {
-                Ok(Acquire::Acquired { fence }) => break (value, sent, fence),
-                Ok(Acquire::Busy { remaining }) => return Ok(Err(remaining)),
-                Err(e) => {
-                    let broken = conn.broken;
-                    drop(conn);
-                    if broken {
-                        self.clear_ghost(plan, keys, &value);
-                    }
-                    // A pooled connection that died while idle (server restarted)
-                    // fails on first use without reaching any server: one retry.
-                    if broken && !retried && is_stale(&e) {
-                        retried = true;
-                        continue;
-                    }
-                    return Err(e.into());
-                }
-            }
-        };
-        Ok(Ok((value, sent, fence)))
     }
 
     /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL
@@ -346,15 +276,19 @@ impl LockClient {
         sent: Instant,
         fence: Option<u64>,
     ) -> LockGuard {
-        let core = &self.inner.core;
-        bump(&core.counters.acquired, 1);
+        let hub = &self.inner.hub;
+        bump(&hub.counters.acquired, 1);
+        let on_lost = plan
+            .on_lost
+            .clone()
+            .map(|f| (f, self.inner.notifier.sender()));
         let state = Arc::new(LeaseState::new(
             keys,
             Arc::clone(&plan.backend),
             value,
             sent,
             plan.ttl,
-            plan.on_lost.clone(),
+            on_lost,
         ));
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(
@@ -365,34 +299,11 @@ impl LockClient {
             plan.max_renewals,
             sent,
         ));
-        LockGuard::new(Arc::clone(core), state, fence)
-    }
-
-    /// The acquire's reply was lost after the command may have reached Redis: delete
-    /// our value if it is there, so no lock is held that nobody knows of.
-    fn clear_ghost(&self, plan: &Plan, keys: &Keys, value: &str) {
-        let cleared = self
-            .inner
-            .core
-            .pool
-            .get()
-            .map_err(Error::from)
-            .and_then(|mut c| {
-                Ok(plan
-                    .backend
-                    .release(&mut c, &keys.lock, &keys.channel, value, &[])?)
-            });
-        match cleared {
-            Ok(outcome) => log::debug!("acquire of `{}` failed; cleanup: {outcome:?}", keys.lock),
-            Err(e) => log::warn!(
-                "acquire of `{}` failed and its cleanup too ({e}); a lock we may hold expires with its ttl",
-                keys.lock
-            ),
-        }
+        LockGuard::new(Arc::clone(hub), state, fence)
     }
 
     fn plan(&self, opts: &LockOptions) -> Result<Plan> {
-        let s = &self.inner.core.settings;
+        let s = &self.inner.settings;
         let ttl = opts.ttl.unwrap_or(s.ttl);
         check_ttl("ttl", ttl)?;
         let interval = match opts.renew_interval.or(s.renew_interval) {
@@ -408,7 +319,7 @@ impl LockClient {
         }
         let backend = match &opts.scheme {
             Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
-            _ => Arc::clone(&self.inner.core.default_backend),
+            _ => Arc::clone(&self.inner.default_backend),
         };
         Ok(Plan {
             ttl,
@@ -425,21 +336,13 @@ impl LockClient {
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.inner.core.settings;
+        let s = &self.inner.settings;
         f.debug_struct("LockClient")
-            .field("server", &Redacted(s.url.as_ref().ok()))
+            .field("topology", &self.inner.hub.topology)
             .field("key_prefix", &s.key_prefix)
             .field("ttl", &s.ttl)
             .field("scheme", &s.scheme)
             .field("pubsub", &s.pubsub)
-            .finish_non_exhaustive()
-    }
-}
-
-impl fmt::Debug for Core {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Core")
-            .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
 }

@@ -6,13 +6,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use crate::client::Core;
-use crate::config::check_ttl;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
-use crate::pool::with_retry;
-use crate::scheme::{Extend, Release, with_scripts};
+use crate::options::check_ttl;
+use crate::scheme::{Extend, Keys, Release};
+use crate::wait::{Hub, try_hand_off};
 
 /// A held lock. Releases it when dropped (also while unwinding from a panic).
 ///
@@ -31,16 +30,16 @@ use crate::scheme::{Extend, Release, with_scripts};
 pub struct LockGuard {
     state: Arc<LeaseState>,
     /// Taken by the first release, so releasing twice is a no-op.
-    core: Option<Arc<Core>>,
+    hub: Option<Arc<Hub>>,
     fence: Option<u64>,
     lost: OnceLock<Receiver<LeaseLost>>,
 }
 
 impl LockGuard {
-    pub(crate) fn new(core: Arc<Core>, state: Arc<LeaseState>, fence: Option<u64>) -> Self {
+    pub(crate) fn new(hub: Arc<Hub>, state: Arc<LeaseState>, fence: Option<u64>) -> Self {
         Self {
             state,
-            core: Some(core),
+            hub: Some(hub),
             fence,
             lost: OnceLock::new(),
         }
@@ -112,15 +111,17 @@ impl LockGuard {
     /// [`Error::Pool`] when Redis fails; validity is then unchanged.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         check_ttl("ttl", ttl)?;
-        let core = self.core.as_ref().ok_or(Error::Shutdown)?;
+        let hub = self.hub.as_ref().ok_or(Error::Shutdown)?;
         let mut held = self.state.held.lock();
-        let backend = &self.state.backend;
-        let (cmd, new_value) = backend.extend_cmd(&self.state.key, &held.value, &held.maybe, ttl);
-        let sent = Instant::now();
-        let reply = match with_retry(&core.pool, |conn| {
-            with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
-        }) {
-            Ok(reply) => reply,
+        let (new_value, sent, outcome) = hub.topology.extend(
+            &*self.state.backend,
+            &self.state.key,
+            &held.value,
+            &held.maybe,
+            ttl,
+        );
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
             Err(e) => {
                 if e.is_timeout() || e.is_connection_error() {
                     // No reply: the extend may have landed and rewritten the value.
@@ -129,7 +130,7 @@ impl LockGuard {
                 return Err(e);
             }
         };
-        match backend.extend_reply(&reply)? {
+        match outcome {
             Extend::Extended => {
                 held.confirmed(new_value);
                 self.state.confirm(sent, ttl);
@@ -142,7 +143,7 @@ impl LockGuard {
                 } else {
                     LossReason::Expired
                 };
-                self.state.notify_lost(reason, &core.counters);
+                self.state.notify_lost(reason, &hub.counters);
                 Err(Error::LockLost {
                     key: self.state.key.clone(),
                 })
@@ -165,7 +166,7 @@ impl LockGuard {
 
     /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
     fn release(&mut self) -> Option<Result<Release>> {
-        let core = self.core.take()?;
+        let hub = self.hub.take()?;
         let (value, maybe) = {
             // Under the lease's mutex: waits for a renewal in flight, and keeps
             // the renewal thread from sending another once this returns.
@@ -178,24 +179,19 @@ impl LockGuard {
             )
         };
         // A caller of this client waiting for the key takes the lock over directly;
-        // otherwise compare-and-delete, which is idempotent, so a connection that
-        // died while idle may be retried.
-        let outcome =
-            crate::handoff::try_hand_off(&core, &self.state, &value).unwrap_or_else(|| {
-                with_retry(&core.pool, |conn| {
-                    self.state.backend.release(
-                        conn,
-                        &self.state.key,
-                        &self.state.channel,
-                        &value,
-                        &maybe,
-                    )
-                })
-            });
+        // otherwise compare-and-delete.
+        let outcome = try_hand_off(&hub, &self.state, &value).unwrap_or_else(|| {
+            let keys = Keys {
+                lock: self.state.key.clone(),
+                channel: self.state.channel.clone(),
+            };
+            hub.topology
+                .release(&*self.state.backend, &keys, &value, &maybe)
+        });
         match &outcome {
-            Ok(Release::Released) => bump(&core.counters.released, 1),
+            Ok(Release::Released) => bump(&hub.counters.released, 1),
             Ok(_) => {}
-            Err(_) => bump(&core.counters.release_errors, 1),
+            Err(_) => bump(&hub.counters.release_errors, 1),
         }
         Some(outcome)
     }

@@ -1,16 +1,36 @@
 //! The state of one held lease, shared by its guard and the renewal thread.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::config::LostCallback;
 use crate::metrics::{Counters, bump};
-use crate::renewal::Command;
-use crate::scheme::Backend;
+use crate::scheme::{Backend, Keys};
+use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
+
+/// A callback run when a lease is lost, on the client's notifier thread (or the
+/// guard owner's thread once the client is gone).
+pub(crate) type LostCallback = Arc<dyn Fn(&LeaseLost) + Send + Sync>;
+
+/// A callback to run and the message to run it with, queued for the notifier.
+pub(crate) struct Notice {
+    pub(crate) callback: LostCallback,
+    pub(crate) msg: LeaseLost,
+}
+
+impl Notice {
+    /// Runs the callback, catching a panic (logged; the panic hook has printed it).
+    pub(crate) fn run(self) {
+        let Notice { callback, msg } = self;
+        let call = std::panic::AssertUnwindSafe(|| callback(&msg));
+        if std::panic::catch_unwind(call).is_err() {
+            log::error!("on_lost callback for `{}` panicked", msg.key);
+        }
+    }
+}
 
 /// Why a lease was lost; carried by [`LeaseLost`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,35 +63,6 @@ pub struct LeaseLost {
     pub key: String,
     /// Why it was lost.
     pub reason: LossReason,
-}
-
-/// The origin of all lease clocks: deadlines are stored as nanoseconds since it.
-static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-
-/// Nanoseconds from [`EPOCH`] to `t` (0 for instants before it).
-pub(crate) fn to_nanos(t: Instant) -> u64 {
-    u64::try_from(t.saturating_duration_since(*EPOCH).as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// The instant `nanos` after [`EPOCH`], saturating far in the future.
-pub(crate) fn from_nanos(nanos: u64) -> Instant {
-    let far = Duration::from_secs(u64::from(u32::MAX));
-    EPOCH
-        .checked_add(Duration::from_nanos(nanos))
-        .unwrap_or_else(|| *EPOCH + far)
-}
-
-/// The clock-drift allowance for a TTL: 2 ms plus 1 % (the Redlock paper's factor).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    Duration::from_millis(2) + ttl / 100
-}
-
-/// How long a lease is valid after `sent`: `sent + ttl - drift`, where `sent` is the
-/// instant before the command that set the TTL left this process.
-pub(crate) fn validity_end(sent: Instant, ttl: Duration) -> Instant {
-    let valid = ttl.saturating_sub(drift(ttl));
-    sent.checked_add(valid)
-        .unwrap_or_else(|| from_nanos(u64::MAX))
 }
 
 /// The mutable part of a lease: what is stored under the key, and whether the
@@ -128,31 +119,23 @@ pub(crate) struct LeaseState {
     /// The `lost()` channel's sender, made when the guard first asks for the
     /// channel (most never do), and the message once there is one.
     lost_slot: Mutex<(Option<Sender<LeaseLost>>, Option<LeaseLost>)>,
-    on_lost: Option<LostCallback>,
-    /// The renewal thread's channel, set when the lease is registered, so that an
-    /// `extend` from the guard can have the lease's schedule looked at again.
-    pub(crate) renewer: OnceLock<Sender<Command>>,
+    /// The callback, and the notifier's queue it runs from.
+    on_lost: Option<(LostCallback, Sender<Notice>)>,
+    /// The renewal thread's channel for leases to schedule again, set when the lease
+    /// is registered, so that an `extend` from the guard can have it looked at.
+    pub(crate) reschedule: OnceLock<Sender<u64>>,
 }
-
-impl std::fmt::Debug for LostCallback2<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Some(Fn)" } else { "None" })
-    }
-}
-
-/// Shows whether a callback is set without requiring `Debug` of it.
-struct LostCallback2<'a>(&'a Option<LostCallback>);
 
 impl LeaseState {
     pub(crate) fn new(
-        keys: crate::scheme::Keys,
+        keys: Keys,
         backend: Arc<dyn Backend>,
         value: String,
         sent: Instant,
         ttl: Duration,
-        on_lost: Option<LostCallback>,
+        on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> Self {
-        let crate::scheme::Keys { lock: key, channel } = keys;
+        let Keys { lock: key, channel } = keys;
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key,
@@ -169,15 +152,15 @@ impl LeaseState {
             told: AtomicBool::new(false),
             lost_slot: Mutex::new((None, None)),
             on_lost,
-            renewer: OnceLock::new(),
+            reschedule: OnceLock::new(),
         }
     }
 
     /// Marks the lease lost (for every reason but [`LossReason::Shutdown`], which
     /// leaves it valid until `valid_until`) and tells its holder, once: the `lost()`
-    /// receiver gets a message and the `on_lost` callback runs (a panic in it is
-    /// caught and logged). Must be called with no lease's `held` mutex locked, since
-    /// the callback may release guards.
+    /// receiver gets a message, and the `on_lost` callback is queued for the
+    /// notifier thread, so user code never runs on the thread that reports losses.
+    /// With the notifier gone (client dropped) the callback runs here.
     pub(crate) fn notify_lost(&self, reason: LossReason, counters: &Counters) {
         let newly_lost = reason != LossReason::Shutdown && self.mark_lost();
         if newly_lost {
@@ -202,10 +185,13 @@ impl LeaseState {
             }
             slot.1 = Some(msg.clone());
         }
-        if let Some(f) = &self.on_lost {
-            let call = std::panic::AssertUnwindSafe(|| f(&msg));
-            if std::panic::catch_unwind(call).is_err() {
-                log::error!("on_lost callback for `{}` panicked", self.key);
+        if let Some((callback, notices)) = &self.on_lost {
+            let notice = Notice {
+                callback: Arc::clone(callback),
+                msg,
+            };
+            if let Err(unsent) = notices.send(notice) {
+                unsent.0.run();
             }
         }
     }
@@ -235,10 +221,10 @@ impl LeaseState {
         self.ttl_ms.store(ttl_millis(ttl), Ordering::Release);
         self.renewed(sent, ttl);
         if self.valid_until() < before
-            && let Some(renewer) = self.renewer.get()
+            && let Some(renewer) = self.reschedule.get()
         {
             // Fails only once the thread is gone: nothing to reschedule then.
-            let _ = renewer.send(Command::Reschedule(self.id));
+            let _ = renewer.send(self.id);
         }
     }
 
@@ -270,18 +256,13 @@ impl LeaseState {
     }
 }
 
-/// Whole milliseconds of a TTL, as `PX` takes them.
-pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
-    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
-}
-
 impl std::fmt::Debug for LeaseState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LeaseState")
             .field("key", &self.key)
             .field("valid_until", &self.valid_until())
             .field("lost", &self.is_lost())
-            .field("on_lost", &LostCallback2(&self.on_lost))
+            .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
             .finish_non_exhaustive()
     }
 }
@@ -289,39 +270,32 @@ impl std::fmt::Debug for LeaseState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
-
-    #[test]
-    fn validity_is_ttl_minus_drift() {
-        let now = Instant::now();
-        let end = validity_end(now, Duration::from_secs(10));
-        assert_eq!(end - now, Duration::from_millis(10_000 - 100 - 2));
-    }
-
-    #[test]
-    fn a_ttl_below_the_drift_is_never_valid() {
-        let now = Instant::now();
-        assert_eq!(validity_end(now, Duration::from_millis(1)), now);
-    }
 
     fn lease(
-        on_lost: Option<LostCallback>,
+        on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
-        let keys = crate::scheme::Keys::new("", "k").unwrap();
-        let backend = crate::scheme::backend(&crate::config::Scheme::Token);
+        let keys = Keys::new("", "k").unwrap();
+        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token);
         let ttl = Duration::from_secs(10);
         let state = LeaseState::new(keys, backend, "v".into(), Instant::now(), ttl, on_lost);
         let rx = state.lost_receiver();
         (state, rx)
     }
 
-    #[test]
-    fn a_lease_is_reported_lost_once() {
+    fn counting() -> (LostCallback, Arc<AtomicU64>) {
         let calls = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&calls);
-        let (state, rx) = lease(Some(Arc::new(move |_: &LeaseLost| {
+        let f: LostCallback = Arc::new(move |_: &LeaseLost| {
             counted.fetch_add(1, Ordering::SeqCst);
-        })));
+        });
+        (f, calls)
+    }
+
+    #[test]
+    fn a_lease_is_reported_lost_once_and_its_callback_queued_not_run() {
+        let (f, calls) = counting();
+        let (notices_tx, notices) = crossbeam_channel::unbounded();
+        let (state, rx) = lease(Some((f, notices_tx)));
         let counters = Counters::default();
         assert!(state.is_held());
         state.notify_lost(LossReason::Expired, &counters);
@@ -329,8 +303,28 @@ mod tests {
         assert!(!state.is_held());
         assert_eq!(rx.try_recv().unwrap().reason, LossReason::Expired);
         assert!(rx.try_recv().is_err());
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "user code ran on the reporting thread"
+        );
+        let queued: Vec<Notice> = notices.try_iter().collect();
+        assert_eq!(queued.len(), 1);
+        for notice in queued {
+            notice.run();
+        }
         assert_eq!(calls.load(Ordering::SeqCst), 1);
         assert_eq!(counters.snapshot().leases_lost, 1);
+    }
+
+    #[test]
+    fn without_a_notifier_the_callback_runs_in_place() {
+        let (f, calls) = counting();
+        let (notices_tx, notices) = crossbeam_channel::unbounded();
+        drop(notices);
+        let (state, _rx) = lease(Some((f, notices_tx)));
+        state.notify_lost(LossReason::Taken, &Counters::default());
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]
@@ -349,7 +343,10 @@ mod tests {
 
     #[test]
     fn a_panicking_callback_is_caught() {
-        let (state, rx) = lease(Some(Arc::new(|_: &LeaseLost| panic!("expected"))));
+        let f: LostCallback = Arc::new(|_: &LeaseLost| panic!("expected"));
+        let (notices_tx, notices) = crossbeam_channel::unbounded();
+        drop(notices);
+        let (state, rx) = lease(Some((f, notices_tx)));
         state.notify_lost(LossReason::Taken, &Counters::default());
         assert_eq!(rx.try_recv().unwrap().reason, LossReason::Taken);
     }
@@ -358,30 +355,14 @@ mod tests {
     fn only_an_extend_that_shortens_the_validity_reschedules() {
         let (state, _rx) = lease(None);
         let (tx, rx) = crossbeam_channel::unbounded();
-        state.renewer.set(tx).unwrap();
+        state.reschedule.set(tx).unwrap();
         state.confirm(Instant::now(), Duration::from_secs(20));
         assert!(rx.try_recv().is_err());
         assert_eq!(state.ttl(), Duration::from_secs(20));
         state.confirm(Instant::now(), Duration::from_secs(1));
-        assert!(matches!(rx.try_recv(), Ok(Command::Reschedule(id)) if id == state.id));
+        assert!(matches!(rx.try_recv(), Ok(id) if id == state.id));
         // A renewal by the thread moves the validity only, never the lease's TTL.
         state.renewed(Instant::now(), Duration::from_millis(5));
         assert_eq!(state.ttl(), Duration::from_secs(1));
-    }
-
-    proptest! {
-        #[test]
-        fn validity_never_exceeds_ttl(ms in 1u64..(i64::MAX as u64 / 2)) {
-            let now = Instant::now();
-            let ttl = Duration::from_millis(ms);
-            let end = validity_end(now, ttl);
-            prop_assert!(end >= now);
-            prop_assert!(end.saturating_duration_since(now) < ttl);
-        }
-
-        #[test]
-        fn nanos_round_trip(ns in 0u64..(1u64 << 62)) {
-            prop_assert_eq!(to_nanos(from_nanos(ns)), ns);
-        }
     }
 }

@@ -123,32 +123,45 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
+// Layers, bottom to top; a module imports only from its own layer or below.
+// leaves
 mod cancel;
-mod client;
-mod config;
 mod error;
-mod guard;
-mod handoff;
-mod lease;
 mod metrics;
-mod pool;
-mod renewal;
-mod scheme;
 mod scripts;
+mod time;
+// connection, node
+mod connection;
+mod node;
+// storage formats
+mod scheme;
+// a held lease's shared state
+mod lease;
+// where locks live
+mod topology;
+// background threads
+mod notify;
+mod renewal;
 mod wait;
+// facade
+mod builder;
+mod client;
+mod guard;
+mod options;
 
+pub use builder::{
+    DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
+    DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
+};
 pub use cancel::CancelToken;
 pub use client::LockClient;
-pub use config::{
-    DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
-    DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder, LockOptions, MAX_TTL, MIN_TTL, Renewal,
-    Scheme,
-};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
-pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, TimestampUnit};
+pub use options::{LockOptions, Renewal};
+pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
+pub use time::{MAX_TTL, MIN_TTL};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

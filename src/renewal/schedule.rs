@@ -10,7 +10,8 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::lease::{LeaseState, LossReason, from_nanos, to_nanos};
+use crate::lease::{LeaseState, LossReason};
+use crate::time::{from_nanos, to_nanos};
 
 /// Leases due within this share of their interval are renewed with the ones due now.
 pub(super) const EARLY_SHARE: u32 = 4;
@@ -184,8 +185,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Scheme;
-    use crate::scheme::{Keys, backend};
+    use crate::scheme::{Keys, Scheme, backend};
     use proptest::prelude::*;
 
     fn ms(n: u64) -> Duration {

@@ -13,10 +13,9 @@ use parking_lot::Mutex;
 use redis::{ErrorKind, RedisResult, Script};
 
 use super::{Acquire, Backend, Keys, Request, with_scripts};
-use crate::config::MAX_TTL;
-use crate::lease::ttl_millis;
-use crate::pool::Conn;
+use crate::connection::Conn;
 use crate::scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE};
+use crate::time::{MAX_TTL, ttl_millis};
 
 mod options;
 

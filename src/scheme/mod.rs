@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use crate::config::Scheme;
+use crate::connection::Conn;
 use crate::error::{Error, Result};
-use crate::pool::Conn;
 
 mod legacy;
 mod token;
@@ -20,6 +19,20 @@ mod token;
 pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use token::TokenBackend;
+
+/// How a lock is stored in Redis.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scheme {
+    /// `SET key token NX PX ttl`, released and renewed by compare-on-token scripts.
+    /// The wire format of redis-py's `Lock`, redsync, node-redlock and redlock-rs.
+    #[default]
+    Token,
+    /// The `SETNX`/`GETSET` timestamp lock of older clients (value: the expiry as a
+    /// decimal unix timestamp), for running beside them while migrating to
+    /// [`Scheme::Token`]. Opt-in only; see [`LegacyTimestamp`] for its limits.
+    LegacyTimestamp(LegacyTimestamp),
+}
 
 /// What [`LockGuard::unlock`](crate::LockGuard::unlock) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Backend, Keys, Request, with_scripts};
-use crate::lease::ttl_millis;
-use crate::pool::Conn;
+use crate::connection::Conn;
 use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
+use crate::time::ttl_millis;
 
 /// The token scheme's commands.
 #[derive(Debug)]

@@ -5,20 +5,18 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::{Command, Waiter, Wake};
+use super::handoff::Offer;
+use super::{Command, Hub, Waiter, Wake};
 use crate::cancel::{CancelToken, Watch};
-use crate::client::Core;
 use crate::error::{Error, Result};
-use crate::handoff::Offer;
 use crate::metrics::bump;
-use crate::scheme::Keys;
+use crate::scheme::{Keys, TokenBackend};
 
 /// One caller's wait for one key, from its first busy reply to its return.
 pub(crate) struct WaitSlot<'a> {
-    core: &'a Core,
+    hub: &'a Hub,
     waiter: Option<&'a Waiter>,
-    channel: String,
-    key: String,
+    keys: Keys,
     seq: u64,
     tx: Sender<Wake>,
     rx: Receiver<Wake>,
@@ -62,7 +60,7 @@ enum Turn {
 impl<'a> WaitSlot<'a> {
     /// A slot for `keys`; `waiter` is `None` when waits must poll.
     pub(crate) fn new(
-        core: &'a Core,
+        hub: &'a Hub,
         waiter: Option<&'a Waiter>,
         keys: &Keys,
         cancel: Option<&CancelToken>,
@@ -70,15 +68,14 @@ impl<'a> WaitSlot<'a> {
     ) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
         let watches = [
-            Some(core.shutdown.watch(&tx, Wake::Shutdown)),
+            Some(hub.shutdown.watch(&tx, Wake::Shutdown)),
             cancel.map(|c| c.watch(&tx, Wake::Cancelled)),
         ];
         let seq = waiter.map_or(0, |w| w.shared.seq.fetch_add(1, Ordering::Relaxed));
         Self {
-            core,
+            hub,
             waiter,
-            channel: keys.channel.clone(),
-            key: keys.lock.clone(),
+            keys: keys.clone(),
             seq,
             tx,
             rx,
@@ -117,17 +114,17 @@ impl<'a> WaitSlot<'a> {
         let (ahead, holder_until) = {
             let local = w.shared.local.lock();
             local
-                .get(&self.channel)
+                .get(&self.keys.channel)
                 .map_or((0, None), |l| (l.waiting, l.holder_until))
         };
-        if w.shared.subscribed.read().contains(&self.channel) {
+        if w.shared.subscribed.read().contains(&self.keys.channel) {
             self.enqueue(w);
         }
         if ahead == 0 || !self.queued {
             return Ok(None);
         }
         self.count(None);
-        let step = Instant::now() + self.core.settings.backoff_max;
+        let step = Instant::now() + self.hub.backoff.1;
         let bound = holder_until.map_or(step, |t| t.min(step));
         self.sleep(bound, deadline)
     }
@@ -153,7 +150,7 @@ impl<'a> WaitSlot<'a> {
             (Some(w), remaining) => {
                 if !self.queued {
                     self.enqueue(w);
-                    if w.shared.subscribed.read().contains(&self.channel) {
+                    if w.shared.subscribed.read().contains(&self.keys.channel) {
                         // Queued on a live subscription: one more attempt covers a
                         // release between the busy reply and the queueing.
                         return Ok(None);
@@ -211,11 +208,11 @@ impl<'a> WaitSlot<'a> {
                 self.queued = false;
                 self.turn = Turn::Woken;
                 self.backoff_step = 0;
-                bump(&self.core.counters.wakeups, 1);
+                bump(&self.hub.counters.wakeups, 1);
                 Ok(None)
             }
             Wake::Cancelled => Err(Error::Cancelled {
-                key: self.key.clone(),
+                key: self.keys.lock.clone(),
             }),
             Wake::Shutdown => Err(Error::Shutdown),
             Wake::Retry | Wake::Handed { .. } | Wake::NotHanded => Ok(None),
@@ -231,8 +228,8 @@ impl<'a> WaitSlot<'a> {
             .offer_value
             .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
             .clone();
-        self.core.offers.post(
-            &self.channel,
+        self.hub.offers.post(
+            &self.keys.channel,
             Offer {
                 seq: self.seq,
                 value,
@@ -245,13 +242,12 @@ impl<'a> WaitSlot<'a> {
     }
 
     fn withdraw_offer(&self) -> bool {
-        self.core.offers.withdraw(&self.channel, self.seq)
+        self.hub.offers.withdraw(&self.keys.channel, self.seq)
     }
 
     /// Waits for the outcome of a hand-off in flight to this caller.
     fn await_hand_off(&mut self) -> Option<Handoff> {
-        let s = &self.core.settings;
-        let bound = Instant::now() + 2 * (s.connect_timeout + s.read_timeout + s.write_timeout);
+        let bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
         loop {
             match self.rx.recv_deadline(bound) {
                 Ok(Wake::Handed { sent, fence }) => return Some(self.handed(sent, fence)),
@@ -280,7 +276,7 @@ impl<'a> WaitSlot<'a> {
 
     fn enqueue(&mut self, w: &Waiter) {
         let cmd = Command::Wait {
-            channel: self.channel.clone(),
+            channel: self.keys.channel.clone(),
             seq: self.seq,
             tx: self.tx.clone(),
         };
@@ -294,18 +290,16 @@ impl<'a> WaitSlot<'a> {
         if w.shared.kicked.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Ok(mut conn) = self.core.pool.get() {
-            let _ = conn.run(|c| redis::cmd("PUBLISH").arg(&w.kick).arg("").query::<i64>(c));
-        }
+        let _ = self.hub.topology.publish(&w.kick, "");
     }
 
     fn count(&mut self, remaining: Option<Duration>) {
         let Some(w) = self.waiter else { return };
         let mut local = w.shared.local.lock();
-        if !local.contains_key(&self.channel) {
+        if !local.contains_key(&self.keys.channel) {
             w.shared.note(1, 0);
         }
-        let entry = local.entry(self.channel.clone()).or_default();
+        let entry = local.entry(self.keys.channel.clone()).or_default();
         if !self.counted {
             entry.waiting += 1;
             self.counted = true;
@@ -318,10 +312,10 @@ impl<'a> WaitSlot<'a> {
     /// The next polling delay: exponential from the client's minimum to its maximum,
     /// with full jitter.
     fn backoff(&mut self) -> Duration {
-        let s = &self.core.settings;
-        let step = backoff_cap(s.backoff_min, s.backoff_max, self.backoff_step);
+        let (min, max) = self.hub.backoff;
+        let step = backoff_cap(min, max, self.backoff_step);
         self.backoff_step = self.backoff_step.saturating_add(1);
-        jitter(s.backoff_min, step)
+        jitter(min, step)
     }
 }
 
@@ -336,7 +330,7 @@ impl Drop for WaitSlot<'_> {
             // the unread one after taking the slot out of its queue, so none can
             // arrive after the check.
             let _ = w.tx.send(Command::Leave {
-                channel: self.channel.clone(),
+                channel: self.keys.channel.clone(),
                 seq: self.seq,
                 pass: woken,
                 unread: (self.turn != Turn::Acquired).then(|| self.rx.clone()),
@@ -344,10 +338,10 @@ impl Drop for WaitSlot<'_> {
         }
         if self.counted {
             let mut local = w.shared.local.lock();
-            if let Some(entry) = local.get_mut(&self.channel) {
+            if let Some(entry) = local.get_mut(&self.keys.channel) {
                 entry.waiting -= 1;
                 if entry.waiting == 0 {
-                    local.remove(&self.channel);
+                    local.remove(&self.keys.channel);
                     w.shared.note(0, 1);
                 }
             }
@@ -368,18 +362,12 @@ impl WaitSlot<'_> {
                 _ => {}
             }
         }
-        if let (true, Some(value)) = (late, self.offer_value.take()) {
-            let backend = crate::scheme::TokenBackend;
-            let _ = crate::pool::with_retry(&self.core.pool, |conn| {
-                crate::scheme::Backend::release(
-                    &backend,
-                    conn,
-                    &self.key,
-                    &self.channel,
-                    &value,
-                    &[],
-                )
-            });
+        if let (true, Some(value), Some((ttl, _))) = (late, self.offer_value.take(), self.want) {
+            let until = Instant::now() + ttl;
+            let token = std::sync::Arc::new(TokenBackend);
+            self.hub
+                .topology
+                .release_later(token, self.keys.clone(), value, until);
         }
     }
 }

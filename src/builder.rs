@@ -1,16 +1,20 @@
-//! Builders and options: [`LockClientBuilder`], [`LockOptions`], [`Scheme`], [`Renewal`].
+//! [`LockClientBuilder`]: every client-wide setting, checked by `build()`, which
+//! connects and starts the client's threads.
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use crate::cancel::CancelToken;
 use crate::client::LockClient;
+use crate::connection::Redacted;
 use crate::error::{Error, Result};
-use crate::lease::LeaseLost;
-use crate::scheme::LegacyTimestamp;
+use crate::metrics::Counters;
+use crate::node::{Node, NodeConfig};
+use crate::options::{Renewal, Settings, check_interval, check_ttl};
+use crate::scheme::Scheme;
+use crate::topology::Single;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -24,165 +28,11 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(4);
 /// Default longest retry delay while polling: 200 milliseconds.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
-/// The shortest TTL accepted: 1 millisecond (Redis `PX` counts whole milliseconds).
-pub const MIN_TTL: Duration = Duration::from_millis(1);
-/// The longest TTL accepted: what `SET … PX` takes with room for the server's clock
-/// (`PX` fails past `i64::MAX` milliseconds from now). About 146 million years.
-pub const MAX_TTL: Duration = Duration::from_millis((i64::MAX as u64) / 2);
 
-/// How a lock is stored in Redis.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Scheme {
-    /// `SET key token NX PX ttl`, released and renewed by compare-on-token scripts.
-    /// The wire format of redis-py's `Lock`, redsync, node-redlock and redlock-rs.
-    #[default]
-    Token,
-    /// The `SETNX`/`GETSET` timestamp lock of older clients (value: the expiry as a
-    /// decimal unix timestamp), for running beside them while migrating to
-    /// [`Scheme::Token`]. Opt-in only; see [`LegacyTimestamp`] for its limits.
-    LegacyTimestamp(LegacyTimestamp),
-}
-
-/// Whether a held lease is renewed in the background.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Renewal {
-    /// Renew while the guard lives (the watchdog), within any `max_hold` /
-    /// `max_renewals` bound.
-    #[default]
-    Auto,
-    /// A fixed lease: it ends at its TTL unless extended by hand.
-    None,
-}
-
-/// Options for one lock call, overriding the client's defaults.
-///
-/// Every option left unset takes the client's value (see [`LockClientBuilder`]).
-///
-/// # Examples
-/// ```
-/// use std::time::Duration;
-/// use redlease::{LockOptions, Renewal};
-/// let opts = LockOptions::new()
-///     .ttl(Duration::from_secs(5))
-///     .wait(Duration::from_millis(500))
-///     .renewal(Renewal::Auto)
-///     .max_hold(Duration::from_secs(60))
-///     .fencing(true);
-/// assert_eq!(opts.get_ttl(), Some(Duration::from_secs(5)));
-/// ```
-#[derive(Clone, Default)]
-#[must_use]
-pub struct LockOptions {
-    pub(crate) ttl: Option<Duration>,
-    pub(crate) wait: Option<Duration>,
-    pub(crate) deadline: Option<Instant>,
-    pub(crate) renewal: Option<Renewal>,
-    pub(crate) renew_interval: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) max_renewals: Option<u32>,
-    pub(crate) fencing: Option<bool>,
-    pub(crate) scheme: Option<Scheme>,
-    pub(crate) cancel: Option<CancelToken>,
-    pub(crate) on_lost: Option<LostCallback>,
-}
-
-/// A callback run on the renewal thread when a lease is lost.
-pub(crate) type LostCallback = Arc<dyn Fn(&LeaseLost) + Send + Sync>;
-
-impl LockOptions {
-    /// Options that all take the client's defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Lease time to live. Defaults to the client's `ttl`.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
-        self
-    }
-    /// Wait at most this long for a busy lock (`Duration::ZERO`: one attempt).
-    /// Defaults to waiting until acquired.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-    /// Wait until this instant at most for a busy lock. Defaults to no deadline.
-    pub fn deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(deadline);
-        self
-    }
-    /// Background renewal policy. Defaults to the client's `renewal`.
-    pub fn renewal(mut self, renewal: Renewal) -> Self {
-        self.renewal = Some(renewal);
-        self
-    }
-    /// Time between renewals. Defaults to the client's value (TTL / 3).
-    pub fn renew_interval(mut self, every: Duration) -> Self {
-        self.renew_interval = Some(every);
-        self
-    }
-    /// Stop renewing this long after acquiring; the lease then runs out.
-    /// Defaults to the client's `max_hold` (none).
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = Some(max_hold);
-        self
-    }
-    /// Stop renewing after this many renewals. Defaults to no bound.
-    pub fn max_renewals(mut self, count: u32) -> Self {
-        self.max_renewals = Some(count);
-        self
-    }
-    /// Take a fencing token with the lock. Defaults to the client's `fencing`.
-    pub fn fencing(mut self, on: bool) -> Self {
-        self.fencing = Some(on);
-        self
-    }
-    /// Storage scheme. Defaults to the client's `scheme`.
-    pub fn scheme(mut self, scheme: Scheme) -> Self {
-        self.scheme = Some(scheme);
-        self
-    }
-    /// A token that cancels the wait from another thread. Defaults to none.
-    pub fn cancel(mut self, token: CancelToken) -> Self {
-        self.cancel = Some(token);
-        self
-    }
-    /// Run `f` on the renewal thread when the lease is lost. It must be quick:
-    /// it delays every other lease's renewal while it runs. Defaults to none.
-    pub fn on_lost(mut self, f: impl Fn(&LeaseLost) + Send + Sync + 'static) -> Self {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-    /// The TTL set here, if any.
-    pub fn get_ttl(&self) -> Option<Duration> {
-        self.ttl
-    }
-    /// The wait set here, if any.
-    pub fn get_wait(&self) -> Option<Duration> {
-        self.wait
-    }
-    /// The renewal policy set here, if any.
-    pub fn get_renewal(&self) -> Option<Renewal> {
-        self.renewal
-    }
-}
-
-impl fmt::Debug for LockOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockOptions")
-            .field("ttl", &self.ttl)
-            .field("wait", &self.wait)
-            .field("deadline", &self.deadline)
-            .field("renewal", &self.renewal)
-            .field("renew_interval", &self.renew_interval)
-            .field("max_hold", &self.max_hold)
-            .field("max_renewals", &self.max_renewals)
-            .field("fencing", &self.fencing)
-            .field("scheme", &self.scheme)
-            .field("cancel", &self.cancel)
-            .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
-            .finish()
+impl LockClient {
+    /// Starts building a client for the server at `url` (`redis://[user:password@]host[:port][/db]`).
+    pub fn builder(url: impl IntoConnectionInfo) -> LockClientBuilder {
+        LockClientBuilder::new(url)
     }
 }
 
@@ -192,25 +42,25 @@ impl fmt::Debug for LockOptions {
 /// [`Error::Config`] for one out of range.
 #[must_use]
 pub struct LockClientBuilder {
-    pub(crate) url: Result<ConnectionInfo, redis::RedisError>,
-    pub(crate) key_prefix: String,
-    pub(crate) ttl: Duration,
-    pub(crate) pool_size: u32,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) read_timeout: Duration,
-    pub(crate) write_timeout: Duration,
-    pub(crate) backoff_min: Duration,
-    pub(crate) backoff_max: Duration,
-    pub(crate) renewal: Renewal,
-    pub(crate) renew_interval: Option<Duration>,
-    pub(crate) max_hold: Option<Duration>,
-    pub(crate) fencing: bool,
-    pub(crate) pubsub: bool,
-    pub(crate) scheme: Scheme,
+    url: Result<ConnectionInfo, redis::RedisError>,
+    key_prefix: String,
+    ttl: Duration,
+    pool_size: u32,
+    connect_timeout: Duration,
+    read_timeout: Duration,
+    write_timeout: Duration,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    renewal: Renewal,
+    renew_interval: Option<Duration>,
+    max_hold: Option<Duration>,
+    fencing: bool,
+    pubsub: bool,
+    scheme: Scheme,
 }
 
 impl LockClientBuilder {
-    pub(crate) fn new(url: impl IntoConnectionInfo) -> Self {
+    fn new(url: impl IntoConnectionInfo) -> Self {
         Self {
             url: url.into_connection_info(),
             key_prefix: String::new(),
@@ -304,10 +154,40 @@ impl LockClientBuilder {
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
     /// the server cannot be reached, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
-        LockClient::from_builder(self)
+        self.validate()?;
+        let Ok(info) = self.url else {
+            return Err(Error::config("url", "not a valid redis url"));
+        };
+        let node = Node::connect(
+            info,
+            NodeConfig {
+                pool_size: self.pool_size,
+                connect_timeout: self.connect_timeout,
+                read_timeout: self.read_timeout,
+                write_timeout: self.write_timeout,
+            },
+        )?;
+        let counters = Arc::new(Counters::default());
+        let topology = Arc::new(Single::new(node, Arc::clone(&counters))?);
+        let settings = Settings {
+            key_prefix: self.key_prefix,
+            ttl: self.ttl,
+            renewal: self.renewal,
+            renew_interval: self.renew_interval,
+            max_hold: self.max_hold,
+            fencing: self.fencing,
+            pubsub: self.pubsub,
+            scheme: self.scheme,
+        };
+        LockClient::start(
+            settings,
+            topology,
+            counters,
+            (self.backoff_min, self.backoff_max),
+        )
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<()> {
         check_ttl("ttl", self.ttl)?;
         if self.pool_size == 0 {
             return Err(Error::config("pool_size", "must be at least 1"));
@@ -340,7 +220,7 @@ impl LockClientBuilder {
 impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClientBuilder")
-            .field("server", &crate::pool::Redacted(self.url.as_ref().ok()))
+            .field("server", &Redacted(self.url.as_ref().ok()))
             .field("key_prefix", &self.key_prefix)
             .field("ttl", &self.ttl)
             .field("pool_size", &self.pool_size)
@@ -356,31 +236,6 @@ impl fmt::Debug for LockClientBuilder {
             .field("scheme", &self.scheme)
             .finish()
     }
-}
-
-/// Checks a TTL against what Redis `PX` accepts.
-pub(crate) fn check_ttl(option: &'static str, ttl: Duration) -> Result<()> {
-    if ttl < MIN_TTL {
-        return Err(Error::config(option, "must be at least 1 ms"));
-    }
-    if ttl > MAX_TTL {
-        return Err(Error::config(option, "exceeds what redis `PX` accepts"));
-    }
-    Ok(())
-}
-
-/// A renewal interval must be shorter than the TTL it renews, or the lease lapses.
-pub(crate) fn check_interval(every: Duration, ttl: Duration) -> Result<()> {
-    if every.is_zero() {
-        return Err(Error::config("renew_interval", "must be above zero"));
-    }
-    if every >= ttl {
-        return Err(Error::config(
-            "renew_interval",
-            "must be shorter than the ttl",
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -420,13 +275,6 @@ mod tests {
                 other => panic!("{name}: {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn ttl_bounds_are_inclusive() {
-        check_ttl("ttl", MIN_TTL).unwrap();
-        check_ttl("ttl", MAX_TTL).unwrap();
-        assert!(check_ttl("ttl", MAX_TTL + Duration::from_millis(1)).is_err());
     }
 
     #[test]

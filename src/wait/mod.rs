@@ -18,15 +18,56 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use crate::client::Core;
+use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
+use crate::metrics::Counters;
+use crate::topology::Topology;
 
+mod handoff;
 mod shared;
 mod slot;
 
 use shared::Shared;
 
+pub(crate) use handoff::{Offers, try_hand_off};
 pub(crate) use slot::WaitSlot;
+
+/// What a client's waiting callers, its releasing guards and its waiter thread
+/// share: where the locks live, the hand-off offers, and the wait settings.
+pub(crate) struct Hub {
+    pub(crate) topology: Arc<dyn Topology>,
+    pub(crate) counters: Arc<Counters>,
+    /// Cancelled by `LockClient::close`: wakes every wait with a shutdown.
+    pub(crate) shutdown: CancelToken,
+    /// Waiting callers' offers to be handed a lock by a releasing guard.
+    pub(crate) offers: Offers,
+    /// Shortest and longest polling delay.
+    pub(crate) backoff: (Duration, Duration),
+}
+
+impl Hub {
+    pub(crate) fn new(
+        topology: Arc<dyn Topology>,
+        counters: Arc<Counters>,
+        backoff: (Duration, Duration),
+    ) -> Self {
+        Self {
+            topology,
+            counters,
+            shutdown: CancelToken::new(),
+            offers: Offers::default(),
+            backoff,
+        }
+    }
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub")
+            .field("topology", &self.topology)
+            .finish_non_exhaustive()
+    }
+}
 
 /// How long the thread blocks on the socket before looking at its commands.
 const TICK: Duration = Duration::from_millis(50);
@@ -83,19 +124,19 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn spawn(core: Arc<Core>) -> Result<Self> {
+    pub(crate) fn spawn(hub: Arc<Hub>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
         let kick = format!("redlease:waiter:{}", uuid::Uuid::new_v4());
         let worker = Worker {
             rx,
-            core,
+            hub,
             shared: Arc::clone(&shared),
             kick: kick.clone(),
             chans: HashMap::new(),
         };
         let handle = thread::Builder::new()
-            .name("redlease-waiter".into())
+            .name("redlease-wait".into())
             .spawn(move || worker.run())
             .map_err(Error::Spawn)?;
         Ok(Self {
@@ -128,7 +169,7 @@ struct Chan {
 /// The thread's own state; nobody else touches it.
 struct Worker {
     rx: Receiver<Command>,
-    core: Arc<Core>,
+    hub: Arc<Hub>,
     shared: Arc<Shared>,
     kick: String,
     chans: HashMap<String, Chan>,
@@ -152,9 +193,7 @@ impl Worker {
                 Served::Stop => return,
                 Served::Lost => delay = Duration::ZERO,
                 Served::Failed => {
-                    delay = (delay * 2)
-                        .max(self.core.settings.backoff_min)
-                        .min(MAX_RECONNECT_DELAY);
+                    delay = (delay * 2).max(self.hub.backoff.0).min(MAX_RECONNECT_DELAY);
                 }
             }
             // Polling until the connection is back, answering commands meanwhile.
@@ -176,7 +215,7 @@ impl Worker {
 
     /// Serves one connection until it breaks, or until shutdown.
     fn serve(&mut self) -> Served {
-        let Ok(mut con) = self.core.connector.connect_raw() else {
+        let Ok(mut con) = self.hub.topology.subscriber().connect_raw() else {
             return if self.drain() {
                 Served::Failed
             } else {
@@ -302,7 +341,7 @@ impl Worker {
         ps: &mut redis::PubSub<'_>,
         f: impl FnOnce(&mut redis::PubSub<'_>, &str) -> redis::RedisResult<()>,
     ) -> redis::RedisResult<()> {
-        ps.set_read_timeout(Some(self.core.settings.read_timeout))?;
+        ps.set_read_timeout(Some(self.hub.topology.subscriber().read_timeout()))?;
         let out = f(ps, &self.kick);
         ps.set_read_timeout(Some(TICK))?;
         out

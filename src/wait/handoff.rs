@@ -11,20 +11,19 @@
 //! released for real once, so callers of other processes get their turn.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use crate::client::Core;
+use super::{Hub, Wake};
 use crate::error::Result;
-use crate::lease::{LeaseState, ttl_millis};
+use crate::lease::LeaseState;
 use crate::metrics::bump;
-use crate::pool::with_retry;
-use crate::scheme::{Release, companion, with_scripts};
-use crate::scripts::TOKEN_HANDOFF;
-use crate::wait::Wake;
+use crate::scheme::{Keys, Release};
+use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 16;
@@ -105,62 +104,50 @@ impl Offers {
 ///
 /// `None`: nobody to hand to, or the hand-off failed in a way that leaves our lock
 /// to be released the usual way. `Some(outcome)`: what a release would have said.
-pub(crate) fn try_hand_off(
-    core: &Core,
-    state: &LeaseState,
-    value: &str,
-) -> Option<Result<Release>> {
+pub(crate) fn try_hand_off(hub: &Hub, state: &LeaseState, value: &str) -> Option<Result<Release>> {
     if !state.backend.publishes() {
         return None;
     }
-    let offer = core.offers.take(&state.channel)?;
-    let fence_key = companion(&state.key, "fence");
+    let offer = hub.offers.take(&state.channel)?;
+    let keys = Keys {
+        lock: state.key.clone(),
+        channel: state.channel.clone(),
+    };
+    let hand_off = HandOff {
+        ours: value,
+        value: &offer.value,
+        ttl: offer.ttl,
+        fence: offer.fence,
+    };
     let sent = Instant::now();
-    let reply: Result<(i64, i64)> = with_retry(&core.pool, |conn| {
-        with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
-            c.run(|c| {
-                TOKEN_HANDOFF
-                    .key(&state.key)
-                    .key(&fence_key)
-                    .arg(value)
-                    .arg(&offer.value)
-                    .arg(ttl_millis(offer.ttl))
-                    .arg(if offer.fence { "1" } else { "0" })
-                    .invoke(c)
-            })
-        })
-    });
+    let Some(reply) = hub.topology.hand_off(&keys, hand_off) else {
+        let _ = offer.tx.send(Wake::NotHanded);
+        return None;
+    };
     match reply {
-        Ok((1, fence)) => {
-            bump(&core.counters.handoffs, 1);
-            let fence = offer.fence.then(|| u64::try_from(fence).unwrap_or(0));
+        Ok(Handed::Done(fence)) => {
+            bump(&hub.counters.handoffs, 1);
             if offer.tx.send(Wake::Handed { sent, fence }).is_err() {
                 // The caller gave up meanwhile: free the lock it was handed.
-                let _ = with_retry(&core.pool, |conn| {
-                    state
-                        .backend
-                        .release(conn, &state.key, &state.channel, &offer.value, &[])
-                });
+                let until = sent + offer.ttl;
+                let backend = Arc::clone(&state.backend);
+                hub.topology
+                    .release_later(backend, keys, offer.value, until);
             }
             Some(Ok(Release::Released))
         }
-        Ok((n, _)) => {
+        Ok(Handed::Refused(outcome)) => {
             let _ = offer.tx.send(Wake::NotHanded);
-            Some(Ok(if n == 0 {
-                Release::Expired
-            } else {
-                Release::Taken
-            }))
+            Some(Ok(outcome))
         }
         Err(e) => {
             // Unknown whether the script ran: take the offered token back out (it
             // would be a lock nobody holds), then release ours the usual way.
             log::debug!("hand-off of `{}` failed: {e}", state.key);
-            let _ = with_retry(&core.pool, |conn| {
-                state
-                    .backend
-                    .release(conn, &state.key, &state.channel, &offer.value, &[])
-            });
+            let until = sent + offer.ttl;
+            let backend = Arc::clone(&state.backend);
+            hub.topology
+                .release_later(backend, keys, offer.value, until);
             let _ = offer.tx.send(Wake::NotHanded);
             None
         }

@@ -1,5 +1,6 @@
-//! One tick's round trip: the renewals of every due lease in one pipeline, each
-//! lease's mutex held while its renewal is in flight.
+//! One node's share of a renewal tick: the renewals of a batch of leases in one
+//! pipeline, each lease's mutex held while its renewal is in flight, so that no
+//! release runs while a renewal of the same value is on the wire.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,162 +9,127 @@ use std::time::{Duration, Instant};
 use parking_lot::{ArcMutexGuard, RawMutex};
 use redis::{RedisResult, Value};
 
-use super::schedule::Lease;
-use crate::client::Core;
+use super::{Renew, Renewed};
+use crate::connection::Conn;
 use crate::lease::{Held, LeaseState, LossReason};
-use crate::metrics::bump;
-use crate::pool::Conn;
+use crate::metrics::{Counters, bump};
+use crate::node::Node;
 use crate::scheme::{Backend, Extend};
 
 /// The shortest timeout a round trip gets, however close a lease is to its end.
 const MIN_BUDGET: Duration = Duration::from_millis(1);
 
-/// What a tick hands back: leases to queue again, and losses to report once no
-/// lease's mutex is locked any more.
-#[derive(Default)]
-pub(super) struct Outcome {
-    pub(super) later: Vec<Lease>,
-    pub(super) ended: Vec<(Arc<LeaseState>, LossReason)>,
-}
-
-/// A lease in the current batch, with its mutex held so that no release runs while
-/// its renewal is in flight.
+/// A lease in the current batch, with its mutex held.
 struct InFlight {
-    lease: Lease,
+    id: u64,
+    state: Arc<LeaseState>,
     held: ArcMutexGuard<RawMutex, Held>,
     ttl: Duration,
-    /// Clipped to the hold bound: the last renewal.
-    last: bool,
     cmd: redis::Cmd,
     new_value: String,
 }
 
-/// Renews `leases` in one round trip.
+/// Renews `batch` on `node` in one round trip (two more after a `NOSCRIPT`), and
+/// says what each renewal found. Confirmed renewals move the lease's validity
+/// before this returns.
 ///
 /// The connection is taken first and each lease's mutex after it, without waiting
-/// (a lease whose release or extend is running is looked at again shortly): the
-/// thread never waits for a mutex, so a guard's `extend`, which holds a connection
-/// while it waits for the mutex, cannot stall it even with a pool of one.
-pub(super) fn renew_due(
-    leases: Vec<Lease>,
-    now: Instant,
-    core: &Core,
-    out: &mut Outcome,
+/// (a lease whose release or extend is running is skipped and looked at again
+/// shortly): a guard's `extend`, which holds a connection while it waits for the
+/// mutex, cannot stall the batch even with a pool of one. Every wait is bounded by
+/// the earliest end of validity in the batch.
+pub(super) fn renew(
+    node: &Node,
+    counters: &Counters,
+    batch: Vec<Renew>,
     loaded: &mut Loaded,
-) {
-    let counters = &core.counters;
-    bump(&counters.renewal_ticks, 1);
+) -> Vec<(u64, Renewed)> {
     let started = Instant::now();
-    // Nothing may hold the thread past the moment a lease must be reported lost.
-    let report_by = leases.iter().map(|l| l.state.valid_until()).min();
+    let report_by = batch.iter().map(|r| r.state.valid_until()).min();
     let budget = || {
         report_by
             .map_or(Duration::ZERO, |t| {
                 t.saturating_duration_since(Instant::now())
             })
-            .clamp(MIN_BUDGET, core.settings.read_timeout)
+            .clamp(MIN_BUDGET, node.read_timeout())
     };
-    let mut conn = match core.pool.get_timeout(budget()) {
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut conn = match node.get_timeout(budget()) {
         Ok(conn) => conn,
         Err(e) => {
-            log::warn!("renewal of {} leases failed: {e}", leases.len());
+            log::warn!("renewal of {} leases failed: {e}", batch.len());
             bump(&counters.renewal_nanos, nanos_since(started));
-            for lease in leases {
-                retry_later(lease, core, out);
-            }
-            return;
+            answers.extend(batch.into_iter().map(|r| (r.id, Renewed::Failed)));
+            return answers;
         }
     };
-    let mut batch = Vec::with_capacity(leases.len());
-    for mut lease in leases {
-        let Some(held) = lease.state.held.try_lock_arc() else {
-            lease.due = now + lease.retry();
-            out.later.push(lease);
+    let mut flights = Vec::with_capacity(batch.len());
+    for Renew { id, state, ttl } in batch {
+        let Some(held) = state.held.try_lock_arc() else {
+            answers.push((id, Renewed::Skipped));
             continue;
         };
-        let Some(ttl) = lease.next_ttl(now).filter(|_| !held.released) else {
+        if held.released || state.is_lost() {
+            answers.push((id, Renewed::Skipped));
             continue;
-        };
-        let last = ttl < lease.state.ttl();
-        let state = &lease.state;
+        }
         let (cmd, new_value) = state
             .backend
             .extend_cmd(&state.key, &held.value, &held.maybe, ttl);
-        batch.push(InFlight {
-            lease,
+        flights.push(InFlight {
+            id,
+            state,
             held,
             ttl,
-            last,
             cmd,
             new_value,
         });
     }
-    if batch.is_empty() {
-        return;
+    if flights.is_empty() {
+        return answers;
     }
     let sent = Instant::now();
-    let replies = send(&mut conn, core, &mut batch, budget(), loaded);
+    let replies = send(&mut conn, node, counters, &mut flights, budget(), loaded);
     drop(conn);
     bump(&counters.renewal_nanos, nanos_since(started));
-    for (f, reply) in batch.into_iter().zip(replies) {
+    for (f, reply) in flights.into_iter().zip(replies) {
         let InFlight {
-            mut lease,
+            id,
+            state,
             mut held,
             ttl,
-            last,
             new_value,
             ..
         } = f;
-        let state = Arc::clone(&lease.state);
-        match reply.map(|v| state.backend.extend_reply(&v)) {
+        let outcome = match reply.map(|v| state.backend.extend_reply(&v)) {
             Some(Ok(Extend::Extended)) => {
                 held.confirmed(new_value);
                 state.renewed(sent, ttl);
-                if let Some(n) = &mut lease.renewals_left {
-                    *n = n.saturating_sub(1);
-                }
-                if last || lease.renewals_left == Some(0) {
-                    lease.stop_renewing();
-                } else {
-                    lease.due = lease.schedule(sent);
-                }
-                out.later.push(lease);
+                Renewed::Extended { sent }
             }
-            Some(Ok(gone_or_taken)) => {
-                let reason = if gone_or_taken == Extend::Taken {
-                    LossReason::Taken
-                } else {
-                    LossReason::Expired
-                };
-                out.ended.push((state, reason));
+            Some(Ok(Extend::Taken)) => Renewed::Lost(LossReason::Taken),
+            Some(Ok(Extend::Gone)) => Renewed::Lost(LossReason::Expired),
+            Some(Err(e)) => {
+                log::debug!("renewal of `{}` failed: {e}", state.key);
+                Renewed::Failed
             }
-            failed => {
-                match failed {
-                    Some(Err(e)) => log::debug!("renewal of `{}` failed: {e}", state.key),
-                    // No reply: the renewal may have landed and rewritten the value.
-                    _ => held.unconfirmed(new_value),
-                }
-                drop(held);
-                retry_later(lease, core, out);
+            None => {
+                // No reply: the renewal may have landed and rewritten the value.
+                held.unconfirmed(new_value);
+                Renewed::Failed
             }
-        }
+        };
+        answers.push((id, outcome));
     }
+    answers
 }
 
 fn nanos_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// A renewal failed: try again soon, but report the loss no later than the end of
-/// the lease's validity.
-fn retry_later(mut lease: Lease, core: &Core, out: &mut Outcome) {
-    bump(&core.counters.renewals_failed, 1);
-    lease.due = (Instant::now() + lease.retry()).min(lease.state.valid_until());
-    out.later.push(lease);
-}
-
-/// The hashes of the scripts the thread has loaded on the server: each is loaded
-/// before its first use, so renewals do not meet `NOSCRIPT` in the normal case.
+/// The hashes of the scripts the node's I/O thread has loaded on the server: each is
+/// loaded before its first use, so renewals do not meet `NOSCRIPT` in the normal case.
 pub(super) type Loaded = HashSet<&'static str>;
 
 /// Sends the batch's renewals in one pipeline; one reply per lease, `None` where
@@ -171,7 +137,8 @@ pub(super) type Loaded = HashSet<&'static str>;
 /// on the connection is bounded by `budget`.
 fn send(
     conn: &mut Conn,
-    core: &Core,
+    node: &Node,
+    counters: &Counters,
     batch: &mut [InFlight],
     budget: Duration,
     loaded: &mut Loaded,
@@ -183,28 +150,27 @@ fn send(
         })
     };
     let replies = match timeouts(conn, budget, budget) {
-        Ok(()) => exchange(conn, core, batch, loaded),
+        Ok(()) => exchange(conn, counters, batch, loaded),
         Err(e) => {
             log::warn!("renewal of {} leases failed: {e}", batch.len());
             vec![None; batch.len()]
         }
     };
     if !conn.broken {
-        let s = &core.settings;
-        let _ = timeouts(conn, s.read_timeout, s.write_timeout);
+        let _ = timeouts(conn, node.read_timeout(), node.write_timeout());
     }
     replies
 }
 
 fn exchange(
     conn: &mut Conn,
-    core: &Core,
+    counters: &Counters,
     batch: &mut [InFlight],
     loaded: &mut Loaded,
 ) -> Vec<Option<Value>> {
     let all: Vec<usize> = (0..batch.len()).collect();
-    let first = load_scripts(conn, core, batch, &all, loaded)
-        .and_then(|()| round_trip(conn, core, batch, &all));
+    let first = load_scripts(conn, counters, batch, &all, loaded)
+        .and_then(|()| round_trip(conn, counters, batch, &all));
     let mut replies: Vec<Option<Value>> = match first {
         Ok(replies) => replies.into_iter().map(Some).collect(),
         Err(e) => {
@@ -223,14 +189,14 @@ fn exchange(
     loaded.clear();
     for &i in &again {
         let f = &mut batch[i];
-        let state = &f.lease.state;
+        let state = &f.state;
         (f.cmd, f.new_value) =
             state
                 .backend
                 .extend_cmd(&state.key, &f.held.value, &f.held.maybe, f.ttl);
     }
-    let retried = load_scripts(conn, core, batch, &again, loaded)
-        .and_then(|()| round_trip(conn, core, batch, &again));
+    let retried = load_scripts(conn, counters, batch, &again, loaded)
+        .and_then(|()| round_trip(conn, counters, batch, &again));
     match retried {
         Ok(retried) => {
             for (i, reply) in again.into_iter().zip(retried) {
@@ -254,21 +220,21 @@ fn exchange(
 /// in `loaded` yet: one round trip per script, once per server.
 fn load_scripts(
     conn: &mut Conn,
-    core: &Core,
+    counters: &Counters,
     batch: &[InFlight],
     indices: &[usize],
     loaded: &mut Loaded,
 ) -> RedisResult<()> {
     let mut last: Option<&Arc<dyn Backend>> = None;
     for &i in indices {
-        let backend = &batch[i].lease.state.backend;
+        let backend = &batch[i].state.backend;
         if last.is_some_and(|b| Arc::ptr_eq(b, backend)) {
             continue;
         }
         last = Some(backend);
         for script in backend.scripts() {
             if !loaded.contains(script.get_hash()) {
-                bump(&core.counters.renewal_round_trips, 1);
+                bump(&counters.renewal_round_trips, 1);
                 conn.run(|c| script.load(c))?;
                 loaded.insert(script.get_hash());
             }
@@ -281,7 +247,7 @@ fn load_scripts(
 /// connection whose pipeline failed is not reused.
 fn round_trip(
     conn: &mut Conn,
-    core: &Core,
+    counters: &Counters,
     batch: &mut [InFlight],
     indices: &[usize],
 ) -> RedisResult<Vec<Value>> {
@@ -290,8 +256,8 @@ fn round_trip(
     for &i in indices {
         pipe.add_command(std::mem::replace(&mut batch[i].cmd, redis::Cmd::new()));
     }
-    bump(&core.counters.renewals, indices.len() as u64);
-    bump(&core.counters.renewal_round_trips, 1);
+    bump(&counters.renewals, indices.len() as u64);
+    bump(&counters.renewal_round_trips, 1);
     let replies = conn.run(|c| pipe.query::<Vec<Value>>(c));
     // With errors kept as replies, any error left means the reply stream is unknown.
     conn.broken |= replies.is_err();

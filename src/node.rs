@@ -1,0 +1,101 @@
+//! One Redis server as a lock store: its connection pool and the connector that
+//! opens the waiter's dedicated pub/sub connection.
+//!
+//! A topology is made of nodes: one for a single server, N for a Redlock quorum.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{ConnectionInfo, RedisResult};
+
+use crate::connection::{Conn, Manager, Pool, Redacted, with_retry};
+use crate::error::Result;
+
+/// A Redis server, reached through a pool of connections with bounded timeouts.
+pub(crate) struct Node {
+    pool: Pool,
+    manager: Manager,
+}
+
+/// How a node's connections are made.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NodeConfig {
+    pub(crate) pool_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+    pub(crate) write_timeout: Duration,
+}
+
+impl Node {
+    /// Connects to the server at `info`: one direct `PING` first, so an unreachable
+    /// server is reported with its cause rather than as a pool timeout.
+    ///
+    /// Waits at most the connect timeout plus the read timeout.
+    pub(crate) fn connect(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
+        let manager = Manager {
+            client: redis::Client::open(info)?,
+            connect_timeout: config.connect_timeout,
+            read_timeout: config.read_timeout,
+            write_timeout: config.write_timeout,
+        };
+        let mut con = manager.connect_raw()?;
+        redis::cmd("PING").query::<()>(&mut con)?;
+        let pool = r2d2::Pool::builder()
+            .max_size(config.pool_size)
+            .min_idle(Some(1))
+            .connection_timeout(config.connect_timeout)
+            .test_on_check_out(false)
+            .build_unchecked(manager.clone());
+        Ok(Self { pool, manager })
+    }
+
+    /// A pooled connection, waiting at most the connect timeout for one.
+    pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
+        Ok(self.pool.get()?)
+    }
+
+    /// A pooled connection, waiting at most `timeout` for one.
+    pub(crate) fn get_timeout(&self, timeout: Duration) -> Result<r2d2::PooledConnection<Manager>> {
+        Ok(self.pool.get_timeout(timeout)?)
+    }
+
+    /// Runs an idempotent `f` on a pooled connection, once more on a fresh one if the
+    /// first had died while idle.
+    pub(crate) fn with_retry<T>(&self, f: impl FnMut(&mut Conn) -> RedisResult<T>) -> Result<T> {
+        with_retry(&self.pool, f)
+    }
+
+    /// A new connection outside the pool (the waiter's pub/sub connection).
+    pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
+        self.manager.connect_raw()
+    }
+
+    /// The reply timeout of the node's connections.
+    pub(crate) fn read_timeout(&self) -> Duration {
+        self.manager.read_timeout
+    }
+
+    /// The send timeout of the node's connections.
+    pub(crate) fn write_timeout(&self) -> Duration {
+        self.manager.write_timeout
+    }
+
+    /// The longest one call can take: a connection, a write and a reply.
+    pub(crate) fn call_bound(&self) -> Duration {
+        let m = &self.manager;
+        m.connect_timeout + m.write_timeout + m.read_timeout
+    }
+
+    /// Where the node is, without credentials.
+    pub(crate) fn address(&self) -> Redacted<'_> {
+        Redacted(Some(self.manager.client.get_connection_info()))
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node")
+            .field("server", &self.address())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,368 @@
+//! The renewal thread: one per client, fed held leases through a channel. It keeps
+//! them in due order and, at each tick, hands every due lease to the topology,
+//! which renews them in one pipelined round trip per node on its own I/O threads.
+//!
+//! The thread itself never waits on the network or on user code, so it reports a
+//! loss when the lease's validity ends, whatever a round trip in flight is doing.
+//! A lease's shared state ([`LeaseState`]) is all it has in common with the guard:
+//! validity moves forward only on a confirmed renewal, and loss is reported through
+//! it. A release is not sent to the thread: it marks the lease under the lease's
+//! mutex, and the thread drops the lease when it next comes due (or in a sweep).
+//!
+//! Layout: this file is the thread (its channels, its loop, one tick, the answers);
+//! `schedule.rs` holds each lease's renewal policy and the deadline queue.
+
+mod schedule;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering, fence};
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Select, Sender};
+
+use crate::error::{Error, Result};
+use crate::lease::LossReason;
+use crate::metrics::{Counters, bump};
+use crate::time::to_nanos;
+use crate::topology::{Renew, Renewed, Topology};
+pub(crate) use schedule::Lease;
+use schedule::{Due, EARLY_SHARE, Queue};
+
+/// What the renewal thread is told, on its channel.
+enum Command {
+    /// Look at the inbox of new leases now: one of them is due before the thread
+    /// would otherwise wake, or the inbox is getting long.
+    Wake,
+    /// Acknowledge once every earlier command is taken (for `flush`).
+    Sync(Sender<()>),
+    Shutdown,
+}
+
+/// New leases waiting in the inbox after which the thread is woken to take them.
+const INBOX_WAKE: usize = 1024;
+
+/// The renewal thread's handle; dropping it stops and joins the thread.
+///
+/// New leases go through a channel of their own, the inbox, which the thread drains
+/// whenever it wakes; it is woken for them only when one is due before its next
+/// wake-up or the inbox is long. So taking a lock costs a channel send, not a
+/// thread wake-up, and a client churning through short locks keeps the thread
+/// asleep until the next renewal is due.
+pub(crate) struct Renewer {
+    tx: Sender<Command>,
+    inbox: Sender<Box<Lease>>,
+    reschedule: Sender<u64>,
+    /// When the thread will next wake on its own (lease-clock nanoseconds); 0
+    /// while it is awake and will still look at the inbox.
+    wake_at: Arc<AtomicU64>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// The thread: its channels, its queue, and the leases whose renewal is in flight.
+struct Thread {
+    rx: Receiver<Command>,
+    inbox: Receiver<Box<Lease>>,
+    reschedule: Receiver<u64>,
+    wake_at: Arc<AtomicU64>,
+    answers_tx: Sender<Vec<(u64, Renewed)>>,
+    answers: Receiver<Vec<(u64, Renewed)>>,
+    topology: Arc<dyn Topology>,
+    counters: Arc<Counters>,
+    queue: Queue,
+    /// Leases handed to the topology, by id, with whether it is their last renewal
+    /// (clipped to the hold bound).
+    in_flight: HashMap<u64, (Lease, bool)>,
+}
+
+impl Renewer {
+    pub(crate) fn spawn(topology: Arc<dyn Topology>, counters: Arc<Counters>) -> Result<Self> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (inbox, inbox_rx) = crossbeam_channel::unbounded();
+        let (reschedule, reschedule_rx) = crossbeam_channel::unbounded();
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
+        let wake_at = Arc::new(AtomicU64::new(0));
+        let mut thread = Thread {
+            rx,
+            inbox: inbox_rx,
+            reschedule: reschedule_rx,
+            wake_at: Arc::clone(&wake_at),
+            answers_tx,
+            answers,
+            topology,
+            counters,
+            queue: Queue::new(),
+            in_flight: HashMap::new(),
+        };
+        let handle = thread::Builder::new()
+            .name("redlease-renew".into())
+            .spawn(move || thread.run())
+            .map_err(Error::Spawn)?;
+        Ok(Self {
+            tx,
+            inbox,
+            reschedule,
+            wake_at,
+            handle: Some(handle),
+        })
+    }
+
+    /// Hands a newly acquired lease to the thread.
+    pub(crate) fn register(&self, lease: Lease) {
+        let _ = lease.state.reschedule.set(self.reschedule.clone());
+        let due = to_nanos(lease.due);
+        // Sending fails only once the thread is gone; the lease then just runs out.
+        if self.inbox.send(Box::new(lease)).is_err() {
+            return;
+        }
+        // Pairs with the fence in `run`: either the thread sees this lease before it
+        // sleeps, or this sees the wake-up time it published.
+        fence(AtomicOrdering::SeqCst);
+        if due < self.wake_at.load(AtomicOrdering::SeqCst) || self.inbox.len() >= INBOX_WAKE {
+            let _ = self.tx.send(Command::Wake);
+        }
+    }
+
+    /// Returns once the thread has taken every command sent before this call.
+    pub(crate) fn sync(&self) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.tx.send(Command::Sync(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+}
+
+impl Drop for Renewer {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Command::Shutdown);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Applies a command; `false` on shutdown.
+fn apply(cmd: Command) -> bool {
+    match cmd {
+        Command::Wake => {}
+        Command::Sync(ack) => {
+            let _ = ack.send(());
+        }
+        Command::Shutdown => return false,
+    }
+    true
+}
+
+impl Thread {
+    fn run(&mut self) {
+        'run: loop {
+            self.wake_at.store(0, AtomicOrdering::SeqCst);
+            self.take_inbox();
+            self.take_answers();
+            self.report_ended();
+            let next = self.queue.heap.peek().map(|d| d.0.due);
+            if next.is_some_and(|due| due <= Instant::now()) {
+                // Take what is queued first, but no more, so a stream of commands
+                // cannot hold off a tick.
+                for _ in 0..self.rx.len() {
+                    let Ok(cmd) = self.rx.try_recv() else { break };
+                    if !apply(cmd) {
+                        break 'run;
+                    }
+                }
+                self.tick();
+                continue;
+            }
+            let wake = [next, self.next_end()].into_iter().flatten().min();
+            self.wake_at
+                .store(wake.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
+            fence(AtomicOrdering::SeqCst);
+            if !self.inbox.is_empty() {
+                continue;
+            }
+            if !self.wait(wake) {
+                break;
+            }
+        }
+        self.take_inbox();
+        let queued = std::mem::take(&mut self.queue.heap)
+            .into_iter()
+            .map(|d| d.0);
+        let flying = self.in_flight.drain().map(|(_, (lease, _))| lease);
+        for lease in queued.chain(flying).collect::<Vec<_>>() {
+            let released = lease.state.held.lock().released;
+            if !released {
+                lease
+                    .state
+                    .notify_lost(LossReason::Shutdown, &self.counters);
+            }
+        }
+    }
+
+    /// Sleeps until a command, an answer, a reschedule or `until`; `false` on
+    /// shutdown.
+    fn wait(&mut self, until: Option<std::time::Instant>) -> bool {
+        let mut sel = Select::new();
+        let commands = sel.recv(&self.rx);
+        let answers = sel.recv(&self.answers);
+        let reschedules = sel.recv(&self.reschedule);
+        let oper = match until {
+            Some(at) => match sel.select_deadline(at) {
+                Ok(oper) => oper,
+                Err(_) => return true,
+            },
+            None => sel.select(),
+        };
+        match oper.index() {
+            i if i == commands => match oper.recv(&self.rx) {
+                Ok(cmd) => {
+                    // Leases first: a flush may be about one of them.
+                    self.take_inbox();
+                    apply(cmd)
+                }
+                Err(_) => false,
+            },
+            i if i == answers => {
+                if let Ok(batch) = oper.recv(&self.answers) {
+                    self.answer(batch);
+                }
+                true
+            }
+            i if i == reschedules => {
+                if let Ok(id) = oper.recv(&self.reschedule) {
+                    self.take_inbox();
+                    self.queue.reschedule(id);
+                }
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// Moves the inbox's leases into the queue, and applies pending reschedules.
+    /// Leases released meanwhile are dropped; one whose mutex is busy is kept and
+    /// looked at when due (the thread never waits on a lease's mutex).
+    fn take_inbox(&mut self) {
+        for lease in self.inbox.try_iter() {
+            if lease.state.held.try_lock().is_none_or(|h| !h.released) {
+                self.queue.push(*lease);
+            }
+        }
+        for id in self.reschedule.try_iter() {
+            self.queue.reschedule(id);
+        }
+    }
+
+    fn take_answers(&mut self) {
+        while let Ok(batch) = self.answers.try_recv() {
+            self.answer(batch);
+        }
+    }
+
+    /// The earliest end of validity among the leases whose renewal is in flight and
+    /// not yet reported lost.
+    fn next_end(&self) -> Option<Instant> {
+        self.in_flight
+            .values()
+            .filter(|(l, _)| !l.state.is_lost())
+            .map(|(l, _)| l.state.valid_until())
+            .min()
+    }
+
+    /// Reports every in-flight lease whose validity has ended: its answer may come
+    /// late or never, and the holder must know now.
+    fn report_ended(&self) {
+        let now = Instant::now();
+        for (lease, _) in self.in_flight.values() {
+            if !lease.state.is_lost() && now >= lease.state.valid_until() {
+                lease.state.notify_lost(lease.ends_by, &self.counters);
+            }
+        }
+    }
+
+    /// Takes every lease that is due (or nearly), retires the ones that ended, and
+    /// hands the rest to the topology in one batch.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        let mut batch = Vec::new();
+        while let Some(top) = self.queue.heap.peek() {
+            if top.0.due > now + top.0.interval / EARLY_SHARE {
+                break;
+            }
+            let Some(Due(mut lease)) = self.queue.heap.pop() else {
+                break;
+            };
+            let Some(released) = lease.state.held.try_lock().map(|h| h.released) else {
+                // A release or an extend is running on it: look again shortly.
+                lease.due = now + lease.retry();
+                self.queue.push(lease);
+                continue;
+            };
+            if released || lease.state.is_lost() {
+                continue;
+            }
+            if now >= lease.state.valid_until() {
+                lease.state.notify_lost(lease.ends_by, &self.counters);
+            } else if let Some(ttl) = lease.next_ttl(now) {
+                let id = lease.state.id;
+                let last = ttl < lease.state.ttl();
+                batch.push(Renew {
+                    id,
+                    state: Arc::clone(&lease.state),
+                    ttl,
+                });
+                self.in_flight.insert(id, (lease, last));
+            } else {
+                lease.stop_renewing();
+                self.queue.push(lease);
+            }
+        }
+        if !batch.is_empty() {
+            bump(&self.counters.renewal_ticks, 1);
+            self.topology.renew(batch, self.answers_tx.clone());
+        }
+    }
+
+    /// Schedules, retires or reports each lease of an answered batch.
+    fn answer(&mut self, batch: Vec<(u64, Renewed)>) {
+        let now = Instant::now();
+        for (id, outcome) in batch {
+            let Some((mut lease, last)) = self.in_flight.remove(&id) else {
+                continue;
+            };
+            if lease.state.is_lost() {
+                continue;
+            }
+            match outcome {
+                Renewed::Extended { sent } => {
+                    if let Some(n) = &mut lease.renewals_left {
+                        *n = n.saturating_sub(1);
+                    }
+                    if last || lease.renewals_left == Some(0) {
+                        lease.stop_renewing();
+                    } else {
+                        lease.due = lease.schedule(sent);
+                    }
+                }
+                Renewed::Lost(reason) => {
+                    lease.state.notify_lost(reason, &self.counters);
+                    continue;
+                }
+                Renewed::Skipped => {
+                    if lease.state.held.try_lock().is_some_and(|h| h.released) {
+                        continue;
+                    }
+                    lease.due = now + lease.retry();
+                }
+                Renewed::Failed => {
+                    // Try again soon, but report the loss no later than the end of
+                    // the lease's validity.
+                    bump(&self.counters.renewals_failed, 1);
+                    lease.due = (now + lease.retry()).min(lease.state.valid_until());
+                }
+            }
+            self.queue.push(lease);
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Where a lock lives: the topology seam.
+//!
+//! The guard, the renewal thread and the waiter reach Redis only through
+//! [`Topology`]; a topology reaches Redis through its nodes, and each node speaks
+//! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum or a
+//! Redis Cluster is another implementation of the same trait.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use crate::error::Result;
+use crate::lease::{LeaseState, LossReason};
+use crate::node::Node;
+use crate::scheme::{Backend, Extend, Keys, Release, Request};
+
+mod batch;
+mod single;
+mod worker;
+
+pub(crate) use single::Single;
+
+/// The outcome of one acquire attempt that got an answer.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// The lock is ours: `value` is stored under the key, its TTL counts from
+    /// `sent` (taken before the command left this process), `fence` when asked for.
+    Acquired {
+        value: String,
+        sent: Instant,
+        fence: Option<u64>,
+    },
+    /// Someone else holds it, for at most `remaining` more (`None`: unknown).
+    Busy { remaining: Option<Duration> },
+}
+
+/// A lock handed from one holder of this client to another: our value is replaced
+/// by `value` (TTL `ttl`), with a new fence when `fence`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HandOff<'a> {
+    pub(crate) ours: &'a str,
+    pub(crate) value: &'a str,
+    pub(crate) ttl: Duration,
+    pub(crate) fence: bool,
+}
+
+/// The answer to a [`HandOff`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handed {
+    /// Replaced; the new holder's fence when one was asked for.
+    Done(Option<u64>),
+    /// Our value was gone (expired) or someone else's: nothing replaced.
+    Refused(Release),
+}
+
+/// One lease to renew, as the renewal thread hands it over.
+pub(crate) struct Renew {
+    /// The renewal thread's name for the lease, echoed in the answer.
+    pub(crate) id: u64,
+    pub(crate) state: Arc<LeaseState>,
+    /// The TTL to renew with (clipped to the lease's hold bound).
+    pub(crate) ttl: Duration,
+}
+
+/// What one renewal found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// Extended; the lease's validity now counts from `sent`.
+    Extended { sent: Instant },
+    /// The lease is gone (expired) or someone else's.
+    Lost(LossReason),
+    /// Not sent: the lease was released, or its mutex busy (a release or an
+    /// extend running on it).
+    Skipped,
+    /// No answer in time, or an error: the lease is as valid as before.
+    Failed,
+}
+
+/// Where the locks live: one server, a quorum of independent masters, a cluster.
+///
+/// # Contract
+///
+/// - **Atomicity.** Each call's effect on one node is one atomic script or command
+///   of the lease's scheme: nobody else's value is ever overwritten, extended or
+///   deleted. Across nodes (Redlock) a call is a vote: it succeeds on a majority or
+///   is undone where it landed.
+/// - **Time.** Every call returns within the node timeouts it was built with (the
+///   pool checkout, a write and a reply; a retry on a connection that died while
+///   idle adds one more), never blocked by a frozen node beyond them.
+///   [`renew`](Topology::renew) never blocks its caller at all.
+/// - **Ambiguity.** An `Err` from [`acquire`](Topology::acquire) means the command
+///   may have landed: the topology has already queued the removal of the value it
+///   tried to write (off the caller's time, retried until that value's TTL ends),
+///   so the caller reports the error and must never report "not acquired". An
+///   `Err` from [`release`](Topology::release) leaves the lock to its TTL; one from
+///   [`extend`](Topology::extend) means the new TTL may or may not be set, and for
+///   schemes whose value changes, that the new value may be stored.
+pub(crate) trait Topology: Send + Sync + fmt::Debug {
+    /// One attempt to take the lock under `keys` with `backend`'s format.
+    fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt>;
+
+    /// Deletes the lock if it still holds `value` (or one of `maybe`), waking
+    /// waiters on `keys.channel`.
+    fn release(
+        &self,
+        backend: &dyn Backend,
+        keys: &Keys,
+        value: &str,
+        maybe: &[String],
+    ) -> Result<Release>;
+
+    /// The same, off the caller's time: for a value nobody will use (a hand-off
+    /// that came too late), retried until `until`, when it expires anyway.
+    fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant);
+
+    /// Sets the TTL of the lock holding `value` (or one of `maybe`) to `ttl`.
+    /// Returns the value the extend leaves under the key, when it was sent, and
+    /// what it found.
+    fn extend(
+        &self,
+        backend: &dyn Backend,
+        key: &str,
+        value: &str,
+        maybe: &[String],
+        ttl: Duration,
+    ) -> (String, Instant, Result<Extend>);
+
+    /// Passes a token lock to another holder of this client in one atomic step, so
+    /// the key is never free in between. `None` when this topology cannot.
+    fn hand_off(&self, keys: &Keys, hand_off: HandOff<'_>) -> Option<Result<Handed>>;
+
+    /// Renews `batch` in one pipelined round trip per node, and sends the answers
+    /// (`(id, outcome)`, one per lease) to `done`. Each lease's validity is moved
+    /// forward before its answer is sent; no lease's answer waits past the moment
+    /// its validity ends. Never blocks: the round trips run on the topology's own
+    /// I/O threads, one per node.
+    fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>);
+
+    /// The node whose pub/sub connection carries the release messages.
+    fn subscriber(&self) -> &Arc<Node>;
+
+    /// Publishes `message` on `channel` (a wake-up of the waiter thread).
+    fn publish(&self, channel: &str, message: &str) -> Result<()>;
+}

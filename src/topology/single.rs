@@ -1,0 +1,176 @@
+//! [`Single`]: every lock on one Redis server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+
+use super::worker::{Cleanup, Job, Worker};
+use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::connection::is_stale;
+use crate::error::Result;
+use crate::metrics::{Counters, bump};
+use crate::node::Node;
+use crate::scheme::{Acquire, Backend, Extend, Keys, Release, Request, with_scripts};
+use crate::scripts::TOKEN_HANDOFF;
+use crate::time::ttl_millis;
+
+/// One Redis server holds every lock: each call is one command or script on it.
+pub(crate) struct Single {
+    node: Arc<Node>,
+    counters: Arc<Counters>,
+    worker: Worker,
+}
+
+impl Single {
+    /// Serves locks from `node`, starting its I/O thread.
+    pub(crate) fn new(node: Node, counters: Arc<Counters>) -> Result<Self> {
+        let node = Arc::new(node);
+        let worker = Worker::spawn(Arc::clone(&node), Arc::clone(&counters))?;
+        Ok(Self {
+            node,
+            counters,
+            worker,
+        })
+    }
+
+    fn cleanup(&self, cleanup: Cleanup) {
+        if let Err(Job::Release(c)) = self.worker.send(Job::Release(cleanup)) {
+            log::warn!(
+                "value of `{}` left to expire: client shut down",
+                c.keys.lock
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for Single {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Single")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Topology for Single {
+    fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt> {
+        let mut retried = false;
+        loop {
+            let mut conn = self.node.get()?;
+            let value = backend.new_value(&mut conn, req.ttl)?;
+            bump(&self.counters.attempts, 1);
+            let sent = Instant::now();
+            let e = match backend.acquire(&mut conn, keys, &value, req) {
+                Ok(Acquire::Acquired { fence }) => {
+                    return Ok(Attempt::Acquired { value, sent, fence });
+                }
+                Ok(Acquire::Busy { remaining }) => return Ok(Attempt::Busy { remaining }),
+                Err(e) => e,
+            };
+            let broken = conn.broken;
+            drop(conn);
+            if broken {
+                // The reply was lost after the command may have reached Redis: take
+                // our value out again, off the caller's time, so no lock is held
+                // that nobody knows of.
+                self.cleanup(Cleanup {
+                    backend: Arc::clone(backend),
+                    keys: keys.clone(),
+                    value,
+                    until: sent + req.ttl,
+                });
+            }
+            // A pooled connection that died while idle (server restarted) fails on
+            // first use without reaching any server: one retry.
+            if broken && !retried && is_stale(&e) {
+                retried = true;
+                continue;
+            }
+            return Err(e.into());
+        }
+    }
+
+    fn release(
+        &self,
+        backend: &dyn Backend,
+        keys: &Keys,
+        value: &str,
+        maybe: &[String],
+    ) -> Result<Release> {
+        // Compare-and-delete is idempotent, so a connection that died while idle
+        // may be retried.
+        self.node
+            .with_retry(|conn| backend.release(conn, &keys.lock, &keys.channel, value, maybe))
+    }
+
+    fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
+        self.cleanup(Cleanup {
+            backend,
+            keys,
+            value,
+            until,
+        });
+    }
+
+    fn extend(
+        &self,
+        backend: &dyn Backend,
+        key: &str,
+        value: &str,
+        maybe: &[String],
+        ttl: Duration,
+    ) -> (String, Instant, Result<Extend>) {
+        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
+        let sent = Instant::now();
+        let reply = self
+            .node
+            .with_retry(|conn| with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c))));
+        let outcome = reply.and_then(|v| Ok(backend.extend_reply(&v)?));
+        (new_value, sent, outcome)
+    }
+
+    fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
+        let fence_key = keys.fence();
+        let reply: Result<(i64, i64)> = self.node.with_retry(|conn| {
+            with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
+                c.run(|c| {
+                    TOKEN_HANDOFF
+                        .key(&keys.lock)
+                        .key(&fence_key)
+                        .arg(h.ours)
+                        .arg(h.value)
+                        .arg(ttl_millis(h.ttl))
+                        .arg(if h.fence { "1" } else { "0" })
+                        .invoke(c)
+                })
+            })
+        });
+        Some(reply.map(|(n, fence)| match n {
+            1 => Handed::Done(h.fence.then(|| u64::try_from(fence).unwrap_or(0))),
+            0 => Handed::Refused(Release::Expired),
+            _ => Handed::Refused(Release::Taken),
+        }))
+    }
+
+    fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
+        if let Err(Job::Renew { batch, done }) = self.worker.send(Job::Renew { batch, done }) {
+            let _ = done.send(batch.into_iter().map(|r| (r.id, Renewed::Failed)).collect());
+        }
+    }
+
+    fn subscriber(&self) -> &Arc<Node> {
+        &self.node
+    }
+
+    fn publish(&self, channel: &str, message: &str) -> Result<()> {
+        let mut conn = self.node.get()?;
+        Ok(conn
+            .run(|c| {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg(message)
+                    .query::<i64>(c)
+            })
+            .map(drop)?)
+    }
+}

@@ -1,0 +1,166 @@
+//! A node's I/O thread: the node's share of each renewal tick, and releases that
+//! must happen but not on a caller's time (the value of an acquire whose reply was
+//! lost, a hand-off that came too late). One thread per node, so a frozen node
+//! delays only its own work: never a caller, never another node's renewals, and
+//! never the renewal thread, which goes on reporting losses on time.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::batch::{self, Loaded};
+use super::{Renew, Renewed};
+use crate::error::{Error, Result};
+use crate::metrics::Counters;
+use crate::node::Node;
+use crate::scheme::{Backend, Keys};
+
+/// The first pause before a failed release is tried again; it doubles up to
+/// [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(20);
+const MAX_RETRY: Duration = Duration::from_secs(1);
+
+/// Work for a node's I/O thread.
+pub(super) enum Job {
+    /// Renew these leases, answer on `done`.
+    Renew {
+        batch: Vec<Renew>,
+        done: Sender<Vec<(u64, Renewed)>>,
+    },
+    /// Delete `value` if it is still under the key.
+    Release(Cleanup),
+}
+
+/// A value to take out of Redis, tried until it expires by itself at `until`.
+pub(super) struct Cleanup {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) keys: Keys,
+    pub(super) value: String,
+    pub(super) until: Instant,
+}
+
+/// The handle of a node's I/O thread; dropping it stops and joins the thread, which
+/// makes one last attempt at every release still pending.
+pub(super) struct Worker {
+    tx: Option<Sender<Job>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    pub(super) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<Self> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let handle = thread::Builder::new()
+            .name("redlease-io".into())
+            .spawn(move || run(&rx, &node, &counters))
+            .map_err(Error::Spawn)?;
+        Ok(Self {
+            tx: Some(tx),
+            handle: Some(handle),
+        })
+    }
+
+    /// Queues `job`; never blocks. Returns the job when the thread is gone.
+    pub(super) fn send(&self, job: Job) -> std::result::Result<(), Job> {
+        match &self.tx {
+            Some(tx) => tx.send(job).map_err(|e| e.0),
+            None => Err(job),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Disconnecting is the stop signal: the thread finishes what was queued.
+        self.tx.take();
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// A pending release and when to try it next.
+struct Pending {
+    cleanup: Cleanup,
+    next: Instant,
+    pause: Duration,
+}
+
+fn run(rx: &Receiver<Job>, node: &Node, counters: &Counters) {
+    let mut loaded = Loaded::new();
+    let mut pending: Vec<Pending> = Vec::new();
+    loop {
+        let next = pending.iter().map(|p| p.next).min();
+        let job = match next {
+            Some(at) => rx.recv_deadline(at),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match job {
+            Ok(Job::Renew { batch, done }) => {
+                let answers = batch::renew(node, counters, batch, &mut loaded);
+                // The renewal thread may be gone (client dropped): nobody to tell.
+                let _ = done.send(answers);
+            }
+            Ok(Job::Release(cleanup)) => retry(node, cleanup, FIRST_RETRY, &mut pending),
+            Err(RecvTimeoutError::Timeout) => {
+                let now = Instant::now();
+                let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.next <= now);
+                pending = later;
+                for p in due {
+                    retry(node, p.cleanup, p.pause, &mut pending);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                for p in pending {
+                    release(node, &p.cleanup);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Tries `cleanup` once; queues it again after `pause` if it failed and can still
+/// matter.
+fn retry(node: &Node, cleanup: Cleanup, pause: Duration, pending: &mut Vec<Pending>) {
+    if release(node, &cleanup) {
+        return;
+    }
+    let next = Instant::now() + pause;
+    if next < cleanup.until {
+        pending.push(Pending {
+            cleanup,
+            next,
+            pause: (pause * 2).min(MAX_RETRY),
+        });
+    } else {
+        log::warn!(
+            "could not remove a value of `{}` that may be stored; it expires with its ttl",
+            cleanup.keys.lock
+        );
+    }
+}
+
+/// One compare-and-delete of `cleanup`'s value; whether Redis answered.
+fn release(node: &Node, cleanup: &Cleanup) -> bool {
+    if Instant::now() >= cleanup.until {
+        return true;
+    }
+    let Cleanup {
+        backend,
+        keys,
+        value,
+        ..
+    } = cleanup;
+    match node.with_retry(|conn| backend.release(conn, &keys.lock, &keys.channel, value, &[])) {
+        Ok(outcome) => {
+            log::debug!("background release of `{}`: {outcome:?}", keys.lock);
+            true
+        }
+        Err(e) => {
+            log::debug!("background release of `{}` failed: {e}", keys.lock);
+            false
+        }
+    }
+}
