@@ -518,25 +518,110 @@ fn the_renewal_thread_stops_when_the_last_client_clone_is_dropped() {
 
 #[test]
 fn a_panicking_on_lost_callback_does_not_stop_renewal() {
+    // A TTL of 1 s: renewed every 333 ms, valid for 988 ms, so a 200 ms stall of a
+    // loaded machine costs no lease; the window still spans three TTLs.
     let server = RedisServer::start();
-    let lc = client(&server.url(), ms(300));
+    let lc = client(&server.url(), ms(1000));
     let opts = LockOptions::new().on_lost(|_| panic!("on_lost callback panics (expected)"));
     let doomed = lc.lock_with("doomed", &opts).unwrap().unwrap();
     let survivor = lc.lock("survivor").unwrap();
     let _: i64 = server.query(redis::cmd("DEL").arg("doomed"));
-    let lost = doomed.lost().recv_timeout(Duration::from_secs(2)).unwrap();
+    let lost = doomed.lost().recv_timeout(Duration::from_secs(3)).unwrap();
     assert_eq!(lost.reason, LossReason::Expired);
     // The thread lives on: old and new leases stay renewed over several TTLs.
     let fresh = lc.lock("fresh").unwrap();
     let renewals = lc.metrics().renewals;
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(1) {
+    while start.elapsed() < Duration::from_secs(3) {
         assert!(survivor.is_held() && fresh.is_held());
         thread::sleep(ms(50));
     }
     assert!(lc.metrics().renewals >= renewals + 10);
     assert_eq!(exists(&server, "survivor") + exists(&server, "fresh"), 2);
     assert_eq!(lc.metrics().leases_lost, 1);
+}
+
+#[test]
+fn issue_16_slow_on_lost_callbacks_delay_no_renewal_and_no_loss_report() {
+    let server = RedisServer::start();
+    let lc = client(&server.url(), ms(1000));
+    let started = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&started);
+    let slow = LockOptions::new().on_lost(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        // User code that blocks: it must hold up nothing but later callbacks.
+        thread::sleep(Duration::from_secs(3));
+    });
+    let doomed: Vec<LockGuard> = (0..5)
+        .map(|i| lc.lock_with(&format!("doomed:{i}"), &slow).unwrap().unwrap())
+        .collect();
+    let others: Vec<LockGuard> = (0..20)
+        .map(|i| lc.lock(&format!("other:{i}")).unwrap())
+        .collect();
+    for i in 0..5 {
+        let _: i64 = server.query(redis::cmd("DEL").arg(format!("doomed:{i}")));
+    }
+    // Every loss is told at the next renewal, not one callback after another.
+    for g in &doomed {
+        let lost = g.lost().recv_timeout(Duration::from_secs(2)).unwrap();
+        assert_eq!(lost.reason, LossReason::Expired);
+    }
+    assert!(eventually(Duration::from_secs(2), || started.load(Ordering::SeqCst) >= 1));
+    // While the callbacks sleep, the other leases live on over 2.5 TTLs.
+    let start = Instant::now();
+    while start.elapsed() < ms(2500) {
+        assert!(others.iter().all(LockGuard::is_held), "lost at {:?}", start.elapsed());
+        thread::sleep(ms(50));
+    }
+    let live: i64 = (0..20).map(|i| exists(&server, &format!("other:{i}"))).sum();
+    assert_eq!(live, 20);
+    assert!(others.iter().all(|g| g.lost().is_empty()));
+    assert_eq!(lc.metrics().leases_lost, 5);
+    for g in others {
+        assert_eq!(g.unlock().unwrap(), Release::Released);
+    }
+}
+
+#[test]
+fn issue_16_loss_is_told_when_validity_ends_while_a_renewal_hangs() {
+    // Leases whose validity ends one after another while the server is frozen: the
+    // renewal round trip in flight hangs, and the reports must not wait for it.
+    let server = RedisServer::start();
+    let lc = LockClient::builder(server.url())
+        .read_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let guards: Vec<LockGuard> = (0..5u64)
+        .map(|i| {
+            let opts = LockOptions::new().ttl(ms(1000 + 150 * i));
+            lc.lock_with(&format!("job:{i}"), &opts).unwrap().unwrap()
+        })
+        .collect();
+    assert!(eventually(Duration::from_secs(3), || lc.metrics().renewals >= 5));
+    server.pause();
+    let lateness: Vec<Duration> = thread::scope(|s| {
+        let waits: Vec<_> = guards
+            .iter()
+            .map(|g| {
+                s.spawn(move || {
+                    let lost = g.lost().recv_timeout(Duration::from_secs(5)).unwrap();
+                    let at = Instant::now();
+                    assert_eq!(lost.reason, LossReason::Unreachable);
+                    let until = g.valid_until();
+                    assert!(at >= until, "reported {:?} early", until - at);
+                    at - until
+                })
+            })
+            .collect();
+        waits.into_iter().map(|w| w.join().unwrap()).collect()
+    });
+    server.resume();
+    let mut sorted = lateness.clone();
+    sorted.sort();
+    eprintln!("lost() after valid_until(): {sorted:?}");
+    // One report may meet a scheduling stall; the median may not.
+    assert!(sorted[2] <= ms(10), "median {:?} late: {sorted:?}", sorted[2]);
+    assert!(sorted[4] <= SLACK, "{sorted:?}");
 }
 
 #[test]

@@ -285,14 +285,20 @@ impl Thread {
     /// hands the rest to the topology in one batch.
     fn tick(&mut self) {
         let now = Instant::now();
-        let mut batch = Vec::new();
+        let mut due = Vec::new();
         while let Some(top) = self.queue.heap.peek() {
             if top.0.due > now + top.0.interval / EARLY_SHARE {
                 break;
             }
-            let Some(Due(mut lease)) = self.queue.heap.pop() else {
+            let Some(Due(lease)) = self.queue.heap.pop() else {
                 break;
             };
+            due.push(lease);
+        }
+        // Leases go back into the queue only after every due one is taken out: one
+        // put back due within the early window must not be taken again this tick.
+        let mut batch = Vec::new();
+        for mut lease in due {
             let Some(released) = lease.state.held.try_lock().map(|h| h.released) else {
                 // A release or an extend is running on it: look again shortly.
                 lease.due = now + lease.retry();
