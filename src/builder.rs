@@ -168,7 +168,7 @@ impl LockClientBuilder {
             },
         )?;
         let counters = Arc::new(Counters::default());
-        let topology = Arc::new(Single::new(node, Arc::clone(&counters))?);
+        let (single, io) = Single::new(node, Arc::clone(&counters))?;
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -181,7 +181,8 @@ impl LockClientBuilder {
         };
         LockClient::start(
             settings,
-            topology,
+            Arc::new(single),
+            vec![io],
             counters,
             (self.backoff_min, self.backoff_max),
         )

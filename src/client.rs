@@ -13,7 +13,7 @@ use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Request};
-use crate::topology::{Attempt, Topology};
+use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, WaitSlot, Waiter};
 
 /// A client for distributed locks on one Redis server.
@@ -50,6 +50,8 @@ struct Inner {
     /// thread handle, so a guard holding it never keeps a thread alive.
     hub: Arc<Hub>,
     renewer: Renewer,
+    /// The topology's I/O threads, one per node: stopped after the renewal thread.
+    _io: Vec<IoThread>,
     notifier: Notifier,
     waiter: Option<Waiter>,
 }
@@ -71,6 +73,7 @@ impl LockClient {
     pub(crate) fn start(
         settings: Settings,
         topology: Arc<dyn Topology>,
+        io: Vec<IoThread>,
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
     ) -> Result<Self> {
@@ -92,6 +95,7 @@ impl LockClient {
                 settings,
                 hub,
                 renewer,
+                _io: io,
                 notifier,
                 waiter,
             }),

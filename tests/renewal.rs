@@ -553,7 +553,11 @@ fn issue_16_slow_on_lost_callbacks_delay_no_renewal_and_no_loss_report() {
         thread::sleep(Duration::from_secs(3));
     });
     let doomed: Vec<LockGuard> = (0..5)
-        .map(|i| lc.lock_with(&format!("doomed:{i}"), &slow).unwrap().unwrap())
+        .map(|i| {
+            lc.lock_with(&format!("doomed:{i}"), &slow)
+                .unwrap()
+                .unwrap()
+        })
         .collect();
     let others: Vec<LockGuard> = (0..20)
         .map(|i| lc.lock(&format!("other:{i}")).unwrap())
@@ -566,14 +570,22 @@ fn issue_16_slow_on_lost_callbacks_delay_no_renewal_and_no_loss_report() {
         let lost = g.lost().recv_timeout(Duration::from_secs(2)).unwrap();
         assert_eq!(lost.reason, LossReason::Expired);
     }
-    assert!(eventually(Duration::from_secs(2), || started.load(Ordering::SeqCst) >= 1));
+    assert!(eventually(Duration::from_secs(2), || started
+        .load(Ordering::SeqCst)
+        >= 1));
     // While the callbacks sleep, the other leases live on over 2.5 TTLs.
     let start = Instant::now();
     while start.elapsed() < ms(2500) {
-        assert!(others.iter().all(LockGuard::is_held), "lost at {:?}", start.elapsed());
+        assert!(
+            others.iter().all(LockGuard::is_held),
+            "lost at {:?}",
+            start.elapsed()
+        );
         thread::sleep(ms(50));
     }
-    let live: i64 = (0..20).map(|i| exists(&server, &format!("other:{i}"))).sum();
+    let live: i64 = (0..20)
+        .map(|i| exists(&server, &format!("other:{i}")))
+        .sum();
     assert_eq!(live, 20);
     assert!(others.iter().all(|g| g.lost().is_empty()));
     assert_eq!(lc.metrics().leases_lost, 5);
@@ -620,7 +632,11 @@ fn issue_16_loss_is_told_when_validity_ends_while_a_renewal_hangs() {
     sorted.sort();
     eprintln!("lost() after valid_until(): {sorted:?}");
     // One report may meet a scheduling stall; the median may not.
-    assert!(sorted[2] <= ms(10), "median {:?} late: {sorted:?}", sorted[2]);
+    assert!(
+        sorted[2] <= ms(10),
+        "median {:?} late: {sorted:?}",
+        sorted[2]
+    );
     assert!(sorted[4] <= SLACK, "{sorted:?}");
 }
 

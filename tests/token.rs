@@ -894,9 +894,15 @@ fn dropping_the_last_clone_joins_the_background_threads() {
     let server = RedisServer::start();
     assert_eq!(redlease_threads(), Vec::<String>::new());
     let client = client(&server);
-    // The kernel keeps 15 bytes of a thread name: `redlease-renewal` reads `redlease-renewa`.
-    // A thread names itself once it runs, so its name may show up a moment later.
-    let both = ["redlease-renewa", "redlease-waiter"];
+    // Each thread's whole name fits the 15 bytes the kernel keeps, so `ps` and `top`
+    // show it uncut. A thread names itself once it runs, so it may show up a moment later.
+    let both = [
+        "redlease-io",
+        "redlease-notify",
+        "redlease-renew",
+        "redlease-wait",
+    ];
+    assert!(both.iter().all(|n| n.len() <= 15));
     let named = eventually(Duration::from_secs(2), || redlease_threads() == both);
     assert!(named, "{:?}", redlease_threads());
     let clones: Vec<LockClient> = (0..4).map(|_| client.clone()).collect();

@@ -21,6 +21,7 @@ mod single;
 mod worker;
 
 pub(crate) use single::Single;
+pub(crate) use worker::IoThread;
 
 /// The outcome of one acquire attempt that got an answer.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::worker::{Cleanup, Job, Worker};
+use super::worker::{Cleanup, IoThread, Job, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 use crate::connection::is_stale;
 use crate::error::Result;
@@ -23,15 +23,17 @@ pub(crate) struct Single {
 }
 
 impl Single {
-    /// Serves locks from `node`, starting its I/O thread.
-    pub(crate) fn new(node: Node, counters: Arc<Counters>) -> Result<Self> {
+    /// Serves locks from `node`, starting its I/O thread, whose handle the client
+    /// keeps (guards keep the topology, and must not keep the thread).
+    pub(crate) fn new(node: Node, counters: Arc<Counters>) -> Result<(Self, IoThread)> {
         let node = Arc::new(node);
-        let worker = Worker::spawn(Arc::clone(&node), Arc::clone(&counters))?;
-        Ok(Self {
+        let (worker, io) = Worker::spawn(Arc::clone(&node), Arc::clone(&counters))?;
+        let single = Self {
             node,
             counters,
             worker,
-        })
+        };
+        Ok((single, io))
     }
 
     fn cleanup(&self, cleanup: Cleanup) {

@@ -31,6 +31,8 @@ pub(super) enum Job {
     },
     /// Delete `value` if it is still under the key.
     Release(Cleanup),
+    /// Make one last attempt at every pending release, and end.
+    Stop,
 }
 
 /// A value to take out of Redis, tried until it expires by itself at `until`.
@@ -41,42 +43,51 @@ pub(super) struct Cleanup {
     pub(super) until: Instant,
 }
 
-/// The handle of a node's I/O thread; dropping it stops and joins the thread, which
-/// makes one last attempt at every release still pending.
+/// The sending end of a node's I/O thread, kept by the topology (which guards
+/// share): it never keeps the thread alive.
 pub(super) struct Worker {
-    tx: Option<Sender<Job>>,
+    tx: Sender<Job>,
+}
+
+/// The thread itself, kept by the client: dropping it stops the thread, which makes
+/// one last attempt at every release still pending, and joins it.
+pub(crate) struct IoThread {
+    tx: Sender<Job>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Worker {
-    pub(super) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<Self> {
+    pub(super) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<(Self, IoThread)> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let handle = thread::Builder::new()
             .name("redlease-io".into())
             .spawn(move || run(&rx, &node, &counters))
             .map_err(Error::Spawn)?;
-        Ok(Self {
-            tx: Some(tx),
+        let io = IoThread {
+            tx: tx.clone(),
             handle: Some(handle),
-        })
+        };
+        Ok((Self { tx }, io))
     }
 
     /// Queues `job`; never blocks. Returns the job when the thread is gone.
     pub(super) fn send(&self, job: Job) -> std::result::Result<(), Job> {
-        match &self.tx {
-            Some(tx) => tx.send(job).map_err(|e| e.0),
-            None => Err(job),
+        self.tx.send(job).map_err(|e| e.0)
+    }
+}
+
+impl Drop for IoThread {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Job::Stop);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
         }
     }
 }
 
-impl Drop for Worker {
-    fn drop(&mut self) {
-        // Disconnecting is the stop signal: the thread finishes what was queued.
-        self.tx.take();
-        if let Some(handle) = self.handle.take() {
-            let _ = handle.join();
-        }
+impl std::fmt::Debug for IoThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IoThread").finish_non_exhaustive()
     }
 }
 
@@ -111,7 +122,7 @@ fn run(rx: &Receiver<Job>, node: &Node, counters: &Counters) {
                     retry(node, p.cleanup, p.pause, &mut pending);
                 }
             }
-            Err(RecvTimeoutError::Disconnected) => {
+            Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 for p in pending {
                     release(node, &p.cleanup);
                 }
