@@ -65,14 +65,24 @@
 //!
 //! # Threads and guarantees
 //!
-//! Each client runs two threads, stopped and joined when its last clone is dropped:
+//! Each client runs four threads, stopped and joined when its last clone is dropped
+//! (each name fits the 15 bytes Linux keeps, so `ps` and `top` show it whole):
 //!
-//! - `redlease-renewal` renews every due lease in one pipelined round trip, per the
-//!   lease's [`Renewal`] policy and its `max_hold` / `max_renewals` bounds. When a
-//!   renewal finds the key gone or taken, or renewals fail until the lease's validity
-//!   ends, the lease is lost: [`LockGuard::is_held`] turns false, [`LockGuard::lost`]
-//!   receives a [`LeaseLost`], and the `on_lost` callback runs.
-//! - `redlease-waiter` holds one pub/sub connection and hands each release to one
+//! - `redlease-renew` keeps every held lease in due order and, at each tick, hands
+//!   the due ones to the topology, per the lease's [`Renewal`] policy and its
+//!   `max_hold` / `max_renewals` bounds. It never waits on the network or on user
+//!   code, so a loss is reported when the lease's validity ends, whatever a round
+//!   trip in flight is doing. When a renewal finds the key gone or taken, or
+//!   renewals fail until the lease's validity ends, the lease is lost:
+//!   [`LockGuard::is_held`] turns false, [`LockGuard::lost`] receives a [`LeaseLost`],
+//!   and the `on_lost` callback is queued.
+//! - `redlease-io` (one per Redis node) sends each tick's renewals in one pipelined
+//!   round trip, and removes values an ambiguous acquire may have left, off the
+//!   caller's time.
+//! - `redlease-notify` runs the `on_lost` callbacks, one after another: a slow or
+//!   panicking callback delays only the callbacks behind it, never a renewal or a
+//!   loss report.
+//! - `redlease-wait` holds one pub/sub connection and hands each release to one
 //!   waiting caller of this client, oldest first. Waits are bounded by the holder's
 //!   remaining TTL; polling with jittered backoff is the fallback. Within a client,
 //!   a releasing guard hands its lock straight to the oldest waiting caller in one
@@ -87,6 +97,32 @@
 //!
 //! If an acquire's reply is lost after the command may have reached Redis, the client
 //! deletes its token (compare-and-delete) before returning the error: no ghost locks.
+//!
+//! # Architecture
+//!
+//! Data flows one way: caller → topology → scheme → Redis; renewal thread →
+//! topology → Redis; Redis → waiter thread → caller. No module imports one above
+//! it (`python3 ../shared/tools/modgraph.py src` checks there is no circle):
+//!
+//! ```text
+//! facade      builder, options, client (LockClient), guard (LockGuard)
+//! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
+//! topology    the seam: where a lock lives   single (one server; its node I/O thread)
+//! lease       a held lease's shared state: validity, loss, callback
+//! scheme      the seam: how a lock is stored   token, legacy
+//! node        one Redis server: its pool
+//! connection  r2d2 manager, timeouts, retry on a stale connection
+//! leaves      error, metrics, scripts, time, cancel
+//! ```
+//!
+//! ```text
+//!  caller ──lock()──► topology.acquire ──► scheme ──► Redis
+//!  guard ──register──► redlease-renew ──batch──► redlease-io ──pipeline──► Redis
+//!                         │ loss at validity end          │ answers
+//!                         ├──► lost() channel ◄───────────┘
+//!                         └──► redlease-notify ──► on_lost callback
+//!  Redis ──release message──► redlease-wait ──► the oldest waiting caller
+//! ```
 //!
 //! # Errors
 //!
