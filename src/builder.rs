@@ -84,7 +84,7 @@ impl LockClientBuilder {
         self.key_prefix = prefix.into();
         self
     }
-    /// Lease time to live, between [`MIN_TTL`] and [`MAX_TTL`]. Defaults to 30 seconds.
+    /// Lease time to live, between [`MIN_TTL`](crate::MIN_TTL) and [`MAX_TTL`](crate::MAX_TTL). Defaults to 30 seconds.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self

@@ -25,7 +25,7 @@ pub enum Renewal {
 
 /// Options for one lock call, overriding the client's defaults.
 ///
-/// Every option left unset takes the client's value (see [`LockClientBuilder`]).
+/// Every option left unset takes the client's value (see [`LockClientBuilder`](crate::LockClientBuilder)).
 ///
 /// # Examples
 /// ```
