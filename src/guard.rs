@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
 use crate::options::check_ttl;
-use crate::scheme::{Extend, Keys, Release};
-use crate::wait::{Hub, try_hand_off};
+use crate::scheme::{Extend, Release};
+use crate::wait::{Hub, release};
 
 /// A held lock. Releases it when dropped (also while unwinding from a panic).
 ///
@@ -167,27 +167,9 @@ impl LockGuard {
     /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
     fn release(&mut self) -> Option<Result<Release>> {
         let hub = self.hub.take()?;
-        let (value, maybe) = {
-            // Under the lease's mutex: waits for a renewal in flight, and keeps
-            // the renewal thread from sending another once this returns.
-            let mut held = self.state.held.lock();
-            held.released = true;
-            // Nothing reads the values once `released` is set.
-            (
-                std::mem::take(&mut held.value),
-                std::mem::take(&mut held.maybe),
-            )
-        };
-        // A caller of this client waiting for the key takes the lock over directly;
-        // otherwise compare-and-delete.
-        let outcome = try_hand_off(&hub, &self.state, &value).unwrap_or_else(|| {
-            let keys = Keys {
-                lock: self.state.key.clone(),
-                channel: self.state.channel.clone(),
-            };
-            hub.topology
-                .release(&*self.state.backend, &keys, &value, &maybe)
-        });
+        // A caller of this client waiting for the key takes the lease, or the lock,
+        // over directly; otherwise compare-and-delete.
+        let outcome = release(&hub, &self.state);
         match &outcome {
             Ok(Release::Released) => bump(&hub.counters.released, 1),
             Ok(_) => {}

@@ -1,13 +1,17 @@
 //! Local hand-off: a releasing guard passes its lock straight to the oldest caller
-//! of the same client waiting for the key, in one atomic script, instead of freeing
-//! it and letting the waiter race for it.
+//! of the same client waiting for the key, instead of freeing it and letting the
+//! waiter race for it.
 //!
-//! A waiting caller posts an [`Offer`] (the token it would write, its TTL, whether it
-//! wants a fence) while it sleeps. The releaser takes the oldest offer and runs
-//! `TOKEN_HANDOFF`, which replaces its own token by the offered one only if its own
-//! is still there. The lock is never free in between, so the hand-off costs one
-//! round trip and one thread wake-up where a release and a new acquire cost two
-//! round trips and two wake-ups. After [`STREAK`] hand-offs in a row a key is
+//! A waiting caller posts an [`Offer`] (the token it would write and what it wants:
+//! TTL, fence, renewal terms) while it sleeps. The releaser takes the oldest offer:
+//! - when the caller wants exactly the lease the releaser has (same TTL and renewal,
+//!   no fence, no hold bound, no callback), the lease itself passes to it: same
+//!   token, validity and renewal, no round trip at all, only a thread wake-up;
+//! - otherwise the releaser runs `TOKEN_HANDOFF`, which replaces its own token by
+//!   the offered one (taking a fence for it when asked) only if its own is still
+//!   there: one round trip where a release and a new acquire cost two.
+//!
+//! The lock is never free in between. After [`STREAK`] hand-offs in a row a key is
 //! released for real once, so callers of other processes get their turn.
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,20 +24,28 @@ use parking_lot::Mutex;
 
 use super::{Hub, Wake};
 use crate::error::Result;
-use crate::lease::LeaseState;
+use crate::lease::{LeaseState, Terms};
 use crate::metrics::bump;
-use crate::scheme::{Keys, Release};
+use crate::scheme::Release;
 use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 16;
 
+/// What a waiting caller wants of the lock it may be handed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Want {
+    pub(crate) ttl: Duration,
+    pub(crate) fence: bool,
+    /// The lease terms it would take a releaser's lease itself with, if any.
+    pub(crate) terms: Option<Terms>,
+}
+
 /// A sleeping caller's standing request for the lock.
 pub(crate) struct Offer {
     pub(crate) seq: u64,
     pub(crate) value: String,
-    pub(crate) ttl: Duration,
-    pub(crate) fence: bool,
+    pub(crate) want: Want,
     pub(crate) tx: Sender<Wake>,
 }
 
@@ -100,24 +112,72 @@ impl Offers {
     }
 }
 
-/// Hands the lock held with `value` to a waiting caller, if one has an offer out.
-///
-/// `None`: nobody to hand to, or the hand-off failed in a way that leaves our lock
-/// to be released the usual way. `Some(outcome)`: what a release would have said.
-pub(crate) fn try_hand_off(hub: &Hub, state: &LeaseState, value: &str) -> Option<Result<Release>> {
-    if !state.backend.publishes() {
-        return None;
+/// Ends a holder's use of the lease `state`: passes it to the oldest waiting caller
+/// of this client (the lease itself, or the lock by script), or releases it.
+/// Returns what a release would have said.
+pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
+    if state.backend.publishes() {
+        while let Some(offer) = hub.offers.take(&state.channel) {
+            if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
+                if offer.tx.send(Wake::Transferred(Arc::clone(state))).is_ok() {
+                    bump(&hub.counters.handoffs, 1);
+                    return Ok(Release::Released);
+                }
+                // The caller is gone: the next one, or a real release.
+                continue;
+            }
+            let (value, maybe) = take_value(state);
+            return match hand_off(hub, state, &value, offer) {
+                Some(outcome) => outcome,
+                None => release_for_real(hub, state, &value, &maybe),
+            };
+        }
     }
-    let offer = hub.offers.take(&state.channel)?;
-    let keys = Keys {
-        lock: state.key.clone(),
-        channel: state.channel.clone(),
-    };
+    let (value, maybe) = take_value(state);
+    release_for_real(hub, state, &value, &maybe)
+}
+
+/// A lease passed to a caller that had stopped waiting: pass it on, or release it.
+pub(crate) fn give_back(hub: &Hub, state: &Arc<LeaseState>) {
+    if let Err(e) = release(hub, state) {
+        log::warn!("release of `{}` failed: {e}", state.key);
+    }
+}
+
+/// Marks the lease released and takes the values it may be stored under. Under the
+/// lease's mutex: waits for a renewal in flight, and keeps the renewal thread from
+/// sending another once this returns.
+fn take_value(state: &LeaseState) -> (String, Vec<String>) {
+    let mut held = state.held.lock();
+    held.released = true;
+    // Nothing reads the values once `released` is set.
+    (
+        std::mem::take(&mut held.value),
+        std::mem::take(&mut held.maybe),
+    )
+}
+
+fn release_for_real(
+    hub: &Hub,
+    state: &LeaseState,
+    value: &str,
+    maybe: &[String],
+) -> Result<Release> {
+    hub.topology
+        .release(&*state.backend, &state.keys(), value, maybe)
+}
+
+/// Hands the lock held with `value` to `offer` in one atomic script.
+///
+/// `None`: the topology cannot, or the hand-off failed in a way that leaves our lock
+/// to be released the usual way. `Some(outcome)`: what a release would have said.
+fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<Result<Release>> {
+    let keys = state.keys();
     let hand_off = HandOff {
         ours: value,
         value: &offer.value,
-        ttl: offer.ttl,
-        fence: offer.fence,
+        ttl: offer.want.ttl,
+        fence: offer.want.fence,
     };
     let sent = Instant::now();
     let Some(reply) = hub.topology.hand_off(&keys, hand_off) else {
@@ -129,7 +189,7 @@ pub(crate) fn try_hand_off(hub: &Hub, state: &LeaseState, value: &str) -> Option
             bump(&hub.counters.handoffs, 1);
             if offer.tx.send(Wake::Handed { sent, fence }).is_err() {
                 // The caller gave up meanwhile: free the lock it was handed.
-                let until = sent + offer.ttl;
+                let until = sent + offer.want.ttl;
                 let backend = Arc::clone(&state.backend);
                 hub.topology
                     .release_later(backend, keys, offer.value, until);
@@ -144,7 +204,7 @@ pub(crate) fn try_hand_off(hub: &Hub, state: &LeaseState, value: &str) -> Option
             // Unknown whether the script ran: take the offered token back out (it
             // would be a lock nobody holds), then release ours the usual way.
             log::debug!("hand-off of `{}` failed: {e}", state.key);
-            let until = sent + offer.ttl;
+            let until = sent + offer.want.ttl;
             let backend = Arc::clone(&state.backend);
             hub.topology
                 .release_later(backend, keys, offer.value, until);

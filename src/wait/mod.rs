@@ -20,17 +20,20 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
+use crate::lease::LeaseState;
 use crate::metrics::Counters;
 use crate::topology::Topology;
 
 mod handoff;
+mod line;
 mod shared;
 mod slot;
 
 use shared::Shared;
 
-pub(crate) use handoff::{Offers, try_hand_off};
-pub(crate) use slot::WaitSlot;
+pub(crate) use handoff::{Offers, Want, release};
+use line::Lines;
+pub(crate) use slot::{Next, WaitSlot};
 
 /// What a client's waiting callers, its releasing guards and its waiter thread
 /// share: where the locks live, the hand-off offers, and the wait settings.
@@ -41,6 +44,8 @@ pub(crate) struct Hub {
     pub(crate) shutdown: CancelToken,
     /// Waiting callers' offers to be handed a lock by a releasing guard.
     pub(crate) offers: Offers,
+    /// Waiting callers by key, oldest first.
+    pub(crate) lines: Lines,
     /// Shortest and longest polling delay.
     pub(crate) backoff: (Duration, Duration),
 }
@@ -56,6 +61,7 @@ impl Hub {
             counters,
             shutdown: CancelToken::new(),
             offers: Offers::default(),
+            lines: Lines::default(),
             backoff,
         }
     }
@@ -78,7 +84,7 @@ const LINGER: Duration = Duration::from_secs(2);
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// Why a waiting caller was woken.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Wake {
     /// A release message arrived for the key; the slot left the queue.
     Released,
@@ -92,8 +98,14 @@ pub(crate) enum Wake {
     /// A releasing guard of this client handed its lock to this caller's offer
     /// (see `handoff`): the caller holds the lock, measured from `sent`.
     Handed { sent: Instant, fence: Option<u64> },
+    /// A releasing guard of this client passed its lease itself to this caller's
+    /// offer, as it is (same token, validity and renewal): no round trip.
+    Transferred(Arc<LeaseState>),
     /// A releaser took this caller's offer but could not hand the lock over.
     NotHanded,
+    /// This caller now heads its key's line: it probes Redis, at once (`now`) or
+    /// from the first polling step.
+    Probe { now: bool },
 }
 
 enum Command {
@@ -308,7 +320,8 @@ impl Worker {
                 }
                 // Out of the queue now, so nothing more is sent to it: whatever
                 // wake-up it holds unread is the last it got.
-                let unused = unread.is_some_and(|rx| rx.try_iter().any(|m| m == Wake::Released));
+                let unused =
+                    unread.is_some_and(|rx| rx.try_iter().any(|m| matches!(m, Wake::Released)));
                 if pass || unused {
                     self.dispatch(&channel);
                 }
@@ -372,9 +385,7 @@ impl Worker {
             for tx in chan.queue.values() {
                 let _ = tx.send(Wake::Retry);
             }
-            if subscribed.insert(name) {
-                self.shared.note(1, 0);
-            }
+            subscribed.insert(name);
         }
         Ok(())
     }
@@ -396,9 +407,7 @@ impl Worker {
             // already, and is told to retry once the thread has resubscribed.
             let mut subscribed = self.shared.subscribed.write();
             for name in idle {
-                if subscribed.remove(&name) {
-                    self.shared.note(0, 1);
-                }
+                subscribed.remove(&name);
                 if self.chans.remove(&name).is_some_and(|c| c.confirmed) {
                     confirmed.push(name);
                 }
@@ -413,10 +422,7 @@ impl Worker {
     /// missed meanwhile), and the thread resubscribes in the background.
     fn set_down(&mut self) {
         let was_up = self.shared.healthy.swap(false, Ordering::AcqRel);
-        let mut subscribed = self.shared.subscribed.write();
-        self.shared.note(0, subscribed.len());
-        subscribed.clear();
-        drop(subscribed);
+        self.shared.subscribed.write().clear();
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
             if was_up {
