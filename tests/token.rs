@@ -219,6 +219,70 @@ fn four_processes_incrementing_with_get_then_set_under_the_lock_lose_no_update()
     eprintln!("{total} increments by {PROCESSES} processes in {took:?}");
 }
 
+#[test]
+fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
+    const TEST: &str = "issue_16_four_processes_of_four_threads_share_one_key_fairly";
+    const PROCESSES: usize = 4;
+    const THREADS: usize = 4;
+    let run_for = Duration::from_secs(3);
+    if let Ok(url) = std::env::var(WORKER_ENV) {
+        // A worker process: four threads take 1 ms sections on one key, then print
+        // how many they made.
+        let client = LockClient::builder(url.as_str())
+            .key_prefix("lock:")
+            .build()
+            .unwrap();
+        let mut con = support::connect(&url, Duration::from_secs(2)).unwrap();
+        let _: i64 = redis::cmd("INCR").arg("ready").query(&mut con).unwrap();
+        let all_up = eventually(Duration::from_secs(20), || {
+            let ready: usize = redis::cmd("GET").arg("ready").query(&mut con).unwrap();
+            ready == PROCESSES
+        });
+        assert!(all_up, "the other workers did not start");
+        let sections = std::sync::atomic::AtomicUsize::new(0);
+        thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    let mut con = support::connect(&url, Duration::from_secs(2)).unwrap();
+                    let start = Instant::now();
+                    while start.elapsed() < run_for {
+                        let guard = client.lock("shared").unwrap();
+                        increment(&mut con);
+                        thread::sleep(Duration::from_millis(1));
+                        assert_eq!(guard.unlock().unwrap(), Release::Released);
+                        sections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        println!("SECTIONS {}", sections.into_inner());
+        return;
+    }
+    let server = RedisServer::start();
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn_self(TEST, &[(WORKER_ENV, server.url())]))
+        .collect();
+    let counts: Vec<usize> = children
+        .into_iter()
+        .map(|child| {
+            let out = finish(child, Duration::from_secs(60));
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let line = stdout.lines().find(|l| l.starts_with("SECTIONS ")).unwrap();
+            line["SECTIONS ".len()..].parse().unwrap()
+        })
+        .collect();
+    let total: usize = counts.iter().sum();
+    assert_eq!(get(&server, "counter"), Some(total.to_string()));
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    #[expect(clippy::cast_precision_loss, reason = "a ratio for a report")]
+    let ratio = *min as f64 / *max as f64;
+    eprintln!("sections per process {counts:?}: min/max {ratio:.2}");
+    assert!(
+        ratio >= 0.5,
+        "sections per process {counts:?}: min/max {ratio:.2}"
+    );
+}
+
 // ---- acquire outcomes and waits ----
 
 #[test]

@@ -176,7 +176,13 @@ struct Chan {
     queue: BTreeMap<u64, Sender<Wake>>,
     confirmed: bool,
     idle_since: Option<Instant>,
+    /// When a release message came that no queued waiter took: a caller may have
+    /// found the lock busy just before it and not be queued yet.
+    unclaimed: Option<Instant>,
 }
+
+/// How long an unclaimed release message is kept for the next waiter to queue.
+const UNCLAIMED: Duration = Duration::from_secs(1);
 
 /// The thread's own state; nobody else touches it.
 struct Worker {
@@ -303,8 +309,18 @@ impl Worker {
         match cmd {
             Command::Wait { channel, seq, tx } => {
                 let chan = self.chans.entry(channel).or_default();
-                chan.queue.insert(seq, tx);
                 chan.idle_since = None;
+                // A release that came between this caller's busy reply and its
+                // queueing is its wake-up: it would otherwise wait for a poll.
+                if chan
+                    .unclaimed
+                    .take()
+                    .is_some_and(|t| t.elapsed() < UNCLAIMED)
+                    && tx.send(Wake::Released).is_ok()
+                {
+                    return true;
+                }
+                chan.queue.insert(seq, tx);
             }
             Command::Leave {
                 channel,
@@ -336,11 +352,14 @@ impl Worker {
         let Some(chan) = self.chans.get_mut(channel) else {
             return;
         };
+        let mut claimed = false;
         while let Some((_, tx)) = chan.queue.pop_first() {
             if tx.send(Wake::Released).is_ok() {
+                claimed = true;
                 break;
             }
         }
+        chan.unclaimed = (!claimed).then(Instant::now);
         if chan.queue.is_empty() {
             chan.idle_since.get_or_insert_with(Instant::now);
         }
