@@ -30,7 +30,7 @@ use crate::scheme::Release;
 use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
-pub(crate) const STREAK: u32 = 16;
+pub(crate) const STREAK: u32 = 8;
 
 /// What a waiting caller wants of the lock it may be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
