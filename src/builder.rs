@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
-use crate::scheme::Scheme;
+use crate::scheme::{Replicas, Scheme};
 use crate::topology::Single;
 
 /// Default lease time to live: 30 seconds.
@@ -57,6 +57,7 @@ pub struct LockClientBuilder {
     fencing: bool,
     pubsub: bool,
     scheme: Scheme,
+    replicas: Option<(u32, Duration)>,
 }
 
 impl LockClientBuilder {
@@ -77,6 +78,7 @@ impl LockClientBuilder {
             fencing: false,
             pubsub: true,
             scheme: Scheme::Token,
+            replicas: None,
         }
     }
     /// Prepended to every lock key. Defaults to `""`.
@@ -146,6 +148,22 @@ impl LockClientBuilder {
         self.scheme = scheme;
         self
     }
+    /// Confirm each acquisition on replicas: `WAIT count timeout` is sent behind the
+    /// acquire in the same round trip, and a lock fewer than `count` replicas
+    /// acknowledged within `timeout` is given back and reported as
+    /// [`Error::NotReplicated`]. `count` 0 turns it off.
+    ///
+    /// This lowers the risk of losing a lock on failover; it does not remove it.
+    /// Replication stays asynchronous: a replica acknowledges what it received, not
+    /// what it persisted; a failover may promote a replica that had not
+    /// acknowledged; renewals are not confirmed. Each attempt, also one that finds
+    /// the lock busy, may wait up to `timeout` while replicas lag, and a waiting
+    /// caller is not handed locks by releasing guards of its client. Defaults to
+    /// no confirmation.
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some((count, timeout));
+        self
+    }
     /// Checks the settings, connects (one `PING`), and starts the background threads.
     ///
     /// Waits at most the connect timeout plus the read timeout.
@@ -178,6 +196,10 @@ impl LockClientBuilder {
             fencing: self.fencing,
             pubsub: self.pubsub,
             scheme: self.scheme,
+            replicas: match self.replicas {
+                Some((count, timeout)) => Replicas::checked(count, timeout)?,
+                None => None,
+            },
         };
         LockClient::start(
             settings,
@@ -214,6 +236,9 @@ impl LockClientBuilder {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("max_hold", "must be above zero"));
         }
+        if let Some((count, timeout)) = self.replicas {
+            Replicas::checked(count, timeout)?;
+        }
         Ok(())
     }
 }
@@ -235,6 +260,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("pubsub", &self.pubsub)
             .field("scheme", &self.scheme)
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -269,6 +295,7 @@ mod tests {
             (builder().backoff(Duration::ZERO, Duration::ZERO), "backoff"),
             (builder().renew_interval(DEFAULT_TTL), "renew_interval"),
             (builder().max_hold(Duration::ZERO), "max_hold"),
+            (builder().replicas(1, Duration::ZERO), "replicas"),
         ];
         for (b, name) in cases {
             match b.validate() {

@@ -12,7 +12,7 @@ use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
-use crate::scheme::{self, Backend, Keys, Request};
+use crate::scheme::{self, Backend, Keys, Replicas, Request};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiter, Want};
 
@@ -45,6 +45,8 @@ pub struct LockClient {
 /// renewal thread first: its last reports may queue callbacks for the notifier).
 struct Inner {
     settings: Settings,
+    /// A UUID v4 naming this client in the owner fields of reentrant locks.
+    id: String,
     default_backend: Arc<dyn Backend>,
     /// What guards and waiting callers share with the waiter thread. It holds no
     /// thread handle, so a guard holding it never keeps a thread alive.
@@ -66,6 +68,7 @@ struct Plan {
     max_renewals: Option<u32>,
     backend: Arc<dyn Backend>,
     on_lost: Option<LostCallback>,
+    replicas: Option<Replicas>,
 }
 
 impl Plan {
@@ -77,11 +80,17 @@ impl Plan {
             && self.max_hold.is_none()
             && self.max_renewals.is_none()
             && self.on_lost.is_none()
-            && self.backend.publishes();
+            && self.backend.hands_over();
         plain.then_some(Terms {
             ttl: self.ttl,
             interval: self.interval,
         })
+    }
+
+    /// Whether a waiting caller of this plan may be handed a lock by a releasing
+    /// guard: a token lock, with no replica confirmation (a hand-off sends no `WAIT`).
+    fn takes_hand_off(&self) -> bool {
+        self.backend.hands_over() && self.replicas.is_none()
     }
 }
 
@@ -106,9 +115,11 @@ impl LockClient {
         } else {
             None
         };
+        let id = uuid::Uuid::new_v4().to_string();
         Ok(Self {
             inner: Arc::new(Inner {
-                default_backend: scheme::backend(&settings.scheme),
+                default_backend: scheme::backend(&settings.scheme, &id),
+                id,
                 settings,
                 hub,
                 renewer,
@@ -128,7 +139,9 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] / [`Error::Pool`] when
     /// Redis fails or does not answer within the configured timeouts,
-    /// [`Error::Shutdown`] when the client is [closed](Self::close).
+    /// [`Error::Shutdown`] when the client is [closed](Self::close),
+    /// [`Error::NotReplicated`] when [replica confirmation](crate::LockClientBuilder::replicas)
+    /// is on and too few replicas acknowledged the lock (it was given back).
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
         let acquired = self.acquire(key, &LockOptions::default(), None, true)?;
         // Without a deadline the wait ends only in a guard or an error.
@@ -232,14 +245,14 @@ impl LockClient {
     ) -> Result<Option<LockGuard>> {
         let hub = &*self.inner.hub;
         let plan = self.plan(opts)?;
-        let keys = Keys::new(&self.inner.settings.key_prefix, key)?;
+        let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
         let waiter = self
             .inner
             .waiter
             .as_ref()
             .filter(|_| plan.backend.publishes());
         // Only token locks can be handed over by a releasing guard.
-        let want = waiter.map(|_| Want {
+        let want = waiter.filter(|_| plan.takes_hand_off()).map(|_| Want {
             ttl: plan.ttl,
             fence: plan.fence,
             terms: plan.terms(),
@@ -250,7 +263,10 @@ impl LockClient {
         let arrival = hub.lines.arrive(&keys.channel);
         let mut slot: Option<WaitSlot<'_>> = None;
         let mut next = Next::Attempt;
-        if fair && arrival.crowded() && deadline.is_none_or(|d| d > Instant::now()) {
+        // A reentrant owner may hold the lock already: it tries before queueing, or
+        // it would wait behind callers that wait for it.
+        let queue_first = fair && arrival.crowded() && !plan.backend.reentrant();
+        if queue_first && deadline.is_none_or(|d| d > Instant::now()) {
             next = slot
                 .insert(WaitSlot::new(hub, waiter, &keys, cancel, want))
                 .first_turn(deadline)?;
@@ -278,6 +294,7 @@ impl LockClient {
                 fence: plan.fence,
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
                 remaining: will_wait && slot.as_ref().is_none_or(WaitSlot::needs_remaining),
+                replicas: plan.replicas,
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 Attempt::Acquired { value, sent, fence } => {
@@ -359,7 +376,7 @@ impl LockClient {
             return Err(Error::config("max_hold", "must be above zero"));
         }
         let backend = match &opts.scheme {
-            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
+            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme, &self.inner.id),
             _ => Arc::clone(&self.inner.default_backend),
         };
         Ok(Plan {
@@ -371,6 +388,10 @@ impl LockClient {
             max_renewals: opts.max_renewals,
             backend,
             on_lost: opts.on_lost.clone(),
+            replicas: match opts.replicas {
+                Some((count, timeout)) => Replicas::checked(count, timeout)?,
+                None => s.replicas,
+            },
         })
     }
 }

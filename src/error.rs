@@ -42,6 +42,16 @@ pub enum Error {
         /// The lock key, with the client's prefix.
         key: String,
     },
+    /// The lock was taken, but fewer replicas than asked for acknowledged it within
+    /// the timeout (`WAIT`), so it was given back. Confirmation lowers, and does not
+    /// remove, the risk of losing a lock on failover.
+    #[error("lock acknowledged by {acked} of {required} replicas; given back")]
+    NotReplicated {
+        /// Replicas that acknowledged the lock in time.
+        acked: u32,
+        /// Replicas asked for.
+        required: u32,
+    },
     /// The client was closed while the call was waiting or starting.
     #[error("lock client is shut down")]
     Shutdown,

@@ -308,8 +308,8 @@ mod tests {
     fn lease(
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
-        let keys = Keys::new("", "k").unwrap();
-        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token);
+        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token, "client");
+        let keys = Keys::new("", "k", &*backend).unwrap();
         let ttl = Duration::from_secs(10);
         let state = LeaseState::new(keys, backend, "v".into(), Instant::now(), ttl, on_lost);
         let rx = state.lost_receiver();

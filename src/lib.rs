@@ -43,6 +43,14 @@
 //! and have them reject lower fences: that is what makes a paused, expired holder
 //! harmless.
 //!
+//! [`Scheme::Reentrant`] is Redisson's `RLock` (Redisson 2.7.0 / 3.2.0 to 3.x and
+//! 4.x), field for field: the key is a hash, field `<client uuid>:<thread id>` (a
+//! UUID v4 per [`LockClient`], a number per thread), value the hold count, with a
+//! `PEXPIRE`. The owner locks again with `HINCRBY` (one round trip, another guard);
+//! another thread, of the same client too, waits. The outermost unlock `DEL`s the
+//! key and publishes `0` on `redisson_lock__channel:{<key>}` (no braces added when
+//! the key has a `{`), the channel both Redisson's waiters and ours listen on.
+//!
 //! [`Scheme::LegacyTimestamp`] (opt-in) shares keys with deployed `SETNX`/`GETSET`
 //! timestamp locks: the value is the expiry as a unix timestamp, an expired value is
 //! taken over atomically, and release and renewal compare the exact value written.
@@ -85,8 +93,8 @@
 //! - `redlease-wait` holds one pub/sub connection and hands each release to one
 //!   waiting caller of this client, oldest first. Waits are bounded by the holder's
 //!   remaining TTL; polling with jittered backoff is the fallback. Within a client,
-//!   a releasing guard hands its lock straight to the oldest waiting caller in one
-//!   atomic script; every 16 hand-offs in a row it releases for real, so callers in
+//!   a releasing guard of a token lock hands it straight to the oldest waiting
+//!   caller in one atomic script; every 16 hand-offs in a row it releases for real, so callers in
 //!   other processes get their turn.
 //!
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
@@ -109,7 +117,7 @@
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam: where a lock lives   single (one server; its node I/O thread)
 //! lease       a held lease's shared state: validity, loss, callback
-//! scheme      the seam: how a lock is stored   token, legacy
+//! scheme      the seam: how a lock is stored   token, legacy, reentrant, replicas
 //! node        one Redis server: its pool
 //! connection  r2d2 manager, timeouts, retry on a stale connection
 //! leaves      error, metrics, scripts, time, cancel
@@ -134,8 +142,10 @@
 //! # Interoperability
 //!
 //! The token scheme is the wire format of redis-py's `Lock`, redsync, node-redlock and
-//! redlock-rs, so they and redlease exclude each other on the same key. A key holding
-//! another type or another scheme's value is treated as held, never overwritten.
+//! redlock-rs, the reentrant scheme Redisson's `RLock`, so they and redlease exclude
+//! (and Redisson and redlease wake) each other on the same key. A key holding another
+//! type or another scheme's value is treated as held, never overwritten.
+//! [`LockClientBuilder::replicas`] confirms acquisitions on replicas with `WAIT`.
 //!
 //! # Foreign types
 //!

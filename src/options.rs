@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseLost, LostCallback};
-use crate::scheme::Scheme;
+use crate::scheme::{Replicas, Scheme};
 use crate::time::{MAX_TTL, MIN_TTL};
 
 /// Whether a held lease is renewed in the background.
@@ -53,6 +53,7 @@ pub struct LockOptions {
     pub(crate) scheme: Option<Scheme>,
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) on_lost: Option<LostCallback>,
+    pub(crate) replicas: Option<(u32, Duration)>,
 }
 
 impl LockOptions {
@@ -120,6 +121,14 @@ impl LockOptions {
         self.on_lost = Some(Arc::new(f));
         self
     }
+    /// Confirm each acquisition on `count` replicas within `timeout`; `count` 0 turns
+    /// the client's confirmation off for this call. See
+    /// [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas).
+    /// Defaults to the client's `replicas`.
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some((count, timeout));
+        self
+    }
     /// The TTL set here, if any.
     pub fn get_ttl(&self) -> Option<Duration> {
         self.ttl
@@ -148,6 +157,7 @@ impl fmt::Debug for LockOptions {
             .field("scheme", &self.scheme)
             .field("cancel", &self.cancel)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
+            .field("replicas", &self.replicas)
             .finish()
     }
 }
@@ -163,6 +173,7 @@ pub(crate) struct Settings {
     pub(crate) fencing: bool,
     pub(crate) pubsub: bool,
     pub(crate) scheme: Scheme,
+    pub(crate) replicas: Option<Replicas>,
 }
 
 /// Checks a TTL against what Redis `PX` accepts.

@@ -193,8 +193,8 @@ mod tests {
     }
 
     fn state(sent: Instant, ttl: Duration) -> Arc<LeaseState> {
-        let keys = Keys::new("", "k").unwrap();
-        let backend = backend(&Scheme::Token);
+        let backend = backend(&Scheme::Token, "client");
+        let keys = Keys::new("", "k", &*backend).unwrap();
         Arc::new(LeaseState::new(keys, backend, "v".into(), sent, ttl, None))
     }
 

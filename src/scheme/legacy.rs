@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redis::{ErrorKind, RedisResult, Script};
 
-use super::{Acquire, Backend, Keys, Request, with_scripts};
+use super::{Acquire, Backend, Keys, Request, acquired, script_cmd, send_acquire};
 use crate::connection::Conn;
 use crate::scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE};
 use crate::time::{MAX_TTL, ttl_millis};
@@ -96,22 +96,18 @@ impl Backend for LegacyBackend {
         };
         // `now` is the clock reading `new_value` made the value from.
         let now = ours.saturating_sub(ttl_units(req.ttl, unit) + 1);
-        let (won, n): (i64, i64) = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| {
-                LEGACY_ACQUIRE
-                    .key(&keys.lock)
-                    .key(keys.fence())
-                    .arg(value)
-                    .arg(now)
-                    .arg(self.server_ttl(ours, now))
-                    .arg(if req.fence { "1" } else { "0" })
-                    .invoke(c)
-            })
-        })?;
-        if won == 1 {
-            let fence = req.fence.then(|| u64::try_from(n).unwrap_or(0));
-            return Ok(Acquire::Acquired { fence });
-        }
+        let mut cmd = script_cmd(&LEGACY_ACQUIRE, 2);
+        cmd.arg(&keys.lock)
+            .arg(keys.fence())
+            .arg(value)
+            .arg(now)
+            .arg(self.server_ttl(ours, now))
+            .arg(if req.fence { "1" } else { "0" });
+        let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, req.replicas)?;
+        let n = match acquired(reply, req.fence, acked)? {
+            Ok(won) => return Ok(won),
+            Err(n) => n,
+        };
         let Ok(left) = u64::try_from(n) else {
             if first_sighting(&keys.lock) {
                 log::warn!(

@@ -13,11 +13,17 @@ use redis::{RedisResult, Value};
 use crate::connection::Conn;
 use crate::error::{Error, Result};
 
+mod call;
 mod legacy;
+mod reentrant;
+mod replicas;
 mod token;
 
+pub(crate) use call::{acquired, fixed_extend_cmd, script_cmd};
 pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
+pub(crate) use reentrant::ReentrantBackend;
+pub(crate) use replicas::{Replicas, acquire_confirmed, send_acquire};
 pub(crate) use token::TokenBackend;
 
 /// How a lock is stored in Redis.
@@ -32,6 +38,21 @@ pub enum Scheme {
     /// decimal unix timestamp), for running beside them while migrating to
     /// [`Scheme::Token`]. Opt-in only; see [`LegacyTimestamp`] for its limits.
     LegacyTimestamp(LegacyTimestamp),
+    /// Redisson's reentrant `RLock`, field for field (the wire format is in the
+    /// crate docs): Redisson clients and redlease exclude and wake each other.
+    ///
+    /// The owner is the client (a UUID v4 drawn when it is built) and the calling
+    /// thread (a number kept for the thread's life), fixed when a guard is made: a
+    /// guard moved to another thread still unlocks its own hold. The owner locking
+    /// again gets another guard for one round trip (`HINCRBY`, as in Redisson: the
+    /// count in Redis stays the true one, each guard is an ordinary lease, and a
+    /// nested lock on a lease lost meanwhile waits); another thread waits. Only the
+    /// outermost unlock frees the key, and only the outermost acquisition takes a
+    /// fence (a nested one returns the key's current fence). With several holds no
+    /// acquire or renewal shortens the key's TTL. Such locks are never handed
+    /// straight to a waiting caller, and an acquire whose reply is lost is left to
+    /// its TTL (the owner may lock again before a cleanup could run).
+    Reentrant,
 }
 
 /// What [`LockGuard::unlock`](crate::LockGuard::unlock) found.
@@ -58,11 +79,18 @@ impl Release {
 /// The result of one acquire attempt.
 #[derive(Debug)]
 pub(crate) enum Acquire {
-    /// The lock is ours; `fence` is set when a fencing token was asked for.
-    Acquired { fence: Option<u64> },
+    /// The lock is ours; `fence` is set when a fencing token was asked for, `acked`
+    /// (replicas that acknowledged the write) when replicas were asked for.
+    Acquired {
+        fence: Option<u64>,
+        acked: Option<u32>,
+    },
     /// Someone else holds it; it lasts at most `remaining` more (None: unknown,
     /// e.g. a key without TTL).
     Busy { remaining: Option<Duration> },
+    /// The lock was taken, but fewer than `required` replicas acknowledged it in
+    /// time, so it was given back.
+    Unreplicated { acked: u32, required: u32 },
 }
 
 /// What one acquire attempt asks for.
@@ -75,6 +103,8 @@ pub(crate) struct Request {
     /// Whether a busy reply should say how long the holder has left (only callers
     /// about to wait need it).
     pub(crate) remaining: bool,
+    /// Replicas that must acknowledge the write (`WAIT`, in the same round trip).
+    pub(crate) replicas: Option<Replicas>,
 }
 
 /// The result of one extend or renewal.
@@ -95,8 +125,8 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    /// Derives the names for `key`, checking it.
-    pub(crate) fn new(prefix: &str, key: &str) -> Result<Self> {
+    /// Derives the names for `key` as `backend` stores it, checking it.
+    pub(crate) fn new(prefix: &str, key: &str, backend: &dyn Backend) -> Result<Self> {
         if key.is_empty() {
             return Err(Error::InvalidKey {
                 reason: "the key is empty",
@@ -106,7 +136,7 @@ impl Keys {
         lock.push_str(prefix);
         lock.push_str(key);
         Ok(Self {
-            channel: companion(&lock, "released"),
+            channel: backend.channel(&lock),
             lock,
         })
     }
@@ -178,11 +208,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
                     .invoke(c)
             })
         })?;
-        Ok(match n {
-            1 => Release::Released,
-            0 => Release::Expired,
-            _ => Release::Taken,
-        })
+        Ok(Release::from_reply(n))
     }
     /// The command that extends the lock holding `value` (or one of `maybe`) to
     /// `ttl`, and the value it leaves under the key (schemes whose value encodes the
@@ -202,15 +228,35 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// Whether its releases publish on the key's channel, so waiters can sleep until
     /// a release message instead of polling.
     fn publishes(&self) -> bool;
+    /// The channel its releases publish on for the lock key `lock`.
+    fn channel(&self, lock: &str) -> String {
+        companion(lock, "released")
+    }
+    /// Whether a releasing guard may pass its lock to a waiting caller of its
+    /// client: the lease as it is, or its value replaced by `TOKEN_HANDOFF`. Only
+    /// the token scheme's value is a bare token that any holder may carry.
+    fn hands_over(&self) -> bool {
+        false
+    }
+    /// Whether the value names the owner (client and thread) instead of one
+    /// acquisition. An owner may then lock again while it holds the lock, so its
+    /// attempt must not queue behind waiters of its own client; and a value an
+    /// unanswered acquire may have written cannot be taken out later, since the
+    /// owner may have locked again meanwhile.
+    fn reentrant(&self) -> bool {
+        false
+    }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
 }
 
-/// The backend for a scheme.
-pub(crate) fn backend(scheme: &Scheme) -> Arc<dyn Backend> {
+/// The backend for a scheme, for the client whose id is `client` (the reentrant
+/// scheme's owner fields start with it).
+pub(crate) fn backend(scheme: &Scheme, client: &str) -> Arc<dyn Backend> {
     match scheme {
         Scheme::Token => Arc::new(TokenBackend),
         Scheme::LegacyTimestamp(opts) => Arc::new(LegacyBackend::new(opts.clone())),
+        Scheme::Reentrant => Arc::new(ReentrantBackend::new(client)),
     }
 }
 
@@ -255,8 +301,12 @@ mod tests {
 
     #[test]
     fn empty_keys_are_rejected() {
-        assert!(matches!(Keys::new("p:", ""), Err(Error::InvalidKey { .. })));
-        let k = Keys::new("p:", "k").unwrap();
+        let token = TokenBackend;
+        assert!(matches!(
+            Keys::new("p:", "", &token),
+            Err(Error::InvalidKey { .. })
+        ));
+        let k = Keys::new("p:", "k", &token).unwrap();
         assert_eq!(k.lock, "p:k");
         assert_eq!(k.channel, "{p:k}:released");
     }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{Acquire, Backend, Keys, Request, with_scripts};
+use super::{
+    Acquire, Backend, Keys, Request, acquired, fixed_extend_cmd, script_cmd, send_acquire,
+};
 use crate::connection::Conn;
 use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
 use crate::time::ttl_millis;
@@ -35,41 +37,23 @@ impl Backend for TokenBackend {
             ttl,
             fence,
             remaining,
+            replicas,
         } = req;
         let ms = ttl_millis(ttl);
         if fence {
-            let (won, n): (i64, i64) = with_scripts(conn, &SCRIPTS, |c| {
-                c.run(|c| {
-                    TOKEN_ACQUIRE_FENCED
-                        .key(&keys.lock)
-                        .key(keys.fence())
-                        .arg(value)
-                        .arg(ms)
-                        .invoke(c)
-                })
-            })?;
-            return Ok(if won == 1 {
-                Acquire::Acquired {
-                    fence: Some(u64::try_from(n).unwrap_or(0)),
-                }
-            } else {
-                busy(n)
-            });
+            let mut cmd = script_cmd(&TOKEN_ACQUIRE_FENCED, 2);
+            cmd.arg(&keys.lock).arg(keys.fence()).arg(value).arg(ms);
+            let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, replicas)?;
+            return Ok(acquired(reply, true, acked)?.unwrap_or_else(busy));
         }
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
         // command as the hand-written floor. Only a caller about to wait asks for the
         // holder's `PTTL`, in a second round trip on that slow path.
-        let set: Value = conn.run(|c| {
-            redis::cmd("SET")
-                .arg(&keys.lock)
-                .arg(value)
-                .arg("NX")
-                .arg("PX")
-                .arg(ms)
-                .query(c)
-        })?;
+        let mut set = redis::cmd("SET");
+        set.arg(&keys.lock).arg(value).arg("NX").arg("PX").arg(ms);
+        let (set, acked) = send_acquire(conn, &[], set, replicas)?;
         if !matches!(set, Value::Nil) {
-            return Ok(Acquire::Acquired { fence: None });
+            return Ok(Acquire::Acquired { fence: None, acked });
         }
         if !remaining {
             return Ok(Acquire::Busy { remaining: None });
@@ -86,16 +70,14 @@ impl Backend for TokenBackend {
         ttl: Duration,
     ) -> (redis::Cmd, String) {
         // The token never changes, so there is never another value to accept.
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(TOKEN_EXTEND.get_hash())
-            .arg(1)
-            .arg(key)
-            .arg(value)
-            .arg(ttl_millis(ttl));
-        (cmd, value.to_owned())
+        fixed_extend_cmd(&TOKEN_EXTEND, key, value, ttl)
     }
 
     fn publishes(&self) -> bool {
+        true
+    }
+
+    fn hands_over(&self) -> bool {
         true
     }
 
@@ -106,7 +88,7 @@ impl Backend for TokenBackend {
 
 /// A busy reply: `pttl` ≥ 0 bounds the wait, -2 (gone since) means retry now,
 /// -1 (a key without TTL, not written by this scheme) gives no bound.
-fn busy(pttl: i64) -> Acquire {
+pub(super) fn busy(pttl: i64) -> Acquire {
     let remaining = match pttl {
         -2 => Some(Duration::ZERO),
         n => u64::try_from(n).ok().map(Duration::from_millis),

@@ -8,10 +8,12 @@ use crossbeam_channel::Sender;
 use super::worker::{Cleanup, IoThread, Job, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 use crate::connection::is_stale;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
-use crate::scheme::{Acquire, Backend, Extend, Keys, Release, Request, with_scripts};
+use crate::scheme::{
+    Acquire, Backend, Extend, Keys, Release, Request, acquire_confirmed, with_scripts,
+};
 use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
 
@@ -62,16 +64,23 @@ impl Topology for Single {
             let value = backend.new_value(&mut conn, req.ttl)?;
             bump(&self.counters.attempts, 1);
             let sent = Instant::now();
-            let e = match backend.acquire(&mut conn, keys, &value, req) {
-                Ok(Acquire::Acquired { fence }) => {
+            let read_timeout = self.node.read_timeout();
+            let e = match acquire_confirmed(&**backend, &mut conn, keys, &value, req, read_timeout)
+            {
+                Ok(Acquire::Acquired { fence, .. }) => {
                     return Ok(Attempt::Acquired { value, sent, fence });
                 }
                 Ok(Acquire::Busy { remaining }) => return Ok(Attempt::Busy { remaining }),
+                Ok(Acquire::Unreplicated { acked, required }) => {
+                    return Err(Error::NotReplicated { acked, required });
+                }
                 Err(e) => e,
             };
             let broken = conn.broken;
             drop(conn);
-            if broken {
+            // A reentrant owner may lock again before a later cleanup would run: its
+            // value is left to its TTL.
+            if broken && !backend.reentrant() {
                 // The reply was lost after the command may have reached Redis: take
                 // our value out again, off the caller's time, so no lock is held
                 // that nobody knows of.

@@ -116,7 +116,7 @@ impl Offers {
 /// of this client (the lease itself, or the lock by script), or releases it.
 /// Returns what a release would have said.
 pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
-    if state.backend.publishes() {
+    if state.backend.hands_over() {
         while let Some(offer) = hub.offers.take(&state.channel) {
             if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
                 if offer.tx.send(Wake::Transferred(Arc::clone(state))).is_ok() {

@@ -1,0 +1,57 @@
+//! Script calls and replies that several schemes share.
+
+use std::time::Duration;
+
+use redis::{RedisResult, Script, Value};
+
+use super::{Acquire, Release};
+use crate::time::ttl_millis;
+
+/// `EVALSHA <script's hash> <numkeys>`: a script call to complete with its keys and
+/// arguments, for a pipeline (a renewal batch, an acquire with `WAIT`).
+pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(numkeys);
+    cmd
+}
+
+/// The extend of a scheme whose value never changes: `script` with KEYS[1] the lock
+/// key, ARGV[1] the value, ARGV[2] the TTL in ms; the value stays as it is.
+pub(crate) fn fixed_extend_cmd(
+    script: &Script,
+    key: &str,
+    value: &str,
+    ttl: Duration,
+) -> (redis::Cmd, String) {
+    let mut cmd = script_cmd(script, 1);
+    cmd.arg(key).arg(value).arg(ttl_millis(ttl));
+    (cmd, value.to_owned())
+}
+
+/// Reads an acquire script's `{1, fence}` (acquired) or `{0, n}` reply: the
+/// acquisition (with its fence when `fence` was asked for), or `n`, for the scheme
+/// to read as busy.
+pub(crate) fn acquired(
+    reply: Value,
+    fence: bool,
+    acked: Option<u32>,
+) -> RedisResult<Result<Acquire, i64>> {
+    let (won, n): (i64, i64) = redis::from_redis_value(reply)?;
+    if won != 1 {
+        return Ok(Err(n));
+    }
+    let fence = fence.then(|| u64::try_from(n).unwrap_or(0));
+    Ok(Ok(Acquire::Acquired { fence, acked }))
+}
+
+impl Release {
+    /// Reads a release script's reply: 1 released, 0 the key was gone, anything
+    /// else someone else's value.
+    pub(crate) fn from_reply(n: i64) -> Self {
+        match n {
+            1 => Release::Released,
+            0 => Release::Expired,
+            _ => Release::Taken,
+        }
+    }
+}

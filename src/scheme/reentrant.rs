@@ -1,0 +1,249 @@
+//! The reentrant scheme: Redisson's `RLock`, field for field.
+//!
+//! The lock key is a hash with one field per owner, `<client uuid>:<thread id>`,
+//! whose value is the owner's hold count, and a `PEXPIRE` on the key. The owner
+//! that holds it may lock again (one more hold); another owner, another thread of
+//! the same client included, waits. The last unlock deletes the key and publishes
+//! `0` on `redisson_lock__channel:{<key>}`, Redisson's unlock message, on which
+//! both Redisson's waiters and ours listen. This layout has been Redisson's since
+//! 2.7.0 / 3.2.0 (2016) and still is in 3.x and 4.x.
+//!
+//! Where these scripts differ from Redisson's, no Redisson client can tell:
+//! - a key of another type (a token lock's string) is someone else's lock, never
+//!   an error (`redis.pcall`);
+//! - with more than one hold, neither an acquire nor a renewal ever shortens the
+//!   key's TTL (each hold's guard counts on its own TTL), and an unlock above zero
+//!   leaves the TTL alone (the remaining holds are renewed by their own guards);
+//! - a fencing token is taken (`INCR` on the same `{key}:fence` counter as the
+//!   other schemes) by the outermost acquisition only.
+//!
+//! The scripts live here rather than in `scripts.rs`: they are this wire format.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::{RedisResult, Script};
+
+use super::token::busy;
+use super::{
+    Acquire, Backend, Keys, Release, Request, acquired, fixed_extend_cmd, script_cmd, send_acquire,
+    with_scripts,
+};
+use crate::connection::Conn;
+use crate::time::ttl_millis;
+
+/// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).
+const CHANNEL_PREFIX: &str = "redisson_lock__channel";
+
+/// Reentrant acquire.
+///
+/// KEYS[1] lock key, KEYS[2] fence counter (only with a fence). ARGV[1] TTL in ms,
+/// ARGV[2] owner field (Redisson's order), ARGV[3] `1` to take a fencing token. Returns `{1, fence or 0}`
+/// when acquired (a first hold, or one more), `{0, pttl}` when another owner, or a
+/// value of another type, holds the key. A first hold sets the TTL and takes the
+/// fence; one more hold only lengthens the TTL, and reads the fence its outermost
+/// hold took. (`HEXISTS` on a key of another type is an error, which `pcall`
+/// returns as a table: not 1, so held by someone else.)
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.pcall('HEXISTS', KEYS[1], ARGV[2]) ~= 1 then
+  return {0, redis.call('PTTL', KEYS[1])}
+end
+local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+if count == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+if ARGV[3] ~= '1' then return {1, 0} end
+if count == 1 then return {1, redis.call('INCR', KEYS[2])} end
+return {1, tonumber(redis.pcall('GET', KEYS[2])) or 0}
+",
+    )
+});
+
+/// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock
+/// message.
+///
+/// KEYS[1] lock key. ARGV[1] owner field, ARGV[2] release channel. Returns 1 released
+/// (a hold taken off), 0 the key was gone, -1 another owner or another type holds it
+/// (left untouched).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local held = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
+if type(held) == 'table' then return -1 end
+if held == 0 then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  return -1
+end
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) > 0 then return 1 end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[2], 0)
+return 1
+",
+    )
+});
+
+/// Reentrant extend (also the renewal): `PEXPIRE` while the owner holds the key.
+///
+/// KEYS[1] lock key. ARGV[1] owner field, ARGV[2] TTL in ms. Returns 1 extended, 0
+/// gone, -1 another owner or another type. With one hold the TTL is set as asked;
+/// with more it is only lengthened, so no hold's validity outlives the key.
+static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) == 'table' then return -1 end
+if not count then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  return -1
+end
+if tonumber(count) <= 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+",
+    )
+});
+
+static SCRIPTS: [&LazyLock<Script>; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
+
+/// Numbers this process's threads: a thread's number is drawn on its first
+/// reentrant lock and kept for its life (Redisson uses Java's thread id).
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The reentrant scheme's commands, for one client.
+#[derive(Debug)]
+pub(crate) struct ReentrantBackend {
+    /// The client's id: the first half of every owner field it writes.
+    client: String,
+}
+
+impl ReentrantBackend {
+    pub(crate) fn new(client: &str) -> Self {
+        Self {
+            client: client.to_owned(),
+        }
+    }
+
+    /// The calling thread's owner field, `<client uuid>:<thread number>`.
+    fn owner(&self) -> String {
+        format!("{}:{}", self.client, THREAD.with(|t| *t))
+    }
+}
+
+impl Backend for ReentrantBackend {
+    /// The calling thread's owner field. The lease keeps it, so a guard moved to
+    /// another thread still unlocks its own hold.
+    fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
+        Ok(self.owner())
+    }
+
+    fn acquire(
+        &self,
+        conn: &mut Conn,
+        keys: &Keys,
+        value: &str,
+        req: Request,
+    ) -> RedisResult<Acquire> {
+        // The fence counter is named only when a fence is asked for.
+        let mut cmd = script_cmd(&ACQUIRE, if req.fence { 2 } else { 1 });
+        cmd.arg(&keys.lock);
+        if req.fence {
+            cmd.arg(keys.fence());
+        }
+        cmd.arg(ttl_millis(req.ttl))
+            .arg(value)
+            .arg(if req.fence { "1" } else { "0" });
+        let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, req.replicas)?;
+        Ok(acquired(reply, req.fence, acked)?.unwrap_or_else(busy))
+    }
+
+    fn release(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        channel: &str,
+        value: &str,
+        _maybe: &[String],
+    ) -> RedisResult<Release> {
+        // The owner field never changes, so there is never another value to accept.
+        let n: i64 = with_scripts(conn, &SCRIPTS, |c| {
+            c.run(|c| RELEASE.key(key).arg(value).arg(channel).invoke(c))
+        })?;
+        Ok(Release::from_reply(n))
+    }
+
+    fn extend_cmd(
+        &self,
+        key: &str,
+        value: &str,
+        _maybe: &[String],
+        ttl: Duration,
+    ) -> (redis::Cmd, String) {
+        fixed_extend_cmd(&EXTEND, key, value, ttl)
+    }
+
+    fn publishes(&self) -> bool {
+        true
+    }
+
+    /// Redisson's `prefixName`: the key in braces (its own hash tag, so the channel
+    /// hashes to the key's slot), or as it is when it already contains a `{`.
+    fn channel(&self, lock: &str) -> String {
+        let mut name = String::with_capacity(CHANNEL_PREFIX.len() + lock.len() + 3);
+        name.push_str(CHANNEL_PREFIX);
+        name.push(':');
+        if lock.contains('{') {
+            name.push_str(lock);
+        } else {
+            name.push('{');
+            name.push_str(lock);
+            name.push('}');
+        }
+        name
+    }
+
+    fn reentrant(&self) -> bool {
+        true
+    }
+
+    fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
+        &SCRIPTS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_follow_redissons_prefix_name() {
+        let b = ReentrantBackend::new("c");
+        assert_eq!(b.channel("lock:a"), "redisson_lock__channel:{lock:a}");
+        assert_eq!(b.channel("lock:{a}"), "redisson_lock__channel:lock:{a}");
+        // Redisson looks for a `{` only, however the braces pair.
+        assert_eq!(b.channel("a{b"), "redisson_lock__channel:a{b");
+        assert_eq!(b.channel("a}b"), "redisson_lock__channel:{a}b}");
+    }
+
+    #[test]
+    fn the_owner_is_the_client_and_a_stable_number_per_thread() {
+        let id = uuid::Uuid::new_v4().to_string();
+        let b = std::sync::Arc::new(ReentrantBackend::new(&id));
+        let here = b.owner();
+        assert_eq!(here, b.owner(), "stable on one thread");
+        let (client, n) = here.rsplit_once(':').unwrap();
+        assert_eq!(client, id);
+        assert!(n.parse::<u64>().unwrap() >= 1);
+        let other = std::sync::Arc::clone(&b);
+        let there = std::thread::spawn(move || other.owner()).join().unwrap();
+        assert_ne!(here, there, "another thread is another owner");
+        assert!(b.reentrant() && b.publishes() && !b.hands_over());
+    }
+}
