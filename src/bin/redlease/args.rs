@@ -93,21 +93,19 @@ pub(crate) enum SchemeArg {
     LegacyMs,
     /// `SETNX`/`GETSET` timestamp locks, expiry in unix seconds
     LegacyS,
-    /// Redisson's reentrant hash (not supported yet)
+    /// Redisson's reentrant `RLock` hash: Redisson clients and redlease exclude each other
     Reentrant,
 }
 
 impl SchemeArg {
     /// The library's scheme.
-    pub(crate) fn scheme(self) -> Result<Scheme, Failure> {
+    pub(crate) fn scheme(self) -> Scheme {
         let legacy = |unit| Scheme::LegacyTimestamp(LegacyTimestamp::new().unit(unit));
         match self {
-            SchemeArg::Token => Ok(Scheme::Token),
-            SchemeArg::LegacyMs => Ok(legacy(TimestampUnit::Millis)),
-            SchemeArg::LegacyS => Ok(legacy(TimestampUnit::Seconds)),
-            SchemeArg::Reentrant => Err(Failure::usage(
-                "--scheme reentrant (Redisson) is not supported yet",
-            )),
+            SchemeArg::Token => Scheme::Token,
+            SchemeArg::LegacyMs => legacy(TimestampUnit::Millis),
+            SchemeArg::LegacyS => legacy(TimestampUnit::Seconds),
+            SchemeArg::Reentrant => Scheme::Reentrant,
         }
     }
 }

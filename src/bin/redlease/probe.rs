@@ -87,6 +87,17 @@ pub(crate) fn release_channel(key: &str) -> String {
     companion(key, "released")
 }
 
+/// The channel Redisson's `RLock`, and the library's reentrant scheme, publish
+/// their unlock message `0` on: `redisson_lock__channel:{<key>}`, without the
+/// braces when the key already contains a `{` (Redisson's `prefixName`).
+pub(crate) fn redisson_channel(key: &str) -> String {
+    if key.contains('{') {
+        format!("redisson_lock__channel:{key}")
+    } else {
+        format!("redisson_lock__channel:{{{key}}}")
+    }
+}
+
 /// An administrative connection to `url`, every call bounded by [`TIMEOUT`].
 pub(crate) fn connect(url: &str) -> RedisResult<Connection> {
     let con = redis::Client::open(url)?.get_connection_with_timeout(TIMEOUT)?;

@@ -10,14 +10,16 @@ use crate::inspect::summary;
 use crate::probe;
 
 /// Deletes the lock key whatever holds it and, if it existed, wakes the waiters
-/// of the token scheme as a release would. KEYS[1]: the lock key; ARGV[1]: its
-/// release channel. One script, so no waiter is woken for a delete that did not
-/// happen and none misses the wake-up of one that did.
+/// as a release would: the token scheme's, and Redisson's (and the reentrant
+/// scheme's). KEYS[1]: the lock key; ARGV[1]: its release channel, ARGV[2]:
+/// Redisson's. One script, so no waiter is woken for a delete that did not happen
+/// and none misses the wake-up of one that did.
 static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('DEL', KEYS[1]) == 1 then
     redis.call('PUBLISH', ARGV[1], 'released')
+    redis.call('PUBLISH', ARGV[2], 0)
     return 1
 end
 return 0
@@ -44,6 +46,7 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
     let deleted: i64 = FORCE_RELEASE
         .key(&key)
         .arg(probe::release_channel(&key))
+        .arg(probe::redisson_channel(&key))
         .invoke(&mut con)
         .map_err(redis_failure)?;
     if deleted == 1 {

@@ -21,7 +21,7 @@ use crate::status::Status;
 /// cancelled the wait) or the failure to report.
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     // Bad input is reported before anything connects.
-    let scheme = args.scheme.scheme()?;
+    let scheme = args.scheme.scheme();
     let Servers::One(url) = args.server.servers()?;
     let server = server_name(&url);
     let cancel = CancelToken::new();
