@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
+use support::redisson::{self, Redisson};
 use support::{RedisServer, eventually, free_port};
 
 /// Longest a `redlease` process may take in any test before it counts as hung.
@@ -510,6 +511,8 @@ fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
     sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut sub = sub.as_pubsub();
     sub.subscribe("{job}:released").unwrap();
+    // Redisson's waiters (and the reentrant scheme's) listen here.
+    sub.subscribe(redisson::channel("job")).unwrap();
     let f = dir.file("start");
     let waiter = run_sh(
         &server,
@@ -545,6 +548,9 @@ fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
     assert!(stdout(&forced).contains("deleted"), "{}", stdout(&forced));
     let msg = sub.get_message().unwrap();
     assert_eq!(msg.get_payload::<String>().unwrap(), "released");
+    let msg = sub.get_message().unwrap();
+    assert_eq!(msg.get_channel_name(), redisson::channel("job"));
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
 
     let out = finish(waiter);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -554,6 +560,47 @@ fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
         late < Duration::from_secs(1),
         "the waiter started {late:?} after the release"
     );
+}
+
+#[test]
+fn run_with_the_reentrant_scheme_waits_for_redisson_and_is_woken_by_its_unlock() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let (ran, go) = (dir.file("ran"), dir.file("go"));
+    let mut java = Redisson::new(&server);
+    let channel = redisson::channel("job");
+    assert_eq!(java.try_lock("job"), None, "Redisson locks first");
+    let script = format!(
+        "echo ran > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        ran.display(),
+        go.display()
+    );
+    let child = run_sh(&server, &["--scheme", "reentrant"], "job", &script)
+        .spawn()
+        .unwrap();
+    let subscribed = eventually(STARTUP, || {
+        let subs: (String, i64) = server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel));
+        subs.1 >= 1
+    });
+    assert!(
+        subscribed && !ran.exists(),
+        "redlease did not wait for Redisson"
+    );
+    let released = Instant::now();
+    assert_eq!(java.unlock("job"), Some(1));
+    assert!(eventually(STARTUP, || has_line(&ran)));
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "started {:?} after Redisson's unlock",
+        released.elapsed()
+    );
+    let held = inspect_json(&server, "job");
+    assert_eq!(held["format"], "reentrant", "{held}");
+    assert_eq!(java.try_lock("job").map(|ms| ms > 0), Some(true));
+    fs::write(&go, "").unwrap();
+    let out = finish(child);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(keys(&server).is_empty(), "{:?}", keys(&server));
 }
 
 #[test]
@@ -571,10 +618,6 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
         (run(&["job", "--"]), USAGE),
         (
             run(&["--scheme", "bogus", "job", "--", "touch", &touch]),
-            USAGE,
-        ),
-        (
-            run(&["--scheme", "reentrant", "job", "--", "touch", &touch]),
             USAGE,
         ),
         (

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use redlease::{
     Error, LockClient, LockClientBuilder, LockOptions, LossReason, MAX_TTL, Release, Renewal,
 };
+use support::counter::increment;
 use support::{RedisServer, eventually, stress_factor};
 
 /// Set in a re-executed copy of this test binary: the `url rounds` of a counter worker.
@@ -80,18 +81,6 @@ fn key_slot(key: &str) -> u16 {
         }
     }
     crc % 16384
-}
-
-/// One increment of `counter` with a plain GET then SET, so that two holders at once
-/// would lose an update. The yield widens the window between the read and the write.
-fn increment(con: &mut redis::Connection) {
-    let n: Option<u64> = redis::cmd("GET").arg("counter").query(con).unwrap();
-    thread::yield_now();
-    let () = redis::cmd("SET")
-        .arg("counter")
-        .arg(n.unwrap_or(0) + 1)
-        .query(con)
-        .unwrap();
 }
 
 /// Re-executes this test binary running only `test`, with `env` set.
@@ -267,7 +256,9 @@ fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
         .map(|child| {
             let out = finish(child, Duration::from_secs(60));
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            let at = stdout.find("SECTIONS ").expect("the worker printed no count");
+            let at = stdout
+                .find("SECTIONS ")
+                .expect("the worker printed no count");
             let rest = &stdout[at + "SECTIONS ".len()..];
             rest.split_whitespace().next().unwrap().parse().unwrap()
         })

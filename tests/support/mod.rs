@@ -6,7 +6,9 @@
 //! without sharing keys. The binary is `$REDLEASE_REDIS_SERVER`, else `redis-server` from
 //! `PATH`; a missing binary fails the test, it never skips it.
 
+pub mod counter;
 pub mod proxy;
+pub mod redisson;
 
 use std::fs::{self, File};
 use std::io;
