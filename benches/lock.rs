@@ -8,7 +8,10 @@
 //! - `renewal`: one `extend` round trip vs one raw `PEXPIRE`, and the renewal
 //!   thread's batching (round trips per renewed lease) for 1 … 10,000 leases;
 //! - `contention`: 8 threads on one key vs raw clients retrying with no sleep:
-//!   acquisitions/s, hand-off p50/p99, fairness, Redis commands per acquisition.
+//!   acquisitions/s, hand-off p50/p99, fairness, Redis commands per acquisition;
+//! - `reentrant`: `Scheme::Reentrant` lock + unlock, and a nested lock + unlock
+//!   under a held one, vs Redisson's own scripts (`EVALSHA` tryLock + unlock) on
+//!   one raw connection; the token scheme's lock + unlock beside them.
 //!
 //! Run: `cargo bench --bench lock` (needs `redis-server` on PATH);
 //! `REDLEASE_BENCH=contention,parallel_8_keys` runs only those groups;
@@ -29,8 +32,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
-use redlease::LockClient;
+use redlease::{LockClient, Scheme};
 use support::RedisServer;
+use support::redisson;
 
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -77,6 +81,54 @@ impl Floor {
     fn lock_unlock(&mut self, key: &str) {
         let token = self.try_set(key).expect("floor key free");
         self.release(key, &token);
+    }
+}
+
+/// The floor of a reentrant lock: Redisson's `RLock` scripts by `EVALSHA`, as
+/// Redisson sends them, on one raw connection.
+struct RedissonFloor {
+    con: redis::Connection,
+    try_lock: redis::Script,
+    unlock: redis::Script,
+    owner: String,
+}
+
+impl RedissonFloor {
+    fn new(server: &RedisServer) -> Self {
+        Self {
+            con: server.conn(),
+            try_lock: redis::Script::new(redisson::TRY_LOCK),
+            unlock: redis::Script::new(redisson::UNLOCK),
+            owner: format!("{}:1", uuid::Uuid::new_v4()),
+        }
+    }
+
+    fn lock(&mut self, key: &str) {
+        let busy: Option<i64> = self
+            .try_lock
+            .key(key)
+            .arg(redisson::LEASE_MS)
+            .arg(&self.owner)
+            .invoke(&mut self.con)
+            .unwrap();
+        assert!(busy.is_none(), "floor key free");
+    }
+
+    /// `Some(1)` released, `Some(0)` one hold fewer.
+    fn unlock(&mut self, key: &str, channel: &str) -> Option<i64> {
+        self.unlock
+            .key(key)
+            .key(channel)
+            .arg(0)
+            .arg(redisson::LEASE_MS)
+            .arg(&self.owner)
+            .invoke(&mut self.con)
+            .unwrap()
+    }
+
+    fn lock_unlock(&mut self, key: &str, channel: &str, released: i64) {
+        self.lock(key);
+        assert_eq!(self.unlock(key, channel), Some(released));
     }
 }
 
@@ -461,13 +513,53 @@ fn contention(_c: &mut Criterion) {
     );
 }
 
+fn reentrant(c: &mut Criterion) {
+    if !wanted("reentrant") {
+        return;
+    }
+    let server = RedisServer::start();
+    pin(&server);
+    let lc = LockClient::builder(server.url())
+        .scheme(Scheme::Reentrant)
+        .build()
+        .unwrap();
+    let token = client(&server);
+    let mut floor = RedissonFloor::new(&server);
+    let (key, fkey) = ("bench:re", "bench:rf");
+    let fchan = redisson::channel(fkey);
+    let ours = |lc: &LockClient| assert!(lc.lock(key).unwrap().unlock().unwrap().was_held());
+    let mut g = c.benchmark_group("reentrant");
+    g.bench_function("redlease_reentrant_lock_unlock", |b| b.iter(|| ours(&lc)));
+    g.bench_function("redlease_token_lock_unlock", |b| b.iter(|| ours(&token)));
+    g.bench_function("floor_redisson_evalsha", |b| {
+        b.iter(|| floor.lock_unlock(fkey, &fchan, 1));
+    });
+    g.finish();
+    let (re, base) = paired_p50(3000, || ours(&lc), || floor.lock_unlock(fkey, &fchan, 1));
+    report("reentrant lock+unlock vs Redisson's scripts", re, base);
+    let (tok, base) = paired_p50(3000, || ours(&token), || floor.lock_unlock(fkey, &fchan, 1));
+    report("token lock+unlock vs Redisson's scripts", tok, base);
+
+    // Re-entry: one more hold and its release, under a hold kept throughout.
+    let outer = lc.lock(key).unwrap();
+    floor.lock(fkey);
+    let (nested, base) = paired_p50(3000, || ours(&lc), || floor.lock_unlock(fkey, &fchan, 0));
+    report(
+        "reentrant re-entry (nested lock+unlock) vs Redisson's",
+        nested,
+        base,
+    );
+    assert!(outer.unlock().unwrap().was_held());
+    assert_eq!(floor.unlock(fkey, &fchan), Some(1));
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention
+    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, reentrant
 }
 
 fn main() {
