@@ -7,11 +7,16 @@ use redis::{RedisResult, Script, Value};
 use super::{Acquire, Release};
 use crate::time::ttl_millis;
 
+/// Room for a script call's arguments and their bytes, so that adding them does
+/// not grow the command on the hot path.
+const CALL_ARGS: usize = 8;
+const CALL_BYTES: usize = 256;
+
 /// `EVALSHA <script's hash> <numkeys>`: a script call to complete with its keys and
 /// arguments, for a pipeline (a renewal batch, an acquire with `WAIT`).
 pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(numkeys);
+    let mut cmd = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
     cmd
 }
 

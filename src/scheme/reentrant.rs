@@ -23,11 +23,11 @@ use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::{RedisResult, Script};
+use redis::{RedisResult, Script, Value};
 
 use super::token::busy;
 use super::{
-    Acquire, Backend, Keys, Release, Request, acquired, fixed_extend_cmd, script_cmd, send_acquire,
+    Acquire, Backend, Keys, Release, Request, fixed_extend_cmd, script_cmd, send_acquire,
     with_scripts,
 };
 use crate::connection::Conn;
@@ -39,9 +39,10 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// Reentrant acquire.
 ///
 /// KEYS[1] lock key, KEYS[2] fence counter (only with a fence). ARGV[1] TTL in ms,
-/// ARGV[2] owner field (Redisson's order), ARGV[3] `1` to take a fencing token. Returns `{1, fence or 0}`
-/// when acquired (a first hold, or one more), `{0, pttl}` when another owner, or a
-/// value of another type, holds the key. A first hold sets the TTL and takes the
+/// ARGV[2] owner field (Redisson's order), ARGV[3] `1` to take a fencing token.
+/// Returns, as Redisson's does, nil when acquired (a first hold, or one more) and
+/// the key's PTTL when another owner, or a value of another type, holds it; with a
+/// fencing token, `{fence}` when acquired. A first hold sets the TTL and takes the
 /// fence; one more hold only lengthens the TTL, and reads the fence its outermost
 /// hold took. (`HEXISTS` on a key of another type is an error, which `pcall`
 /// returns as a table: not 1, so held by someone else.)
@@ -49,15 +50,15 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.pcall('HEXISTS', KEYS[1], ARGV[2]) ~= 1 then
-  return {0, redis.call('PTTL', KEYS[1])}
+  return redis.call('PTTL', KEYS[1])
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if count == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
-if ARGV[3] ~= '1' then return {1, 0} end
-if count == 1 then return {1, redis.call('INCR', KEYS[2])} end
-return {1, tonumber(redis.pcall('GET', KEYS[2])) or 0}
+if ARGV[3] ~= '1' then return nil end
+if count == 1 then return {redis.call('INCR', KEYS[2])} end
+return {tonumber(redis.pcall('GET', KEYS[2])) or 0}
 ",
     )
 });
@@ -67,17 +68,20 @@ return {1, tonumber(redis.pcall('GET', KEYS[2])) or 0}
 ///
 /// KEYS[1] lock key. ARGV[1] owner field, ARGV[2] release channel. Returns 1 released
 /// (a hold taken off), 0 the key was gone, -1 another owner or another type holds it
-/// (left untouched).
+/// (left untouched). The last hold deletes the key without decrementing it first.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local held = redis.pcall('HEXISTS', KEYS[1], ARGV[1])
-if type(held) == 'table' then return -1 end
-if held == 0 then
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) == 'table' then return -1 end
+if not count then
   if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
   return -1
 end
-if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) > 0 then return 1 end
+if tonumber(count) > 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  return 1
+end
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[2], 0)
 return 1
@@ -133,7 +137,12 @@ impl ReentrantBackend {
 
     /// The calling thread's owner field, `<client uuid>:<thread number>`.
     fn owner(&self) -> String {
-        format!("{}:{}", self.client, THREAD.with(|t| *t))
+        use std::fmt::Write as _;
+        // Sized once: `format!` would grow the string on every lock.
+        let mut owner = String::with_capacity(self.client.len() + 21);
+        owner.push_str(&self.client);
+        let _ = write!(owner, ":{}", THREAD.with(|t| *t));
+        owner
     }
 }
 
@@ -161,7 +170,15 @@ impl Backend for ReentrantBackend {
             .arg(value)
             .arg(if req.fence { "1" } else { "0" });
         let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, req.replicas)?;
-        Ok(acquired(reply, req.fence, acked)?.unwrap_or_else(busy))
+        Ok(match reply {
+            Value::Nil => Acquire::Acquired { fence: None, acked },
+            Value::Int(pttl) => busy(pttl),
+            fenced => {
+                let (fence,): (i64,) = redis::from_redis_value(fenced)?;
+                let fence = Some(u64::try_from(fence).unwrap_or(0));
+                Acquire::Acquired { fence, acked }
+            }
+        })
     }
 
     fn release(
