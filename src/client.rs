@@ -16,7 +16,8 @@ use crate::scheme::{self, Backend, Keys, Request};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, WaitSlot, Waiter};
 
-/// A client for distributed locks on one Redis server.
+/// A client for distributed locks on one Redis server, or on a Redlock quorum of
+/// independent masters ([`LockClient::redlock`]).
 ///
 /// Cheap to clone: clones share one connection pool, one renewal thread and one
 /// waiter thread. The threads stop, and are joined, when the last clone is dropped;
@@ -325,9 +326,12 @@ impl LockClient {
             Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
             _ => Arc::clone(&self.inner.default_backend),
         };
+        let fence = opts.fencing.unwrap_or(s.fencing);
+        let topology = &self.inner.hub.topology;
+        topology.check(opts.scheme.as_ref().unwrap_or(&s.scheme), fence)?;
         Ok(Plan {
             ttl,
-            fence: opts.fencing.unwrap_or(s.fencing),
+            fence,
             renewal: opts.renewal.unwrap_or(s.renewal),
             interval,
             max_hold,

@@ -187,11 +187,11 @@ mod options;
 
 pub use builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
-    DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
 };
 pub use cancel::CancelToken;
 pub use client::LockClient;
-pub use error::{Error, Result};
+pub use error::{Error, NodeFailure, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

@@ -32,14 +32,20 @@ impl Node {
     ///
     /// Waits at most the connect timeout plus the read timeout.
     pub(crate) fn connect(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
+        let node = Self::open(info, config)?;
+        node.ping()?;
+        Ok(node)
+    }
+
+    /// The node at `info`, without reaching it yet (its pool connects in the
+    /// background).
+    pub(crate) fn open(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
         let manager = Manager {
             client: redis::Client::open(info)?,
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
         };
-        let mut con = manager.connect_raw()?;
-        redis::cmd("PING").query::<()>(&mut con)?;
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
@@ -47,6 +53,14 @@ impl Node {
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
         Ok(Self { pool, manager })
+    }
+
+    /// One `PING` on a direct connection, so an unreachable server is reported with
+    /// its cause. Waits at most the connect timeout plus the read timeout.
+    pub(crate) fn ping(&self) -> Result<()> {
+        let mut con = self.manager.connect_raw()?;
+        redis::cmd("PING").query::<()>(&mut con)?;
+        Ok(())
     }
 
     /// A pooled connection, waiting at most the connect timeout for one.
@@ -68,6 +82,12 @@ impl Node {
     /// A new connection outside the pool (the waiter's pub/sub connection).
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.manager.connect_raw()
+    }
+
+    /// A new connection outside the pool, made within `timeout` (at most the
+    /// connect timeout), with the node's read and write timeouts.
+    pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        self.manager.connect_within(timeout)
     }
 
     /// The reply timeout of the node's connections.

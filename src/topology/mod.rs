@@ -2,8 +2,9 @@
 //!
 //! The guard, the renewal thread and the waiter reach Redis only through
 //! [`Topology`]; a topology reaches Redis through its nodes, and each node speaks
-//! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum or a
-//! Redis Cluster is another implementation of the same trait.
+//! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum of
+//! independent masters is [`Redlock`]; a Redis Cluster would be another
+//! implementation of the same trait.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,12 +15,17 @@ use crossbeam_channel::Sender;
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
-use crate::scheme::{Backend, Extend, Keys, Release, Request};
+use crate::scheme::{Backend, Extend, Keys, Release, Request, Scheme};
 
+mod ballot;
 mod batch;
+mod lane;
+mod quorum;
+pub(crate) mod redlock;
 mod single;
 mod worker;
 
+pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;
 pub(crate) use worker::IoThread;
 
@@ -144,4 +150,12 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
 
     /// Publishes `message` on `channel` (a wake-up of the waiter thread).
     fn publish(&self, channel: &str, message: &str) -> Result<()>;
+
+    /// Refuses what this topology cannot do safely: a scheme, or fencing.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) naming the option.
+    fn check(&self, _scheme: &Scheme, _fencing: bool) -> Result<()> {
+        Ok(())
+    }
 }
