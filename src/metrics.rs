@@ -21,7 +21,8 @@ pub struct Metrics {
     /// deleted it, summed over releases. A release over N nodes adds between 0 and
     /// N, and counts as [`released`](Self::released) when it adds a majority; so
     /// `node_releases < released × N` says some releases found the lock already
-    /// gone (expired, restarted, never granted) on some nodes.
+    /// gone (expired, restarted, never granted) on some nodes. Each node is counted
+    /// when it answers, which may be just after `unlock` returned on a majority.
     pub node_releases: u64,
     /// Renewal commands sent (one per lease per renewal — with Redlock, per node —
     /// and again for one re-sent after `NOSCRIPT`).

@@ -46,6 +46,14 @@ fn holders(masters: &Masters, key: &str) -> usize {
     masters.servers.iter().filter(|s| exists(s, key)).count()
 }
 
+/// Waits (at most 2 s) until `key` exists on every running server: an acquire
+/// returns on a majority, and the last `SET`s land just after.
+fn held_everywhere(masters: &Masters, key: &str) {
+    let alive = masters.servers.iter().filter(|s| s.is_running()).count();
+    let everywhere = || holders_alive(masters, key) == alive;
+    assert!(eventually(Duration::from_secs(2), everywhere), "{key}");
+}
+
 /// A raw `SET key token NX PX ms` on `server`: whether it was set.
 fn set_nx(server: &RedisServer, key: &str, token: &str, ttl_ms: u64) -> bool {
     let set: redis::Value = server.query(
@@ -146,7 +154,7 @@ fn every_entry_point_works_over_a_quorum_and_release_counts_its_nodes() {
         .build()
         .unwrap();
     let guard = client.try_lock("k").unwrap().unwrap();
-    assert_eq!(holders(&masters, "lock:k"), 3);
+    held_everywhere(&masters, "lock:k");
     assert!(guard.is_held());
     assert!(guard.fence().is_none());
     // Busy is `Ok(None)` for every bounded entry point, within its wait.
@@ -170,7 +178,9 @@ fn every_entry_point_works_over_a_quorum_and_release_counts_its_nodes() {
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     let m = client.metrics();
     assert_eq!((m.released, m.node_releases), (1, 2));
-    assert_eq!(holders(&masters, "lock:k"), 0);
+    assert!(eventually(Duration::from_secs(1), || holders(
+        &masters, "lock:k"
+    ) == 0));
     // `with_lock` and a waiting `lock` take it again.
     assert_eq!(client.with_lock("k", || 7).unwrap(), 7);
     drop(client.lock("k").unwrap());
@@ -182,11 +192,14 @@ fn a_lease_that_lost_its_majority_unlocks_as_expired() {
     let masters = Masters::start(3);
     let client = client(&masters.urls());
     let guard = client.lock("k").unwrap();
+    held_everywhere(&masters, "lock:k");
     for s in &masters.servers[..2] {
         let _: i64 = s.query(redis::cmd("DEL").arg("lock:k"));
     }
     assert_eq!(guard.unlock().unwrap(), Release::Expired);
-    assert_eq!(client.metrics().node_releases, 1);
+    // The third node is counted when it answers, maybe after `unlock` returned.
+    let counted = || client.metrics().node_releases == 1;
+    assert!(eventually(Duration::from_secs(2), counted));
     assert_eq!(holders(&masters, "lock:k"), 0);
 }
 
@@ -197,7 +210,7 @@ fn two_of_five_nodes_down_still_lock_three_down_fail_with_no_quorum() {
     masters.servers[3].kill();
     masters.servers[4].kill();
     let guard = client.lock("k").unwrap();
-    assert_eq!(holders_alive(&masters, "lock:k"), 3);
+    held_everywhere(&masters, "lock:k");
     assert_eq!(guard.unlock().unwrap(), Release::Released);
 
     masters.servers[2].kill();
@@ -272,7 +285,8 @@ fn silent_nodes_do_not_slow_an_acquire_past_the_node_timeout() {
         let key = format!("k{i}");
         let (guard, took) = timed(|| client.lock(&key).unwrap());
         slowest = slowest.max(took);
-        // Release waits for every node, at most the node timeout.
+        // Release returns on a majority; the silent nodes' deletes are left to
+        // their lanes and I/O threads.
         let (released, took) = timed(|| guard.unlock().unwrap());
         assert_eq!(released, Release::Released);
         assert!(took < timeout + SLACK, "release took {took:?}");
@@ -340,6 +354,7 @@ fn a_node_restarted_empty_does_not_let_a_second_client_in() {
     let holder = builder(&urls).node_timeout(ROOMY).ttl(ttl).build().unwrap();
     let other = client(&urls);
     let guard = holder.lock("k").unwrap();
+    held_everywhere(&masters, "lock:k");
     masters.servers[0].restart();
     assert_eq!(holders(&masters, "lock:k"), 4);
     // The restarted node grants the second client; the other four do not.
@@ -390,6 +405,7 @@ fn killing_a_majority_loses_the_lease_within_one_renewal_period() {
         .build()
         .unwrap();
     let guard = client.lock("k").unwrap();
+    held_everywhere(&masters, "lock:k");
     let killed = Instant::now();
     for s in &masters.servers[..3] {
         s.kill();
@@ -450,6 +466,7 @@ fn redsync_style_clients_and_redlease_exclude_each_other() {
     assert!(client.try_lock("k").unwrap().is_none());
     redsync_unlock(&masters, "lock:k", "go-token");
     let guard = client.try_lock("k").unwrap().unwrap();
+    held_everywhere(&masters, "lock:k");
     assert!(!redsync_lock(&masters, "lock:k", "go-token-2"));
     assert_eq!(holders(&masters, "lock:k"), 5);
     assert_eq!(guard.unlock().unwrap(), Release::Released);

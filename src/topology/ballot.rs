@@ -86,21 +86,16 @@ impl Count {
         self.no + self.quorum() > self.n
     }
 
-    /// An acquire's outcome is known: won, or lost with either enough answers to
-    /// call it busy (`yes + no` a majority: someone else may hold a majority) or
-    /// so many failures that it can only be a failure.
+    /// An acquire may stop listening: won, or lost with enough answers to call it
+    /// busy (`yes + no` a majority: someone else may hold a majority). A failure
+    /// waits for every node (or the node timeout), so its error names them all.
     pub(super) fn acquire_settled(&self) -> bool {
-        self.won() || (self.lost() && (self.answered_live() || self.failed_majority()))
+        self.won() || (self.lost() && self.answered_live())
     }
 
     /// The nodes that answered yes or no are a majority.
     pub(super) fn answered_live(&self) -> bool {
         self.yes + self.no >= self.quorum()
-    }
-
-    /// So many failed that neither a majority of yes nor of live answers is left.
-    pub(super) fn failed_majority(&self) -> bool {
-        self.failed + self.quorum() > self.n
     }
 }
 
@@ -260,13 +255,16 @@ mod tests {
     }
 
     #[test]
-    fn an_acquire_settles_as_busy_or_failed_only_when_more_answers_cannot_change_it() {
+    fn an_acquire_settles_early_as_won_or_busy_only_when_more_answers_cannot_change_it() {
         // Two busy and a failure of five: the last two could be busy (busy) or
         // failed (failure) — wait for them.
         let c = count(5, &[N, N, F]);
         assert!(c.lost() && !c.acquire_settled());
         assert!(count(5, &[N, N, F, N]).acquire_settled(), "busy");
-        assert!(count(5, &[F, F, F]).acquire_settled(), "failure");
+        assert!(
+            !count(5, &[F, F, F]).acquire_settled(),
+            "failures wait for all"
+        );
         assert!(count(5, &[Y, Y, Y]).acquire_settled(), "won");
         assert!(
             !count(5, &[Y, N, N, Y]).acquire_settled(),

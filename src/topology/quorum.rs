@@ -121,24 +121,30 @@ impl Quorum {
 
     /// Runs `op` on every node at once, each on its lane, and collects the answers
     /// until `settled` says the count decides the call, every node answered, or
-    /// `wait` has passed (nodes not answered by then: timeouts).
+    /// `wait` has passed (nodes not answered by then: timeouts). Each lane passes
+    /// its node's answer to `then` (node index, answer, that node's I/O thread)
+    /// before sending it back, also after the caller has stopped listening.
     pub(super) fn ask<T: Send + 'static>(
         &self,
         wait: Duration,
         op: impl Fn(&mut Conn) -> RedisResult<T> + Send + Sync + 'static,
+        then: impl Fn(&Result<T>, &Worker) + Send + Sync + 'static,
         vote: impl Fn(&Result<T>) -> Vote,
         settled: impl Fn(&Count) -> bool,
     ) -> (Count, Vec<Result<T>>) {
         let n = self.members.len();
         let deadline = Instant::now() + wait;
-        let op = Arc::new(op);
+        let op = Arc::new((op, then));
         let (tx, rx) = crossbeam_channel::bounded::<Answer<T>>(n);
         let mut answers: Vec<Option<Result<T>>> = (0..n).map(|_| None).collect();
         let mut count = Count::new(n);
         for (i, m) in self.members.iter().enumerate() {
-            let (op, tx) = (Arc::clone(&op), tx.clone());
+            let (op, tx, worker) = (Arc::clone(&op), tx.clone(), m.worker.clone());
             let call = Box::new(move |link: &mut Link| {
-                let _ = tx.send((i, link.call(deadline, wait, |c| op(c))));
+                let (op, then) = &*op;
+                let answer = link.call(deadline, wait, |c| op(c));
+                then(&answer, &worker);
+                let _ = tx.send((i, answer));
             });
             if !m.lane.send(call) {
                 count.add(Vote::Failed);
@@ -188,23 +194,8 @@ impl Quorum {
         }
     }
 
-    /// Deletes `value` on the nodes `only` picks, off the caller's time: each
-    /// node's I/O thread tries until `until`, when it expires anyway.
-    pub(super) fn clean_up(
-        &self,
-        keys: &Keys,
-        value: &str,
-        until: Instant,
-        only: impl Fn(usize) -> bool,
-    ) {
-        for (i, m) in self.members.iter().enumerate() {
-            if only(i) {
-                send(&m.worker, self.cleanup(keys, value, until));
-            }
-        }
-    }
-
-    fn cleanup(&self, keys: &Keys, value: &str, until: Instant) -> Cleanup {
+    /// What a node's I/O thread needs to delete `value` in the background.
+    pub(super) fn cleanup(&self, keys: &Keys, value: &str, until: Instant) -> Cleanup {
         Cleanup {
             backend: Arc::clone(&self.token),
             keys: keys.clone(),
@@ -281,7 +272,7 @@ impl std::fmt::Debug for Quorum {
 }
 
 /// Queues `cleanup` on a node's I/O thread.
-fn send(worker: &Worker, cleanup: Cleanup) {
+pub(super) fn send(worker: &Worker, cleanup: Cleanup) {
     if let Err(Job::Release(c)) = worker.send(Job::Release(cleanup)) {
         log::warn!(
             "value of `{}` left to expire: client shut down",

@@ -16,8 +16,8 @@ use redis::{ConnectionInfo, Value};
 use super::ballot::{Ballot, Count, Vote};
 use super::batch::{self, Spec};
 use super::lane::{Link, timed_out};
-use super::quorum::{Quorum, no_quorum};
-use super::worker::IoThread;
+use super::quorum::{Quorum, no_quorum, send};
+use super::worker::{IoThread, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 use crate::connection::Conn;
 use crate::error::{Error, NodeFailure, Result};
@@ -97,6 +97,7 @@ impl Topology for Redlock {
             let (count, answers) = self.quorum.ask(
                 wait,
                 op,
+                |_, _| {},
                 |a| match a {
                     Ok(Acquire::Acquired { .. }) => Vote::Yes,
                     Ok(Acquire::Busy { .. }) => Vote::No,
@@ -151,21 +152,27 @@ impl Topology for Redlock {
             let maybe = maybe.to_vec();
             move |c: &mut Conn| backend.release(c, &keys.lock, &keys.channel, &value, &maybe)
         };
+        // Each lane counts its node, and hands a failed delete to the node's I/O
+        // thread: the caller returns as soon as a majority decided.
+        let counters = Arc::clone(&self.counters);
+        let cleanup = self.quorum.cleanup(keys, value, Instant::now() + self.ttl);
+        let then = move |answer: &Result<Release>, worker: &Worker| match answer {
+            Ok(Release::Released) => bump(&counters.node_releases, 1),
+            Ok(_) => {}
+            Err(_) => send(worker, cleanup.clone()),
+        };
         let (count, answers) = self.quorum.ask(
             self.quorum.node_wait(None),
             op,
+            then,
             |a| match a {
                 Ok(Release::Released) => Vote::Yes,
                 Ok(_) => Vote::No,
                 Err(_) => Vote::Failed,
             },
-            |_| false,
+            |c| c.won() || c.refused(),
         );
-        bump(&self.counters.node_releases, count.yes as u64);
         let taken = answers.iter().any(|a| matches!(a, Ok(Release::Taken)));
-        let failed: Vec<bool> = answers.iter().map(Result::is_err).collect();
-        self.quorum
-            .clean_up(keys, value, Instant::now() + self.ttl, |i| failed[i]);
         if count.won() {
             Ok(Release::Released)
         } else if count.refused() {
@@ -203,6 +210,7 @@ impl Topology for Redlock {
         let (count, answers) = self.quorum.ask(
             self.quorum.node_wait(Some(ttl)),
             op,
+            |_, _| {},
             |a| match a {
                 Ok(Extend::Extended) => Vote::Yes,
                 Ok(_) => Vote::No,

@@ -49,6 +49,7 @@ pub(super) enum Job {
 }
 
 /// A value to take out of Redis, tried until it expires by itself at `until`.
+#[derive(Clone)]
 pub(super) struct Cleanup {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) keys: Keys,
