@@ -204,6 +204,18 @@ fn a_lease_that_lost_its_majority_unlocks_as_expired() {
 }
 
 #[test]
+fn a_guard_outliving_its_client_still_releases_on_every_node() {
+    let masters = Masters::start(3);
+    let client = client(&masters.urls());
+    let guard = client.lock("k").unwrap();
+    held_everywhere(&masters, "lock:k");
+    // The client's threads are joined here; the guard asks the nodes itself.
+    drop(client);
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    assert_eq!(holders(&masters, "lock:k"), 0);
+}
+
+#[test]
 fn two_of_five_nodes_down_still_lock_three_down_fail_with_no_quorum() {
     let masters = Masters::start(5);
     let client = client(&masters.urls());

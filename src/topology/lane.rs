@@ -24,10 +24,8 @@ use crate::node::Node;
 /// A call for a lane: runs on the lane's thread with its connection.
 pub(super) type Call = Box<dyn FnOnce(&mut Link) + Send>;
 
-enum Msg {
-    Run(Call),
-    Stop,
-}
+/// What a lane is sent: a call, or `None` to stop.
+type Msg = Option<Call>;
 
 /// The sending end of a lane, kept by the topology: it never keeps the thread
 /// alive (the client keeps the [`IoThread`], whose drop stops it).
@@ -44,15 +42,15 @@ impl Lane {
             .map_err(Error::Spawn)?;
         let stop = tx.clone();
         let io = IoThread::new(handle, move || {
-            let _ = stop.send(Msg::Stop);
+            let _ = stop.send(None);
         });
         Ok((Self { tx }, io))
     }
 
-    /// Queues `call`; never blocks. `false` when the lane has stopped (the call
-    /// is dropped unrun).
-    pub(super) fn send(&self, call: Call) -> bool {
-        self.tx.send(Msg::Run(call)).is_ok()
+    /// Queues `call`; never blocks. Gives the call back when the lane has stopped
+    /// (the client was dropped).
+    pub(super) fn send(&self, call: Call) -> Option<Call> {
+        self.tx.send(Some(call)).err().and_then(|e| e.into_inner())
     }
 }
 
@@ -61,11 +59,8 @@ fn run(rx: &Receiver<Msg>, mut link: Link) {
     // again by each call.
     let bound = link.node.call_bound();
     let _ = link.conn(Instant::now() + bound, link.node.read_timeout());
-    for msg in rx {
-        match msg {
-            Msg::Run(call) => call(&mut link),
-            Msg::Stop => return,
-        }
+    while let Ok(Some(call)) = rx.recv() {
+        call(&mut link);
     }
 }
 

@@ -146,9 +146,9 @@ impl Quorum {
                 then(&answer, &worker);
                 let _ = tx.send((i, answer));
             });
-            if !m.lane.send(call) {
-                count.add(Vote::Failed);
-                answers[i] = Some(Err(Error::Shutdown));
+            if let Some(call) = m.lane.send(call) {
+                // The client is gone and a guard outlived it: ask on this thread.
+                call(&mut Link::new(Arc::clone(&m.node)));
             }
         }
         drop(tx);
@@ -188,7 +188,7 @@ impl Quorum {
                     send(&worker, cleanup);
                 }
             });
-            if !m.lane.send(call) {
+            if m.lane.send(call).is_some() {
                 log::warn!("value of `{}` left to expire: client shut down", keys.lock);
             }
         }
@@ -236,7 +236,7 @@ impl Quorum {
     /// Runs `call` on the first node's lane, not waiting for it; `false` once the
     /// lane has stopped.
     pub(super) fn on_first(&self, call: Call) -> bool {
-        self.members[0].lane.send(call)
+        self.members[0].lane.send(call).is_none()
     }
 
     /// Sends one renewal tick's `specs` to every node's I/O thread, each of which
