@@ -29,8 +29,9 @@ return {0, redis.call('PTTL', KEYS[1])}
 ///
 /// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel, ARGV[3..] other values
 /// that are ours too (a timestamp an unanswered renewal may have written).
-/// Returns 1 released, 0 the key was gone (expired), -1 someone else's value or a
-/// value of another type is there (left untouched). `pcall` keeps a key of another
+/// Returns 1 + the number of clients the release message reached when released, 0
+/// the key was gone (expired), -1 someone else's value or a value of another type is
+/// there (left untouched). `pcall` keeps a key of another
 /// type (a hash, a list) from raising: it is someone else's lock, not an error.
 pub(crate) static TOKEN_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -42,8 +43,7 @@ local ours = v == ARGV[1]
 for i = 3, #ARGV do ours = ours or v == ARGV[i] end
 if not ours then return -1 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'released')
-return 1
+return 1 + redis.call('PUBLISH', ARGV[2], 'released')
 ",
     )
 });

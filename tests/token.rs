@@ -224,7 +224,7 @@ fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
     const TEST: &str = "issue_16_four_processes_of_four_threads_share_one_key_fairly";
     const PROCESSES: usize = 4;
     const THREADS: usize = 4;
-    let run_for = Duration::from_secs(3);
+    let run_for = Duration::from_secs(4);
     if let Ok(url) = std::env::var(WORKER_ENV) {
         // A worker process: four threads take 1 ms sections on one key, then print
         // how many they made.
@@ -255,7 +255,7 @@ fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
                 });
             }
         });
-        println!("SECTIONS {}", sections.into_inner());
+        println!("SECTIONS {} {:?}", sections.into_inner(), client.metrics());
         return;
     }
     let server = RedisServer::start();
@@ -267,7 +267,10 @@ fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
         .map(|child| {
             let out = finish(child, Duration::from_secs(60));
             let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-            let at = stdout.find("SECTIONS ").expect("the worker printed no count");
+            let at = stdout
+                .find("SECTIONS ")
+                .expect("the worker printed no count");
+            eprintln!("{}", &stdout[at..].lines().next().unwrap_or(""));
             let rest = &stdout[at + "SECTIONS ".len()..];
             rest.split_whitespace().next().unwrap().parse().unwrap()
         })

@@ -55,6 +55,23 @@ impl Release {
     }
 }
 
+/// What a release found, and how many clients its release message reached (each
+/// client with callers waiting for the key is subscribed to its channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Freed {
+    pub(crate) outcome: Release,
+    pub(crate) listeners: u64,
+}
+
+impl From<Release> for Freed {
+    fn from(outcome: Release) -> Self {
+        Self {
+            outcome,
+            listeners: 0,
+        }
+    }
+}
+
 /// The result of one acquire attempt.
 #[derive(Debug)]
 pub(crate) enum Acquire {
@@ -167,7 +184,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> RedisResult<Release> {
+    ) -> RedisResult<Freed> {
         let n: i64 = with_scripts(conn, self.scripts(), |c| {
             c.run(|c| {
                 crate::scripts::TOKEN_RELEASE
@@ -179,9 +196,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
             })
         })?;
         Ok(match n {
-            1 => Release::Released,
-            0 => Release::Expired,
-            _ => Release::Taken,
+            0 => Freed::from(Release::Expired),
+            n if n < 0 => Freed::from(Release::Taken),
+            n => Freed {
+                outcome: Release::Released,
+                listeners: u64::try_from(n - 1).unwrap_or(0),
+            },
         })
     }
     /// The command that extends the lock holding `value` (or one of `maybe`) to

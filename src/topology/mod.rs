@@ -14,7 +14,7 @@ use crossbeam_channel::Sender;
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
-use crate::scheme::{Backend, Extend, Keys, Release, Request};
+use crate::scheme::{Backend, Extend, Freed, Keys, Release, Request};
 
 mod batch;
 mod single;
@@ -110,7 +110,7 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
         keys: &Keys,
         value: &str,
         maybe: &[String],
-    ) -> Result<Release>;
+    ) -> Result<Freed>;
 
     /// The same, off the caller's time: for a value nobody will use (a hand-off
     /// that came too late), retried until `until`, when it expires anyway.

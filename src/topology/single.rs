@@ -11,7 +11,7 @@ use crate::connection::is_stale;
 use crate::error::Result;
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
-use crate::scheme::{Acquire, Backend, Extend, Keys, Release, Request, with_scripts};
+use crate::scheme::{Acquire, Backend, Extend, Freed, Keys, Release, Request, with_scripts};
 use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
 
@@ -98,7 +98,7 @@ impl Topology for Single {
         keys: &Keys,
         value: &str,
         maybe: &[String],
-    ) -> Result<Release> {
+    ) -> Result<Freed> {
         // Compare-and-delete is idempotent, so a connection that died while idle
         // may be retried.
         self.node

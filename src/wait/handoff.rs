@@ -12,7 +12,9 @@
 //!   there: one round trip where a release and a new acquire cost two.
 //!
 //! The lock is never free in between. After [`STREAK`] hand-offs in a row a key is
-//! released for real once, so callers of other processes get their turn.
+//! released for real once, so callers of other processes get their turn: when the
+//! release message reaches another client's waiters, this client's waiters hold
+//! off for [`YIELD`] before trying again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -31,6 +33,9 @@ use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 8;
+/// How long this client's waiters hold off after a real release that other
+/// clients' waiters heard.
+pub(crate) const YIELD: Duration = Duration::from_millis(5);
 
 /// What a waiting caller wants of the lock it may be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,14 +162,24 @@ fn take_value(state: &LeaseState) -> (String, Vec<String>) {
     )
 }
 
+/// Releases the lock in Redis. When the release message reached other clients'
+/// waiters, this client's own waiters hold off for [`YIELD`], so that a key
+/// released at the end of a run of hand-offs goes to another process, not back
+/// to this one: that is what makes the bound of [`STREAK`] a turn-taking.
 fn release_for_real(
     hub: &Hub,
     state: &LeaseState,
     value: &str,
     maybe: &[String],
 ) -> Result<Release> {
-    hub.topology
-        .release(&*state.backend, &state.keys(), value, maybe)
+    let freed = hub
+        .topology
+        .release(&*state.backend, &state.keys(), value, maybe)?;
+    // Our own waiter thread is one of the listeners when we have waiters.
+    if freed.listeners > 1 {
+        hub.lines.hold_off(&state.channel, YIELD);
+    }
+    Ok(freed.outcome)
 }
 
 /// Hands the lock held with `value` to `offer` in one atomic script.

@@ -42,6 +42,8 @@ struct Line {
     waiters: BTreeMap<u64, Sender<Wake>>,
     /// When the holder's TTL last seen runs out.
     holder_until: Option<Instant>,
+    /// Until when the line lets other clients' waiters go first.
+    hold_off: Option<Instant>,
 }
 
 /// A caller counted in its key's bucket until dropped (the end of its acquire).
@@ -130,6 +132,19 @@ impl Lines {
             line.holder_until = Instant::now().checked_add(r);
         }
         line.holder_until
+    }
+
+    /// Lets other clients' waiters go first for `d`: the head tries no sooner.
+    pub(crate) fn hold_off(&self, channel: &str, d: Duration) {
+        if let Some(line) = self.map.lock().get_mut(channel) {
+            line.hold_off = Instant::now().checked_add(d);
+        }
+    }
+
+    /// Until when the head of `channel`'s line must not try, if that is later.
+    pub(crate) fn held_off(&self, channel: &str) -> Option<Instant> {
+        let until = self.map.lock().get(channel)?.hold_off?;
+        (until > Instant::now()).then_some(until)
     }
 
     /// Takes caller `seq` out of `channel`'s line. If it was the head, the next

@@ -179,7 +179,10 @@ impl<'a> WaitSlot<'a> {
                 return Ok(Next::GaveUp);
             }
             let head = self.is_head();
-            let until = if head {
+            let held_off = self.hub.lines.held_off(&self.keys.channel);
+            let until = if let Some(t) = held_off.filter(|_| head) {
+                t
+            } else if head {
                 let step = now + self.backoff();
                 // A holder that never publishes is waited out by its TTL at most.
                 self.holder_until
@@ -203,7 +206,10 @@ impl<'a> WaitSlot<'a> {
                     self.turn = Turn::Woken;
                     self.backoff_step = 0;
                     bump(&self.hub.counters.wakeups, 1);
-                    return Ok(Next::Attempt);
+                    // Other clients' waiters go first for a moment: try after it.
+                    if self.hub.lines.held_off(&self.keys.channel).is_none() {
+                        return Ok(Next::Attempt);
+                    }
                 }
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;
