@@ -12,19 +12,19 @@
 //! line instead of racing the others to Redis. A caller alone (the common case)
 //! pays two atomic operations and no lock.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use crossbeam_utils::CachePadded;
 use parking_lot::Mutex;
 
 use super::Wake;
 
-/// Buckets of keys for counting arrivals: collisions only cost a lock.
-const BUCKETS: usize = 256;
+/// Buckets of keys for counting arrivals: collisions only cost a lock. Each on a
+/// cache line of its own, so threads on different keys do not share one.
+const BUCKETS: usize = 64;
 
 /// The lines of one client, by channel.
 pub(crate) struct Lines {
@@ -32,7 +32,7 @@ pub(crate) struct Lines {
     /// `map.len()`, kept beside it so a lone caller never takes the lock.
     count: AtomicUsize,
     /// Callers inside an acquire, per bucket of keys.
-    arriving: [AtomicU32; BUCKETS],
+    arriving: [CachePadded<AtomicU32>; BUCKETS],
     seq: AtomicU64,
 }
 
@@ -71,7 +71,7 @@ impl Default for Lines {
         Self {
             map: Mutex::default(),
             count: AtomicUsize::new(0),
-            arriving: std::array::from_fn(|_| AtomicU32::new(0)),
+            arriving: std::array::from_fn(|_| CachePadded::new(AtomicU32::new(0))),
             seq: AtomicU64::new(0),
         }
     }
@@ -80,9 +80,7 @@ impl Default for Lines {
 impl Lines {
     /// Counts a caller in for `channel`'s key.
     pub(crate) fn arrive(&self, channel: &str) -> Arrival<'_> {
-        let mut h = DefaultHasher::new();
-        channel.hash(&mut h);
-        let counter = &self.arriving[usize::try_from(h.finish() % BUCKETS as u64).unwrap_or(0)];
+        let counter = &self.arriving[bucket(channel)];
         let before = counter.fetch_add(1, Ordering::AcqRel);
         let crowded = before > 0 || (self.count.load(Ordering::Acquire) > 0 && self.has(channel));
         Arrival { counter, crowded }
@@ -180,6 +178,16 @@ impl Lines {
             }
         }
     }
+}
+
+/// The bucket of a key: FNV-1a over its bytes (keys are short; this runs on every
+/// acquire, where `SipHash` would cost more than the rest of the bookkeeping).
+fn bucket(channel: &str) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in channel.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h as usize % BUCKETS
 }
 
 #[cfg(test)]
