@@ -102,12 +102,13 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// One attempt to take the lock under `keys` with `backend`'s format.
     fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt>;
 
-    /// Deletes the lock if it still holds `value` (or one of `maybe`), waking
-    /// waiters on `keys.channel`.
+    /// Deletes the lock `key` if it still holds `value` (or one of `maybe`), waking
+    /// waiters on `channel`.
     fn release(
         &self,
         backend: &dyn Backend,
-        keys: &Keys,
+        key: &str,
+        channel: &str,
         value: &str,
         maybe: &[String],
     ) -> Result<Freed>;

@@ -95,14 +95,15 @@ impl Topology for Single {
     fn release(
         &self,
         backend: &dyn Backend,
-        keys: &Keys,
+        key: &str,
+        channel: &str,
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
         // Compare-and-delete is idempotent, so a connection that died while idle
         // may be retried.
         self.node
-            .with_retry(|conn| backend.release(conn, &keys.lock, &keys.channel, value, maybe))
+            .with_retry(|conn| backend.release(conn, key, channel, value, maybe))
     }
 
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {

@@ -174,7 +174,7 @@ fn release_for_real(
 ) -> Result<Release> {
     let freed = hub
         .topology
-        .release(&*state.backend, &state.keys(), value, maybe)?;
+        .release(&*state.backend, &state.key, &state.channel, value, maybe)?;
     // Our own waiter thread is one of the listeners when we have waiters.
     if freed.listeners > 1 {
         hub.lines.hold_off(&state.channel, YIELD);
