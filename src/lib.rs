@@ -83,11 +83,18 @@
 //!   panicking callback delays only the callbacks behind it, never a renewal or a
 //!   loss report.
 //! - `redlease-wait` holds one pub/sub connection and hands each release to one
-//!   waiting caller of this client, oldest first. Waits are bounded by the holder's
-//!   remaining TTL; polling with jittered backoff is the fallback. Within a client,
-//!   a releasing guard hands its lock straight to the oldest waiting caller in one
-//!   atomic script; every 16 hand-offs in a row it releases for real, so callers in
-//!   other processes get their turn.
+//!   waiting caller of this client, oldest first. Since most other clients release
+//!   without publishing, the oldest waiting caller of each key (the head of its
+//!   line) also polls on a capped, jittered step (the builder's `backoff`, never
+//!   past the holder's remaining TTL); the callers behind it send nothing, and the
+//!   next one takes over when the head leaves. Callers of one client that arrive
+//!   together queue behind each other instead of racing to Redis.
+//!
+//! Within a client, a releasing guard hands its lock to the oldest waiting caller:
+//! the lease itself when the caller asked for the same terms (no round trip), or
+//! its token swapped for the caller's in one atomic script. Every 8 hand-offs in a
+//! row the key is released for real; when other clients' waiters hear that release,
+//! this client's waiters hold off for 5 ms, so the key goes to another process.
 //!
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
 //! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of
@@ -96,7 +103,9 @@
 //! lease still believes, for a moment, that it holds it. Fencing closes that gap.
 //!
 //! If an acquire's reply is lost after the command may have reached Redis, the client
-//! deletes its token (compare-and-delete) before returning the error: no ghost locks.
+//! deletes its token (compare-and-delete) on the node's I/O thread, retried until the
+//! token's TTL ends, and returns the error without waiting for it: no ghost locks,
+//! and a lock Redis may hold is never reported as not acquired.
 //!
 //! # Architecture
 //!

@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -52,6 +52,32 @@ pub(crate) struct Offer {
     pub(crate) value: String,
     pub(crate) want: Want,
     pub(crate) tx: Sender<Wake>,
+    /// Settles who has the last word on a taken offer: the releaser delivering its
+    /// outcome, or the caller giving up on it. Whoever moves it from
+    /// [`OPEN`] first wins, so no outcome is sent to a caller that stopped reading.
+    pub(crate) claim: Arc<AtomicU8>,
+}
+
+/// An offer's [`Offer::claim`]: nobody has settled it yet.
+pub(crate) const OPEN: u8 = 0;
+/// The releaser is sending its outcome: the caller must read it.
+pub(crate) const DELIVERING: u8 = 1;
+/// The caller gave up: the releaser must not send, and undoes its hand-off.
+pub(crate) const ABANDONED: u8 = 2;
+
+impl Offer {
+    /// Sends the releaser's outcome unless the caller gave up; returns it when the
+    /// caller will not read it.
+    fn deliver(&self, wake: Wake) -> std::result::Result<(), Wake> {
+        let won = self
+            .claim
+            .compare_exchange(OPEN, DELIVERING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !won {
+            return Err(wake);
+        }
+        self.tx.send(wake).map_err(|e| e.0)
+    }
 }
 
 /// The offers of one client, by channel, oldest first.
@@ -124,7 +150,7 @@ pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
     if state.backend.publishes() {
         while let Some(offer) = hub.offers.take(&state.channel) {
             if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
-                if offer.tx.send(Wake::Transferred(Arc::clone(state))).is_ok() {
+                if offer.deliver(Wake::Transferred(Arc::clone(state))).is_ok() {
                     bump(&hub.counters.handoffs, 1);
                     return Ok(Release::Released);
                 }
@@ -196,13 +222,13 @@ fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<
     };
     let sent = Instant::now();
     let Some(reply) = hub.topology.hand_off(&keys, hand_off) else {
-        let _ = offer.tx.send(Wake::NotHanded);
+        let _ = offer.deliver(Wake::NotHanded);
         return None;
     };
     match reply {
         Ok(Handed::Done(fence)) => {
             bump(&hub.counters.handoffs, 1);
-            if offer.tx.send(Wake::Handed { sent, fence }).is_err() {
+            if offer.deliver(Wake::Handed { sent, fence }).is_err() {
                 // The caller gave up meanwhile: free the lock it was handed.
                 let until = sent + offer.want.ttl;
                 let backend = Arc::clone(&state.backend);
@@ -212,18 +238,18 @@ fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<
             Some(Ok(Release::Released))
         }
         Ok(Handed::Refused(outcome)) => {
-            let _ = offer.tx.send(Wake::NotHanded);
+            let _ = offer.deliver(Wake::NotHanded);
             Some(Ok(outcome))
         }
         Err(e) => {
             // Unknown whether the script ran: take the offered token back out (it
             // would be a lock nobody holds), then release ours the usual way.
             log::debug!("hand-off of `{}` failed: {e}", state.key);
+            let _ = offer.deliver(Wake::NotHanded);
             let until = sent + offer.want.ttl;
             let backend = Arc::clone(&state.backend);
             hub.topology
                 .release_later(backend, keys, offer.value, until);
-            let _ = offer.tx.send(Wake::NotHanded);
             None
         }
     }

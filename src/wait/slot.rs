@@ -2,12 +2,12 @@
 //! arrival behind other callers of its client) to its return.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::handoff::{Offer, Want, give_back};
+use super::handoff::{ABANDONED, OPEN, Offer, Want, give_back};
 use super::{Command, Hub, Waiter, Wake};
 use crate::cancel::{CancelToken, Watch};
 use crate::error::{Error, Result};
@@ -44,6 +44,8 @@ pub(crate) struct WaitSlot<'a> {
     want: Option<Want>,
     /// The token this caller offers to be handed the lock with (made once).
     offer_value: Option<String>,
+    /// The claim of the offer out now (see [`Offer::claim`]).
+    claim: Arc<AtomicU8>,
     _watches: [Option<Watch>; 2],
 }
 
@@ -111,6 +113,7 @@ impl<'a> WaitSlot<'a> {
             timed_out: false,
             want,
             offer_value: None,
+            claim: Arc::new(AtomicU8::new(OPEN)),
             _watches: watches,
         }
     }
@@ -267,6 +270,8 @@ impl<'a> WaitSlot<'a> {
             .offer_value
             .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
             .clone();
+        // A fresh claim for each offer: the last one was withdrawn or settled.
+        self.claim = Arc::new(AtomicU8::new(OPEN));
         self.hub.offers.post(
             &self.keys.channel,
             Offer {
@@ -274,6 +279,7 @@ impl<'a> WaitSlot<'a> {
                 value,
                 want,
                 tx: self.tx.clone(),
+                claim: Arc::clone(&self.claim),
             },
         );
         true
@@ -283,15 +289,29 @@ impl<'a> WaitSlot<'a> {
         self.hub.offers.withdraw(&self.keys.channel, self.seq)
     }
 
-    /// Waits for the outcome of a hand-off in flight to this caller.
+    /// Waits for the outcome of a hand-off in flight to this caller: at most the
+    /// time the releaser's calls can take, then gives up on it, unless the outcome
+    /// is being delivered right then (it is read, never left unread).
     fn await_hand_off(&mut self) -> Option<Wake> {
-        let bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
+        let mut bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
+        let mut delivering = false;
         loop {
             match self.rx.recv_deadline(bound) {
                 Ok(wake @ (Wake::Handed { .. } | Wake::Transferred(_) | Wake::NotHanded)) => {
                     return Some(wake);
                 }
-                Err(_) => return None,
+                Err(_) => {
+                    let gave_up = self
+                        .claim
+                        .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok();
+                    if gave_up || delivering {
+                        return None;
+                    }
+                    // The releaser is sending it now: a send never blocks.
+                    delivering = true;
+                    bound = Instant::now() + Duration::from_secs(1);
+                }
                 // Cancel and shutdown flags are seen by the caller's next check; a
                 // release message is for the head, which may be us: not lost.
                 Ok(Wake::Released) => self.turn = Turn::Woken,
