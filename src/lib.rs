@@ -37,11 +37,12 @@
 //!
 //! [`Scheme::Token`] (the default) stores `SET key <uuid v4> NX PX <ttl>`; release is a
 //! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
-//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s a
-//! companion counter `{key}:fence` (same Redis Cluster slot) in the same atomic step:
-//! [`LockGuard::fence`] is strictly increasing per key. Pass it to downstream systems
+//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s the
+//! key prefix's one counter, `<prefix>redlease:fence`, in the same atomic step:
+//! [`LockGuard::fence`] is strictly increasing per key (and across the prefix's keys),
+//! and a million lock names still leave one counter. Pass it to downstream systems
 //! and have them reject lower fences: that is what makes a paused, expired holder
-//! harmless.
+//! harmless. Lock names starting with `redlease:` are reserved.
 //!
 //! [`Scheme::LegacyTimestamp`] (opt-in) shares keys with deployed `SETNX`/`GETSET`
 //! timestamp locks: the value is the expiry as a unix timestamp, an expired value is
