@@ -94,12 +94,14 @@ impl LockClientBuilder {
         self.pool_size = size;
         self
     }
-    /// Time allowed to open a connection or take one from the pool. Defaults to 2 seconds.
+    /// Time allowed to open a connection. A call waits for a pooled connection at
+    /// most this or the read timeout, whichever is shorter. Defaults to 2 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
-    /// Time allowed for a reply. Defaults to 2 seconds.
+    /// Time allowed for a reply: a call that gets none fails after this long with an
+    /// [`Error::Redis`] that says so. Defaults to 2 seconds.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.read_timeout = timeout;
         self

@@ -96,8 +96,13 @@
 //! says true past it. What no lock client can promise: a process paused past its
 //! lease still believes, for a moment, that it holds it. Fencing closes that gap.
 //!
-//! If an acquire's reply is lost after the command may have reached Redis, the client
-//! deletes its token (compare-and-delete) before returning the error: no ghost locks.
+//! Every call returns within `max(wait, read timeout)` and a little scheduling when
+//! Redis is frozen or unreachable: one timeout, never two stacked (a pooled connection
+//! is waited for at most the read timeout too). If an acquire's reply is lost after
+//! the command may have reached Redis, the call returns an error — never `Ok(None)` —
+//! and `redlease-io` deletes the token (compare-and-delete) once Redis answers again,
+//! retried until its TTL ends: no ghost locks. (An attempt made while a wait ends can
+//! still take one read timeout past the wait.)
 //!
 //! # Architecture
 //!
@@ -140,9 +145,9 @@
 //!
 //! # Foreign types
 //!
-//! [`Error::Redis`] carries a [`redis::RedisError`], [`Error::Pool`] an
-//! [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`] accepts; the lost
-//! channel is a [`crossbeam_channel::Receiver`].
+//! [`RedisFailure::redis_error`] is a [`redis::RedisError`], and a failure's source
+//! that or an [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`]
+//! accepts; the lost channel is a [`crossbeam_channel::Receiver`].
 //!
 //! # Feature flags
 //!
@@ -164,6 +169,7 @@
 // leaves
 mod cancel;
 mod error;
+mod failure;
 mod metrics;
 mod scripts;
 mod time;
@@ -192,7 +198,7 @@ pub use builder::{
 };
 pub use cancel::CancelToken;
 pub use client::LockClient;
-pub use error::{Error, Result};
+pub use error::{Error, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
