@@ -114,6 +114,7 @@
 //! facade      builder, options, client (LockClient), guard (LockGuard)
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam: where a lock lives   single (one server; its node I/O thread)
+//!             probe (what the Redis user may do, checked by build)
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy
 //! node        one Redis server: its pool
@@ -133,9 +134,15 @@
 //! # Errors
 //!
 //! [`Error`] is `#[non_exhaustive]`; busy is never an error. Use
-//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries.
-//! Bad input ([`Error::Config`], [`Error::InvalidKey`]) never panics. `Debug` output
-//! never contains a URL's password.
+//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries. A
+//! Redis failure, [`Error::Redis`], says what was done to which lock and which limit
+//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — and its
+//! [`RedisFailure`] carries the [`Operation`], key and limit as fields, the error from
+//! `redis` or `r2d2` as [`source`](std::error::Error::source). [`Error::Permission`]
+//! names what a Redis ACL refuses; `build()` checks that before any lock is taken
+//! (README: the minimal ACL rule). Bad input ([`Error::Config`],
+//! [`Error::InvalidKey`]) never panics. Neither `Display` nor `Debug` ever shows a
+//! URL's password.
 //!
 //! # Interoperability
 //!

@@ -17,9 +17,11 @@ use crate::node::Node;
 use crate::scheme::{Backend, Extend, Keys, Release, Request};
 
 mod batch;
+mod probe;
 mod single;
 mod worker;
 
+pub(crate) use probe::probe;
 pub(crate) use single::Single;
 pub(crate) use worker::IoThread;
 
