@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
-use crate::scheme::Scheme;
-use crate::topology::Single;
+use crate::scheme::{self, Scheme};
+use crate::topology::{Single, probe};
+use crate::wait::KICK_PREFIX;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -79,7 +80,10 @@ impl LockClientBuilder {
             scheme: Scheme::Token,
         }
     }
-    /// Prepended to every lock key. Defaults to `""`.
+    /// Prepended to every lock key. redlease's own keys live under it too (the fence
+    /// counter `<prefix>redlease:fence`, the key `build` checks permissions on), so a
+    /// Redis ACL key pattern for the prefix covers them; lock names starting with
+    /// `redlease:` are reserved. Defaults to `""`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -94,12 +98,14 @@ impl LockClientBuilder {
         self.pool_size = size;
         self
     }
-    /// Time allowed to open a connection or take one from the pool. Defaults to 2 seconds.
+    /// Time allowed to open a connection. A call waits for a pooled connection at
+    /// most this or the read timeout, whichever is shorter. Defaults to 2 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
-    /// Time allowed for a reply. Defaults to 2 seconds.
+    /// Time allowed for a reply: a call that gets none fails after this long with an
+    /// [`Error::Redis`] that says so. Defaults to 2 seconds.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.read_timeout = timeout;
         self
@@ -146,13 +152,23 @@ impl LockClientBuilder {
         self.scheme = scheme;
         self
     }
-    /// Checks the settings, connects (one `PING`), and starts the background threads.
+    /// Checks the settings, connects (one `PING`), checks what the Redis user may do,
+    /// and starts the background threads.
     ///
-    /// Waits at most the connect timeout plus the read timeout.
+    /// The check runs one lock cycle (release, acquire, extend, release) of the
+    /// default scheme on a key of its own, `<prefix>redlease:probe:<uuid>`, and tries
+    /// `SUBSCRIBE` on the wake-up channels, so that a Redis ACL that would let the
+    /// client take locks it cannot release is refused here, before any lock is
+    /// taken. A user that may not subscribe (Redis 7's default for new users) gets a
+    /// client whose waits poll, with one warning logged.
+    ///
+    /// Waits at most the connect timeout plus the read timeout, and a few more
+    /// round trips, each bounded by the read timeout.
     ///
     /// # Errors
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
-    /// the server cannot be reached, [`Error::Spawn`] when a thread cannot start.
+    /// the server cannot be reached, [`Error::Permission`] when the Redis user lacks a
+    /// permission locks need, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
         let Ok(info) = self.url else {
@@ -167,6 +183,21 @@ impl LockClientBuilder {
                 write_timeout: self.write_timeout,
             },
         )?;
+        // Before any lock: a user who could take locks but not release them is
+        // refused, and one who may not subscribe polls.
+        let kick = format!("{KICK_PREFIX}probe");
+        let access = probe(
+            &node,
+            &*scheme::backend(&self.scheme),
+            &self.key_prefix,
+            self.pubsub.then_some(kick.as_str()),
+        )?;
+        if self.pubsub && !access.subscribe {
+            log::warn!(
+                "the redis user may not subscribe to redlease's channels: waits poll \
+                 instead of being woken by releases"
+            );
+        }
         let counters = Arc::new(Counters::default());
         let (single, io) = Single::new(node, Arc::clone(&counters))?;
         let settings = Settings {
@@ -176,7 +207,7 @@ impl LockClientBuilder {
             renew_interval: self.renew_interval,
             max_hold: self.max_hold,
             fencing: self.fencing,
-            pubsub: self.pubsub,
+            pubsub: access.subscribe,
             scheme: self.scheme,
         };
         LockClient::start(

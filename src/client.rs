@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LeaseState, LostCallback, Terms};
 use crate::metrics::{Counters, Metrics, bump};
@@ -126,8 +126,9 @@ impl LockClient {
     /// in the background per the client's [`Renewal`] policy.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] / [`Error::Pool`] when
-    /// Redis fails or does not answer within the configured timeouts,
+    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] when Redis fails or
+    /// does not answer within the configured timeouts (the lock may then have been
+    /// taken: redlease removes it in the background),
     /// [`Error::Shutdown`] when the client is [closed](Self::close).
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
         let acquired = self.acquire(key, &LockOptions::default(), None, true)?;
@@ -223,7 +224,22 @@ impl LockClient {
         self.inner.renewer.sync();
     }
 
+    /// Acquires `key`; a Redis failure names the call, the key and the limit.
     fn acquire(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+        fair: bool,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+            let key = format!("{}{key}", self.inner.settings.key_prefix);
+            let limits = self.inner.hub.topology.subscriber().limits();
+            e.during(Operation::Acquire, &key, limits)
+        })
+    }
+
+    fn acquire_loop(
         &self,
         key: &str,
         opts: &LockOptions,

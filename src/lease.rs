@@ -116,6 +116,8 @@ pub(crate) struct LeaseState {
     pub(crate) id: u64,
     pub(crate) key: String,
     pub(crate) channel: String,
+    /// How many bytes of `key` are the client's key prefix.
+    prefix: usize,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) held: Arc<Mutex<Held>>,
     valid_until: AtomicU64,
@@ -145,11 +147,16 @@ impl LeaseState {
         ttl: Duration,
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> Self {
-        let Keys { lock: key, channel } = keys;
+        let Keys {
+            lock: key,
+            channel,
+            prefix,
+        } = keys;
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key,
             channel,
+            prefix,
             backend,
             held: Arc::new(Mutex::new(Held {
                 value,
@@ -234,11 +241,13 @@ impl LeaseState {
         })
     }
 
-    /// The lock key and its release channel.
+    /// The Redis names of the lease's key: the lock key, its release channel, and
+    /// where the client's prefix ends (for the fence counter).
     pub(crate) fn keys(&self) -> Keys {
         Keys {
             lock: self.key.clone(),
             channel: self.channel.clone(),
+            prefix: self.prefix,
         }
     }
 

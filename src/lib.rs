@@ -37,11 +37,12 @@
 //!
 //! [`Scheme::Token`] (the default) stores `SET key <uuid v4> NX PX <ttl>`; release is a
 //! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
-//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s a
-//! companion counter `{key}:fence` (same Redis Cluster slot) in the same atomic step:
-//! [`LockGuard::fence`] is strictly increasing per key. Pass it to downstream systems
+//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s the
+//! key prefix's one counter, `<prefix>redlease:fence`, in the same atomic step:
+//! [`LockGuard::fence`] is strictly increasing per key (and across the prefix's keys),
+//! and a million lock names still leave one counter. Pass it to downstream systems
 //! and have them reject lower fences: that is what makes a paused, expired holder
-//! harmless.
+//! harmless. Lock names starting with `redlease:` are reserved.
 //!
 //! [`Scheme::LegacyTimestamp`] (opt-in) shares keys with deployed `SETNX`/`GETSET`
 //! timestamp locks: the value is the expiry as a unix timestamp, an expired value is
@@ -102,10 +103,13 @@
 //! says true past it. What no lock client can promise: a process paused past its
 //! lease still believes, for a moment, that it holds it. Fencing closes that gap.
 //!
-//! If an acquire's reply is lost after the command may have reached Redis, the client
-//! deletes its token (compare-and-delete) on the node's I/O thread, retried until the
-//! token's TTL ends, and returns the error without waiting for it: no ghost locks,
-//! and a lock Redis may hold is never reported as not acquired.
+//! Every call returns within `max(wait, read timeout)` and a little scheduling when
+//! Redis is frozen or unreachable: one timeout, never two stacked (a pooled connection
+//! is waited for at most the read timeout too). If an acquire's reply is lost after
+//! the command may have reached Redis, the call returns an error — never `Ok(None)` —
+//! and `redlease-io` deletes the token (compare-and-delete) once Redis answers again,
+//! retried until its TTL ends: no ghost locks. (An attempt made while a wait ends can
+//! still take one read timeout past the wait.)
 //!
 //! # Architecture
 //!
@@ -117,6 +121,7 @@
 //! facade      builder, options, client (LockClient), guard (LockGuard)
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam: where a lock lives   single (one server; its node I/O thread)
+//!             probe (what the Redis user may do, checked by build)
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy
 //! node        one Redis server: its pool
@@ -136,9 +141,15 @@
 //! # Errors
 //!
 //! [`Error`] is `#[non_exhaustive]`; busy is never an error. Use
-//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries.
-//! Bad input ([`Error::Config`], [`Error::InvalidKey`]) never panics. `Debug` output
-//! never contains a URL's password.
+//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries. A
+//! Redis failure, [`Error::Redis`], says what was done to which lock and which limit
+//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — and its
+//! [`RedisFailure`] carries the [`Operation`], key and limit as fields, the error from
+//! `redis` or `r2d2` as [`source`](std::error::Error::source). [`Error::Permission`]
+//! names what a Redis ACL refuses; `build()` checks that before any lock is taken
+//! (README: the minimal ACL rule). Bad input ([`Error::Config`],
+//! [`Error::InvalidKey`]) never panics. Neither `Display` nor `Debug` ever shows a
+//! URL's password.
 //!
 //! # Interoperability
 //!
@@ -148,9 +159,9 @@
 //!
 //! # Foreign types
 //!
-//! [`Error::Redis`] carries a [`redis::RedisError`], [`Error::Pool`] an
-//! [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`] accepts; the lost
-//! channel is a [`crossbeam_channel::Receiver`].
+//! [`RedisFailure::redis_error`] is a [`redis::RedisError`], and a failure's source
+//! that or an [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`]
+//! accepts; the lost channel is a [`crossbeam_channel::Receiver`].
 //!
 //! # Feature flags
 //!
@@ -172,6 +183,7 @@
 // leaves
 mod cancel;
 mod error;
+mod failure;
 mod metrics;
 mod scripts;
 mod time;
@@ -200,7 +212,7 @@ pub use builder::{
 };
 pub use cancel::CancelToken;
 pub use client::LockClient;
-pub use error::{Error, Result};
+pub use error::{Error, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

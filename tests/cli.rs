@@ -200,8 +200,15 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
             fs::read_to_string(&env).unwrap(),
             format!("p:job {fence}\n")
         );
-        // Held while the command runs: a token with a TTL, seen by `inspect`.
-        let held = inspect_json(&server, "p:job");
+        // Held while the command runs: a token with a TTL, seen by `inspect` (given
+        // the prefix, whose fence counter it reads).
+        let url = server.url();
+        let out = output(redlease([
+            "inspect", "--json", "--url", &url, "--prefix", "p:", "job",
+        ]));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let held: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(held["key"], "p:job", "{held}");
         assert_eq!(held["format"], "token", "{held}");
         assert!(held["pttl_ms"].as_u64().unwrap() > 0, "{held}");
         assert_eq!(held["fence"].to_string(), fence, "{held}");
@@ -212,8 +219,8 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
         fs::remove_file(&env).unwrap();
         assert_eq!(
             keys(&server),
-            ["{p:job}:fence"],
-            "the lock is released, the counter kept"
+            ["p:redlease:fence"],
+            "the lock is released, the prefix's counter kept"
         );
     }
 }
@@ -437,8 +444,8 @@ fn inspect_identifies_each_format() {
     let _: () = server.query(redis::cmd("HSET").arg("rl").arg(owner).arg(2));
     let _: () = server.query(redis::cmd("PEXPIRE").arg("rl").arg(60_000));
     let _: () = server.query(redis::cmd("RPUSH").arg("list").arg("x"));
-    let _: () = server.query(redis::cmd("SET").arg("{tok}:fence").arg(5));
-    let _: () = server.query(redis::cmd("SET").arg("job:{a}:fence").arg(9));
+    // One fence counter per key prefix (here none).
+    let _: () = server.query(redis::cmd("SET").arg("redlease:fence").arg(5));
 
     let tok = inspect_json(&server, "tok");
     assert_eq!(tok["format"], "token", "{tok}");
@@ -447,7 +454,7 @@ fn inspect_identifies_each_format() {
     assert!((1..=60_000).contains(&pttl), "{tok}");
     assert_eq!(
         (tok["fence_key"].as_str(), tok["fence"].as_u64()),
-        (Some("{tok}:fence"), Some(5))
+        (Some("redlease:fence"), Some(5))
     );
 
     for (key, format) in [("ms", "legacy-ms"), ("s", "legacy-s")] {
@@ -455,7 +462,7 @@ fn inspect_identifies_each_format() {
         assert_eq!(legacy["format"], format, "{legacy}");
         let left = legacy["expires_in_ms"].as_i64().unwrap();
         assert!((1..=61_000).contains(&left), "{legacy}");
-        assert_eq!(legacy["fence"], Value::Null);
+        assert_eq!(legacy["fence"].as_u64(), Some(5), "{legacy}");
     }
 
     let rl = inspect_json(&server, "rl");
@@ -479,7 +486,7 @@ fn inspect_identifies_each_format() {
     let tagged = inspect_json(&server, "job:{a}");
     assert_eq!(
         (tagged["fence_key"].as_str(), tagged["fence"].as_u64()),
-        (Some("job:{a}:fence"), Some(9))
+        (Some("redlease:fence"), Some(5))
     );
 
     let text = output(redlease(["inspect", "--url", &server.url(), "tok"]));

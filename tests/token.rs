@@ -59,29 +59,6 @@ fn set(server: &RedisServer, key: &str, value: &str) {
     let () = server.query(redis::cmd("SET").arg(key).arg(value));
 }
 
-/// Redis Cluster's slot of a key (CRC16/XMODEM of its hash tag or whole key, mod 16384);
-/// `CLUSTER KEYSLOT` is unavailable on a non-cluster server.
-fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tag = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &bytes[open + 1..];
-        let len = rest.iter().position(|&b| b == b'}')?;
-        (len > 0).then(|| &rest[..len])
-    });
-    let mut crc: u16 = 0;
-    for &b in tag.unwrap_or(bytes) {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc % 16384
-}
-
 /// One increment of `counter` with a plain GET then SET, so that two holders at once
 /// would lose an update. The yield widens the window between the read and the write.
 fn increment(con: &mut redis::Connection) {
@@ -527,25 +504,22 @@ fn fences_strictly_increase_across_clients_and_cycles() {
     }
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     assert_eq!(fences, (1..=10).collect::<Vec<u64>>());
-    // The counter lives next to the lock key, in the same cluster slot.
-    assert_eq!(get(&server, "{lock:k}:fence").as_deref(), Some("10"));
-    assert_eq!(key_slot("lock:k"), key_slot("{lock:k}:fence"));
+    // One counter per key prefix, under the prefix.
+    assert_eq!(get(&server, "lock:redlease:fence").as_deref(), Some("10"));
     // The counter outlives the locks, so fences keep rising after a gap.
     assert!(!exists(&server, "lock:k"));
     assert_eq!(a.lock("k").unwrap().fence(), Some(11));
 }
 
 #[test]
-fn a_key_with_a_hash_tag_keeps_it_for_the_fence_counter() {
-    assert_eq!(key_slot("foo"), 12182, "the slot helper matches Redis");
+fn a_key_with_a_hash_tag_shares_the_prefix_counter() {
     let server = RedisServer::start();
     let client = builder(&server).fencing(true).build().unwrap();
+    assert_eq!(client.lock("a").unwrap().fence(), Some(1));
     let guard = client.lock("user:{42}:invoice").unwrap();
-    assert_eq!(guard.fence(), Some(1));
-    let counter = "lock:user:{42}:invoice:fence";
-    assert_eq!(get(&server, counter).as_deref(), Some("1"));
-    assert_eq!(key_slot("lock:user:{42}:invoice"), key_slot(counter));
-    assert!(!exists(&server, "{lock:user:{42}:invoice}:fence"));
+    assert_eq!(guard.fence(), Some(2));
+    assert_eq!(get(&server, "lock:redlease:fence").as_deref(), Some("2"));
+    assert!(!exists(&server, "lock:user:{42}:invoice:fence"));
 }
 
 #[test]
@@ -554,7 +528,7 @@ fn fencing_can_be_asked_for_per_lock() {
     let client = client(&server);
     let plain = client.lock("k").unwrap();
     assert_eq!(plain.fence(), None);
-    assert!(!exists(&server, "{lock:k}:fence"));
+    assert!(!exists(&server, "lock:redlease:fence"));
     drop(plain);
     let fenced = client
         .lock_with("k", &LockOptions::new().fencing(true))
@@ -568,7 +542,7 @@ fn fencing_can_be_asked_for_per_lock() {
         .unwrap()
         .unwrap();
     assert_eq!(opted_out.fence(), None);
-    assert_eq!(get(&server, "{lock:k}:fence").as_deref(), Some("1"));
+    assert_eq!(get(&server, "lock:redlease:fence").as_deref(), Some("1"));
 }
 
 // ---- bad input ----
@@ -779,7 +753,7 @@ fn a_key_of_another_type_is_reported_held_and_never_overwritten() {
     assert_eq!(list, ["a", "b"]);
     assert_eq!(pttl(&server, "lock:h"), -1);
     assert!(
-        !exists(&server, "{lock:h}:fence"),
+        !exists(&server, "lock:redlease:fence"),
         "no fence for a failed acquire"
     );
 }

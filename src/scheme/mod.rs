@@ -109,6 +109,8 @@ pub(crate) struct Keys {
     pub(crate) lock: String,
     /// The pub/sub channel a release publishes on.
     pub(crate) channel: String,
+    /// How many bytes of `lock` are the client's key prefix.
+    pub(crate) prefix: usize,
 }
 
 impl Keys {
@@ -125,14 +127,35 @@ impl Keys {
         Ok(Self {
             channel: companion(&lock, "released"),
             lock,
+            prefix: prefix.len(),
         })
     }
 
-    /// The fencing counter, in the same cluster slot as the lock key.
+    /// The fencing counter: one per key prefix on a node, `<prefix>redlease:fence`,
+    /// the one place that names it.
+    ///
+    /// Every fenced acquire and hand-off under the prefix `INCR`s it in the same
+    /// script as the write it fences. Strictly increasing on the node, it is
+    /// strictly increasing per key, and the number of counters does not grow with
+    /// the number of lock names. It sits under the prefix so that an ACL user
+    /// restricted to the prefix's keys (`~lock:*`) may touch it; lock names
+    /// starting with `redlease:` are redlease's own under any prefix.
+    ///
+    /// Redis Cluster (not supported yet) needs a script's keys in one slot: there
+    /// the counter becomes one per hash slot, `<prefix>redlease:fence:{t}`, with
+    /// `t` a short tag computed to hash to the lock key's slot — at most 16384
+    /// counters per prefix, still independent of the number of lock names.
     pub(crate) fn fence(&self) -> String {
-        companion(&self.lock, "fence")
+        let prefix = &self.lock[..self.prefix];
+        let mut name = String::with_capacity(prefix.len() + FENCE.len());
+        name.push_str(prefix);
+        name.push_str(FENCE);
+        name
     }
 }
+
+/// The fence counter's name after the key prefix.
+const FENCE: &str = "redlease:fence";
 
 /// A name next to `key` that Redis Cluster hashes to the same slot: a key with a
 /// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
@@ -279,5 +302,20 @@ mod tests {
         let k = Keys::new("p:", "k").unwrap();
         assert_eq!(k.lock, "p:k");
         assert_eq!(k.channel, "{p:k}:released");
+    }
+
+    #[test]
+    fn one_fence_counter_serves_every_key_under_a_prefix() {
+        for key in ["a", "order:999", "user:{42}:invoice"] {
+            assert_eq!(
+                Keys::new("lock:", key).unwrap().fence(),
+                "lock:redlease:fence"
+            );
+        }
+        assert_eq!(Keys::new("", "a").unwrap().fence(), "redlease:fence");
+        assert_eq!(
+            Keys::new("app:", "a").unwrap().fence(),
+            "app:redlease:fence"
+        );
     }
 }

@@ -17,9 +17,11 @@ use crate::node::Node;
 use crate::scheme::{Backend, Extend, Freed, Keys, Release, Request};
 
 mod batch;
+mod probe;
 mod single;
 mod worker;
 
+pub(crate) use probe::probe;
 pub(crate) use single::Single;
 pub(crate) use worker::IoThread;
 
@@ -88,8 +90,11 @@ pub(crate) enum Renewed {
 ///   deleted. Across nodes (Redlock) a call is a vote: it succeeds on a majority or
 ///   is undone where it landed.
 /// - **Time.** Every call returns within the node timeouts it was built with (the
-///   pool checkout, a write and a reply; a retry on a connection that died while
-///   idle adds one more), never blocked by a frozen node beyond them.
+///   pool checkout, itself at most the read timeout, a write and a reply; a retry
+///   on a connection that died while idle adds one more), never blocked by a
+///   frozen node beyond them: a call that gets no reply returns, and what must
+///   still happen (the removal of a value that may have landed) happens on the
+///   node's I/O thread.
 ///   [`renew`](Topology::renew) never blocks its caller at all.
 /// - **Ambiguity.** An `Err` from [`acquire`](Topology::acquire) means the command
 ///   may have landed: the topology has already queued the removal of the value it

@@ -211,7 +211,9 @@ fn release_for_real(
 /// Hands the lock held with `value` to `offer` in one atomic script.
 ///
 /// `None`: the topology cannot, or the hand-off failed in a way that leaves our lock
-/// to be released the usual way. `Some(outcome)`: what a release would have said.
+/// to be released the usual way. `Some(outcome)`: what a release would have said;
+/// an error when Redis did not answer, both values then being removed off the
+/// caller's time.
 fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<Result<Release>> {
     let keys = state.keys();
     let hand_off = HandOff {
@@ -243,14 +245,22 @@ fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<
         }
         Err(e) => {
             // Unknown whether the script ran: take the offered token back out (it
-            // would be a lock nobody holds), then release ours the usual way.
+            // would be a lock nobody holds), then release ours the usual way, or,
+            // when Redis did not answer, off the caller's time too, so that the
+            // caller waits one timeout, not two.
             log::debug!("hand-off of `{}` failed: {e}", state.key);
             let _ = offer.deliver(Wake::NotHanded);
-            let until = sent + offer.want.ttl;
             let backend = Arc::clone(&state.backend);
+            let silent = e.is_connection_error();
+            if silent {
+                let (ours, until) = (value.to_owned(), sent + state.ttl());
+                let backend = Arc::clone(&backend);
+                hub.topology
+                    .release_later(backend, keys.clone(), ours, until);
+            }
             hub.topology
-                .release_later(backend, keys, offer.value, until);
-            None
+                .release_later(backend, keys, offer.value, sent + offer.want.ttl);
+            silent.then_some(Err(e))
         }
     }
 }

@@ -75,6 +75,9 @@ impl std::fmt::Debug for Hub {
     }
 }
 
+/// The start of the name of each waiter thread's own channel (its wake-up kick).
+pub(crate) const KICK_PREFIX: &str = "redlease:waiter:";
+
 /// How long the thread blocks on the socket before looking at its commands.
 const TICK: Duration = Duration::from_millis(50);
 /// How long a channel stays subscribed after its last waiter left, so a busy key
@@ -139,7 +142,7 @@ impl Waiter {
     pub(crate) fn spawn(hub: Arc<Hub>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
-        let kick = format!("redlease:waiter:{}", uuid::Uuid::new_v4());
+        let kick = format!("{KICK_PREFIX}{}", uuid::Uuid::new_v4());
         let worker = Worker {
             rx,
             hub,

@@ -40,7 +40,8 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
     let redis_failure = |e: redis::RedisError| Failure::redis(&e, &server);
     let mut con = probe::connect(&url).map_err(redis_failure)?;
     // Read first only to say what was deleted; the delete does not depend on it.
-    let before = probe::read(&mut con, &key).map_err(redis_failure)?;
+    let fence = probe::fence_key(&args.server.prefix);
+    let before = probe::read(&mut con, &key, &fence).map_err(redis_failure)?;
     let deleted: i64 = FORCE_RELEASE
         .key(&key)
         .arg(probe::release_channel(&key))

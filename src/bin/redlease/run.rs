@@ -15,6 +15,7 @@ use signal_hook::iterator::Signals;
 use crate::args::{RunArgs, Servers, server_name};
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, OS_ERROR, SIGNAL_BASE};
+use crate::probe;
 use crate::status::Status;
 
 /// Runs `run`; returns the exit code (the command's, or 128 + a signal that
@@ -44,7 +45,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         opts = opts.max_hold(max_hold);
     }
     let status = (args.wait != Some(Duration::ZERO))
-        .then(|| Status::start(&url, &key))
+        .then(|| Status::start(&url, &key, &probe::fence_key(&args.server.prefix)))
         .flatten();
     let acquired = client.lock_with(&args.key, &opts);
     if let Some(status) = status {
