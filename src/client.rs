@@ -263,6 +263,7 @@ impl LockClient {
         let cancel = opts.cancel.as_ref();
         // Counted in until this call returns: callers of this client that arrive
         // while it acquires or waits join the key's line instead of racing it.
+        let started = Instant::now();
         let arrival = hub.lines.arrive(&keys.channel);
         let mut slot: Option<WaitSlot<'_>> = None;
         let mut next = Next::Attempt;
@@ -294,6 +295,7 @@ impl LockClient {
                 fence: plan.fence,
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
                 remaining: will_wait && slot.as_ref().is_none_or(WaitSlot::needs_remaining),
+                return_by: deadline.map(|d| d.max(started + hub.topology.read_timeout())),
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 Attempt::Acquired { value, sent, fence } => {

@@ -103,13 +103,14 @@
 //! says true past it. What no lock client can promise: a process paused past its
 //! lease still believes, for a moment, that it holds it. Fencing closes that gap.
 //!
-//! Every call returns within `max(wait, read timeout)` and a little scheduling when
-//! Redis is frozen or unreachable: one timeout, never two stacked (a pooled connection
-//! is waited for at most the read timeout too). If an acquire's reply is lost after
-//! the command may have reached Redis, the call returns an error — never `Ok(None)` —
-//! and `redlease-io` deletes the token (compare-and-delete) once Redis answers again,
-//! retried until its TTL ends: no ghost locks. (An attempt made while a wait ends can
-//! still take one read timeout past the wait.)
+//! Every call returns within `max(wait, read timeout)` plus 200 ms and a little
+//! scheduling when Redis is frozen or unreachable: one timeout, never two stacked (a
+//! pooled connection is waited for at most the read timeout too, and an attempt made
+//! as a wait ends waits for its reply until the call must return, but at least
+//! 200 ms). If an acquire's reply is lost after the command may have reached Redis,
+//! the call returns an error — never `Ok(None)` — and `redlease-io` deletes the token
+//! (compare-and-delete) once Redis answers again, retried until its TTL ends: no ghost
+//! locks.
 //!
 //! # Architecture
 //!

@@ -357,3 +357,43 @@ fn issue_16_an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_tw
         &server, "lock:k"
     )));
 }
+
+#[test]
+fn issue_16_a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
+    // A foreign holder; the caller waits 1.5 s with a 1 s read timeout, and the
+    // server freezes while it waits: the poll in flight at the deadline must not
+    // add a whole read timeout to the wait.
+    let server = RedisServer::start();
+    let client = slow_builder(&server.url()).build().unwrap();
+    let () = server.query(
+        redis::cmd("SET")
+            .arg("lock:busy")
+            .arg("foreign")
+            .arg("PX")
+            .arg(30_000),
+    );
+    let wait = Duration::from_millis(1500);
+    let (out, took) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| timed(|| client.try_lock_for("busy", wait)));
+        // Freeze late in the wait: ten polls on the ramp take 0.8-1.05 s.
+        let before = client.metrics().attempts;
+        assert!(eventually(Duration::from_secs(5), || {
+            client.metrics().attempts >= before + 10
+        }));
+        server.pause();
+        let out = waiter.join().unwrap();
+        server.resume();
+        out
+    });
+    println!("a wait of {wait:?} on a server frozen midway returned after {took:?}: {out:?}");
+    match out {
+        // The last poll was answered before the freeze.
+        Ok(None) => {}
+        Err(e) => assert!(e.is_timeout(), "{e:?}"),
+        Ok(Some(_)) => panic!("a held lock was acquired"),
+    }
+    assert!(
+        took <= wait + Duration::from_millis(200) + SLACK,
+        "returned after {took:?}"
+    );
+}

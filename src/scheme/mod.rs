@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Value};
 
@@ -92,7 +92,15 @@ pub(crate) struct Request {
     /// Whether a busy reply should say how long the holder has left (only callers
     /// about to wait need it).
     pub(crate) remaining: bool,
+    /// When the caller's call must return by, if it has a bound: the caller's
+    /// deadline or, if later, one read timeout after the call began. An attempt
+    /// made near it waits for its reply until then (but at least [`REPLY_FLOOR`]).
+    pub(crate) return_by: Option<Instant>,
 }
+
+/// The shortest wait for a reply an attempt gets near the end of its caller's wait,
+/// so that a merely slow server does not turn a busy lock into a timeout.
+pub(crate) const REPLY_FLOOR: Duration = Duration::from_millis(200);
 
 /// The result of one extend or renewal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,6 +35,7 @@ impl Backend for TokenBackend {
             ttl,
             fence,
             remaining,
+            ..
         } = req;
         let ms = ttl_millis(ttl);
         if fence {

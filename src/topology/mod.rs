@@ -148,6 +148,9 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// The node whose pub/sub connection carries the release messages.
     fn subscriber(&self) -> &Arc<Node>;
 
+    /// How long a call waits for a reply (the nodes' read timeout).
+    fn read_timeout(&self) -> Duration;
+
     /// Publishes `message` on `channel` (a wake-up of the waiter thread).
     fn publish(&self, channel: &str, message: &str) -> Result<()>;
 }

@@ -73,6 +73,7 @@ pub(crate) fn probe(
         ttl: PROBE_TTL,
         fence: false,
         remaining: false,
+        return_by: None,
     };
     let acquired = check(backend.acquire(&mut conn, &keys, &value, req), &ACQUIRE)?;
     if let Acquire::Acquired { .. } = acquired {
