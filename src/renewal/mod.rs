@@ -52,7 +52,7 @@ const INBOX_WAKE: usize = 1024;
 /// asleep until the next renewal is due.
 pub(crate) struct Renewer {
     tx: Sender<Command>,
-    inbox: Sender<Box<Lease>>,
+    inbox: Sender<Lease>,
     reschedule: Sender<u64>,
     /// When the thread will next wake on its own (lease-clock nanoseconds); 0
     /// while it is awake and will still look at the inbox.
@@ -63,7 +63,7 @@ pub(crate) struct Renewer {
 /// The thread: its channels, its queue, and the leases whose renewal is in flight.
 struct Thread {
     rx: Receiver<Command>,
-    inbox: Receiver<Box<Lease>>,
+    inbox: Receiver<Lease>,
     reschedule: Receiver<u64>,
     wake_at: Arc<AtomicU64>,
     answers_tx: Sender<Vec<(u64, Renewed)>>,
@@ -113,7 +113,7 @@ impl Renewer {
         let _ = lease.state.reschedule.set(self.reschedule.clone());
         let due = to_nanos(lease.due);
         // Sending fails only once the thread is gone; the lease then just runs out.
-        if self.inbox.send(Box::new(lease)).is_err() {
+        if self.inbox.send(lease).is_err() {
             return;
         }
         // Pairs with the fence in `run`: either the thread sees this lease before it
@@ -246,7 +246,7 @@ impl Thread {
     fn take_inbox(&mut self) {
         for lease in self.inbox.try_iter() {
             if lease.state.held.try_lock().is_none_or(|h| !h.released) {
-                self.queue.push(*lease);
+                self.queue.push(lease);
             }
         }
         for id in self.reschedule.try_iter() {

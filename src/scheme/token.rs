@@ -60,8 +60,11 @@ impl Backend for TokenBackend {
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
         // command as the hand-written floor. Only a caller about to wait asks for the
         // holder's `PTTL`, in a second round trip on that slow path.
+        // Sized up front: six arguments, so building it costs one allocation.
+        let data = keys.lock.len() + value.len() + 32;
         let set: Value = conn.run(|c| {
-            redis::cmd("SET")
+            redis::Cmd::with_capacity(6, data)
+                .arg("SET")
                 .arg(&keys.lock)
                 .arg(value)
                 .arg("NX")
