@@ -264,3 +264,68 @@ fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer() -> (Offer, crossbeam_channel::Receiver<Wake>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let want = Want {
+            ttl: Duration::from_secs(1),
+            fence: false,
+            terms: None,
+        };
+        let offer = Offer {
+            seq: 1,
+            value: "v".into(),
+            want,
+            tx,
+            claim: Arc::new(AtomicU8::new(OPEN)),
+        };
+        (offer, rx)
+    }
+
+    #[test]
+    fn an_outcome_is_never_sent_to_a_caller_that_gave_up() {
+        let (offer, rx) = offer();
+        // The caller gives up first: the releaser must not send, and learns so.
+        let claim = Arc::clone(&offer.claim);
+        assert!(
+            claim
+                .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        );
+        assert!(offer.deliver(Wake::NotHanded).is_err());
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_delivered_outcome_cannot_be_abandoned() {
+        let (offer, rx) = offer();
+        assert!(offer.deliver(Wake::NotHanded).is_ok());
+        let abandoned =
+            offer
+                .claim
+                .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+        assert_eq!(abandoned, Err(DELIVERING));
+        assert!(matches!(rx.try_recv(), Ok(Wake::NotHanded)));
+    }
+
+    #[test]
+    fn the_streak_ends_in_a_real_release() {
+        let offers = Offers::default();
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let mut taken = 0;
+        for seq in 0..=u64::from(STREAK) {
+            let (mut o, _) = offer();
+            o.seq = seq;
+            o.tx = tx.clone();
+            offers.post("c", o);
+            if offers.take("c").is_some() {
+                taken += 1;
+            }
+        }
+        assert_eq!(taken, STREAK);
+    }
+}
