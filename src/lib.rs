@@ -95,7 +95,7 @@
 //! the lease itself when the caller asked for the same terms (no round trip), or
 //! its token swapped for the caller's in one atomic script. Every 8 hand-offs in a
 //! row the key is released for real; when other clients' waiters hear that release,
-//! this client's waiters hold off for 5 ms, so the key goes to another process.
+//! this client's waiters hold off for 10 ms, so the key goes to another process.
 //!
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
 //! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of

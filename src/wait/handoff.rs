@@ -35,7 +35,7 @@ use crate::topology::{HandOff, Handed};
 pub(crate) const STREAK: u32 = 8;
 /// How long this client's waiters hold off after a real release that other
 /// clients' waiters heard.
-pub(crate) const YIELD: Duration = Duration::from_millis(5);
+pub(crate) const YIELD: Duration = Duration::from_millis(10);
 
 /// What a waiting caller wants of the lock it may be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
