@@ -976,3 +976,22 @@ fn dropping_the_last_clone_joins_the_background_threads() {
     drop(outliving);
     assert!(!exists(&server, "lock:outlives"));
 }
+
+#[test]
+fn issue_9_a_server_that_lost_its_scripts_gets_them_loaded_again_not_an_error() {
+    // A restarted server, or `SCRIPT FLUSH`, answers `NOSCRIPT` to every `EVALSHA`:
+    // each call loads its scripts and goes on, never surfacing it.
+    let server = RedisServer::start();
+    let c = client(&server);
+    let fenced = LockOptions::new().fencing(true);
+    let first = c.lock_with("k", &fenced).unwrap().unwrap();
+    let () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    first.extend(Duration::from_secs(20)).unwrap();
+    let () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    assert_eq!(first.unlock().unwrap(), Release::Released);
+    let () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    let second = c.lock_with("k", &fenced).unwrap().unwrap();
+    assert!(second.fence() > Some(0));
+    assert_eq!(second.unlock().unwrap(), Release::Released);
+    assert!(server.command_calls("script|load") >= 3);
+}
