@@ -15,7 +15,9 @@
 //!   as redlease does), and 5 nodes vs 3.
 //!
 //! Run: `cargo bench --bench lock` (needs `redis-server` on PATH);
-//! `REDLEASE_BENCH=contention,parallel_8_keys` runs only those groups.
+//! `REDLEASE_BENCH=contention,parallel_8_keys` runs only those groups;
+//! `REDLEASE_BENCH_PIN=1` pins each group's `redis-server` to core 0 and this
+//! process to core 1 (`taskset`), as a user's machine with a busy server sees it.
 
 #![expect(
     clippy::cast_precision_loss,
@@ -25,14 +27,14 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
-use redlease::{LockClient, LockOptions, Renewal};
+use crossbeam_channel::{Receiver, Sender};
+use redlease::LockClient;
 use support::{Masters, RedisServer};
 
 const RELEASE: &str =
@@ -124,6 +126,7 @@ fn uncontended(c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
+    pin(&server);
     let lc = client(&server);
     let mut floor = Floor::new(&server);
     let mut g = c.benchmark_group("uncontended");
@@ -191,6 +194,7 @@ fn parallel_8_keys(_c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
+    pin(&server);
     let lc = client(&server);
     let mut ours = Vec::new();
     let mut base = Vec::new();
@@ -334,10 +338,29 @@ struct Contention {
     cmds_per_acq: f64,
 }
 
+/// Pins `server` to core 0 and this process to core 1 when `REDLEASE_BENCH_PIN` is
+/// set (and `taskset` is there); says what it did.
+fn pin(server: &RedisServer) {
+    if std::env::var_os("REDLEASE_BENCH_PIN").is_none() {
+        return;
+    }
+    let set = |core: &str, pid: u32| {
+        std::process::Command::new("taskset")
+            .args(["-apc", core, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let ok = set("0", server.pid()) && set("1", std::process::id());
+    println!("PIN redis-server on core 0, benchmark on core 1: {ok}");
+}
+
+/// Runs `make()`'s closure on 8 threads: each call takes the lock, runs the critical
+/// section (first argument), marks the release (second) right before releasing.
 fn contend(
     server: &RedisServer,
     secs: f64,
-    make: impl Fn() -> Box<dyn FnMut(&dyn Fn()) + Send> + Sync,
+    make: impl Fn() -> Box<dyn FnMut(&dyn Fn(), &dyn Fn()) + Send> + Sync,
 ) -> Contention {
     let stop = AtomicBool::new(false);
     let released_at = Arc::new(parking_lot::Mutex::new((usize::MAX, Instant::now())));
@@ -351,16 +374,18 @@ fn contend(
             let (stop, released_at, handoffs, counts) = (&stop, &released_at, &handoffs, &counts);
             s.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    run(&|| {
-                        // Inside the lock: note the hand-off latency from the last
-                        // release by another thread.
-                        let (by, at) = *released_at.lock();
-                        if by != t && by != usize::MAX {
-                            handoffs.lock().push(at.elapsed());
-                        }
-                        counts[t].fetch_add(1, Ordering::Relaxed);
-                    });
-                    *released_at.lock() = (t, Instant::now());
+                    run(
+                        &|| {
+                            // Inside the lock: the hand-off latency, from just before
+                            // another thread called its release to this `lock` return.
+                            let (by, at) = *released_at.lock();
+                            if by != t && by != usize::MAX {
+                                handoffs.lock().push(at.elapsed());
+                            }
+                            counts[t].fetch_add(1, Ordering::Relaxed);
+                        },
+                        &|| *released_at.lock() = (t, Instant::now()),
+                    );
                 }
             });
         }
@@ -400,27 +425,28 @@ fn contention(_c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
+    pin(&server);
     let lc = client(&server);
+    // Default options (renewed leases), as a plain-threaded service locks.
     let ours = contend(&server, 3.0, || {
         let lc = lc.clone();
-        Box::new(move |cs: &dyn Fn()| {
-            let g = lc
-                .lock_with("bench:c", &LockOptions::new().renewal(Renewal::None))
-                .unwrap()
-                .unwrap();
+        Box::new(move |cs: &dyn Fn(), mark: &dyn Fn()| {
+            let g = lc.lock("bench:c").unwrap();
             cs();
+            mark();
             assert!(g.unlock().unwrap().was_held());
         })
     });
     let base = contend(&server, 3.0, || {
         let mut floor = Floor::new(&server);
-        Box::new(move |cs: &dyn Fn()| {
+        Box::new(move |cs: &dyn Fn(), mark: &dyn Fn()| {
             let token = loop {
                 if let Some(t) = floor.try_set("bench:c") {
                     break t;
                 }
             };
             cs();
+            mark();
             floor.release("bench:c", &token);
         })
     });
@@ -431,9 +457,12 @@ fn contention(_c: &mut Criterion) {
         );
     }
     println!(
-        "RATIO contention: acquisitions/s {:.3}x of floor, hand-off p50 {:.3}x of floor",
+        "RATIO contention: acquisitions/s {:.3}x of floor, hand-off p50 {:.3}x of floor, \
+         fairness min/max {:.2} (floor {:.2})",
         ours.per_sec / base.per_sec,
-        ours.handoff_p50.as_secs_f64() / base.handoff_p50.as_secs_f64().max(1e-9)
+        ours.handoff_p50.as_secs_f64() / base.handoff_p50.as_secs_f64().max(1e-9),
+        ours.min as f64 / ours.max.max(1) as f64,
+        base.min as f64 / base.max.max(1) as f64,
     );
 }
 
@@ -531,6 +560,9 @@ fn redlock(c: &mut Criterion) {
     let mut g = c.benchmark_group("redlock");
     for n in [3, 5] {
         let masters = Masters::start(n);
+        for server in &masters.servers {
+            pin(server);
+        }
         let lc = LockClient::redlock(masters.urls()).build().unwrap();
         let mut floor = FanOut::new(&masters);
         g.bench_function(format!("redlease_{n}_nodes_lock_unlock"), |b| {

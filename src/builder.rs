@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
-use crate::scheme::Scheme;
-use crate::topology::{Redlock, Single, Topology, Wait, redlock};
+use crate::scheme::{self, Scheme};
+use crate::topology::{Redlock, Single, Topology, Wait, probe, redlock};
+use crate::wait::KICK_PREFIX;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -155,7 +156,10 @@ impl LockClientBuilder {
             node_timeout: None,
         }
     }
-    /// Prepended to every lock key. Defaults to `""`.
+    /// Prepended to every lock key. redlease's own keys live under it too (the fence
+    /// counter `<prefix>redlease:fence`, the key `build` checks permissions on), so a
+    /// Redis ACL key pattern for the prefix covers them; lock names starting with
+    /// `redlease:` are reserved. Defaults to `""`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -170,12 +174,14 @@ impl LockClientBuilder {
         self.pool_size = size;
         self
     }
-    /// Time allowed to open a connection or take one from the pool. Defaults to 2 seconds.
+    /// Time allowed to open a connection. A call waits for a pooled connection at
+    /// most this or the read timeout, whichever is shorter. Defaults to 2 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
-    /// Time allowed for a reply. Defaults to 2 seconds.
+    /// Time allowed for a reply: a call that gets none fails after this long with an
+    /// [`Error::Redis`] that says so. Defaults to 2 seconds.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.read_timeout = timeout;
         self
@@ -231,13 +237,23 @@ impl LockClientBuilder {
         self.node_timeout = Some(timeout);
         self
     }
-    /// Checks the settings, connects (one `PING`), and starts the background threads.
+    /// Checks the settings, connects (one `PING`), checks what the Redis user may do,
+    /// and starts the background threads.
     ///
-    /// Waits at most the connect timeout plus the read timeout.
+    /// The check runs one lock cycle (release, acquire, extend, release) of the
+    /// default scheme on a key of its own, `<prefix>redlease:probe:<uuid>`, and tries
+    /// `SUBSCRIBE` on the wake-up channels, so that a Redis ACL that would let the
+    /// client take locks it cannot release is refused here, before any lock is
+    /// taken. A user that may not subscribe (Redis 7's default for new users) gets a
+    /// client whose waits poll, with one warning logged.
+    ///
+    /// Waits at most the connect timeout plus the read timeout, and a few more
+    /// round trips, each bounded by the read timeout.
     ///
     /// # Errors
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
-    /// the server cannot be reached, [`Error::Spawn`] when a thread cannot start.
+    /// the server cannot be reached, [`Error::Permission`] when the Redis user lacks a
+    /// permission locks need, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
         let config = NodeConfig {
@@ -246,31 +262,41 @@ impl LockClientBuilder {
             read_timeout: self.read_timeout,
             write_timeout: self.write_timeout,
         };
+        // Before any lock: a user who could take locks but not release them is
+        // refused, and one who may not subscribe polls.
+        let kick = format!("{KICK_PREFIX}probe");
+        let backend = scheme::backend(&self.scheme);
+        let check = |node: &Node| {
+            let kick = self.pubsub.then_some(kick.as_str());
+            probe(node, &*backend, &self.key_prefix, kick).map(|a| a.subscribe)
+        };
         let counters = Arc::new(Counters::default());
-        let (topology, io): (Arc<dyn Topology>, _) = match self.servers {
+        let (topology, io, subscribe): (Arc<dyn Topology>, _, _) = match &self.servers {
             Servers::One(url) => {
-                let info = url.map_err(|_| bad_url())?;
-                let (single, io) =
-                    Single::new(Node::connect(info, config)?, Arc::clone(&counters))?;
-                (Arc::new(single), vec![io])
+                let info = url.clone().map_err(|_| bad_url())?;
+                let node = Node::connect(info, config)?;
+                let subscribe = check(&node)?;
+                let (single, io) = Single::new(node, Arc::clone(&counters))?;
+                (Arc::new(single), vec![io], subscribe)
             }
             Servers::Quorum(urls) => {
-                let infos = urls.into_iter().collect::<Result<Vec<_>, _>>();
+                let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
                 let wait = Wait {
                     fixed: self.node_timeout,
                     default: DEFAULT_NODE_TIMEOUT,
                 };
-                let counters = Arc::clone(&counters);
-                let (redlock, io) = Redlock::connect(
-                    infos.map_err(|_| bad_url())?,
-                    config,
-                    wait,
-                    self.ttl,
-                    counters,
-                )?;
-                (Arc::new(redlock), io)
+                let infos = infos.map_err(|_| bad_url())?;
+                let (redlock, io, subscribe) =
+                    Redlock::connect(infos, config, wait, self.ttl, &counters, check)?;
+                (Arc::new(redlock), io, subscribe)
             }
         };
+        if self.pubsub && !subscribe {
+            log::warn!(
+                "the redis user may not subscribe to redlease's channels: waits poll \
+                 instead of being woken by releases"
+            );
+        }
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -278,7 +304,7 @@ impl LockClientBuilder {
             renew_interval: self.renew_interval,
             max_hold: self.max_hold,
             fencing: self.fencing,
-            pubsub: self.pubsub,
+            pubsub: self.pubsub && subscribe,
             scheme: self.scheme,
         };
         LockClient::start(

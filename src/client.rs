@@ -5,16 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
-use crate::lease::{LeaseState, LostCallback};
+use crate::lease::{LeaseState, LostCallback, Terms};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Request};
 use crate::topology::{Attempt, IoThread, Topology};
-use crate::wait::{Hub, WaitSlot, Waiter};
+use crate::wait::{Hub, Next, WaitSlot, Waiter, Want};
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
@@ -69,6 +69,23 @@ struct Plan {
     on_lost: Option<LostCallback>,
 }
 
+impl Plan {
+    /// The terms on which a lease of this plan can pass between holders of the
+    /// client as it is: renewed, no fence, no hold bound, no callback.
+    fn terms(&self) -> Option<Terms> {
+        let plain = self.renewal == Renewal::Auto
+            && !self.fence
+            && self.max_hold.is_none()
+            && self.max_renewals.is_none()
+            && self.on_lost.is_none()
+            && self.backend.publishes();
+        plain.then_some(Terms {
+            ttl: self.ttl,
+            interval: self.interval,
+        })
+    }
+}
+
 impl LockClient {
     /// Starts the client's threads over `topology`.
     pub(crate) fn start(
@@ -110,8 +127,9 @@ impl LockClient {
     /// in the background per the client's [`Renewal`] policy.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] / [`Error::Pool`] when
-    /// Redis fails or does not answer within the configured timeouts,
+    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] when Redis fails or
+    /// does not answer within the configured timeouts (the lock may then have been
+    /// taken: redlease removes it in the background),
     /// [`Error::Shutdown`] when the client is [closed](Self::close).
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
         let acquired = self.acquire(key, &LockOptions::default(), None, true)?;
@@ -207,7 +225,22 @@ impl LockClient {
         self.inner.renewer.sync();
     }
 
+    /// Acquires `key`; a Redis failure names the call, the key and the limit.
     fn acquire(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+        fair: bool,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+            let key = format!("{}{key}", self.inner.settings.key_prefix);
+            let limits = self.inner.hub.topology.subscriber().limits();
+            e.during(Operation::Acquire, &key, limits)
+        })
+    }
+
+    fn acquire_loop(
         &self,
         key: &str,
         opts: &LockOptions,
@@ -223,19 +256,32 @@ impl LockClient {
             .as_ref()
             .filter(|_| plan.backend.publishes());
         // Only token locks can be handed over by a releasing guard.
-        let want = Some((plan.ttl, plan.fence));
+        let want = waiter.map(|_| Want {
+            ttl: plan.ttl,
+            fence: plan.fence,
+            terms: plan.terms(),
+        });
         let cancel = opts.cancel.as_ref();
+        // Counted in until this call returns: callers of this client that arrive
+        // while it acquires or waits join the key's line instead of racing it.
+        let started = Instant::now();
+        let arrival = hub.lines.arrive(&keys.channel);
         let mut slot: Option<WaitSlot<'_>> = None;
-        if fair
-            && deadline.is_none_or(|d| d > Instant::now())
-            && WaitSlot::wanted(waiter, &keys)
-            && let Some(h) = slot
-                .get_or_insert_with(|| WaitSlot::new(hub, waiter, &keys, cancel, want))
-                .prepare(deadline)?
-        {
-            return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
+        let mut next = Next::Attempt;
+        if fair && arrival.crowded() && deadline.is_none_or(|d| d > Instant::now()) {
+            next = slot
+                .insert(WaitSlot::new(hub, waiter, &keys, cancel, want))
+                .first_turn(deadline)?;
         }
         loop {
+            match next {
+                Next::Attempt => {}
+                Next::Handed(h) => {
+                    return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
+                }
+                Next::Transferred(state) => return Ok(Some(self.take_over(state))),
+                Next::GaveUp => return Ok(None),
+            }
             if hub.shutdown.is_cancelled() {
                 return Err(Error::Shutdown);
             }
@@ -248,7 +294,9 @@ impl LockClient {
             let req = Request {
                 ttl: plan.ttl,
                 fence: plan.fence,
-                remaining: will_wait,
+                // The holder's remaining TTL bounds a wait; once known, polls skip it.
+                remaining: will_wait && slot.as_ref().is_none_or(WaitSlot::needs_remaining),
+                return_by: deadline.map(|d| d.max(started + hub.topology.read_timeout())),
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 Attempt::Acquired { value, sent, fence } => {
@@ -262,13 +310,17 @@ impl LockClient {
             if !will_wait || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
-            if let Some(h) = slot
+            next = slot
                 .get_or_insert_with(|| WaitSlot::new(hub, waiter, &keys, cancel, want))
-                .pause(remaining, deadline)?
-            {
-                return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
-            }
+                .pause(remaining, deadline)?;
         }
+    }
+
+    /// Makes the guard for a lease a releasing guard of this client passed over as
+    /// it is: already stored, renewed and counted by the renewal thread.
+    fn take_over(&self, state: Arc<LeaseState>) -> LockGuard {
+        bump(&self.inner.hub.counters.acquired, 1);
+        LockGuard::new(Arc::clone(&self.inner.hub), state, None)
     }
 
     /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL
@@ -287,14 +339,17 @@ impl LockClient {
             .on_lost
             .clone()
             .map(|f| (f, self.inner.notifier.sender()));
-        let state = Arc::new(LeaseState::new(
-            keys,
-            Arc::clone(&plan.backend),
-            value,
-            sent,
-            plan.ttl,
-            on_lost,
-        ));
+        let state = Arc::new(
+            LeaseState::new(
+                keys,
+                Arc::clone(&plan.backend),
+                value,
+                sent,
+                plan.ttl,
+                on_lost,
+            )
+            .with_terms(plan.terms().filter(|_| fence.is_none())),
+        );
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(
             Arc::clone(&state),

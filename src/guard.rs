@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
 use crate::options::check_ttl;
-use crate::scheme::{Extend, Keys, Release};
-use crate::wait::{Hub, try_hand_off};
+use crate::scheme::{Extend, Release};
+use crate::wait::{Hub, release};
 
 /// A held lock. Releases it when dropped (also while unwinding from a panic).
 ///
@@ -107,8 +107,8 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::LockLost`] when the key is gone or someone else's (the lease is then
-    /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`] /
-    /// [`Error::Pool`] when Redis fails; validity is then unchanged.
+    /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`]
+    /// when Redis fails or does not answer in time; validity is then unchanged.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         check_ttl("ttl", ttl)?;
         let hub = self.hub.as_ref().ok_or(Error::Shutdown)?;
@@ -127,7 +127,7 @@ impl LockGuard {
                     // No reply: the extend may have landed and rewritten the value.
                     held.unconfirmed(new_value);
                 }
-                return Err(e);
+                return Err(self.context(e, Operation::Extend, hub));
             }
         };
         match outcome {
@@ -158,8 +158,8 @@ impl LockGuard {
     /// trip, bounded by the client's timeouts.
     ///
     /// # Errors
-    /// [`Error::Redis`] / [`Error::Pool`] when the release could not be sent; the
-    /// lock then runs out with its TTL.
+    /// [`Error::Redis`] when the release could not be sent or got no answer in
+    /// time; the lock then runs out with its TTL.
     pub fn unlock(mut self) -> Result<Release> {
         self.release().unwrap_or(Ok(Release::Released))
     }
@@ -167,40 +167,28 @@ impl LockGuard {
     /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
     fn release(&mut self) -> Option<Result<Release>> {
         let hub = self.hub.take()?;
-        let (value, maybe) = {
-            // Under the lease's mutex: waits for a renewal in flight, and keeps
-            // the renewal thread from sending another once this returns.
-            let mut held = self.state.held.lock();
-            held.released = true;
-            // Nothing reads the values once `released` is set.
-            (
-                std::mem::take(&mut held.value),
-                std::mem::take(&mut held.maybe),
-            )
-        };
-        // A caller of this client waiting for the key takes the lock over directly;
-        // otherwise compare-and-delete.
-        let outcome = try_hand_off(&hub, &self.state, &value).unwrap_or_else(|| {
-            let keys = Keys {
-                lock: self.state.key.clone(),
-                channel: self.state.channel.clone(),
-            };
-            hub.topology
-                .release(&*self.state.backend, &keys, &value, &maybe)
-        });
+        // A caller of this client waiting for the key takes the lease, or the lock,
+        // over directly; otherwise compare-and-delete.
+        let outcome = release(&hub, &self.state);
         match &outcome {
             Ok(Release::Released) => bump(&hub.counters.released, 1),
             Ok(_) => {}
             Err(_) => bump(&hub.counters.release_errors, 1),
         }
-        Some(outcome)
+        Some(outcome.map_err(|e| self.context(e, Operation::Release, &hub)))
+    }
+
+    /// Names the call, the key and the limit that ran out in a Redis failure.
+    fn context(&self, e: Error, op: Operation, hub: &Hub) -> Error {
+        e.during(op, &self.state.key, hub.topology.subscriber().limits())
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
         match self.release() {
-            Some(Err(e)) => log::warn!("release of `{}` failed: {e}", self.state.key),
+            // The error names the call and the key.
+            Some(Err(e)) => log::warn!("dropped guard: {e}"),
             Some(Ok(outcome)) if !outcome.was_held() => {
                 log::warn!(
                     "lock `{}` had ended before release: {outcome:?}",

@@ -15,6 +15,14 @@ use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
 /// guard owner's thread once the client is gone).
 pub(crate) type LostCallback = Arc<dyn Fn(&LeaseLost) + Send + Sync>;
 
+/// The terms of a lease that a waiting caller can take over as it is: renewed in the
+/// background with this TTL and interval, with no fence, hold bound or callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Terms {
+    pub(crate) ttl: Duration,
+    pub(crate) interval: Duration,
+}
+
 /// A callback to run and the message to run it with, queued for the notifier.
 pub(crate) struct Notice {
     pub(crate) callback: LostCallback,
@@ -109,6 +117,8 @@ pub(crate) struct LeaseState {
     pub(crate) id: u64,
     pub(crate) key: String,
     pub(crate) channel: String,
+    /// How many bytes of `key` are the client's key prefix.
+    prefix: usize,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) held: Arc<Mutex<Held>>,
     valid_until: AtomicU64,
@@ -125,6 +135,8 @@ pub(crate) struct LeaseState {
     /// The renewal thread's channel for leases to schedule again, set when the lease
     /// is registered, so that an `extend` from the guard can have it looked at.
     pub(crate) reschedule: OnceLock<Sender<u64>>,
+    /// Set when the lease can pass to another holder as it is.
+    terms: Option<Terms>,
 }
 
 impl LeaseState {
@@ -136,11 +148,16 @@ impl LeaseState {
         ttl: Duration,
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> Self {
-        let Keys { lock: key, channel } = keys;
+        let Keys {
+            lock: key,
+            channel,
+            prefix,
+        } = keys;
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key,
             channel,
+            prefix,
             backend,
             held: Arc::new(Mutex::new(Held {
                 value,
@@ -154,6 +171,7 @@ impl LeaseState {
             lost_slot: Mutex::new((None, None)),
             on_lost,
             reschedule: OnceLock::new(),
+            terms: None,
         }
     }
 
@@ -207,6 +225,31 @@ impl LeaseState {
         }
         slot.0 = Some(tx);
         rx
+    }
+
+    /// Marks the lease as one another holder can take over as it is, on `terms`.
+    pub(crate) fn with_terms(mut self, terms: Option<Terms>) -> Self {
+        self.terms = terms;
+        self
+    }
+
+    /// The terms another holder can take the lease over on, as the lease is now (an
+    /// `extend` may have changed its TTL); `None` if it cannot pass as it is.
+    pub(crate) fn terms(&self) -> Option<Terms> {
+        self.terms.map(|t| Terms {
+            ttl: self.ttl(),
+            ..t
+        })
+    }
+
+    /// The Redis names of the lease's key: the lock key, its release channel, and
+    /// where the client's prefix ends (for the fence counter).
+    pub(crate) fn keys(&self) -> Keys {
+        Keys {
+            lock: self.key.clone(),
+            channel: self.channel.clone(),
+            prefix: self.prefix,
+        }
     }
 
     /// The local deadline after which the lease must be presumed expired.

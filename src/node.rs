@@ -10,6 +10,7 @@ use redis::{ConnectionInfo, RedisResult};
 
 use crate::connection::{Conn, Manager, Pool, Redacted, with_retry};
 use crate::error::Result;
+use crate::failure::Limits;
 
 /// A Redis server, reached through a pool of connections with bounded timeouts.
 pub(crate) struct Node {
@@ -46,10 +47,13 @@ impl Node {
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
         };
+        // A caller waits for a pooled connection at most as long as for a reply, so
+        // a frozen server (new connections hang in their handshake) costs a call
+        // one limit, never the connect timeout on top of the read timeout.
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
-            .connection_timeout(config.connect_timeout)
+            .connection_timeout(config.connect_timeout.min(config.read_timeout))
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
         Ok(Self { pool, manager })
@@ -63,7 +67,8 @@ impl Node {
         Ok(())
     }
 
-    /// A pooled connection, waiting at most the connect timeout for one.
+    /// A pooled connection, waiting at most the connect or the read timeout,
+    /// whichever is shorter, for one.
     pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
         Ok(self.pool.get()?)
     }
@@ -98,6 +103,14 @@ impl Node {
     /// The send timeout of the node's connections.
     pub(crate) fn write_timeout(&self) -> Duration {
         self.manager.write_timeout
+    }
+
+    /// The limits a failed call names: the read timeout, the pool checkout.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            reply: self.manager.read_timeout,
+            checkout: self.manager.connect_timeout.min(self.manager.read_timeout),
+        }
     }
 
     /// The longest one call can take: a connection, a write and a reply.

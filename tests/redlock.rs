@@ -460,6 +460,7 @@ fn a_redis_py_style_holder_on_a_majority_blocks_an_acquire() {
         waiting.join().unwrap()
     });
     let guard = waiter.unwrap().unwrap();
+    held_everywhere(&masters, "lock:k");
     // And a redis-py-style client is excluded on every node while we hold it.
     assert!(
         masters

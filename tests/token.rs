@@ -59,29 +59,6 @@ fn set(server: &RedisServer, key: &str, value: &str) {
     let () = server.query(redis::cmd("SET").arg(key).arg(value));
 }
 
-/// Redis Cluster's slot of a key (CRC16/XMODEM of its hash tag or whole key, mod 16384);
-/// `CLUSTER KEYSLOT` is unavailable on a non-cluster server.
-fn key_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tag = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &bytes[open + 1..];
-        let len = rest.iter().position(|&b| b == b'}')?;
-        (len > 0).then(|| &rest[..len])
-    });
-    let mut crc: u16 = 0;
-    for &b in tag.unwrap_or(bytes) {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc % 16384
-}
-
 /// One increment of `counter` with a plain GET then SET, so that two holders at once
 /// would lose an update. The yield widens the window between the read and the write.
 fn increment(con: &mut redis::Connection) {
@@ -217,6 +194,78 @@ fn four_processes_incrementing_with_get_then_set_under_the_lock_lose_no_update()
     let total = PROCESSES * rounds;
     assert_eq!(get(&server, "counter"), Some(total.to_string()));
     eprintln!("{total} increments by {PROCESSES} processes in {took:?}");
+}
+
+#[test]
+fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
+    const TEST: &str = "issue_16_four_processes_of_four_threads_share_one_key_fairly";
+    const PROCESSES: usize = 4;
+    const THREADS: usize = 4;
+    let run_for = Duration::from_secs(4);
+    if let Ok(url) = std::env::var(WORKER_ENV) {
+        // A worker process: four threads take 1 ms sections on one key, then print
+        // how many they made.
+        let client = LockClient::builder(url.as_str())
+            .key_prefix("lock:")
+            .build()
+            .unwrap();
+        let mut con = support::connect(&url, Duration::from_secs(2)).unwrap();
+        let _: i64 = redis::cmd("INCR").arg("ready").query(&mut con).unwrap();
+        let all_up = eventually(Duration::from_secs(20), || {
+            let ready: usize = redis::cmd("GET").arg("ready").query(&mut con).unwrap();
+            ready == PROCESSES
+        });
+        assert!(all_up, "the other workers did not start");
+        let sections = std::sync::atomic::AtomicUsize::new(0);
+        thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    let mut con = support::connect(&url, Duration::from_secs(2)).unwrap();
+                    let start = Instant::now();
+                    while start.elapsed() < run_for {
+                        let guard = client.lock("shared").unwrap();
+                        increment(&mut con);
+                        thread::sleep(Duration::from_millis(1));
+                        assert_eq!(guard.unlock().unwrap(), Release::Released);
+                        sections.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        println!("SECTIONS {} {:?}", sections.into_inner(), client.metrics());
+        return;
+    }
+    let server = RedisServer::start();
+    let children: Vec<Child> = (0..PROCESSES)
+        .map(|_| spawn_self(TEST, &[(WORKER_ENV, server.url())]))
+        .collect();
+    let counts: Vec<usize> = children
+        .into_iter()
+        .map(|child| {
+            let out = finish(child, Duration::from_secs(60));
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            let at = stdout
+                .find("SECTIONS ")
+                .expect("the worker printed no count");
+            eprintln!("{}", &stdout[at..].lines().next().unwrap_or(""));
+            let rest = &stdout[at + "SECTIONS ".len()..];
+            rest.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect();
+    let total: usize = counts.iter().sum();
+    assert_eq!(get(&server, "counter"), Some(total.to_string()));
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    #[expect(clippy::cast_precision_loss, reason = "a ratio for a report")]
+    let ratio = *min as f64 / *max as f64;
+    eprintln!("sections per process {counts:?}: min/max {ratio:.2}");
+    // Each real release is a draw among the other processes' waiters, and a loaded
+    // two-core machine favours whoever has a core: on a quiet machine this is
+    // 0.5-0.8, under a load average of 5 about 0.3; without the hand-off bound and
+    // the hold-off it was 0.06-0.16.
+    assert!(
+        ratio >= 0.25,
+        "sections per process {counts:?}: min/max {ratio:.2}"
+    );
 }
 
 // ---- acquire outcomes and waits ----
@@ -459,25 +508,22 @@ fn fences_strictly_increase_across_clients_and_cycles() {
     }
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     assert_eq!(fences, (1..=10).collect::<Vec<u64>>());
-    // The counter lives next to the lock key, in the same cluster slot.
-    assert_eq!(get(&server, "{lock:k}:fence").as_deref(), Some("10"));
-    assert_eq!(key_slot("lock:k"), key_slot("{lock:k}:fence"));
+    // One counter per key prefix, under the prefix.
+    assert_eq!(get(&server, "lock:redlease:fence").as_deref(), Some("10"));
     // The counter outlives the locks, so fences keep rising after a gap.
     assert!(!exists(&server, "lock:k"));
     assert_eq!(a.lock("k").unwrap().fence(), Some(11));
 }
 
 #[test]
-fn a_key_with_a_hash_tag_keeps_it_for_the_fence_counter() {
-    assert_eq!(key_slot("foo"), 12182, "the slot helper matches Redis");
+fn a_key_with_a_hash_tag_shares_the_prefix_counter() {
     let server = RedisServer::start();
     let client = builder(&server).fencing(true).build().unwrap();
+    assert_eq!(client.lock("a").unwrap().fence(), Some(1));
     let guard = client.lock("user:{42}:invoice").unwrap();
-    assert_eq!(guard.fence(), Some(1));
-    let counter = "lock:user:{42}:invoice:fence";
-    assert_eq!(get(&server, counter).as_deref(), Some("1"));
-    assert_eq!(key_slot("lock:user:{42}:invoice"), key_slot(counter));
-    assert!(!exists(&server, "{lock:user:{42}:invoice}:fence"));
+    assert_eq!(guard.fence(), Some(2));
+    assert_eq!(get(&server, "lock:redlease:fence").as_deref(), Some("2"));
+    assert!(!exists(&server, "lock:user:{42}:invoice:fence"));
 }
 
 #[test]
@@ -486,7 +532,7 @@ fn fencing_can_be_asked_for_per_lock() {
     let client = client(&server);
     let plain = client.lock("k").unwrap();
     assert_eq!(plain.fence(), None);
-    assert!(!exists(&server, "{lock:k}:fence"));
+    assert!(!exists(&server, "lock:redlease:fence"));
     drop(plain);
     let fenced = client
         .lock_with("k", &LockOptions::new().fencing(true))
@@ -500,7 +546,7 @@ fn fencing_can_be_asked_for_per_lock() {
         .unwrap()
         .unwrap();
     assert_eq!(opted_out.fence(), None);
-    assert_eq!(get(&server, "{lock:k}:fence").as_deref(), Some("1"));
+    assert_eq!(get(&server, "lock:redlease:fence").as_deref(), Some("1"));
 }
 
 // ---- bad input ----
@@ -711,7 +757,7 @@ fn a_key_of_another_type_is_reported_held_and_never_overwritten() {
     assert_eq!(list, ["a", "b"]);
     assert_eq!(pttl(&server, "lock:h"), -1);
     assert!(
-        !exists(&server, "{lock:h}:fence"),
+        !exists(&server, "lock:redlease:fence"),
         "no fence for a failed acquire"
     );
 }
@@ -929,4 +975,23 @@ fn dropping_the_last_clone_joins_the_background_threads() {
     assert_eq!(lost.reason, LossReason::Shutdown);
     drop(outliving);
     assert!(!exists(&server, "lock:outlives"));
+}
+
+#[test]
+fn issue_9_a_server_that_lost_its_scripts_gets_them_loaded_again_not_an_error() {
+    // A restarted server, or `SCRIPT FLUSH`, answers `NOSCRIPT` to every `EVALSHA`:
+    // each call loads its scripts and goes on, never surfacing it.
+    let server = RedisServer::start();
+    let c = client(&server);
+    let fenced = LockOptions::new().fencing(true);
+    let first = c.lock_with("k", &fenced).unwrap().unwrap();
+    let () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    first.extend(Duration::from_secs(20)).unwrap();
+    let () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    assert_eq!(first.unlock().unwrap(), Release::Released);
+    let () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    let second = c.lock_with("k", &fenced).unwrap().unwrap();
+    assert!(second.fence() > Some(0));
+    assert_eq!(second.unlock().unwrap(), Release::Released);
+    assert!(server.command_calls("script|load") >= 3);
 }

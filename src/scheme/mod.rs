@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Value};
 
@@ -55,6 +55,23 @@ impl Release {
     }
 }
 
+/// What a release found, and how many clients its release message reached (each
+/// client with callers waiting for the key is subscribed to its channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Freed {
+    pub(crate) outcome: Release,
+    pub(crate) listeners: u64,
+}
+
+impl From<Release> for Freed {
+    fn from(outcome: Release) -> Self {
+        Self {
+            outcome,
+            listeners: 0,
+        }
+    }
+}
+
 /// The result of one acquire attempt.
 #[derive(Debug)]
 pub(crate) enum Acquire {
@@ -75,7 +92,15 @@ pub(crate) struct Request {
     /// Whether a busy reply should say how long the holder has left (only callers
     /// about to wait need it).
     pub(crate) remaining: bool,
+    /// When the caller's call must return by, if it has a bound: the caller's
+    /// deadline or, if later, one read timeout after the call began. An attempt
+    /// made near it waits for its reply until then (but at least [`REPLY_FLOOR`]).
+    pub(crate) return_by: Option<Instant>,
 }
+
+/// The shortest wait for a reply an attempt gets near the end of its caller's wait,
+/// so that a merely slow server does not turn a busy lock into a timeout.
+pub(crate) const REPLY_FLOOR: Duration = Duration::from_millis(200);
 
 /// The result of one extend or renewal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +117,8 @@ pub(crate) struct Keys {
     pub(crate) lock: String,
     /// The pub/sub channel a release publishes on.
     pub(crate) channel: String,
+    /// How many bytes of `lock` are the client's key prefix.
+    pub(crate) prefix: usize,
 }
 
 impl Keys {
@@ -108,14 +135,35 @@ impl Keys {
         Ok(Self {
             channel: companion(&lock, "released"),
             lock,
+            prefix: prefix.len(),
         })
     }
 
-    /// The fencing counter, in the same cluster slot as the lock key.
+    /// The fencing counter: one per key prefix on a node, `<prefix>redlease:fence`,
+    /// the one place that names it.
+    ///
+    /// Every fenced acquire and hand-off under the prefix `INCR`s it in the same
+    /// script as the write it fences. Strictly increasing on the node, it is
+    /// strictly increasing per key, and the number of counters does not grow with
+    /// the number of lock names. It sits under the prefix so that an ACL user
+    /// restricted to the prefix's keys (`~lock:*`) may touch it; lock names
+    /// starting with `redlease:` are redlease's own under any prefix.
+    ///
+    /// Redis Cluster (not supported yet) needs a script's keys in one slot: there
+    /// the counter becomes one per hash slot, `<prefix>redlease:fence:{t}`, with
+    /// `t` a short tag computed to hash to the lock key's slot — at most 16384
+    /// counters per prefix, still independent of the number of lock names.
     pub(crate) fn fence(&self) -> String {
-        companion(&self.lock, "fence")
+        let prefix = &self.lock[..self.prefix];
+        let mut name = String::with_capacity(prefix.len() + FENCE.len());
+        name.push_str(prefix);
+        name.push_str(FENCE);
+        name
     }
 }
+
+/// The fence counter's name after the key prefix.
+const FENCE: &str = "redlease:fence";
 
 /// A name next to `key` that Redis Cluster hashes to the same slot: a key with a
 /// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
@@ -167,7 +215,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> RedisResult<Release> {
+    ) -> RedisResult<Freed> {
         let n: i64 = with_scripts(conn, self.scripts(), |c| {
             c.run(|c| {
                 crate::scripts::TOKEN_RELEASE
@@ -179,9 +227,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
             })
         })?;
         Ok(match n {
-            1 => Release::Released,
-            0 => Release::Expired,
-            _ => Release::Taken,
+            0 => Freed::from(Release::Expired),
+            n if n < 0 => Freed::from(Release::Taken),
+            n => Freed {
+                outcome: Release::Released,
+                listeners: u64::try_from(n - 1).unwrap_or(0),
+            },
         })
     }
     /// The command that extends the lock holding `value` (or one of `maybe`) to
@@ -259,5 +310,20 @@ mod tests {
         let k = Keys::new("p:", "k").unwrap();
         assert_eq!(k.lock, "p:k");
         assert_eq!(k.channel, "{p:k}:released");
+    }
+
+    #[test]
+    fn one_fence_counter_serves_every_key_under_a_prefix() {
+        for key in ["a", "order:999", "user:{42}:invoice"] {
+            assert_eq!(
+                Keys::new("lock:", key).unwrap().fence(),
+                "lock:redlease:fence"
+            );
+        }
+        assert_eq!(Keys::new("", "a").unwrap().fence(), "redlease:fence");
+        assert_eq!(
+            Keys::new("app:", "a").unwrap().fence(),
+            "app:redlease:fence"
+        );
     }
 }

@@ -21,7 +21,10 @@ static SCRIPTS: [&LazyLock<Script>; 3] = [&TOKEN_ACQUIRE_FENCED, &TOKEN_RELEASE,
 
 impl Backend for TokenBackend {
     fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
-        Ok(uuid::Uuid::new_v4().to_string())
+        // Encoded into a buffer of its own length: one allocation, no formatter.
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let token = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+        Ok(token.to_owned())
     }
 
     fn acquire(
@@ -35,6 +38,7 @@ impl Backend for TokenBackend {
             ttl,
             fence,
             remaining,
+            ..
         } = req;
         let ms = ttl_millis(ttl);
         if fence {
@@ -59,8 +63,11 @@ impl Backend for TokenBackend {
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
         // command as the hand-written floor. Only a caller about to wait asks for the
         // holder's `PTTL`, in a second round trip on that slow path.
+        // Sized up front: six arguments, so building it costs one allocation.
+        let data = keys.lock.len() + value.len() + 32;
         let set: Value = conn.run(|c| {
-            redis::cmd("SET")
+            redis::Cmd::with_capacity(6, data)
+                .arg("SET")
                 .arg(&keys.lock)
                 .arg(value)
                 .arg("NX")

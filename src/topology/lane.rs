@@ -133,5 +133,8 @@ impl Link {
 
 /// A timeout error ([`Error::is_timeout`]) for a node that did not answer in time.
 pub(super) fn timed_out(what: &'static str) -> Error {
-    Error::Redis(io::Error::new(io::ErrorKind::TimedOut, what).into())
+    Error::from(redis::RedisError::from(io::Error::new(
+        io::ErrorKind::TimedOut,
+        what,
+    )))
 }

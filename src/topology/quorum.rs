@@ -13,7 +13,8 @@ use super::batch::{Reply, Spec};
 use super::lane::{Call, Lane, Link, timed_out};
 use super::worker::{Cleanup, IoThread, Job, Worker};
 use crate::connection::Conn;
-use crate::error::{Error, NodeFailure, Result};
+use crate::error::{Error, NodeFailure, Operation, Result};
+use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::scheme::{Backend, Keys, TokenBackend};
@@ -49,24 +50,34 @@ pub(crate) struct Wait {
 type Answer<T> = (usize, Result<T>);
 
 impl Quorum {
-    /// Opens every node, `PING`s them all at once, and starts each node's lane and
-    /// I/O thread, whose handles the client keeps. A majority must answer; the
-    /// others are tried again by every call.
+    /// Opens every node, `PING`s them all at once and runs `check` (what the Redis
+    /// user may do; whether it may subscribe) on those that answer, and starts each
+    /// node's lane and I/O thread, whose handles the client keeps. A majority must
+    /// answer; the others are tried again by every call. Returns whether the first
+    /// node lets the waiter subscribe (`true` while it is down: its waiter polls
+    /// until it is back).
     ///
     /// # Errors
-    /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`.
+    /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`, the
+    /// error of `check` when it refuses a node's user (for instance
+    /// [`Error::Permission`]).
     pub(super) fn connect(
         infos: Vec<ConnectionInfo>,
         config: NodeConfig,
         wait: Wait,
         counters: &Arc<Counters>,
-    ) -> Result<(Self, Vec<IoThread>)> {
+        check: impl Fn(&Node) -> Result<bool> + Sync,
+    ) -> Result<(Self, Vec<IoThread>, bool)> {
         let nodes = infos
             .into_iter()
             .map(|info| Node::open(info, config).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        let pings: Vec<Result<()>> = std::thread::scope(|s| {
-            let handles: Vec<_> = nodes.iter().map(|n| s.spawn(|| n.ping())).collect();
+        let checks: Vec<Result<bool>> = std::thread::scope(|s| {
+            let check = &check;
+            let handles: Vec<_> = nodes
+                .iter()
+                .map(|n| s.spawn(move || n.ping().and_then(|()| check(n))))
+                .collect();
             handles
                 .into_iter()
                 .map(|h| h.join().unwrap_or(Err(Error::Shutdown)))
@@ -74,14 +85,18 @@ impl Quorum {
         });
         let mut count = Count::new(nodes.len());
         let mut failures = Vec::new();
-        for (node, ping) in nodes.iter().zip(pings) {
-            count.add(if ping.is_ok() {
-                Vote::Yes
-            } else {
-                Vote::Failed
-            });
-            if let Err(e) = ping {
-                failures.push(NodeFailure::new(node.address().to_string(), e));
+        let mut subscribe = true;
+        for (i, (node, checked)) in nodes.iter().zip(checks).enumerate() {
+            match checked {
+                Ok(may) => {
+                    count.add(Vote::Yes);
+                    subscribe &= i > 0 || may;
+                }
+                Err(e @ Error::Permission { .. }) => return Err(e),
+                Err(e) => {
+                    count.add(Vote::Failed);
+                    failures.push(NodeFailure::new(node.address().to_string(), e));
+                }
             }
         }
         if !count.won() {
@@ -107,7 +122,7 @@ impl Quorum {
             token: Arc::new(TokenBackend),
             wait,
         };
-        Ok((quorum, io))
+        Ok((quorum, io, subscribe))
     }
 
     /// How long a call for a lease of `ttl` waits for each node.
@@ -204,13 +219,37 @@ impl Quorum {
         }
     }
 
-    /// The failures among `answers`, each with its node.
-    pub(super) fn failures<T>(&self, answers: Vec<Result<T>>) -> Vec<NodeFailure> {
+    /// The failures among `answers`, each with its node, naming the call `op` on
+    /// `key` and the node timeout `wait`.
+    pub(super) fn failures<T>(
+        &self,
+        answers: Vec<Result<T>>,
+        op: Operation,
+        key: &str,
+        wait: Duration,
+    ) -> Vec<NodeFailure> {
         answers
             .into_iter()
-            .zip(&self.members)
-            .filter_map(|(a, m)| a.err().map(|e| NodeFailure::new(m.address.clone(), e)))
+            .enumerate()
+            .filter_map(|(i, a)| a.err().map(|e| self.failure(i, e, op, key, wait)))
             .collect()
+    }
+
+    /// Node `i`'s failure `e`, naming the call `op` on `key` and the node timeout.
+    pub(super) fn failure(
+        &self,
+        i: usize,
+        e: Error,
+        op: Operation,
+        key: &str,
+        wait: Duration,
+    ) -> NodeFailure {
+        let limits = Limits {
+            reply: wait,
+            checkout: wait,
+        };
+        let address = self.members[i].address.clone();
+        NodeFailure::new(address, e.during(op, key, limits))
     }
 
     /// How many nodes there are.
@@ -221,11 +260,6 @@ impl Quorum {
     /// The token scheme's backend.
     pub(super) fn token(&self) -> &Arc<dyn Backend> {
         &self.token
-    }
-
-    /// Where node `i` is, without credentials.
-    pub(super) fn address(&self, i: usize) -> &str {
-        &self.members[i].address
     }
 
     /// The first node: its pub/sub connection carries the release messages.

@@ -20,10 +20,12 @@ use super::quorum::{Quorum, no_quorum, send};
 use super::worker::{IoThread, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 use crate::connection::Conn;
-use crate::error::{Error, NodeFailure, Result};
+use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
-use crate::scheme::{Acquire, Backend, Extend, Keys, Release, Request, Scheme, with_scripts};
+use crate::scheme::{
+    Acquire, Backend, Extend, Freed, Keys, Release, Request, Scheme, with_scripts,
+};
 use crate::time::validity_end;
 
 pub(crate) use super::quorum::Wait;
@@ -49,25 +51,28 @@ pub(crate) struct Redlock {
 }
 
 impl Redlock {
-    /// Connects to the nodes at `infos` (see [`Quorum::connect`]); the client
-    /// keeps the returned thread handles.
+    /// Connects to the nodes at `infos` and checks each with `check` (see
+    /// [`Quorum::connect`]); the client keeps the returned thread handles. Also
+    /// returns whether the waiter may subscribe.
     ///
     /// # Errors
-    /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`.
+    /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`; what
+    /// `check` returns for a node it refuses.
     pub(crate) fn connect(
         infos: Vec<ConnectionInfo>,
         config: NodeConfig,
         wait: Wait,
         ttl: Duration,
-        counters: Arc<Counters>,
-    ) -> Result<(Self, Vec<IoThread>)> {
-        let (quorum, io) = Quorum::connect(infos, config, wait, &counters)?;
+        counters: &Arc<Counters>,
+        check: impl Fn(&Node) -> Result<bool> + Sync,
+    ) -> Result<(Self, Vec<IoThread>, bool)> {
+        let (quorum, io, subscribe) = Quorum::connect(infos, config, wait, counters, check)?;
         let redlock = Self {
             quorum,
-            counters,
+            counters: Arc::clone(counters),
             ttl,
         };
-        Ok((redlock, io))
+        Ok((redlock, io, subscribe))
     }
 }
 
@@ -122,68 +127,90 @@ impl Topology for Redlock {
                 let remaining = remaining(&count, &answers).map(|r| r.min(POLL_MAX));
                 return Ok(Attempt::Busy { remaining });
             }
-            let (count, failures) = if count.won() {
-                log::debug!("acquire of `{}` took longer than its validity", keys.lock);
-                late(count, answers, &self.quorum)
-            } else {
-                (count, self.quorum.failures(answers))
-            };
-            if !req.remaining || round >= ROUNDS {
+            // Failed: another round after a random pause, if the caller waits and
+            // the round can end before the caller must return.
+            let pause = jitter(RETRY_MAX);
+            let past = |t: Instant| Instant::now() + pause + wait > t;
+            if !req.remaining || round >= ROUNDS || req.return_by.is_some_and(past) {
+                let (count, failures) = if count.won() {
+                    log::debug!("acquire of `{}` took longer than its validity", keys.lock);
+                    late(count, answers, &self.quorum, &keys.lock, wait)
+                } else {
+                    let failures =
+                        self.quorum
+                            .failures(answers, Operation::Acquire, &keys.lock, wait);
+                    (count, failures)
+                };
                 return Err(no_quorum(&count, failures));
             }
             round += 1;
-            std::thread::sleep(jitter(RETRY_MAX));
+            std::thread::sleep(pause);
         }
     }
 
     fn release(
         &self,
         _backend: &dyn Backend,
-        keys: &Keys,
+        key: &str,
+        channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> Result<Release> {
+    ) -> Result<Freed> {
+        let keys = Keys {
+            lock: key.to_owned(),
+            channel: channel.to_owned(),
+            // It only names the fence counter, which a release never touches.
+            prefix: 0,
+        };
         let op = {
-            let (backend, keys, value) = (
-                Arc::clone(self.quorum.token()),
-                keys.clone(),
-                value.to_owned(),
-            );
-            let maybe = maybe.to_vec();
+            let (backend, keys) = (Arc::clone(self.quorum.token()), keys.clone());
+            let (value, maybe) = (value.to_owned(), maybe.to_vec());
             move |c: &mut Conn| backend.release(c, &keys.lock, &keys.channel, &value, &maybe)
         };
         // Each lane counts its node, and hands a failed delete to the node's I/O
         // thread: the caller returns as soon as a majority decided.
         let counters = Arc::clone(&self.counters);
-        let cleanup = self.quorum.cleanup(keys, value, Instant::now() + self.ttl);
-        let then = move |answer: &Result<Release>, worker: &Worker| match answer {
-            Ok(Release::Released) => bump(&counters.node_releases, 1),
+        let cleanup = self.quorum.cleanup(&keys, value, Instant::now() + self.ttl);
+        let then = move |answer: &Result<Freed>, worker: &Worker| match answer {
+            Ok(f) if f.outcome == Release::Released => bump(&counters.node_releases, 1),
             Ok(_) => {}
             Err(_) => send(worker, cleanup.clone()),
         };
+        let wait = self.quorum.node_wait(None);
         let (count, answers) = self.quorum.ask(
-            self.quorum.node_wait(None),
+            wait,
             op,
             then,
             |a| match a {
-                Ok(Release::Released) => Vote::Yes,
+                Ok(f) if f.outcome == Release::Released => Vote::Yes,
                 Ok(_) => Vote::No,
                 Err(_) => Vote::Failed,
             },
             |c| c.won() || c.refused(),
         );
-        let taken = answers.iter().any(|a| matches!(a, Ok(Release::Taken)));
-        if count.won() {
-            Ok(Release::Released)
+        let found = |outcome| {
+            answers
+                .iter()
+                .any(|a| matches!(a, Ok(f) if f.outcome == outcome))
+        };
+        // Waiters listen on the first node only: its count is the one that matters.
+        let listeners = answers.iter().flatten().map(|f| f.listeners).max();
+        let outcome = if count.won() {
+            Release::Released
         } else if count.refused() {
-            Ok(if taken {
+            if found(Release::Taken) {
                 Release::Taken
             } else {
                 Release::Expired
-            })
+            }
         } else {
-            Err(no_quorum(&count, self.quorum.failures(answers)))
-        }
+            let failures = self.quorum.failures(answers, Operation::Release, key, wait);
+            return Err(no_quorum(&count, failures));
+        };
+        Ok(Freed {
+            outcome,
+            listeners: listeners.unwrap_or(0),
+        })
     }
 
     fn release_later(&self, _backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
@@ -206,9 +233,10 @@ impl Topology for Redlock {
                 backend.extend_reply(&reply)
             }
         };
+        let wait = self.quorum.node_wait(Some(ttl));
         let sent = Instant::now();
         let (count, answers) = self.quorum.ask(
-            self.quorum.node_wait(Some(ttl)),
+            wait,
             op,
             |_, _| {},
             |a| match a {
@@ -224,7 +252,8 @@ impl Topology for Redlock {
             let taken = answers.iter().any(|a| matches!(a, Ok(Extend::Taken)));
             Ok(if taken { Extend::Taken } else { Extend::Gone })
         } else {
-            Err(no_quorum(&count, self.quorum.failures(answers)))
+            let failures = self.quorum.failures(answers, Operation::Extend, key, wait);
+            Err(no_quorum(&count, failures))
         };
         (new_value, sent, outcome)
     }
@@ -260,6 +289,10 @@ impl Topology for Redlock {
 
     fn subscriber(&self) -> &Arc<Node> {
         self.quorum.first()
+    }
+
+    fn read_timeout(&self) -> Duration {
+        self.quorum.node_wait(None)
     }
 
     fn publish(&self, channel: &str, message: &str) -> Result<()> {
@@ -315,7 +348,13 @@ fn no_fencing() -> Error {
 
 /// An acquire whose majority came after its validity ended: no grant counts, each
 /// granting node is a failure (too late), beside the nodes that failed.
-fn late(count: Count, answers: Vec<Result<Acquire>>, quorum: &Quorum) -> (Count, Vec<NodeFailure>) {
+fn late(
+    count: Count,
+    answers: Vec<Result<Acquire>>,
+    quorum: &Quorum,
+    key: &str,
+    wait: Duration,
+) -> (Count, Vec<NodeFailure>) {
     let mut late = Count::new(count.n);
     let mut failures = Vec::new();
     for (i, answer) in answers.into_iter().enumerate() {
@@ -330,7 +369,7 @@ fn late(count: Count, answers: Vec<Result<Acquire>>, quorum: &Quorum) -> (Count,
             Err(e) => e,
         };
         late.add(Vote::Failed);
-        failures.push(NodeFailure::new(quorum.address(i).to_owned(), error));
+        failures.push(quorum.failure(i, error, Operation::Acquire, key, wait));
     }
     (late, failures)
 }

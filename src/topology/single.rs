@@ -11,7 +11,9 @@ use crate::connection::is_stale;
 use crate::error::Result;
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
-use crate::scheme::{Acquire, Backend, Extend, Keys, Release, Request, with_scripts};
+use crate::scheme::{
+    Acquire, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, with_scripts,
+};
 use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
 
@@ -59,10 +61,24 @@ impl Topology for Single {
         let mut retried = false;
         loop {
             let mut conn = self.node.get()?;
+            // Near the end of the caller's wait, wait for this reply only until the
+            // call must return (at least a floor): one more timeout would stack.
+            let read = self.node.read_timeout();
+            let short = req
+                .return_by
+                .map(|t| t.saturating_duration_since(Instant::now()).max(REPLY_FLOOR))
+                .filter(|d| *d < read);
+            if let Some(d) = short {
+                let _ = conn.con.set_read_timeout(Some(d));
+            }
             let value = backend.new_value(&mut conn, req.ttl)?;
             bump(&self.counters.attempts, 1);
             let sent = Instant::now();
-            let e = match backend.acquire(&mut conn, keys, &value, req) {
+            let outcome = backend.acquire(&mut conn, keys, &value, req);
+            if short.is_some() && !conn.broken {
+                let _ = conn.con.set_read_timeout(Some(read));
+            }
+            let e = match outcome {
                 Ok(Acquire::Acquired { fence }) => {
                     return Ok(Attempt::Acquired { value, sent, fence });
                 }
@@ -95,14 +111,15 @@ impl Topology for Single {
     fn release(
         &self,
         backend: &dyn Backend,
-        keys: &Keys,
+        key: &str,
+        channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> Result<Release> {
+    ) -> Result<Freed> {
         // Compare-and-delete is idempotent, so a connection that died while idle
         // may be retried.
         self.node
-            .with_retry(|conn| backend.release(conn, &keys.lock, &keys.channel, value, maybe))
+            .with_retry(|conn| backend.release(conn, key, channel, value, maybe))
     }
 
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
@@ -162,6 +179,10 @@ impl Topology for Single {
 
     fn subscriber(&self) -> &Arc<Node> {
         &self.node
+    }
+
+    fn read_timeout(&self) -> Duration {
+        self.node.read_timeout()
     }
 
     fn publish(&self, channel: &str, message: &str) -> Result<()> {

@@ -20,12 +20,16 @@ use super::{Renew, Renewed};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::Node;
-use crate::scheme::{Backend, Keys};
+use crate::scheme::{Backend, Keys, Release};
 
 /// The first pause before a failed release is tried again; it doubles up to
 /// [`MAX_RETRY`].
 const FIRST_RETRY: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_secs(1);
+/// How long a value found absent is looked for again: a write still held in a
+/// buffer (of a server that was paused, of the network) lands soon after Redis
+/// answers again, possibly after the answer that found nothing.
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// Work for a node's I/O thread.
 pub(super) enum Job {
@@ -144,6 +148,8 @@ struct Pending {
     cleanup: Cleanup,
     next: Instant,
     pause: Duration,
+    /// Set by the first answer that did not delete the value: look until then.
+    settle: Option<Instant>,
 }
 
 /// How the thread reaches its node: the pool, or its own connection with the
@@ -180,13 +186,21 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
                     .get_or_insert_with(|| (Link::new(Arc::clone(node)), bound));
                 then(batch::vote(link, counters, &specs, report_by, &mut loaded));
             }
-            Ok(Job::Release(cleanup)) => io.retry(cleanup, FIRST_RETRY, &mut pending),
+            Ok(Job::Release(cleanup)) => {
+                let p = Pending {
+                    cleanup,
+                    next: Instant::now(),
+                    pause: FIRST_RETRY,
+                    settle: None,
+                };
+                io.retry(p, &mut pending);
+            }
             Err(RecvTimeoutError::Timeout) => {
                 let now = Instant::now();
                 let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.next <= now);
                 pending = later;
                 for p in due {
-                    io.retry(p.cleanup, p.pause, &mut pending);
+                    io.retry(p, &mut pending);
                 }
             }
             Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => {
@@ -200,32 +214,41 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
 }
 
 impl Io<'_> {
-    /// Tries `cleanup` once; queues it again after `pause` if it failed and can
-    /// still matter.
-    fn retry(&mut self, cleanup: Cleanup, pause: Duration, pending: &mut Vec<Pending>) {
-        if self.release(&cleanup) {
-            return;
-        }
-        let next = Instant::now() + pause;
-        if next < cleanup.until {
-            pending.push(Pending {
-                cleanup,
-                next,
-                pause: (pause * 2).min(MAX_RETRY),
-            });
+    /// Tries `p` once; queues it again while it can still matter: until it is
+    /// deleted, or, once Redis has answered, for the [`SETTLE`] window, or, while
+    /// Redis does not answer, until the value expires by itself.
+    fn retry(&mut self, mut p: Pending, pending: &mut Vec<Pending>) {
+        let answer = if p.settle.is_none() && Instant::now() >= p.cleanup.until {
+            None
         } else {
+            self.release(&p.cleanup)
+        };
+        let now = Instant::now();
+        let end = match answer {
+            // Deleted: the write landed, and cannot land again.
+            Some(Release::Released) => return,
+            Some(_) if p.settle.is_none() => {
+                p.pause = FIRST_RETRY;
+                *p.settle.insert(now + SETTLE)
+            }
+            _ => p.settle.unwrap_or(p.cleanup.until),
+        };
+        p.next = now + p.pause;
+        if p.next < end {
+            p.pause = (p.pause * 2).min(MAX_RETRY);
+            pending.push(p);
+        } else if p.settle.is_none() {
             log::warn!(
                 "could not remove a value of `{}` that may be stored; it expires with its ttl",
-                cleanup.keys.lock
+                p.cleanup.keys.lock
             );
         }
     }
 
-    /// One compare-and-delete of `cleanup`'s value; whether Redis answered.
-    fn release(&mut self, cleanup: &Cleanup) -> bool {
-        if Instant::now() >= cleanup.until {
-            return true;
-        }
+    /// One compare-and-delete of `cleanup`'s value, through the pool or the
+    /// thread's own connection (then within its bound); what Redis answered, if
+    /// it did.
+    fn release(&mut self, cleanup: &Cleanup) -> Option<Release> {
         let Cleanup {
             backend,
             keys,
@@ -235,18 +258,18 @@ impl Io<'_> {
         let delete = |conn: &mut crate::connection::Conn| {
             backend.release(conn, &keys.lock, &keys.channel, value, &[])
         };
-        let outcome = match &mut self.link {
+        let answer = match &mut self.link {
             Some((link, bound)) => link.call(Instant::now() + *bound, *bound, delete),
             None => self.node.with_retry(delete),
         };
-        match outcome {
-            Ok(outcome) => {
-                log::debug!("background release of `{}`: {outcome:?}", keys.lock);
-                true
+        match answer {
+            Ok(freed) => {
+                log::debug!("background release of `{}`: {:?}", keys.lock, freed.outcome);
+                Some(freed.outcome)
             }
             Err(e) => {
                 log::debug!("background release of `{}` failed: {e}", keys.lock);
-                false
+                None
             }
         }
     }

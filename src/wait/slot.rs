@@ -1,18 +1,26 @@
-//! [`WaitSlot`]: one caller's side of a wait, from its first busy reply to its return.
+//! [`WaitSlot`]: one caller's side of a wait, from its first busy reply (or its
+//! arrival behind other callers of its client) to its return.
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::handoff::Offer;
+use super::backoff::{backoff_cap, jitter};
+use super::handoff::{ABANDONED, OPEN, Offer, Want, give_back};
 use super::{Command, Hub, Waiter, Wake};
 use crate::cancel::{CancelToken, Watch};
 use crate::error::{Error, Result};
+use crate::lease::LeaseState;
 use crate::metrics::bump;
 use crate::scheme::{Keys, TokenBackend};
 
-/// One caller's wait for one key, from its first busy reply to its return.
+/// How long a caller behind the head sleeps before it looks at the line again on
+/// its own, in units of the longest polling step. It sends nothing when it wakes.
+const BEHIND_STEPS: u32 = 4;
+
+/// One caller's wait for one key.
 pub(crate) struct WaitSlot<'a> {
     hub: &'a Hub,
     waiter: Option<&'a Waiter>,
@@ -20,19 +28,39 @@ pub(crate) struct WaitSlot<'a> {
     seq: u64,
     tx: Sender<Wake>,
     rx: Receiver<Wake>,
-    /// In the thread's queue (as far as this slot knows: a release the thread
+    /// In the waiter thread's queue (as far as this slot knows: a release the thread
     /// sent but the slot has not read yet took it out).
     queued: bool,
-    /// Counted in the shared per-channel waiter count.
-    counted: bool,
+    /// In the key's line.
+    joined: bool,
     turn: Turn,
     backoff_step: u32,
-    /// TTL and fencing of the lock this caller wants, for hand-off offers; `None`
-    /// when releasers cannot hand it over.
-    want: Option<(Duration, bool)>,
+    /// When the holder's TTL last seen runs out.
+    holder_until: Option<Instant>,
+    /// Gave up at its deadline: the lock was busy at its last poll, so the next
+    /// prober need not try at once.
+    timed_out: bool,
+    /// What this caller wants, for hand-off offers; `None` when releasers cannot
+    /// hand it over.
+    want: Option<Want>,
     /// The token this caller offers to be handed the lock with (made once).
     offer_value: Option<String>,
+    /// The claim of the offer out now (see [`Offer::claim`]).
+    claim: Arc<AtomicU8>,
     _watches: [Option<Watch>; 2],
+}
+
+/// What a waiting caller does next.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// Try to take the lock now.
+    Attempt,
+    /// A releasing guard of this client handed the lock over with a new token.
+    Handed(Handoff),
+    /// A releasing guard of this client passed its lease itself.
+    Transferred(Arc<LeaseState>),
+    /// The deadline passed: give up without another attempt.
+    GaveUp,
 }
 
 /// A lock handed to a waiting caller by a releasing guard of its client.
@@ -64,107 +92,81 @@ impl<'a> WaitSlot<'a> {
         waiter: Option<&'a Waiter>,
         keys: &Keys,
         cancel: Option<&CancelToken>,
-        want: Option<(Duration, bool)>,
+        want: Option<Want>,
     ) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
         let watches = [
             Some(hub.shutdown.watch(&tx, Wake::Shutdown)),
             cancel.map(|c| c.watch(&tx, Wake::Cancelled)),
         ];
-        let seq = waiter.map_or(0, |w| w.shared.seq.fetch_add(1, Ordering::Relaxed));
         Self {
             hub,
             waiter,
             keys: keys.clone(),
-            seq,
+            seq: hub.lines.next_seq(),
             tx,
             rx,
             queued: false,
-            counted: false,
+            joined: false,
             turn: Turn::Waiting,
             backoff_step: 0,
-            want: want.filter(|_| waiter.is_some()),
+            holder_until: None,
+            timed_out: false,
+            want,
             offer_value: None,
+            claim: Arc::new(AtomicU8::new(OPEN)),
             _watches: watches,
         }
     }
 
-    /// Whether a slot is worth making before the first attempt: this client already
-    /// has waiters on the key, or its channel is subscribed.
-    pub(crate) fn wanted(waiter: Option<&Waiter>, keys: &Keys) -> bool {
-        waiter.is_some_and(|w| {
-            w.shared.healthy.load(Ordering::Acquire)
-                && w.shared.interest.load(Ordering::Acquire) > 0
-                && (w.shared.local.lock().contains_key(&keys.channel)
-                    || w.shared.subscribed.read().contains(&keys.channel))
-        })
-    }
-
-    /// Before the first attempt: join the queue when the channel is subscribed, and
-    /// when this client's callers already wait for the key, wait behind them rather
-    /// than barge in on the lock a waiter is about to be handed.
-    ///
-    /// The fair wait ends at our turn, at the holder's TTL last seen, or after
-    /// the longest backoff step, whichever comes first: a lock left free with
-    /// nobody woken (a holder that released without publishing) is tried soon.
-    pub(crate) fn prepare(&mut self, deadline: Option<Instant>) -> Result<Option<Handoff>> {
-        let Some(w) = self.waiter else {
-            return Ok(None);
-        };
-        let (ahead, holder_until) = {
-            let local = w.shared.local.lock();
-            local
-                .get(&self.keys.channel)
-                .map_or((0, None), |l| (l.waiting, l.holder_until))
-        };
-        if w.shared.subscribed.read().contains(&self.keys.channel) {
+    /// Before the first attempt of a caller that arrived while others of its client
+    /// were acquiring or waiting for the key: join the line, and unless at its head,
+    /// wait behind it rather than race the others (or barge in on the lock a waiter
+    /// is about to be handed).
+    pub(crate) fn first_turn(&mut self, deadline: Option<Instant>) -> Result<Next> {
+        if self.join() {
+            return Ok(Next::Attempt);
+        }
+        if let Some(w) = self.healthy_waiter() {
             self.enqueue(w);
         }
-        if ahead == 0 || !self.queued {
-            return Ok(None);
-        }
-        self.count(None);
-        let step = Instant::now() + self.hub.backoff.1;
-        let bound = holder_until.map_or(step, |t| t.min(step));
-        self.sleep(bound, deadline)
+        self.wait(deadline)
     }
 
     /// After a busy reply: wait until it is worth trying again.
     ///
     /// Subscribes first when needed (so no release is missed between the failed
-    /// attempt and the wait), then sleeps until a release message, the holder's
-    /// `remaining` TTL, a backoff step (when polling), or `deadline`.
+    /// attempt and the wait). The head of the line sleeps until a release message,
+    /// a polling step (capped, jittered, never past the holder's `remaining` TTL) or
+    /// `deadline`; callers behind it send nothing and sleep until a release message,
+    /// a hand-off, their turn at the head, or `deadline`.
     pub(crate) fn pause(
         &mut self,
         remaining: Option<Duration>,
         deadline: Option<Instant>,
-    ) -> Result<Option<Handoff>> {
+    ) -> Result<Next> {
         // The attempt that found the lock busy used any wake-up we had.
         self.turn = Turn::Waiting;
-        self.count(remaining);
-        let now = Instant::now();
-        let pubsub = self
-            .waiter
-            .filter(|w| w.shared.healthy.load(Ordering::Acquire));
-        let until = match (pubsub, remaining) {
-            (Some(w), remaining) => {
-                if !self.queued {
-                    self.enqueue(w);
-                    if w.shared.subscribed.read().contains(&self.keys.channel) {
-                        // Queued on a live subscription: one more attempt covers a
-                        // release between the busy reply and the queueing.
-                        return Ok(None);
-                    }
-                    self.kick(w);
-                }
-                // A holder that never publishes is waited out by its TTL.
-                let bound = remaining.unwrap_or_else(|| self.backoff());
-                now + bound + Duration::from_millis(1)
+        self.join();
+        self.holder_until = self.hub.lines.note_holder(&self.keys.channel, remaining);
+        if let Some(w) = self.healthy_waiter()
+            && !self.queued
+        {
+            self.enqueue(w);
+            // A release between the busy reply and the queueing is covered by the
+            // head's first polling step; a channel not yet subscribed is subscribed
+            // now, and the confirmation makes the head try again.
+            if !w.shared.subscribed.read().contains(&self.keys.channel) {
+                self.kick(w);
             }
-            (None, Some(r)) => now + self.backoff().min(r + Duration::from_millis(1)),
-            (None, None) => now + self.backoff(),
-        };
-        self.sleep(until, deadline)
+        }
+        self.wait(deadline)
+    }
+
+    /// Whether the next attempt should ask how long the holder has left: when
+    /// nothing is known of it, or its TTL last seen has run out.
+    pub(crate) fn needs_remaining(&self) -> bool {
+        self.holder_until.is_none_or(|t| t <= Instant::now())
     }
 
     /// Marks the wait as ended by an acquisition: a wake-up it still holds was
@@ -173,69 +175,112 @@ impl<'a> WaitSlot<'a> {
         self.turn = Turn::Acquired;
     }
 
-    /// Sleeps until a wake-up, `until` or `deadline`. While asleep the caller has an
-    /// offer out, so a releasing guard of this client can hand it the lock.
-    fn sleep(&mut self, until: Instant, deadline: Option<Instant>) -> Result<Option<Handoff>> {
-        let mut until = deadline.map_or(until, |d| d.min(until));
-        let posted = self.post_offer();
-        let result = loop {
-            match self.rx.recv_deadline(until) {
-                Ok(Wake::Handed { sent, fence }) => return Ok(Some(self.handed(sent, fence))),
-                // Our offer was taken and not used: we are still waiting.
-                Ok(Wake::NotHanded) => return Ok(None),
-                Ok(Wake::Retry) if !self.healthy() => {
-                    // The connection broke: a release may be lost, so poll.
-                    until = until.min(Instant::now() + self.backoff());
-                }
-                Ok(wake) => break self.woken(wake),
-                Err(_) => break Ok(None),
+    fn wait(&mut self, deadline: Option<Instant>) -> Result<Next> {
+        loop {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                self.timed_out = true;
+                return Ok(Next::GaveUp);
             }
-        };
-        if posted && !self.withdraw_offer() {
-            // A releaser took the offer and is handing the lock over right now:
-            // its answer comes within its network timeouts.
-            if let Some(handoff) = self.await_hand_off() {
-                return Ok(Some(handoff));
+            let head = self.is_head();
+            let held_off = self.hub.lines.held_off(&self.keys.channel);
+            let until = if let Some(t) = held_off.filter(|_| head) {
+                t
+            } else if head {
+                let step = now + self.backoff();
+                // A holder that never publishes is waited out by its TTL at most.
+                self.holder_until
+                    .map_or(step, |t| step.min(t + Duration::from_millis(1)))
+            } else {
+                now + self.hub.backoff.1 * BEHIND_STEPS
+            };
+            let until = deadline.map_or(until, |d| d.min(until));
+            match self.sleep(until) {
+                Some(Wake::Handed { sent, fence }) => {
+                    return Ok(Next::Handed(self.handed(sent, fence)));
+                }
+                Some(Wake::Transferred(state)) => {
+                    self.turn = Turn::Acquired;
+                    return Ok(Next::Transferred(state));
+                }
+                // Our offer was taken and not used: the lock may be free.
+                Some(Wake::NotHanded) => return Ok(Next::Attempt),
+                Some(Wake::Released) => {
+                    self.queued = false;
+                    self.turn = Turn::Woken;
+                    self.backoff_step = 0;
+                    bump(&self.hub.counters.wakeups, 1);
+                    // Other clients' waiters go first for a moment: try after it.
+                    if self.hub.lines.held_off(&self.keys.channel).is_none() {
+                        return Ok(Next::Attempt);
+                    }
+                }
+                Some(Wake::Probe { now }) => {
+                    self.backoff_step = 0;
+                    if now {
+                        return Ok(Next::Attempt);
+                    }
+                }
+                // Subscribed: a release before it may have been missed. Connection
+                // lost: the head's polling covers it.
+                Some(Wake::Retry) if head && self.healthy_waiter().is_some() => {
+                    return Ok(Next::Attempt);
+                }
+                Some(Wake::Cancelled) => {
+                    return Err(Error::Cancelled {
+                        key: self.keys.lock.clone(),
+                    });
+                }
+                Some(Wake::Shutdown) => return Err(Error::Shutdown),
+                None if head && deadline.is_none_or(|d| Instant::now() < d) => {
+                    return Ok(Next::Attempt);
+                }
+                Some(Wake::Retry) | None => {}
             }
         }
-        result
     }
 
-    /// What a wake-up other than a hand-off means for the wait.
-    fn woken(&mut self, wake: Wake) -> Result<Option<Handoff>> {
-        match wake {
-            Wake::Released => {
-                self.queued = false;
-                self.turn = Turn::Woken;
-                self.backoff_step = 0;
-                bump(&self.hub.counters.wakeups, 1);
-                Ok(None)
+    /// Sleeps until a wake-up or `until` (`None`). While asleep the caller has an
+    /// offer out, so a releasing guard of this client can hand it the lock.
+    fn sleep(&mut self, until: Instant) -> Option<Wake> {
+        let posted = self.post_offer();
+        let woke = self.rx.recv_deadline(until).ok();
+        let outcome = matches!(
+            woke,
+            Some(Wake::Handed { .. } | Wake::Transferred(_) | Wake::NotHanded)
+        );
+        if posted && !self.withdraw_offer() && !outcome {
+            // A releaser took the offer and is handing the lock over right now:
+            // its answer comes within its network timeouts.
+            if let Some(got) = self.await_hand_off() {
+                return Some(got);
             }
-            Wake::Cancelled => Err(Error::Cancelled {
-                key: self.keys.lock.clone(),
-            }),
-            Wake::Shutdown => Err(Error::Shutdown),
-            Wake::Retry | Wake::Handed { .. } | Wake::NotHanded => Ok(None),
+            if woke.is_none() {
+                return Some(Wake::NotHanded);
+            }
         }
+        woke
     }
 
     /// Puts this caller's offer out; whether there is one.
     fn post_offer(&mut self) -> bool {
-        let Some((ttl, fence)) = self.want else {
+        let Some(want) = self.want else {
             return false;
         };
         let value = self
             .offer_value
             .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
             .clone();
+        // A fresh claim for each offer: the last one was withdrawn or settled.
+        self.claim = Arc::new(AtomicU8::new(OPEN));
         self.hub.offers.post(
             &self.keys.channel,
             Offer {
                 seq: self.seq,
                 value,
-                ttl,
-                fence,
+                want,
                 tx: self.tx.clone(),
+                claim: Arc::clone(&self.claim),
             },
         );
         true
@@ -245,17 +290,33 @@ impl<'a> WaitSlot<'a> {
         self.hub.offers.withdraw(&self.keys.channel, self.seq)
     }
 
-    /// Waits for the outcome of a hand-off in flight to this caller.
-    fn await_hand_off(&mut self) -> Option<Handoff> {
-        let bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
+    /// Waits for the outcome of a hand-off in flight to this caller: at most the
+    /// time the releaser's calls can take, then gives up on it, unless the outcome
+    /// is being delivered right then (it is read, never left unread).
+    fn await_hand_off(&mut self) -> Option<Wake> {
+        let mut bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
+        let mut delivering = false;
         loop {
             match self.rx.recv_deadline(bound) {
-                Ok(Wake::Handed { sent, fence }) => return Some(self.handed(sent, fence)),
-                Ok(Wake::NotHanded) | Err(_) => return None,
-                // Cancel and shutdown flags are seen by the caller's next check.
-                Ok(wake) => {
-                    let _ = self.woken(wake);
+                Ok(wake @ (Wake::Handed { .. } | Wake::Transferred(_) | Wake::NotHanded)) => {
+                    return Some(wake);
                 }
+                Err(_) => {
+                    let gave_up = self
+                        .claim
+                        .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok();
+                    if gave_up || delivering {
+                        return None;
+                    }
+                    // The releaser is sending it now: a send never blocks.
+                    delivering = true;
+                    bound = Instant::now() + Duration::from_secs(1);
+                }
+                // Cancel and shutdown flags are seen by the caller's next check; a
+                // release message is for the head, which may be us: not lost.
+                Ok(Wake::Released) => self.turn = Turn::Woken,
+                Ok(_) => {}
             }
         }
     }
@@ -269,12 +330,28 @@ impl<'a> WaitSlot<'a> {
         }
     }
 
-    fn healthy(&self) -> bool {
+    fn healthy_waiter(&self) -> Option<&'a Waiter> {
         self.waiter
-            .is_some_and(|w| w.shared.healthy.load(Ordering::Acquire))
+            .filter(|w| w.shared.healthy.load(Ordering::Acquire))
+    }
+
+    /// Joins the key's line (once); whether this caller heads it.
+    fn join(&mut self) -> bool {
+        if self.joined {
+            return self.is_head();
+        }
+        self.joined = true;
+        self.hub.lines.join(&self.keys.channel, self.seq, &self.tx)
+    }
+
+    fn is_head(&self) -> bool {
+        self.hub.lines.is_head(&self.keys.channel, self.seq)
     }
 
     fn enqueue(&mut self, w: &Waiter) {
+        if self.queued {
+            return;
+        }
         let cmd = Command::Wait {
             channel: self.keys.channel.clone(),
             seq: self.seq,
@@ -293,36 +370,28 @@ impl<'a> WaitSlot<'a> {
         let _ = self.hub.topology.publish(&w.kick, "");
     }
 
-    fn count(&mut self, remaining: Option<Duration>) {
-        let Some(w) = self.waiter else { return };
-        let mut local = w.shared.local.lock();
-        if !local.contains_key(&self.keys.channel) {
-            w.shared.note(1, 0);
-        }
-        let entry = local.entry(self.keys.channel.clone()).or_default();
-        if !self.counted {
-            entry.waiting += 1;
-            self.counted = true;
-        }
-        if let Some(r) = remaining {
-            entry.holder_until = Instant::now().checked_add(r);
-        }
-    }
-
     /// The next polling delay: exponential from the client's minimum to its maximum,
-    /// with full jitter.
+    /// jittered within the top quarter of the step (one prober per key and client,
+    /// so the jitter only keeps several clients' probers apart).
     fn backoff(&mut self) -> Duration {
         let (min, max) = self.hub.backoff;
         let step = backoff_cap(min, max, self.backoff_step);
         self.backoff_step = self.backoff_step.saturating_add(1);
-        jitter(min, step)
+        jitter(step.saturating_sub(step / 4), step)
     }
 }
 
 impl Drop for WaitSlot<'_> {
     fn drop(&mut self) {
-        let Some(w) = self.waiter else { return };
         self.release_late_hand_off();
+        if self.joined {
+            // A caller that leaves with the lock, or whose deadline ran out after a
+            // busy poll, lets the next start polling; one that stops otherwise
+            // (cancelled, an error) lets it try at once.
+            let now = self.turn != Turn::Acquired && !self.timed_out;
+            self.hub.lines.leave(&self.keys.channel, self.seq, now);
+        }
+        let Some(w) = self.waiter else { return };
         let woken = self.turn == Turn::Woken;
         if self.queued || woken {
             // A wake-up this slot took but did not use, or one the thread sent it
@@ -336,16 +405,6 @@ impl Drop for WaitSlot<'_> {
                 unread: (self.turn != Turn::Acquired).then(|| self.rx.clone()),
             });
         }
-        if self.counted {
-            let mut local = w.shared.local.lock();
-            if let Some(entry) = local.get_mut(&self.keys.channel) {
-                entry.waiting -= 1;
-                if entry.waiting == 0 {
-                    local.remove(&self.keys.channel);
-                    w.shared.note(0, 1);
-                }
-            }
-        }
     }
 }
 
@@ -354,72 +413,25 @@ impl WaitSlot<'_> {
     /// nobody will use: release it so the next waiter gets it.
     fn release_late_hand_off(&mut self) {
         let mut late = false;
+        let mut unread = Vec::new();
         for wake in self.rx.try_iter() {
+            unread.push(wake);
+        }
+        for wake in unread {
             match wake {
                 Wake::Handed { .. } => late = true,
+                Wake::Transferred(state) => give_back(self.hub, &state),
                 // An unread release is passed on by the `Leave` below.
                 Wake::Released if self.turn != Turn::Acquired => self.turn = Turn::Woken,
                 _ => {}
             }
         }
-        if let (true, Some(value), Some((ttl, _))) = (late, self.offer_value.take(), self.want) {
-            let until = Instant::now() + ttl;
-            let token = std::sync::Arc::new(TokenBackend);
+        if let (true, Some(value), Some(want)) = (late, self.offer_value.take(), self.want) {
+            let until = Instant::now() + want.ttl;
+            let token = Arc::new(TokenBackend);
             self.hub
                 .topology
                 .release_later(token, self.keys.clone(), value, until);
-        }
-    }
-}
-
-/// The upper end of backoff step `step`: `min` doubled `step` times, at most `max`.
-fn backoff_cap(min: Duration, max: Duration, step: u32) -> Duration {
-    min.saturating_mul(1 << step.min(16)).min(max).max(min)
-}
-
-/// A delay drawn uniformly from `lo..=hi` (full jitter); `lo` when `hi < lo`.
-fn jitter(lo: Duration, hi: Duration) -> Duration {
-    let lo = u64::try_from(lo.as_micros()).unwrap_or(u64::MAX);
-    let hi = u64::try_from(hi.as_micros()).unwrap_or(u64::MAX).max(lo);
-    Duration::from_micros(fastrand::u64(lo..=hi))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn backoff_doubles_from_the_minimum_up_to_the_maximum() {
-        let caps: Vec<u64> = (0..6)
-            .map(|step| u64::try_from(backoff_cap(4 * MS, 50 * MS, step).as_millis()).unwrap())
-            .collect();
-        assert_eq!(caps, [4, 8, 16, 32, 50, 50]);
-    }
-
-    #[test]
-    fn backoff_survives_huge_steps_and_durations() {
-        assert_eq!(backoff_cap(4 * MS, 200 * MS, u32::MAX), 200 * MS);
-        let huge = Duration::from_secs(u64::MAX);
-        assert_eq!(backoff_cap(huge, huge, 40), huge);
-        assert_eq!(jitter(huge, huge), Duration::from_micros(u64::MAX));
-    }
-
-    proptest! {
-        #[test]
-        fn jittered_delays_stay_within_the_step(
-            min_us in 1u64..1_000_000,
-            extra_us in 0u64..1_000_000,
-            step in 0u32..64,
-        ) {
-            let min = Duration::from_micros(min_us);
-            let max = min + Duration::from_micros(extra_us);
-            let cap = backoff_cap(min, max, step);
-            prop_assert!(min <= cap && cap <= max);
-            let delay = jitter(min, cap);
-            prop_assert!(min <= delay && delay <= cap);
         }
     }
 }

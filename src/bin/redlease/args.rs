@@ -1,0 +1,177 @@
+//! What clap parses, and turning it into the library's settings.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+use redis::IntoConnectionInfo;
+use redlease::{LegacyTimestamp, Scheme, TimestampUnit};
+
+use crate::exit::Failure;
+
+/// The server used when neither `--url` nor `REDIS_URL` names one.
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+
+/// Where the locks live; shared by every subcommand.
+#[derive(Debug, Args)]
+pub(crate) struct ServerArgs {
+    /// Redis server: redis://[user:password@]host[:port][/db]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "REDIS_URL",
+        // The URL may hold a password: `--help` must not print it.
+        hide_env_values = true,
+        default_value = DEFAULT_URL,
+        action = ArgAction::Append,
+    )]
+    url: Vec<String>,
+    /// Prepended to KEY, as the library's key prefix
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub(crate) prefix: String,
+}
+
+/// The servers `--url` names.
+#[derive(Debug)]
+pub(crate) enum Servers {
+    /// One Redis server (the only deployment the library supports so far).
+    One(String),
+}
+
+impl ServerArgs {
+    /// The servers to use. Several URLs will mean Redlock once the library has it:
+    /// then they become one more arm here and one more variant of [`Servers`].
+    pub(crate) fn servers(&self) -> Result<Servers, Failure> {
+        match self.url.as_slice() {
+            [] => Ok(Servers::One(DEFAULT_URL.to_owned())),
+            [one] => Ok(Servers::One(one.clone())),
+            _ => Err(Failure::usage(
+                "several --url (Redlock) are not supported yet",
+            )),
+        }
+    }
+
+    /// The full key: the prefix, then `key`.
+    pub(crate) fn full_key(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    /// Every password in the URLs (as typed and as decoded), so that no message
+    /// can print one.
+    pub(crate) fn secrets(&self) -> Vec<String> {
+        let mut secrets = Vec::new();
+        for url in &self.url {
+            if let Ok(info) = url.as_str().into_connection_info()
+                && let Some(password) = info.redis_settings().password()
+            {
+                secrets.push(password.to_owned());
+            }
+            // The user-info as typed (percent-encoded), also from a URL redis-rs rejects.
+            let authority = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+            if let Some((user_info, _)) = authority.rsplit_once('@') {
+                let password = user_info.split_once(':').map_or(user_info, |(_, p)| p);
+                secrets.push(password.to_owned());
+            }
+        }
+        secrets.retain(|s| !s.is_empty());
+        secrets
+    }
+}
+
+/// A URL's `host:port` (or socket path): what messages may show of it.
+pub(crate) fn server_name(url: &str) -> String {
+    url.into_connection_info()
+        .map_or_else(|_| "<invalid url>".to_owned(), |i| i.addr().to_string())
+}
+
+/// How the lock is stored (`--scheme`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum SchemeArg {
+    /// `SET key <uuid> NX PX ttl`: redis-py, redsync, node-redlock, redlock-rs
+    Token,
+    /// `SETNX`/`GETSET` timestamp locks, expiry in unix milliseconds
+    LegacyMs,
+    /// `SETNX`/`GETSET` timestamp locks, expiry in unix seconds
+    LegacyS,
+    /// Redisson's reentrant hash (not supported yet)
+    Reentrant,
+}
+
+impl SchemeArg {
+    /// The library's scheme.
+    pub(crate) fn scheme(self) -> Result<Scheme, Failure> {
+        let legacy = |unit| Scheme::LegacyTimestamp(LegacyTimestamp::new().unit(unit));
+        match self {
+            SchemeArg::Token => Ok(Scheme::Token),
+            SchemeArg::LegacyMs => Ok(legacy(TimestampUnit::Millis)),
+            SchemeArg::LegacyS => Ok(legacy(TimestampUnit::Seconds)),
+            SchemeArg::Reentrant => Err(Failure::usage(
+                "--scheme reentrant (Redisson) is not supported yet",
+            )),
+        }
+    }
+}
+
+/// `redlease run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Lease time to live; renewed every third of it while the command runs [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
+    /// Wait at most this long for the lock; 0 tries once [default: wait as long as it takes]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) wait: Option<Duration>,
+    /// How the lock is stored in Redis
+    #[arg(long, value_enum, value_name = "SCHEME", default_value_t = SchemeArg::Token)]
+    pub(crate) scheme: SchemeArg,
+    /// Stop renewing this long after acquiring: the lease then runs out and the command is stopped
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) max_hold: Option<Duration>,
+    /// Take a fencing token with the lock.
+    #[arg(
+        long,
+        help = "Take a fencing token with the lock, passed to the command as REDLEASE_FENCE"
+    )]
+    pub(crate) fence: bool,
+    /// Time between SIGTERM and SIGKILL when the command must stop because the lock was lost
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
+    pub(crate) kill_grace: Duration,
+    /// The lock's key (PREFIX is prepended)
+    pub(crate) key: String,
+    /// The command and its arguments, after `--`
+    // Everything from the first word of the command on is the command's, as with
+    // `env` or `flock`; a mistyped option before it stays an error.
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `redlease inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The lock's key (PREFIX is prepended)
+    pub(crate) key: String,
+}
+
+/// `redlease release`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Delete the key whoever holds it (required: this is not an unlock)
+    #[arg(long)]
+    pub(crate) force: bool,
+    /// The lock's key (PREFIX is prepended)
+    pub(crate) key: String,
+}
+
+/// Parses a human duration (`30s`, `5m`, `1500ms`, `1h 30m`, `0`).
+fn duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 30s, 5m, 1500ms)"))
+}

@@ -1,0 +1,108 @@
+//! The command run under the lock: started in its own process group, watched for
+//! its exit, signalled, and reaped.
+
+use std::ffi::OsString;
+use std::io::{self, IsTerminal};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+
+use crossbeam_channel::Receiver;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, waitid};
+use nix::unistd::Pid;
+
+use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, OS_ERROR};
+
+/// A started command.
+#[derive(Debug)]
+pub(crate) struct Running {
+    child: Child,
+    /// Its process group: the command's pid, as it leads its own group.
+    group: Pid,
+    /// Disconnects when the command has exited (it is not reaped until [`wait`](Self::wait)).
+    exited: Receiver<()>,
+}
+
+impl Running {
+    /// Starts `command` (program and arguments) with `env` added to its
+    /// environment, in a process group of its own, so that a lost lock stops
+    /// everything it started (`sh -c '…'` and its children), not just its first
+    /// process.
+    ///
+    /// # Errors
+    /// [`NOT_FOUND`] / [`CANNOT_EXECUTE`] as shells report them, [`OS_ERROR`]
+    /// when the exit watcher cannot start.
+    pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
+        let (program, args) = command
+            .split_first()
+            .ok_or_else(|| Failure::usage("no command given"))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .process_group(0);
+        // A process group that is not the terminal's foreground group is stopped
+        // (SIGTTIN) when it reads the terminal: it would hang holding the lock.
+        // Reading end-of-file fails fast instead.
+        if io::stdin().is_terminal() {
+            cmd.stdin(Stdio::null());
+        }
+        let name = program.to_string_lossy();
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => {
+                Failure::new(NOT_FOUND, format!("{name}: command not found"))
+            }
+            _ => Failure::new(CANNOT_EXECUTE, format!("{name}: cannot run: {e}")),
+        })?;
+        let group = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let (tx, exited) = crossbeam_channel::bounded::<()>(0);
+        let watcher = thread::Builder::new()
+            .name("redlease-child".into())
+            .spawn(move || {
+                // WNOWAIT leaves the command a zombie: its pid, and so its group
+                // id, cannot be reused before `wait` reaps it, so every signal
+                // sent until then reaches the command's group and no other.
+                while let Err(Errno::EINTR) =
+                    waitid(Id::Pid(group), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+                {
+                }
+                drop(tx);
+            });
+        let mut running = Self {
+            child,
+            group,
+            exited,
+        };
+        if let Err(e) = watcher {
+            let _ = running.child.kill();
+            let _ = running.child.wait();
+            return Err(Failure::new(
+                OS_ERROR,
+                format!("cannot watch the command: {e}"),
+            ));
+        }
+        Ok(running)
+    }
+
+    /// Disconnects once the command has exited.
+    pub(crate) fn exited(&self) -> &Receiver<()> {
+        &self.exited
+    }
+
+    /// Sends `signal` to the command's process group. A group already gone is no
+    /// error: there is nothing left to stop.
+    pub(crate) fn signal(&self, signal: Signal) {
+        let _ = killpg(self.group, signal);
+    }
+
+    /// Reaps the command and returns its exit status.
+    ///
+    /// # Errors
+    /// [`OS_ERROR`] if the status cannot be read.
+    pub(crate) fn wait(mut self) -> Result<ExitStatus, Failure> {
+        self.child
+            .wait()
+            .map_err(|e| Failure::new(OS_ERROR, format!("cannot wait for the command: {e}")))
+    }
+}

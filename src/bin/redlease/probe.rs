@@ -1,0 +1,170 @@
+//! Reading a lock key as an administrator: which format holds it, the time left on
+//! it, its fence counter. Used by `inspect`, `release --force` and the status line.
+//!
+//! These reads go through the `redis` crate directly: the library only takes and
+//! releases locks it holds, and has no API to look at someone else's.
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{Connection, RedisResult, Script, Value};
+
+/// Connect, read and write timeout of an administrative connection, as the
+/// library's defaults.
+const TIMEOUT: Duration = redlease::DEFAULT_IO_TIMEOUT;
+/// Integer values from here on (2001-09-09 in seconds) read as unix seconds.
+const SECONDS_FROM: u64 = 1_000_000_000;
+/// Integer values from here on read as unix milliseconds: as seconds they would be
+/// past the year 5000, as milliseconds they are past 1973.
+const MILLIS_FROM: u64 = 100_000_000_000;
+/// Integer values from here on (year 5138 in milliseconds) are no timestamp.
+const MILLIS_UNTIL: u64 = 100_000_000_000_000;
+
+/// One atomic snapshot of a lock key, so the value matches the type and TTL
+/// reported. KEYS[1]: the lock key, KEYS[2]: its fence counter. Read-only;
+/// `redis.pcall` so a fence counter of the wrong type reads as absent.
+static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local value = false
+if kind == 'string' then value = redis.call('GET', KEYS[1])
+elseif kind == 'hash' then value = redis.call('HGETALL', KEYS[1]) end
+local fence = redis.pcall('GET', KEYS[2])
+if type(fence) == 'table' then fence = false end
+return {kind, redis.call('PTTL', KEYS[1]), value, fence}
+",
+    )
+});
+
+/// Who holds a lock key, as far as its value tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Holder {
+    /// The key does not exist: the lock is free.
+    Absent,
+    /// A string that is no timestamp: a token lock (redlease, redis-py, redsync…).
+    Token(String),
+    /// A legacy timestamp lock; the expiry in unix milliseconds.
+    LegacyMillis(u64),
+    /// A legacy timestamp lock; the expiry in unix seconds.
+    LegacySeconds(u64),
+    /// A reentrant hash in Redisson's layout: `(<uuid>:<thread id>, hold count)`.
+    Reentrant(Vec<(String, i64)>),
+    /// Anything else: the Redis type, and the value when it is a string.
+    Other {
+        /// The Redis type (`string`, `list`, `hash`, …).
+        kind: String,
+        /// A string's value.
+        value: Option<String>,
+    },
+}
+
+/// What [`read`] found under a key.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    /// Who holds it.
+    pub(crate) holder: Holder,
+    /// The time left on the key (`PTTL`); `None` when absent or without a TTL.
+    pub(crate) ttl: Option<Duration>,
+    /// The fence counter's value, when it exists.
+    pub(crate) fence: Option<String>,
+}
+
+/// The fence counter's key for lock keys under `prefix`: where the library's
+/// fencing `INCR`s.
+///
+/// Today this is one counter per key prefix, `<prefix>redlease:fence` (the
+/// library's private `Keys::fence()` in `src/scheme/mod.rs`). The library does not
+/// expose the name and may move it: this is the one place to follow it.
+pub(crate) fn fence_key(prefix: &str) -> String {
+    format!("{prefix}redlease:fence")
+}
+
+/// The channel the token scheme's release publishes `released` on, to wake waiters:
+/// the lock key wrapped as a Redis Cluster hash tag, `{<key>}:released`, or
+/// `<key>:released` when the key already has a `{…}` hash tag or any `}`.
+pub(crate) fn release_channel(key: &str) -> String {
+    companion(key, "released")
+}
+
+/// An administrative connection to `url`, every call bounded by [`TIMEOUT`].
+pub(crate) fn connect(url: &str) -> RedisResult<Connection> {
+    let con = redis::Client::open(url)?.get_connection_with_timeout(TIMEOUT)?;
+    con.set_read_timeout(Some(TIMEOUT))?;
+    con.set_write_timeout(Some(TIMEOUT))?;
+    Ok(con)
+}
+
+/// Reads `key` (the full key, prefix included) and the fence counter `fence` in one
+/// atomic round trip.
+pub(crate) fn read(con: &mut Connection, key: &str, fence: &str) -> RedisResult<Snapshot> {
+    let (kind, pttl, value, fence): (String, i64, Value, Option<String>) =
+        SNAPSHOT.key(key).key(fence).invoke(con)?;
+    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    let holder = match (kind.as_str(), value) {
+        ("none", _) => Holder::Absent,
+        ("string", value) => classify_string(redis::from_redis_value(value)?),
+        ("hash", value) => classify_hash(&redis::from_redis_value::<Vec<String>>(value)?),
+        (_, _) => Holder::Other { kind, value: None },
+    };
+    Ok(Snapshot { holder, ttl, fence })
+}
+
+/// Unix time now in `unit_ms` units (1: milliseconds, 1000: seconds).
+pub(crate) fn now_in(unit_ms: u64) -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX) / unit_ms
+}
+
+/// A string value: a timestamp if it is an integer of a plausible magnitude
+/// (a guess: the value does not say its unit), else a token.
+fn classify_string(value: String) -> Holder {
+    match value.parse::<u64>() {
+        Ok(n) if (SECONDS_FROM..MILLIS_FROM).contains(&n) => Holder::LegacySeconds(n),
+        Ok(n) if (MILLIS_FROM..MILLIS_UNTIL).contains(&n) => Holder::LegacyMillis(n),
+        Ok(_) => Holder::Other {
+            kind: "string".to_owned(),
+            value: Some(value),
+        },
+        Err(_) => Holder::Token(value),
+    }
+}
+
+/// A hash: Redisson's reentrant lock if every field is `<id>:<thread id>` with an
+/// integer hold count.
+fn classify_hash(flat: &[String]) -> Holder {
+    let owners: Option<Vec<(String, i64)>> = flat
+        .chunks(2)
+        .map(|pair| match pair {
+            [field, count] => {
+                let (id, thread) = field.rsplit_once(':')?;
+                thread.parse::<u64>().ok()?;
+                (!id.is_empty()).then_some(())?;
+                Some((field.clone(), count.parse().ok()?))
+            }
+            _ => None,
+        })
+        .collect();
+    match owners {
+        Some(owners) if !owners.is_empty() => Holder::Reentrant(owners),
+        _ => Holder::Other {
+            kind: "hash".to_owned(),
+            value: None,
+        },
+    }
+}
+
+/// A name next to `key` in the same Redis Cluster slot; see [`release_channel`].
+fn companion(key: &str, suffix: &str) -> String {
+    let tagged = key
+        .find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0);
+    if tagged || key.contains('}') {
+        format!("{key}:{suffix}")
+    } else {
+        format!("{{{key}}}:{suffix}")
+    }
+}

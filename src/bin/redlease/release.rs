@@ -1,0 +1,56 @@
+//! `redlease release --force KEY`: the administrative delete of a stuck lock.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::args::{ReleaseArgs, Servers, server_name};
+use crate::exit::Failure;
+use crate::inspect::summary;
+use crate::probe;
+
+/// Deletes the lock key whatever holds it and, if it existed, wakes the waiters
+/// of the token scheme as a release would. KEYS[1]: the lock key; ARGV[1]: its
+/// release channel. One script, so no waiter is woken for a delete that did not
+/// happen and none misses the wake-up of one that did.
+static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('DEL', KEYS[1]) == 1 then
+    redis.call('PUBLISH', ARGV[1], 'released')
+    return 1
+end
+return 0
+",
+    )
+});
+
+/// Runs `release`: refuses without `--force`, else deletes the key and says what
+/// it held. Exit code 0 also when the key was already gone.
+pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
+    let key = args.server.full_key(&args.key);
+    if !args.force {
+        // Deleting a lock someone holds lets a second holder in: never by default.
+        return Err(Failure::usage(format!(
+            "release deletes `{key}` whoever holds it: pass --force (see `redlease inspect`)"
+        )));
+    }
+    let Servers::One(url) = args.server.servers()?;
+    let server = server_name(&url);
+    let redis_failure = |e: redis::RedisError| Failure::redis(&e, &server);
+    let mut con = probe::connect(&url).map_err(redis_failure)?;
+    // Read first only to say what was deleted; the delete does not depend on it.
+    let fence = probe::fence_key(&args.server.prefix);
+    let before = probe::read(&mut con, &key, &fence).map_err(redis_failure)?;
+    let deleted: i64 = FORCE_RELEASE
+        .key(&key)
+        .arg(probe::release_channel(&key))
+        .invoke(&mut con)
+        .map_err(redis_failure)?;
+    if deleted == 1 {
+        println!("deleted `{key}` ({}); waiters woken", summary(&before));
+    } else {
+        println!("`{key}` did not exist; nothing deleted");
+    }
+    Ok(0)
+}

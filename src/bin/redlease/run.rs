@@ -1,0 +1,210 @@
+//! `redlease run KEY -- COMMAND`: acquire, run the command while the library's
+//! renewal thread keeps the lease alive, stop the command if the lease is lost,
+//! release when it exits.
+
+use std::process::ExitStatus;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, at, never, select};
+use nix::sys::signal::Signal;
+use redlease::{CancelToken, Error, LockClient, LockGuard, LockOptions, LossReason};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::args::{RunArgs, Servers, server_name};
+use crate::child::Running;
+use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, OS_ERROR, SIGNAL_BASE};
+use crate::probe;
+use crate::status::Status;
+
+/// Runs `run`; returns the exit code (the command's, or 128 + a signal that
+/// cancelled the wait) or the failure to report.
+pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
+    // Bad input is reported before anything connects.
+    let scheme = args.scheme.scheme()?;
+    let Servers::One(url) = args.server.servers()?;
+    let server = server_name(&url);
+    let cancel = CancelToken::new();
+    let signals = watch_signals(cancel.clone())?;
+    let client = LockClient::builder(url.as_str())
+        .key_prefix(args.server.prefix.as_str())
+        .scheme(scheme)
+        .build()
+        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let key = args.server.full_key(&args.key);
+
+    let mut opts = LockOptions::new().fencing(args.fence).cancel(cancel);
+    if let Some(ttl) = args.ttl {
+        opts = opts.ttl(ttl);
+    }
+    if let Some(wait) = args.wait {
+        opts = opts.wait(wait);
+    }
+    if let Some(max_hold) = args.max_hold {
+        opts = opts.max_hold(max_hold);
+    }
+    let status = (args.wait != Some(Duration::ZERO))
+        .then(|| Status::start(&url, &key, &probe::fence_key(&args.server.prefix)))
+        .flatten();
+    let acquired = client.lock_with(&args.key, &opts);
+    if let Some(status) = status {
+        status.stop();
+    }
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
+        Ok(None) => {
+            let waited = match args.wait {
+                Some(Duration::ZERO) => " (--wait 0: one attempt)".to_owned(),
+                Some(w) => format!(" within {}", humantime::format_duration(w)),
+                None => String::new(),
+            };
+            return Err(Failure::new(
+                NOT_ACQUIRED,
+                format!("`{key}` is held by someone else; not acquired{waited}"),
+            ));
+        }
+        Err(Error::Cancelled { .. }) => return Ok(cancelled(&signals, &key)),
+        Err(e) => return Err(Failure::from_lib(&e, &server)),
+    };
+    // A signal that raced the acquire: stop before the command starts.
+    if !signals.is_empty() {
+        let _ = guard.unlock();
+        return Ok(cancelled(&signals, &key));
+    }
+
+    let mut env = vec![("REDLEASE_KEY", guard.key().to_owned())];
+    if let Some(fence) = guard.fence() {
+        env.push(("REDLEASE_FENCE", fence.to_string()));
+    }
+    let child = match Running::spawn(&args.command, &env) {
+        Ok(child) => child,
+        Err(failure) => {
+            let _ = guard.unlock();
+            return Err(failure);
+        }
+    };
+    let lost = supervise(&child, &guard, &signals, args.kill_grace);
+    let status = child.wait()?;
+    finish(guard, lost, status)
+}
+
+/// Installs the SIGINT / SIGTERM handlers: each signal cancels a wait in progress
+/// (through `cancel`) and is queued on the returned channel, to be forwarded to
+/// the command once it runs.
+fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failure> {
+    let os_error = |e: std::io::Error| Failure::new(OS_ERROR, format!("cannot watch signals: {e}"));
+    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(os_error)?;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::Builder::new()
+        .name("redlease-signal".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                cancel.cancel();
+                if tx.send(signal).is_err() {
+                    break;
+                }
+            }
+        })
+        .map_err(os_error)?;
+    Ok(rx)
+}
+
+/// The exit code after a signal cancelled the wait: 128 + its number, as a shell
+/// reports a process that signal ended.
+fn cancelled(signals: &Receiver<i32>, key: &str) -> u8 {
+    let signal = signals.try_recv().unwrap_or(SIGINT);
+    let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
+    eprintln!("redlease: stopped by {name} before `{key}` was acquired; nothing left held");
+    SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
+}
+
+/// Watches the running command until it exits: forwards signals to it, and when
+/// the lease is lost sends SIGTERM, then SIGKILL after `grace`. Returns why the
+/// lease was lost, if it was.
+fn supervise(
+    child: &Running,
+    guard: &LockGuard,
+    signals: &Receiver<i32>,
+    grace: Duration,
+) -> Option<&'static str> {
+    let mut lost_rx = guard.lost().clone();
+    let mut signals = signals.clone();
+    let mut kill_at = never();
+    let mut lost = None;
+    loop {
+        select! {
+            recv(child.exited()) -> _ => break,
+            recv(lost_rx) -> msg => {
+                // One message, then disconnection: stop listening either way.
+                lost_rx = never();
+                lost = Some(msg.map_or("its renewal stopped", |m| reason(m.reason)));
+                child.signal(Signal::SIGTERM);
+                kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
+            }
+            recv(signals) -> signal => match signal.map(Signal::try_from) {
+                Ok(Ok(signal)) => child.signal(signal),
+                Ok(Err(_)) => {}
+                Err(_) => signals = never(),
+            },
+            recv(kill_at) -> _ => {
+                kill_at = never();
+                child.signal(Signal::SIGKILL);
+            }
+        }
+    }
+    if lost.is_some() {
+        // The command has stopped; anything it left running in its group must not
+        // go on working without the lock.
+        child.signal(Signal::SIGKILL);
+    }
+    lost
+}
+
+/// Releases the lock after the command exited, and picks the exit code.
+fn finish(guard: LockGuard, lost: Option<&str>, status: ExitStatus) -> Result<u8, Failure> {
+    let key = guard.key().to_owned();
+    let code = exit::of_status(status);
+    if let Some(why) = lost {
+        return Err(Failure::new(
+            LOST,
+            format!("lock on `{key}` lost while the command ran ({why}); the command was stopped"),
+        ));
+    }
+    if !guard.is_held() {
+        return Err(Failure::new(
+            LOST,
+            format!("lock on `{key}` ended before the command did (it exited with {code})"),
+        ));
+    }
+    match guard.unlock() {
+        Ok(released) if released.was_held() => Ok(code),
+        Ok(released) => Err(Failure::new(
+            LOST,
+            format!(
+                "lock on `{key}` ended before the command did ({released:?} at release; it exited with {code})"
+            ),
+        )),
+        Err(e) => {
+            // The lease was valid when the command ended: its work ran under the lock.
+            eprintln!(
+                "redlease: warning: release of `{key}` failed ({}); it expires with its ttl",
+                exit::chain(&e)
+            );
+            Ok(code)
+        }
+    }
+}
+
+/// Why a lease was lost, in words.
+fn reason(reason: LossReason) -> &'static str {
+    match reason {
+        LossReason::Expired => "the key expired or was deleted",
+        LossReason::Taken => "someone else holds the key",
+        LossReason::Unreachable => "redis unreachable until the lease ran out",
+        LossReason::MaxHold => "--max-hold reached",
+        LossReason::TtlElapsed => "its ttl ran out",
+        LossReason::Shutdown => "its renewal stopped",
+        _ => "lost",
+    }
+}

@@ -1,0 +1,229 @@
+//! [`Lines`]: this client's callers waiting for each key, oldest first.
+//!
+//! The head of a key's line is its prober: the only caller of this client that
+//! sends acquire attempts for the key while waiting, on a capped, jittered interval
+//! (most other clients release without publishing, so a release message may never
+//! come). Callers behind it send nothing: they wait for a release message, a lock
+//! handed over by a releasing guard of this client, or their turn at the head.
+//! A caller that leaves the head (acquired, gave up, cancelled) promotes the next.
+//!
+//! Callers that arrive together are told apart before anyone sends: each counts
+//! itself in a bucket of keys on arrival, so a caller that finds company joins the
+//! line instead of racing the others to Redis. A caller alone (the common case)
+//! pays two atomic operations and no lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use super::Wake;
+
+/// Buckets of keys for counting arrivals. A collision of two keys costs the slow
+/// path (a wait slot that finds its line empty); with this many, 8 busy keys
+/// collide with a chance under 1 %, and share a cache line with one of about 10 %.
+const BUCKETS: usize = 4096;
+
+/// The lines of one client, by channel.
+pub(crate) struct Lines {
+    map: Mutex<HashMap<String, Line>>,
+    /// `map.len()`, kept beside it so a lone caller never takes the lock.
+    count: AtomicUsize,
+    /// Callers inside an acquire, per bucket of keys.
+    arriving: Box<[AtomicU32]>,
+    seq: AtomicU64,
+}
+
+/// One key's waiting callers.
+#[derive(Default)]
+struct Line {
+    waiters: BTreeMap<u64, Sender<Wake>>,
+    /// When the holder's TTL last seen runs out.
+    holder_until: Option<Instant>,
+    /// Until when the line lets other clients' waiters go first.
+    hold_off: Option<Instant>,
+}
+
+/// A caller counted in its key's bucket until dropped (the end of its acquire).
+pub(crate) struct Arrival<'a> {
+    counter: &'a AtomicU32,
+    crowded: bool,
+}
+
+impl Arrival<'_> {
+    /// Whether other callers of this client were acquiring this key (or one of its
+    /// bucket) or waiting for it when this one arrived.
+    pub(crate) fn crowded(&self) -> bool {
+        self.crowded
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Default for Lines {
+    fn default() -> Self {
+        Self {
+            map: Mutex::default(),
+            count: AtomicUsize::new(0),
+            arriving: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            seq: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Lines {
+    /// Counts a caller in for `channel`'s key.
+    pub(crate) fn arrive(&self, channel: &str) -> Arrival<'_> {
+        let counter = &self.arriving[bucket(channel)];
+        let before = counter.fetch_add(1, Ordering::AcqRel);
+        let crowded = before > 0 || (self.count.load(Ordering::Acquire) > 0 && self.has(channel));
+        Arrival { counter, crowded }
+    }
+
+    fn has(&self, channel: &str) -> bool {
+        self.map.lock().contains_key(channel)
+    }
+
+    /// A number that orders callers by arrival.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Puts caller `seq` in `channel`'s line; whether it is the head.
+    pub(crate) fn join(&self, channel: &str, seq: u64, tx: &Sender<Wake>) -> bool {
+        let mut map = self.map.lock();
+        let line = map.entry(channel.to_owned()).or_default();
+        line.waiters.insert(seq, tx.clone());
+        let head = line
+            .waiters
+            .first_key_value()
+            .is_some_and(|(s, _)| *s == seq);
+        self.count.store(map.len(), Ordering::Release);
+        head
+    }
+
+    /// Whether caller `seq` heads `channel`'s line.
+    pub(crate) fn is_head(&self, channel: &str, seq: u64) -> bool {
+        self.map
+            .lock()
+            .get(channel)
+            .and_then(|l| l.waiters.first_key_value())
+            .is_some_and(|(s, _)| *s == seq)
+    }
+
+    /// Records how long the holder has left, as a busy reply said; returns when the
+    /// holder's TTL last seen runs out.
+    pub(crate) fn note_holder(
+        &self,
+        channel: &str,
+        remaining: Option<Duration>,
+    ) -> Option<Instant> {
+        let mut map = self.map.lock();
+        let line = map.get_mut(channel)?;
+        if let Some(r) = remaining {
+            line.holder_until = Instant::now().checked_add(r);
+        }
+        line.holder_until
+    }
+
+    /// Lets other clients' waiters go first for `d`: the head tries no sooner.
+    pub(crate) fn hold_off(&self, channel: &str, d: Duration) {
+        if let Some(line) = self.map.lock().get_mut(channel) {
+            line.hold_off = Instant::now().checked_add(d);
+        }
+    }
+
+    /// Until when the head of `channel`'s line must not try, if that is later.
+    pub(crate) fn held_off(&self, channel: &str) -> Option<Instant> {
+        let until = self.map.lock().get(channel)?.hold_off?;
+        (until > Instant::now()).then_some(until)
+    }
+
+    /// Takes caller `seq` out of `channel`'s line. If it was the head, the next
+    /// caller becomes the prober: told to try at once (`now`), or to start its
+    /// polling (the leaver took the lock, so trying now would find it busy).
+    pub(crate) fn leave(&self, channel: &str, seq: u64, now: bool) {
+        let mut map = self.map.lock();
+        let Some(line) = map.get_mut(channel) else {
+            return;
+        };
+        let was_head = line
+            .waiters
+            .first_key_value()
+            .is_some_and(|(s, _)| *s == seq);
+        line.waiters.remove(&seq);
+        if line.waiters.is_empty() {
+            map.remove(channel);
+            self.count.store(map.len(), Ordering::Release);
+            return;
+        }
+        if was_head {
+            // A head that is gone (its receiver dropped) leaves too: try the next.
+            while let Some((next, tx)) = line.waiters.first_key_value() {
+                if tx.send(Wake::Probe { now }).is_ok() {
+                    break;
+                }
+                let next = *next;
+                line.waiters.remove(&next);
+            }
+            if line.waiters.is_empty() {
+                map.remove(channel);
+                self.count.store(map.len(), Ordering::Release);
+            }
+        }
+    }
+}
+
+/// The bucket of a key: FNV-1a over its bytes (keys are short; this runs on every
+/// acquire, where `SipHash` would cost more than the rest of the bookkeeping).
+fn bucket(channel: &str) -> usize {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in channel.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h as usize % BUCKETS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_to_join_heads_the_line_and_the_next_is_promoted_when_it_leaves() {
+        let lines = Lines::default();
+        let (a_tx, a_rx) = crossbeam_channel::unbounded();
+        let (b_tx, b_rx) = crossbeam_channel::unbounded();
+        assert!(lines.join("c", 1, &a_tx));
+        assert!(!lines.join("c", 2, &b_tx));
+        assert!(lines.is_head("c", 1) && !lines.is_head("c", 2));
+        lines.leave("c", 1, false);
+        assert!(matches!(b_rx.try_recv(), Ok(Wake::Probe { now: false })));
+        assert!(a_rx.try_recv().is_err());
+        assert!(lines.is_head("c", 2));
+        lines.leave("c", 2, true);
+        assert!(!lines.has("c"));
+        assert_eq!(lines.count.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_lone_caller_is_not_crowded_and_a_second_one_is() {
+        let lines = Lines::default();
+        let first = lines.arrive("k");
+        assert!(!first.crowded());
+        assert!(lines.arrive("k").crowded());
+        drop(first);
+        assert!(!lines.arrive("k").crowded());
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        lines.join("k", 7, &tx);
+        assert!(
+            lines.arrive("k").crowded(),
+            "a waiting caller makes a crowd"
+        );
+    }
+}

@@ -1,0 +1,649 @@
+#![cfg(feature = "cli")]
+//! The `redlease` command-line tool, run as a process against real `redis-server`s.
+//!
+//! Synchronisation is by files the commands write, by the server's own state and by
+//! process exit; every wait is bounded. Timing bounds leave room for a 200 ms stall
+//! on a loaded 2-core machine.
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+use support::{RedisServer, eventually, free_port};
+
+/// Longest a `redlease` process may take in any test before it counts as hung.
+const HUNG: Duration = Duration::from_secs(20);
+/// How long a command may take to show it has started.
+const STARTUP: Duration = Duration::from_secs(10);
+
+/// Exit codes, as `redlease --help` lists them.
+const USAGE: i32 = 64;
+const UNAVAILABLE: i32 = 69;
+const NOT_ACQUIRED: i32 = 75;
+const LOST: i32 = 79;
+const NOT_FOUND: i32 = 127;
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A scratch directory for the files commands write, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("redlease-cli-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `redlease ARGS` with stdin closed, stdout and stderr piped, and no `REDIS_URL`
+/// from the environment.
+fn redlease<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// `redlease run --url <server> OPTS KEY -- sh -c SCRIPT`.
+fn run_sh(server: &RedisServer, opts: &[&str], key: &str, script: &str) -> Command {
+    let mut args = vec!["run", "--url"];
+    let url = server.url();
+    args.push(&url);
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&[key, "--", "sh", "-c", script]);
+    redlease(args)
+}
+
+/// Waits at most `timeout` for `child` to exit; kills it (through its handle) and
+/// panics if it does not.
+fn exit_within(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let mut status = None;
+    let exited = eventually(timeout, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redlease did not exit within {timeout:?}");
+    }
+    status.unwrap()
+}
+
+/// Waits for `child` (bounded) and collects its output.
+fn finish(mut child: Child) -> Output {
+    exit_within(&mut child, HUNG);
+    child.wait_with_output().unwrap()
+}
+
+/// Runs `cmd` to completion (bounded) and returns its output.
+fn output(mut cmd: Command) -> Output {
+    finish(cmd.spawn().unwrap())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
+}
+
+/// Whether `path` exists with a first line.
+fn has_line(path: &Path) -> bool {
+    fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
+}
+
+/// The `date +%s%N` stamps written to `path`, in nanoseconds.
+fn stamps(path: &Path) -> Vec<u128> {
+    let text = fs::read_to_string(path).unwrap();
+    text.lines().map(|l| l.trim().parse().unwrap()).collect()
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn keys(server: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    keys.sort();
+    keys
+}
+
+fn inspect_json(server: &RedisServer, key: &str) -> Value {
+    let out = output(redlease(["inspect", "--json", "--url", &server.url(), key]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn run_propagates_the_commands_exit_status() {
+    let server = RedisServer::start();
+    for (script, code) in [("true", 0), ("exit 3", 3), ("kill -KILL $$", 128 + 9)] {
+        let out = output(run_sh(&server, &[], "job", script));
+        assert_eq!(out.status.code(), Some(code), "{script}: {}", stderr(&out));
+        assert_eq!(
+            stderr(&out),
+            "",
+            "{script}: the command's own status needs no message"
+        );
+        assert!(
+            keys(&server).is_empty(),
+            "{script}: released after the command"
+        );
+    }
+    let out = output(redlease([
+        "run",
+        "--url",
+        &server.url(),
+        "job",
+        "--",
+        "/no/such/cmd",
+    ]));
+    assert_eq!(out.status.code(), Some(NOT_FOUND), "{}", stderr(&out));
+    assert!(
+        keys(&server).is_empty(),
+        "released when the command cannot start"
+    );
+}
+
+#[test]
+fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let (env, go) = (dir.file("env"), dir.file("go"));
+    let script = format!(
+        "echo \"$REDLEASE_KEY $REDLEASE_FENCE\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        env.display(),
+        go.display()
+    );
+    for fence in ["1", "2"] {
+        let child = run_sh(&server, &["--prefix", "p:", "--fence"], "job", &script)
+            .spawn()
+            .unwrap();
+        assert!(eventually(STARTUP, || has_line(&env)));
+        assert_eq!(
+            fs::read_to_string(&env).unwrap(),
+            format!("p:job {fence}\n")
+        );
+        // Held while the command runs: a token with a TTL, seen by `inspect` (given
+        // the prefix, whose fence counter it reads).
+        let url = server.url();
+        let out = output(redlease([
+            "inspect", "--json", "--url", &url, "--prefix", "p:", "job",
+        ]));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let held: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(held["key"], "p:job", "{held}");
+        assert_eq!(held["format"], "token", "{held}");
+        assert!(held["pttl_ms"].as_u64().unwrap() > 0, "{held}");
+        assert_eq!(held["fence"].to_string(), fence, "{held}");
+        fs::write(&go, "").unwrap();
+        let out = finish(child);
+        assert!(out.status.success(), "{}", stderr(&out));
+        fs::remove_file(&go).unwrap();
+        fs::remove_file(&env).unwrap();
+        assert_eq!(
+            keys(&server),
+            ["p:redlease:fence"],
+            "the lock is released, the prefix's counter kept"
+        );
+    }
+}
+
+#[test]
+fn two_runs_on_one_key_do_not_overlap() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let script = |f: &Path| format!("date +%s%N >> {0}; sleep 1; date +%s%N >> {0}", f.display());
+    let (fa, fb) = (dir.file("a"), dir.file("b"));
+    let a = run_sh(&server, &[], "job", &script(&fa)).spawn().unwrap();
+    assert!(eventually(STARTUP, || has_line(&fa)));
+    let b_spawned = now_nanos();
+    let b = run_sh(&server, &[], "job", &script(&fb)).spawn().unwrap();
+    let (a, b) = (finish(a), finish(b));
+    assert!(
+        a.status.success() && b.status.success(),
+        "{}{}",
+        stderr(&a),
+        stderr(&b)
+    );
+    assert_eq!(
+        stderr(&b),
+        "",
+        "no status line when stderr is not a terminal"
+    );
+    let (a, b) = (stamps(&fa), stamps(&fb));
+    assert!(
+        b_spawned < a[1],
+        "the second run started while the first held the lock"
+    );
+    assert!(b[0] >= a[1], "overlap: first ran {a:?}, second {b:?}");
+    let gap = Duration::from_nanos(u64::try_from(b[0] - a[1]).unwrap());
+    assert!(
+        gap < Duration::from_secs(1),
+        "second started {gap:?} after the first ended"
+    );
+}
+
+#[test]
+fn a_deleted_key_stops_the_command_with_the_lost_code() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let f = dir.file("out");
+    let script = format!(
+        "echo started > {0}; sleep 30; echo finished >> {0}",
+        f.display()
+    );
+    let opts = ["--ttl", "1s", "--kill-grace", "5s"];
+    let child = run_sh(&server, &opts, "job", &script).spawn().unwrap();
+    assert!(eventually(STARTUP, || has_line(&f)));
+    let deleted = Instant::now();
+    let n: i64 = server.query(redis::cmd("DEL").arg("job"));
+    assert_eq!(n, 1);
+    let out = finish(child);
+    let took = deleted.elapsed();
+    assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
+    // One renewal period (333 ms) to notice, then SIGTERM ends `sh` at once:
+    // well before the 5 s grace would send SIGKILL.
+    assert!(
+        took < Duration::from_millis(333 + 1500),
+        "stopped after {took:?}"
+    );
+    assert_eq!(
+        fs::read_to_string(&f).unwrap(),
+        "started\n",
+        "the command was stopped"
+    );
+    assert!(keys(&server).is_empty());
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let f = dir.file("out");
+    // `trap '' TERM` is inherited by `sleep`: only SIGKILL stops the group.
+    let script = format!(
+        "trap '' TERM; echo started > {0}; sleep 30; echo finished >> {0}",
+        f.display()
+    );
+    let opts = ["--ttl", "1s", "--kill-grace", "1s"];
+    let child = run_sh(&server, &opts, "job", &script).spawn().unwrap();
+    assert!(eventually(STARTUP, || has_line(&f)));
+    let deleted = Instant::now();
+    let _: i64 = server.query(redis::cmd("DEL").arg("job"));
+    let out = finish(child);
+    let took = deleted.elapsed();
+    assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_secs(1),
+        "SIGKILL before the grace: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1000 + 333 + 1500),
+        "stopped after {took:?}"
+    );
+    assert_eq!(fs::read_to_string(&f).unwrap(), "started\n");
+}
+
+#[test]
+fn wait_zero_on_a_held_key_exits_at_once_with_the_busy_code() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("job")
+            .arg("theirs")
+            .arg("PX")
+            .arg(60_000),
+    );
+    let ran = dir.file("ran");
+    let script = format!("touch {}", ran.display());
+    let started = Instant::now();
+    let out = output(run_sh(&server, &["--wait", "0"], "job", &script));
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&out));
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+
+    let started = Instant::now();
+    let out = output(run_sh(&server, &["--wait", "500ms"], "job", &script));
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&out));
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "gave up early"
+    );
+
+    assert!(!ran.exists(), "the command never ran");
+    let value: String = server.query(redis::cmd("GET").arg("job"));
+    assert_eq!(value, "theirs");
+    assert_eq!(keys(&server), ["job"]);
+}
+
+#[test]
+fn sigint_while_waiting_exits_promptly_and_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("job")
+            .arg("theirs")
+            .arg("PX")
+            .arg(60_000),
+    );
+    let ran = dir.file("ran");
+    let mut child = run_sh(&server, &[], "job", &format!("touch {}", ran.display()))
+        .spawn()
+        .unwrap();
+    // Waiting: subscribed to the key's release channel.
+    let waiting = eventually(STARTUP, || {
+        let subs: (String, i64) =
+            server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{job}:released"));
+        subs.1 >= 1
+    });
+    assert!(waiting, "redlease never started waiting");
+    let sent = Instant::now();
+    signal(&child, Signal::SIGINT);
+    let status = exit_within(&mut child, HUNG);
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(128 + 2));
+    assert!(
+        took < Duration::from_secs(2),
+        "exited {took:?} after SIGINT"
+    );
+    assert!(!ran.exists(), "the command never ran");
+    let value: String = server.query(redis::cmd("GET").arg("job"));
+    assert_eq!(value, "theirs", "the holder's key is untouched");
+    let pttl: i64 = server.query(redis::cmd("PTTL").arg("job"));
+    assert!(pttl > 30_000, "the holder's TTL is untouched: {pttl}");
+    assert_eq!(keys(&server), ["job"], "no key of ours is left");
+    let no_channels = eventually(Duration::from_secs(5), || {
+        let channels: Vec<String> = server.query(redis::cmd("PUBSUB").arg("CHANNELS"));
+        channels.is_empty()
+    });
+    assert!(no_channels, "a subscription outlived redlease");
+}
+
+#[test]
+fn sigterm_while_running_is_forwarded_and_the_lock_released_after() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let f = dir.file("out");
+    // On SIGTERM the command records whether the lock still exists, then exits 7.
+    let script = format!(
+        "trap 'redis-cli -p {port} exists job >> {f}; exit 7' TERM; echo started > {f}; \
+         while :; do sleep 0.1; done",
+        port = server.port(),
+        f = f.display()
+    );
+    let child = run_sh(&server, &[], "job", &script).spawn().unwrap();
+    assert!(eventually(STARTUP, || has_line(&f)));
+    signal(&child, Signal::SIGTERM);
+    let out = finish(child);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "the command's status: {}",
+        stderr(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(&f).unwrap(),
+        "started\n1\n",
+        "held while it handled TERM"
+    );
+    assert!(keys(&server).is_empty(), "released once it exited");
+}
+
+#[test]
+fn inspect_identifies_each_format() {
+    let server = RedisServer::start();
+    let set = |key: &str, value: String| {
+        let _: () = server.query(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(60_000));
+    };
+    let now_ms = now_nanos() / 1_000_000;
+    set("tok", "9b2f6a1e-2c7d-4e0b-8d6f-3a1c5e7b9d20".to_owned());
+    set("ms", (now_ms + 60_000).to_string());
+    set("s", (now_ms / 1000 + 60).to_string());
+    let owner = "0f8e4c2a-6b1d-4f3e-9a7c-5d2b8e1f0a36:1";
+    let _: () = server.query(redis::cmd("HSET").arg("rl").arg(owner).arg(2));
+    let _: () = server.query(redis::cmd("PEXPIRE").arg("rl").arg(60_000));
+    let _: () = server.query(redis::cmd("RPUSH").arg("list").arg("x"));
+    // One fence counter per key prefix (here none).
+    let _: () = server.query(redis::cmd("SET").arg("redlease:fence").arg(5));
+
+    let tok = inspect_json(&server, "tok");
+    assert_eq!(tok["format"], "token", "{tok}");
+    assert_eq!(tok["value"], "9b2f6a1e-2c7d-4e0b-8d6f-3a1c5e7b9d20");
+    let pttl = tok["pttl_ms"].as_u64().unwrap();
+    assert!((1..=60_000).contains(&pttl), "{tok}");
+    assert_eq!(
+        (tok["fence_key"].as_str(), tok["fence"].as_u64()),
+        (Some("redlease:fence"), Some(5))
+    );
+
+    for (key, format) in [("ms", "legacy-ms"), ("s", "legacy-s")] {
+        let legacy = inspect_json(&server, key);
+        assert_eq!(legacy["format"], format, "{legacy}");
+        let left = legacy["expires_in_ms"].as_i64().unwrap();
+        assert!((1..=61_000).contains(&left), "{legacy}");
+        assert_eq!(legacy["fence"].as_u64(), Some(5), "{legacy}");
+    }
+
+    let rl = inspect_json(&server, "rl");
+    assert_eq!(rl["format"], "reentrant", "{rl}");
+    assert_eq!(
+        rl["owners"],
+        serde_json::json!([{ "owner": owner, "count": 2 }])
+    );
+    assert!(rl["pttl_ms"].as_u64().unwrap() > 0, "{rl}");
+
+    let absent = inspect_json(&server, "nothing");
+    assert_eq!(
+        (&absent["format"], &absent["pttl_ms"]),
+        (&"absent".into(), &Value::Null)
+    );
+    let list = inspect_json(&server, "list");
+    assert_eq!(
+        (&list["format"], &list["type"]),
+        (&"other".into(), &"list".into())
+    );
+    let tagged = inspect_json(&server, "job:{a}");
+    assert_eq!(
+        (tagged["fence_key"].as_str(), tagged["fence"].as_u64()),
+        (Some("redlease:fence"), Some(5))
+    );
+
+    let text = output(redlease(["inspect", "--url", &server.url(), "tok"]));
+    let text = stdout(&text);
+    assert!(
+        text.contains("token lock") && text.contains("fence:   5"),
+        "{text}"
+    );
+    let text = stdout(&output(redlease(["inspect", "--url", &server.url(), "rl"])));
+    assert!(
+        text.contains(owner) && text.contains("held 2 time(s)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("job")
+            .arg("stuck")
+            .arg("PX")
+            .arg(600_000),
+    );
+    let mut sub = server.conn();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut sub = sub.as_pubsub();
+    sub.subscribe("{job}:released").unwrap();
+    let f = dir.file("start");
+    let waiter = run_sh(
+        &server,
+        &[],
+        "job",
+        &format!("date +%s%N >> {}", f.display()),
+    )
+    .spawn()
+    .unwrap();
+    let waiting = eventually(STARTUP, || {
+        let subs: (String, i64) =
+            server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{job}:released"));
+        subs.1 >= 2 // ours and redlease's
+    });
+    assert!(waiting, "redlease never started waiting");
+
+    let refused = output(redlease(["release", "--url", &server.url(), "job"]));
+    assert_eq!(refused.status.code(), Some(USAGE));
+    assert_eq!(stderr(&refused).lines().count(), 1, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--force"), "{}", stderr(&refused));
+    let value: String = server.query(redis::cmd("GET").arg("job"));
+    assert_eq!(value, "stuck", "nothing deleted without --force");
+
+    let forced = output(redlease([
+        "release",
+        "--force",
+        "--url",
+        &server.url(),
+        "job",
+    ]));
+    let released = now_nanos();
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert!(stdout(&forced).contains("deleted"), "{}", stdout(&forced));
+    let msg = sub.get_message().unwrap();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "released");
+
+    let out = finish(waiter);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let start = stamps(&f)[0];
+    let late = Duration::from_nanos(u64::try_from(start.saturating_sub(released)).unwrap());
+    assert!(
+        late < Duration::from_secs(1),
+        "the waiter started {late:?} after the release"
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let ran = dir.file("ran");
+    let touch = ran.display().to_string();
+    let url = server.url();
+    let secret_url = format!("redis://u:hunter2@127.0.0.1:{}/", free_port());
+    let argv = |parts: &[&str]| -> Vec<String> { parts.iter().map(|&p| p.to_owned()).collect() };
+    let run = |opts: &[&str]| -> Vec<String> { argv(&[&["run", "--url", &url], opts].concat()) };
+    let cases: Vec<(Vec<String>, i32)> = vec![
+        (run(&["job"]), USAGE),
+        (run(&["job", "--"]), USAGE),
+        (
+            run(&["--scheme", "bogus", "job", "--", "touch", &touch]),
+            USAGE,
+        ),
+        (
+            run(&["--scheme", "reentrant", "job", "--", "touch", &touch]),
+            USAGE,
+        ),
+        (
+            run(&["--ttl", "5 parsecs", "job", "--", "touch", &touch]),
+            USAGE,
+        ),
+        (
+            run(&["--wait", "soon", "job", "--", "touch", &touch]),
+            USAGE,
+        ),
+        (
+            run(&["--url", &secret_url, "job", "--", "touch", &touch]),
+            USAGE,
+        ),
+        (
+            argv(&["run", "--url", &secret_url, "job", "--", "touch", &touch]),
+            UNAVAILABLE,
+        ),
+        (argv(&["inspect", "--url", &secret_url, "job"]), UNAVAILABLE),
+        (
+            argv(&["release", "--force", "--url", &secret_url, "job"]),
+            UNAVAILABLE,
+        ),
+    ];
+    for (args, code) in &cases {
+        let out = output(redlease(args));
+        let (err, out_text) = (stderr(&out), stdout(&out));
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("redlease: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(
+            !(err + &out_text).contains("hunter2"),
+            "{args:?} showed the password"
+        );
+    }
+    let several = output(redlease(run(&["--url", &url, "job", "--", "true"])));
+    assert!(stderr(&several).contains("several --url (Redlock) are not supported yet"));
+
+    // The password in REDIS_URL stays hidden too, in errors and in --help.
+    for args in [vec!["run", "job", "--", "true"], vec!["run", "--help"]] {
+        let mut cmd = redlease(&args);
+        cmd.env("REDIS_URL", &secret_url);
+        let out = output(cmd);
+        assert!(
+            !(stderr(&out) + &stdout(&out)).contains("hunter2"),
+            "{args:?}"
+        );
+    }
+    assert!(!ran.exists(), "no command ran");
+    assert!(keys(&server).is_empty(), "nothing was written");
+}
+
+#[test]
+fn help_lists_the_exit_codes() {
+    let out = output(redlease(["run", "--help"]));
+    assert!(out.status.success());
+    let help = stdout(&out);
+    for code in ["128+N", "64", "69", "75", "79", "126", "127"] {
+        assert!(
+            help.contains(&format!("\n  {code} ")),
+            "{code} missing from:\n{help}"
+        );
+    }
+}
