@@ -17,7 +17,7 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
-use crate::scheme::{Backend, Keys, TokenBackend};
+use crate::scheme::{Backend, Keys, Scheme, TokenBackend};
 
 /// The nodes of a quorum.
 pub(super) struct Quorum {
@@ -321,4 +321,30 @@ pub(super) fn no_quorum(count: &Count, failures: Vec<NodeFailure>) -> Error {
         required: count.quorum(),
         failures: failures.into_boxed_slice(),
     }
+}
+
+/// Refuses what a quorum cannot do safely: fencing (no single counter orders
+/// fences across independent masters) and the legacy timestamp scheme (its
+/// takeover trusts one server's value).
+///
+/// # Errors
+/// [`Error::Config`] naming `fencing` or `scheme`.
+pub(crate) fn refuse(scheme: &Scheme, fencing: bool) -> Result<()> {
+    if fencing {
+        return Err(no_fencing());
+    }
+    if matches!(scheme, Scheme::LegacyTimestamp(_)) {
+        return Err(Error::config(
+            "scheme",
+            "the legacy timestamp scheme cannot be made safe on a quorum; redlock uses tokens",
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn no_fencing() -> Error {
+    Error::config(
+        "fencing",
+        "redlock has no single counter to take fences from; use one master with `WAIT`",
+    )
 }

@@ -16,7 +16,7 @@ use redis::{ConnectionInfo, Value};
 use super::ballot::{Ballot, Count, Vote};
 use super::batch::{self, Spec};
 use super::lane::{Link, timed_out};
-use super::quorum::{Quorum, no_quorum, send};
+use super::quorum::{Quorum, no_fencing, no_quorum, send};
 use super::worker::{IoThread, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 use crate::connection::Conn;
@@ -28,7 +28,7 @@ use crate::scheme::{
 };
 use crate::time::validity_end;
 
-pub(crate) use super::quorum::Wait;
+pub(crate) use super::quorum::{Wait, refuse};
 
 /// Rounds an acquire makes when failures, not other holders, kept it from a
 /// majority (only for callers that will wait; `try_lock` makes one).
@@ -318,32 +318,6 @@ impl Topology for Redlock {
     fn check(&self, scheme: &Scheme, fencing: bool) -> Result<()> {
         refuse(scheme, fencing)
     }
-}
-
-/// Refuses what a quorum cannot do safely: fencing (no single counter orders
-/// fences across independent masters) and the legacy timestamp scheme (its
-/// takeover trusts one server's value).
-///
-/// # Errors
-/// [`Error::Config`] naming `fencing` or `scheme`.
-pub(crate) fn refuse(scheme: &Scheme, fencing: bool) -> Result<()> {
-    if fencing {
-        return Err(no_fencing());
-    }
-    if matches!(scheme, Scheme::LegacyTimestamp(_)) {
-        return Err(Error::config(
-            "scheme",
-            "the legacy timestamp scheme cannot be made safe on a quorum; redlock uses tokens",
-        ));
-    }
-    Ok(())
-}
-
-fn no_fencing() -> Error {
-    Error::config(
-        "fencing",
-        "redlock has no single counter to take fences from; use one master with `WAIT`",
-    )
 }
 
 /// An acquire whose majority came after its validity ended: no grant counts, each
