@@ -180,7 +180,11 @@
 //!
 //! # Feature flags
 //!
-//! None yet: the default build is the whole library.
+//! All off by default; the default build is the whole library.
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, serde_json) |
 //!
 //! # MSRV
 //!
