@@ -184,7 +184,7 @@
 //!
 //! | feature | what it adds |
 //! | --- | --- |
-//! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, serde_json) |
+//! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV
 //!
