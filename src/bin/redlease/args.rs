@@ -42,17 +42,17 @@ pub(crate) enum Servers {
 
 impl ServerArgs {
     /// The servers to use: one URL is one server, several are a Redlock quorum.
-    pub(crate) fn servers(&self) -> Result<Servers, Failure> {
+    pub(crate) fn servers(&self) -> Servers {
         match self.url.as_slice() {
-            [] => Ok(Servers::One(DEFAULT_URL.to_owned())),
-            [one] => Ok(Servers::One(one.clone())),
-            many => Ok(Servers::Quorum(many.to_vec())),
+            [] => Servers::One(DEFAULT_URL.to_owned()),
+            [one] => Servers::One(one.clone()),
+            many => Servers::Quorum(many.to_vec()),
         }
     }
 
     /// The one server a command that reads a key directly works on.
     pub(crate) fn one_server(&self, what: &str) -> Result<String, Failure> {
-        match self.servers()? {
+        match self.servers() {
             Servers::One(url) => Ok(url),
             Servers::Quorum(_) => Err(Failure::usage(format!(
                 "{what} works on one server: give one --url (once per Redlock node)"

@@ -23,7 +23,7 @@ use crate::status::Status;
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     // Bad input is reported before anything connects.
     let scheme = args.scheme.scheme()?;
-    let (builder, url) = match args.server.servers()? {
+    let (builder, url) = match args.server.servers() {
         Servers::One(url) => (LockClient::builder(url.as_str()), url),
         Servers::Quorum(urls) => {
             let first = urls[0].clone();
