@@ -62,7 +62,8 @@ impl LockClient {
     ///   [`Release::Released`](crate::Release::Released) when a majority still held
     ///   it; [`Metrics::node_releases`](crate::Metrics::node_releases) counts the
     ///   nodes. There is no local hand-off.
-    /// - **Waiting** listens for release messages on the first node, and polls.
+    /// - **Waiting** listens for release messages on one node (the next when it
+    ///   fails: a release publishes on every node), and polls.
     /// - **Not offered:** fencing (no single counter can order fences across
     ///   independent masters: use one master with replicas confirmed by `WAIT`) and
     ///   [`Scheme::LegacyTimestamp`] (its takeover trusts one server's value). Both

@@ -235,7 +235,7 @@ impl LockClient {
     ) -> Result<Option<LockGuard>> {
         self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
             let key = format!("{}{key}", self.inner.settings.key_prefix);
-            let limits = self.inner.hub.topology.subscriber().limits();
+            let limits = self.inner.hub.topology.subscriber(0).limits();
             e.during(Operation::Acquire, &key, limits)
         })
     }

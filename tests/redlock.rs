@@ -530,3 +530,44 @@ fn a_majority_down_at_build_is_an_error_a_minority_is_not() {
         "{r:?}"
     );
 }
+
+#[test]
+fn with_the_first_node_down_waiters_still_hear_releases_from_another() {
+    // A release publishes on every node; the waiter thread listens on one and moves
+    // to the next when it fails. With polling far slower than a wake-up, only a
+    // release message can explain a prompt hand-over.
+    let masters = Masters::start(3);
+    let urls = masters.urls();
+    let slow = |b: LockClientBuilder| b.backoff(ms(2000), ms(4000));
+    let holder = client(&urls);
+    let waiter = slow(builder(&urls)).build().unwrap();
+    masters.servers[0].kill();
+    let numsub = |s: &RedisServer| -> i64 {
+        let (_, n): (String, i64) = s.query(
+            redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("{lock:job}:released"),
+        );
+        n
+    };
+    for round in 0..3 {
+        let guard = holder.lock("job").unwrap();
+        thread::scope(|s| {
+            let w = s.spawn(|| {
+                let g = waiter.try_lock_for("job", Duration::from_secs(20)).unwrap();
+                (g, Instant::now())
+            });
+            // The waiter listens on a live node.
+            let listening = eventually(Duration::from_secs(10), || {
+                masters.servers[1..].iter().any(|s| numsub(s) >= 1)
+            });
+            assert!(listening, "round {round}: nobody subscribed on a live node");
+            let released = Instant::now();
+            assert!(guard.unlock().unwrap().was_held());
+            let (got, at) = w.join().unwrap();
+            assert!(got.is_some());
+            let took = at - released;
+            assert!(took < ms(1000), "round {round}: woken after {took:?}");
+        });
+    }
+}

@@ -151,14 +151,22 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// I/O threads, one per node.
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>);
 
-    /// The node whose pub/sub connection carries the release messages.
-    fn subscriber(&self) -> &Arc<Node>;
+    /// How many nodes can carry the release messages: a release publishes on each,
+    /// so the waiter listens on one and moves to the next when it fails.
+    fn subscribers(&self) -> usize {
+        1
+    }
+
+    /// Node `i` (counted modulo [`subscribers`](Topology::subscribers)), whose
+    /// pub/sub connection can carry the release messages.
+    fn subscriber(&self, i: usize) -> &Arc<Node>;
 
     /// How long a call waits for a reply (the nodes' read timeout).
     fn read_timeout(&self) -> Duration;
 
-    /// Publishes `message` on `channel` (a wake-up of the waiter thread).
-    fn publish(&self, channel: &str, message: &str) -> Result<()>;
+    /// Publishes `message` on `channel` on subscriber node `i` (a wake-up of the
+    /// waiter thread listening there).
+    fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()>;
 
     /// Refuses what this topology cannot do safely: a scheme, or fencing.
     ///

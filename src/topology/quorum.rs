@@ -262,15 +262,18 @@ impl Quorum {
         &self.token
     }
 
-    /// The first node: its pub/sub connection carries the release messages.
-    pub(super) fn first(&self) -> &Arc<Node> {
-        &self.members[0].node
+    /// Node `i`, counted modulo the number of nodes.
+    pub(super) fn node(&self, i: usize) -> &Arc<Node> {
+        &self.members[i % self.members.len()].node
     }
 
-    /// Runs `call` on the first node's lane, not waiting for it; `false` once the
-    /// lane has stopped.
-    pub(super) fn on_first(&self, call: Call) -> bool {
-        self.members[0].lane.send(call).is_none()
+    /// Runs `call` on node `i`'s lane (modulo the number of nodes), not waiting for
+    /// it; `false` once the lane has stopped.
+    pub(super) fn on(&self, i: usize, call: Call) -> bool {
+        self.members[i % self.members.len()]
+            .lane
+            .send(call)
+            .is_none()
     }
 
     /// Sends one renewal tick's `specs` to every node's I/O thread, each of which

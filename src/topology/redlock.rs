@@ -37,8 +37,8 @@ const ROUNDS: u32 = 3;
 /// vote (several callers holding a minority each).
 const RETRY_MAX: Duration = Duration::from_millis(50);
 /// The longest a busy acquire asks its caller to wait before trying again: the
-/// waiter hears release messages from the first node only (which may not have
-/// held the lock), so a release it did not hear is found by an attempt within this.
+/// waiter hears release messages from one node only (which may not have held the
+/// lock), so a release it did not hear is found by an attempt within this.
 const POLL_MAX: Duration = Duration::from_millis(500);
 
 /// A quorum of independent masters holds every lock.
@@ -193,7 +193,8 @@ impl Topology for Redlock {
                 .iter()
                 .any(|a| matches!(a, Ok(f) if f.outcome == outcome))
         };
-        // Waiters listen on the first node only: its count is the one that matters.
+        // Each client's waiter listens on one node: the largest count is the best
+        // estimate of how many clients heard the release.
         let listeners = answers.iter().flatten().map(|f| f.listeners).max();
         let outcome = if count.won() {
             Release::Released
@@ -287,31 +288,38 @@ impl Topology for Redlock {
         self.quorum.vote(&specs, report_by, &ballot);
     }
 
-    fn subscriber(&self) -> &Arc<Node> {
-        self.quorum.first()
+    fn subscribers(&self) -> usize {
+        self.quorum.len()
+    }
+
+    fn subscriber(&self, i: usize) -> &Arc<Node> {
+        self.quorum.node(i)
     }
 
     fn read_timeout(&self) -> Duration {
         self.quorum.node_wait(None)
     }
 
-    fn publish(&self, channel: &str, message: &str) -> Result<()> {
+    fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()> {
         // Only the waiter's own wake-up goes through here: sent from the
         // subscriber's lane, never waited for.
         let (channel, message) = (channel.to_owned(), message.to_owned());
         let wait = self.quorum.node_wait(None);
         let deadline = Instant::now() + wait;
-        let sent = self.quorum.on_first(Box::new(move |link: &mut Link| {
-            let publish = |c: &mut Conn| {
-                c.run(|c| {
-                    redis::cmd("PUBLISH")
-                        .arg(&channel)
-                        .arg(&message)
-                        .query::<i64>(c)
-                })
-            };
-            let _ = link.call(deadline, wait, publish);
-        }));
+        let sent = self.quorum.on(
+            i,
+            Box::new(move |link: &mut Link| {
+                let publish = |c: &mut Conn| {
+                    c.run(|c| {
+                        redis::cmd("PUBLISH")
+                            .arg(&channel)
+                            .arg(&message)
+                            .query::<i64>(c)
+                    })
+                };
+                let _ = link.call(deadline, wait, publish);
+            }),
+        );
         if sent { Ok(()) } else { Err(Error::Shutdown) }
     }
 

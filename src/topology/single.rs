@@ -177,7 +177,7 @@ impl Topology for Single {
         }
     }
 
-    fn subscriber(&self) -> &Arc<Node> {
+    fn subscriber(&self, _: usize) -> &Arc<Node> {
         &self.node
     }
 
@@ -185,7 +185,7 @@ impl Topology for Single {
         self.node.read_timeout()
     }
 
-    fn publish(&self, channel: &str, message: &str) -> Result<()> {
+    fn publish(&self, _: usize, channel: &str, message: &str) -> Result<()> {
         let mut conn = self.node.get()?;
         Ok(conn
             .run(|c| {
