@@ -134,7 +134,11 @@ fn worker(url: &str, name: &str) -> Result<(), Box<dyn Error>> {
                     .query(&mut con)?;
             }
         }
-        guard.unlock()?;
+        if !guard.unlock()?.was_held() {
+            // The lease ended before the release: the store's fence check is what
+            // kept a late write out.
+            eprintln!("{name}: lock on job {job} had ended before its release");
+        }
     }
     Ok(())
 }
