@@ -10,7 +10,8 @@
 //! private server on a free loopback port for the demo, says so on stderr, and stops
 //! it at the end.
 
-mod common;
+#[path = "support/private_server.rs"]
+mod private_server;
 
 use std::error::Error;
 
@@ -18,7 +19,7 @@ use redlease::LockClient;
 
 fn main() -> Result<(), Box<dyn Error>> {
     // `_private` lives until the end of `main`: its `Drop` stops a private server.
-    let (url, _private) = common::redis_url()?;
+    let (url, _private) = private_server::redis_url()?;
 
     let client = LockClient::builder(url.as_str())
         .key_prefix("lock:")

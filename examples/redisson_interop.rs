@@ -11,7 +11,8 @@
 //! Talks to `REDIS_URL` (default `redis://127.0.0.1:6379/`), or to a private
 //! `redis-server` it starts when nothing answers there (see `examples/basic.rs`).
 
-mod common;
+#[path = "support/private_server.rs"]
+mod private_server;
 
 use std::error::Error;
 use std::thread;
@@ -34,7 +35,7 @@ const REDISSON_UNLOCK: &str = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0)
 
 fn main() -> Result<(), Box<dyn Error>> {
     // `_private` lives until the end of `main`: its `Drop` stops a private server.
-    let (url, _private) = common::redis_url()?;
+    let (url, _private) = private_server::redis_url()?;
     // A fresh key, so the example never touches anyone's lock.
     let name = format!("redlease-example:{}", uuid::Uuid::new_v4());
     let key = format!("lock:{name}");

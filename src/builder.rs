@@ -13,8 +13,9 @@ use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
-use crate::scheme::{Replicas, Scheme};
-use crate::topology::Single;
+use crate::scheme::{self, Replicas, Scheme};
+use crate::topology::{Redlock, Single, Topology, Wait, probe, redlock};
+use crate::wait::KICK_PREFIX;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -28,21 +29,96 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(4);
 /// Default longest retry delay while polling: 200 milliseconds.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// Default time a Redlock call waits for each node: 50 milliseconds, and never more
+/// than 1/20 of the lease's TTL.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 impl LockClient {
     /// Starts building a client for the server at `url` (`redis://[user:password@]host[:port][/db]`).
     pub fn builder(url: impl IntoConnectionInfo) -> LockClientBuilder {
         LockClientBuilder::new(url)
     }
+
+    /// Starts building a Redlock client over independent Redis masters, one URL
+    /// each: a lock is held when a majority of them granted it.
+    ///
+    /// The client has the same entry points, guards and options as one built by
+    /// [`builder`](Self::builder), with these differences:
+    ///
+    /// - **Acquire** sends one token's `SET NX PX` to every node at once and waits
+    ///   for each at most the [node timeout](LockClientBuilder::node_timeout). It
+    ///   holds when a majority granted it and the lease's validity (`ttl - elapsed -
+    ///   drift`) is still positive; that validity is the guard's
+    ///   [`valid_until`](crate::LockGuard::valid_until). Otherwise the token is
+    ///   deleted on every node, in the background, and the attempt is busy (other
+    ///   holders answered: the wait is bounded by their TTLs, or a short random
+    ///   pause after a split vote) or failed (a majority failed to answer: retried
+    ///   twice after a random pause of at most 50 ms, then
+    ///   [`Error::NoQuorum`] naming each node's failure; `try_lock` makes one round).
+    /// - **Renewal** extends every lease on every node, one pipeline per node per
+    ///   tick; a renewal that a majority does not confirm within the lease's
+    ///   validity loses the lease.
+    /// - **Release** deletes the lock on every node and is
+    ///   [`Release::Released`](crate::Release::Released) when a majority still held
+    ///   it; [`Metrics::node_releases`](crate::Metrics::node_releases) counts the
+    ///   nodes. There is no local hand-off.
+    /// - **Waiting** listens for release messages on one node (the next when it
+    ///   fails: a release publishes on every node), and polls.
+    /// - **Not offered:** fencing (no single counter can order fences across
+    ///   independent masters: use one master with replicas confirmed by `WAIT`) and
+    ///   [`Scheme::LegacyTimestamp`] (its takeover trusts one server's value). Both
+    ///   are refused with [`Error::Config`], by `build()` and per call.
+    ///
+    /// Safety needs bounded clock drift between the nodes (each expires keys by its
+    /// own clock), and a node that restarts must not rejoin with an empty dataset
+    /// sooner than the longest TTL in use (or must persist every write with
+    /// `appendfsync always`): else a lock held on a bare majority can be granted
+    /// again. Cost: every call is one round trip to each node in parallel, so its
+    /// latency is that of the slowest node of the fastest majority.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::redlock([
+    ///     "redis://10.0.0.1/",
+    ///     "redis://10.0.0.2/",
+    ///     "redis://10.0.0.3/",
+    /// ])
+    /// .key_prefix("lock:")
+    /// .build()?;
+    /// let guard = client.lock("invoice:42")?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redlock<I>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let urls = urls
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info);
+        LockClientBuilder {
+            servers: Servers::Quorum(urls.collect()),
+            ..LockClientBuilder::new("redis://127.0.0.1/")
+        }
+    }
 }
 
-/// Builds a [`LockClient`]; made by [`LockClient::builder`].
+/// Where the locks live, as the constructor was given it.
+enum Servers {
+    One(Result<ConnectionInfo, redis::RedisError>),
+    Quorum(Vec<Result<ConnectionInfo, redis::RedisError>>),
+}
+
+/// Builds a [`LockClient`]; made by [`LockClient::builder`] and
+/// [`LockClient::redlock`].
 ///
 /// Setters never fail; [`build`](Self::build) checks every value and returns
 /// [`Error::Config`] for one out of range.
 #[must_use]
 pub struct LockClientBuilder {
-    url: Result<ConnectionInfo, redis::RedisError>,
+    servers: Servers,
     key_prefix: String,
     ttl: Duration,
     pool_size: u32,
@@ -58,12 +134,13 @@ pub struct LockClientBuilder {
     pubsub: bool,
     scheme: Scheme,
     replicas: Option<(u32, Duration)>,
+    node_timeout: Option<Duration>,
 }
 
 impl LockClientBuilder {
     fn new(url: impl IntoConnectionInfo) -> Self {
         Self {
-            url: url.into_connection_info(),
+            servers: Servers::One(url.into_connection_info()),
             key_prefix: String::new(),
             ttl: DEFAULT_TTL,
             pool_size: DEFAULT_POOL_SIZE,
@@ -79,9 +156,13 @@ impl LockClientBuilder {
             pubsub: true,
             scheme: Scheme::Token,
             replicas: None,
+            node_timeout: None,
         }
     }
-    /// Prepended to every lock key. Defaults to `""`.
+    /// Prepended to every lock key. redlease's own keys live under it too (the fence
+    /// counter `<prefix>redlease:fence`, the key `build` checks permissions on), so a
+    /// Redis ACL key pattern for the prefix covers them; lock names starting with
+    /// `redlease:` are reserved. Defaults to `""`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.key_prefix = prefix.into();
         self
@@ -96,12 +177,14 @@ impl LockClientBuilder {
         self.pool_size = size;
         self
     }
-    /// Time allowed to open a connection or take one from the pool. Defaults to 2 seconds.
+    /// Time allowed to open a connection. A call waits for a pooled connection at
+    /// most this or the read timeout, whichever is shorter. Defaults to 2 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
-    /// Time allowed for a reply. Defaults to 2 seconds.
+    /// Time allowed for a reply: a call that gets none fails after this long with an
+    /// [`Error::Redis`] that says so. Defaults to 2 seconds.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.read_timeout = timeout;
         self
@@ -164,29 +247,75 @@ impl LockClientBuilder {
         self.replicas = Some((count, timeout));
         self
     }
-    /// Checks the settings, connects (one `PING`), and starts the background threads.
+    /// Redlock: how long a call waits for each node before counting it as failed.
+    /// Keep it small against the TTL: an acquire whose majority answers after the
+    /// lease's validity has ended is refused anyway. Defaults to
+    /// [`DEFAULT_NODE_TIMEOUT`] (50 ms), and never more than 1/20 of the lease's
+    /// TTL; a value set here is used as is.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+    /// Checks the settings, connects (one `PING`), checks what the Redis user may do,
+    /// and starts the background threads.
     ///
-    /// Waits at most the connect timeout plus the read timeout.
+    /// The check runs one lock cycle (release, acquire, extend, release) of the
+    /// default scheme on a key of its own, `<prefix>redlease:probe:<uuid>`, and tries
+    /// `SUBSCRIBE` on the wake-up channels, so that a Redis ACL that would let the
+    /// client take locks it cannot release is refused here, before any lock is
+    /// taken. A user that may not subscribe (Redis 7's default for new users) gets a
+    /// client whose waits poll, with one warning logged.
+    ///
+    /// Waits at most the connect timeout plus the read timeout, and a few more
+    /// round trips, each bounded by the read timeout.
     ///
     /// # Errors
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
-    /// the server cannot be reached, [`Error::Spawn`] when a thread cannot start.
+    /// the server cannot be reached, [`Error::Permission`] when the Redis user lacks a
+    /// permission locks need, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
-        let Ok(info) = self.url else {
-            return Err(Error::config("url", "not a valid redis url"));
+        let config = NodeConfig {
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            read_timeout: self.read_timeout,
+            write_timeout: self.write_timeout,
         };
-        let node = Node::connect(
-            info,
-            NodeConfig {
-                pool_size: self.pool_size,
-                connect_timeout: self.connect_timeout,
-                read_timeout: self.read_timeout,
-                write_timeout: self.write_timeout,
-            },
-        )?;
+        // Before any lock: a user who could take locks but not release them is
+        // refused, and one who may not subscribe polls.
+        let kick = format!("{KICK_PREFIX}probe");
+        let backend = scheme::backend(&self.scheme);
+        let check = |node: &Node| {
+            let kick = self.pubsub.then_some(kick.as_str());
+            probe(node, &*backend, &self.key_prefix, kick).map(|a| a.subscribe)
+        };
         let counters = Arc::new(Counters::default());
-        let (single, io) = Single::new(node, Arc::clone(&counters))?;
+        let (topology, io, subscribe): (Arc<dyn Topology>, _, _) = match &self.servers {
+            Servers::One(url) => {
+                let info = url.clone().map_err(|_| bad_url())?;
+                let node = Node::connect(info, config)?;
+                let subscribe = check(&node)?;
+                let (single, io) = Single::new(node, Arc::clone(&counters))?;
+                (Arc::new(single), vec![io], subscribe)
+            }
+            Servers::Quorum(urls) => {
+                let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
+                let wait = Wait {
+                    fixed: self.node_timeout,
+                    default: DEFAULT_NODE_TIMEOUT,
+                };
+                let infos = infos.map_err(|_| bad_url())?;
+                let (redlock, io, subscribe) =
+                    Redlock::connect(infos, config, wait, self.ttl, &counters, check)?;
+                (Arc::new(redlock), io, subscribe)
+            }
+        };
+        if self.pubsub && !subscribe {
+            log::warn!(
+                "the redis user may not subscribe to redlease's channels: waits poll \
+                 instead of being woken by releases"
+            );
+        }
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -194,7 +323,7 @@ impl LockClientBuilder {
             renew_interval: self.renew_interval,
             max_hold: self.max_hold,
             fencing: self.fencing,
-            pubsub: self.pubsub,
+            pubsub: self.pubsub && subscribe,
             scheme: self.scheme,
             replicas: match self.replicas {
                 Some((count, timeout)) => Replicas::checked(count, timeout)?,
@@ -203,8 +332,8 @@ impl LockClientBuilder {
         };
         LockClient::start(
             settings,
-            Arc::new(single),
-            vec![io],
+            topology,
+            io,
             counters,
             (self.backoff_min, self.backoff_max),
         )
@@ -239,14 +368,47 @@ impl LockClientBuilder {
         if let Some((count, timeout)) = self.replicas {
             Replicas::checked(count, timeout)?;
         }
+        if self.node_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config("node_timeout", "must be above zero"));
+        }
+        if let Servers::Quorum(urls) = &self.servers {
+            check_quorum(urls, &self.scheme, self.fencing)?;
+            if self.replicas.is_some_and(|(count, _)| count > 0) {
+                return Err(redlock::no_replicas());
+            }
+        }
         Ok(())
     }
+}
+
+fn bad_url() -> Error {
+    Error::config("url", "not a valid redis url")
+}
+
+/// What a Redlock client refuses before connecting: no node, the same node twice
+/// (two votes for one server would fake a majority), and what the topology refuses
+/// (the legacy scheme, fencing).
+fn check_quorum(
+    urls: &[Result<ConnectionInfo, redis::RedisError>],
+    scheme: &Scheme,
+    fencing: bool,
+) -> Result<()> {
+    if urls.is_empty() {
+        return Err(Error::config("urls", "redlock needs at least one node"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for info in urls.iter().flatten() {
+        if !seen.insert(Redacted(Some(info)).to_string()) {
+            return Err(Error::config("urls", "the same node is listed twice"));
+        }
+    }
+    redlock::refuse(scheme, fencing)
 }
 
 impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClientBuilder")
-            .field("server", &Redacted(self.url.as_ref().ok()))
+            .field("servers", &self.servers)
             .field("key_prefix", &self.key_prefix)
             .field("ttl", &self.ttl)
             .field("pool_size", &self.pool_size)
@@ -261,7 +423,20 @@ impl fmt::Debug for LockClientBuilder {
             .field("pubsub", &self.pubsub)
             .field("scheme", &self.scheme)
             .field("replicas", &self.replicas)
+            .field("node_timeout", &self.node_timeout)
             .finish()
+    }
+}
+
+impl fmt::Debug for Servers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn shown(url: &Result<ConnectionInfo, redis::RedisError>) -> Redacted<'_> {
+            Redacted(url.as_ref().ok())
+        }
+        match self {
+            Servers::One(url) => shown(url).fmt(f),
+            Servers::Quorum(urls) => f.debug_list().entries(urls.iter().map(shown)).finish(),
+        }
     }
 }
 

@@ -5,18 +5,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LeaseState, LostCallback, Terms};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
-use crate::scheme::{self, Backend, Keys, Replicas, Request};
+use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiter, Want};
 
-/// A client for distributed locks on one Redis server.
+/// A client for distributed locks on one Redis server, or on a Redlock quorum of
+/// independent masters ([`LockClient::redlock`]).
 ///
 /// Cheap to clone: clones share one connection pool, one renewal thread and one
 /// waiter thread. The threads stop, and are joined, when the last clone is dropped;
@@ -45,9 +46,10 @@ pub struct LockClient {
 /// renewal thread first: its last reports may queue callbacks for the notifier).
 struct Inner {
     settings: Settings,
-    /// A UUID v4 naming this client in the owner fields of reentrant locks.
-    id: String,
     default_backend: Arc<dyn Backend>,
+    /// The reentrant scheme's backend: one client id in its owner fields, and one
+    /// memory of outermost fences, for every call of this client.
+    reentrant: Arc<dyn Backend>,
     /// What guards and waiting callers share with the waiter thread. It holds no
     /// thread handle, so a guard holding it never keeps a thread alive.
     hub: Arc<Hub>,
@@ -115,11 +117,15 @@ impl LockClient {
         } else {
             None
         };
-        let id = uuid::Uuid::new_v4().to_string();
+        let reentrant = scheme::backend(&Scheme::Reentrant);
         Ok(Self {
             inner: Arc::new(Inner {
-                default_backend: scheme::backend(&settings.scheme, &id),
-                id,
+                default_backend: if settings.scheme == Scheme::Reentrant {
+                    Arc::clone(&reentrant)
+                } else {
+                    scheme::backend(&settings.scheme)
+                },
+                reentrant,
                 settings,
                 hub,
                 renewer,
@@ -137,8 +143,9 @@ impl LockClient {
     /// in the background per the client's [`Renewal`] policy.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] / [`Error::Pool`] when
-    /// Redis fails or does not answer within the configured timeouts,
+    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] when Redis fails or
+    /// does not answer within the configured timeouts (the lock may then have been
+    /// taken: redlease removes it in the background),
     /// [`Error::Shutdown`] when the client is [closed](Self::close),
     /// [`Error::NotReplicated`] when [replica confirmation](crate::LockClientBuilder::replicas)
     /// is on and too few replicas acknowledged the lock (it was given back).
@@ -236,7 +243,22 @@ impl LockClient {
         self.inner.renewer.sync();
     }
 
+    /// Acquires `key`; a Redis failure names the call, the key and the limit.
     fn acquire(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+        fair: bool,
+    ) -> Result<Option<LockGuard>> {
+        self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+            let key = format!("{}{key}", self.inner.settings.key_prefix);
+            let limits = self.inner.hub.topology.subscriber(0).limits();
+            e.during(Operation::Acquire, &key, limits)
+        })
+    }
+
+    fn acquire_loop(
         &self,
         key: &str,
         opts: &LockOptions,
@@ -260,6 +282,7 @@ impl LockClient {
         let cancel = opts.cancel.as_ref();
         // Counted in until this call returns: callers of this client that arrive
         // while it acquires or waits join the key's line instead of racing it.
+        let started = Instant::now();
         let arrival = hub.lines.arrive(&keys.channel);
         let mut slot: Option<WaitSlot<'_>> = None;
         let mut next = Next::Attempt;
@@ -295,6 +318,7 @@ impl LockClient {
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
                 remaining: will_wait && slot.as_ref().is_none_or(WaitSlot::needs_remaining),
                 replicas: plan.replicas,
+                return_by: deadline.map(|d| d.max(started + hub.topology.read_timeout())),
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 Attempt::Acquired { value, sent, fence } => {
@@ -376,12 +400,16 @@ impl LockClient {
             return Err(Error::config("max_hold", "must be above zero"));
         }
         let backend = match &opts.scheme {
-            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme, &self.inner.id),
+            Some(Scheme::Reentrant) => Arc::clone(&self.inner.reentrant),
+            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
             _ => Arc::clone(&self.inner.default_backend),
         };
+        let fence = opts.fencing.unwrap_or(s.fencing);
+        let topology = &self.inner.hub.topology;
+        topology.check(opts.scheme.as_ref().unwrap_or(&s.scheme), fence)?;
         Ok(Plan {
             ttl,
-            fence: opts.fencing.unwrap_or(s.fencing),
+            fence,
             renewal: opts.renewal.unwrap_or(s.renewal),
             interval,
             max_hold,

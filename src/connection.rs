@@ -70,9 +70,15 @@ pub(crate) fn with_retry<T>(
 
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
+        self.connect_within(self.connect_timeout)
+    }
+
+    /// A new connection made within `timeout` (at most the connect timeout), with
+    /// the read and write timeouts set.
+    pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
         let con = self
             .client
-            .get_connection_with_timeout(self.connect_timeout)?;
+            .get_connection_with_timeout(timeout.min(self.connect_timeout))?;
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
         Ok(con)

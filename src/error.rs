@@ -2,6 +2,9 @@
 
 use std::io;
 
+use crate::failure::Limits;
+pub use crate::failure::{Operation, RedisFailure};
+
 /// Errors returned by redlease.
 ///
 /// Busy is never an error: a lock someone else holds is `Ok(None)` from the
@@ -10,12 +13,30 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A Redis command failed, timed out, or the connection broke.
-    #[error("redis command failed")]
-    Redis(#[from] redis::RedisError),
-    /// No pooled connection could be had within the connect timeout.
-    #[error("no redis connection available")]
-    Pool(#[from] r2d2::Error),
+    /// Talking to Redis failed: no reply within the read timeout, no pooled
+    /// connection in time, a refused or broken connection, or an error reply.
+    /// [`RedisFailure`] says which call on which key and which limit ran out; the
+    /// error from `redis` or `r2d2` is its [`source`](std::error::Error::source).
+    #[error(transparent)]
+    Redis(Box<RedisFailure>),
+    /// The Redis user lacks an ACL permission redlease needs, found by
+    /// [`build`](crate::LockClientBuilder::build) before any lock is taken.
+    #[error(
+        "redis user may not run {command}{}",
+        if *on_keys { " on keys under the key prefix" } else { "" }
+    )]
+    Permission {
+        /// The command refused, as Redis names it (`evalsha`, `script|load`), or,
+        /// for one a script runs, which script and its commands (`a command of the
+        /// release script (get, del)`).
+        command: String,
+        /// Whether the keys were refused (an ACL key pattern that does not cover
+        /// the client's key prefix) rather than the command.
+        on_keys: bool,
+        /// Redis's reply.
+        #[source]
+        source: Box<redis::RedisError>,
+    },
     /// A builder or option value is out of range.
     #[error("invalid option `{option}`: {reason}")]
     Config {
@@ -58,33 +79,72 @@ pub enum Error {
     /// A background thread could not be started.
     #[error("could not spawn a background thread")]
     Spawn(#[source] io::Error),
+    /// Redlock: fewer nodes than a majority granted the request (an acquire, an
+    /// extend, a release, the `PING`s of `build()`), and the others failed, so the
+    /// outcome is unknown. What each failed node said is in `failures`.
+    #[error("quorum not reached: {acquired} of {required} nodes")]
+    NoQuorum {
+        /// Nodes that granted the request in time.
+        acquired: usize,
+        /// Nodes needed: a majority of all nodes.
+        required: usize,
+        /// Each node that failed, with its error.
+        failures: Box<[NodeFailure]>,
+    },
+}
+
+/// One node's failure in a Redlock call, carried by [`Error::NoQuorum`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// The node's address, without credentials (`redis://host:port/db`).
+    pub node: String,
+    /// What went wrong there: a Redis or pool error, or a timeout
+    /// ([`Error::is_timeout`]) when the node did not answer within the node timeout
+    /// or granted a lock only after the lease's validity had ended.
+    pub error: Error,
+}
+
+impl NodeFailure {
+    pub(crate) fn new(node: String, error: Error) -> Self {
+        Self { node, error }
+    }
 }
 
 /// The result type of redlease.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<redis::RedisError> for Error {
+    fn from(e: redis::RedisError) -> Self {
+        Error::Redis(Box::new(RedisFailure::redis(e)))
+    }
+}
+
+impl From<r2d2::Error> for Error {
+    fn from(e: r2d2::Error) -> Self {
+        Error::Redis(Box::new(RedisFailure::pool(e)))
+    }
+}
+
 impl Error {
     /// Whether a network call ran out of time (Redis slow, paused or unreachable),
-    /// including a pool that could not hand out a connection in time.
+    /// including a pool that could not hand out a connection in time, and a
+    /// [`NoQuorum`](Error::NoQuorum) whose every failure is a timeout.
     pub fn is_timeout(&self) -> bool {
         match self {
-            Error::Redis(e) => e.is_timeout(),
-            Error::Pool(_) => true,
+            Error::Redis(f) => f.is_timeout(),
+            Error::NoQuorum { failures, .. } => all(failures, Error::is_timeout),
             _ => false,
         }
     }
 
-    /// Whether the connection to Redis failed: refused, dropped or timed out.
-    /// Such calls may succeed when retried.
+    /// Whether the connection to Redis failed: refused, dropped or timed out (for a
+    /// [`NoQuorum`](Error::NoQuorum): on every failed node). Such calls may succeed
+    /// when retried.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Redis(e) => {
-                e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.is_timeout()
-            }
-            Error::Pool(_) => true,
+            Error::Redis(f) => f.is_connection_error(),
+            Error::NoQuorum { failures, .. } => all(failures, Error::is_connection_error),
             _ => false,
         }
     }
@@ -97,11 +157,43 @@ impl Error {
     pub(crate) fn config(option: &'static str, reason: &'static str) -> Self {
         Error::Config { option, reason }
     }
+
+    /// Names the call, the key and the limit that ran out in a Redis failure that
+    /// does not name them yet; other errors pass unchanged.
+    pub(crate) fn during(self, op: Operation, key: &str, limits: Limits) -> Self {
+        match self {
+            Error::Redis(mut f) => {
+                f.name(op, key, limits);
+                Error::Redis(f)
+            }
+            other => other,
+        }
+    }
+}
+
+/// Whether `failures` is not empty and `test` holds for each one's error.
+fn all(failures: &[NodeFailure], test: fn(&Error) -> bool) -> bool {
+    !failures.is_empty() && failures.iter().all(|f| test(&f.error))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as _;
+    use std::time::Duration;
+
+    const LIMITS: Limits = Limits {
+        reply: Duration::from_secs(1),
+        checkout: Duration::from_secs(2),
+    };
+
+    fn timeout() -> redis::RedisError {
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "Resource temporarily unavailable",
+        )
+        .into()
+    }
 
     #[test]
     fn error_is_small() {
@@ -126,5 +218,88 @@ mod tests {
         assert_eq!(e.to_string(), "lock on `a` is no longer held");
         assert!(e.is_lock_lost());
         assert!(!e.is_timeout());
+    }
+
+    #[test]
+    fn no_quorum_names_the_counts_and_classifies_by_its_failures() {
+        let slow = || Error::from(timeout());
+        let refused = || {
+            Error::from(redis::RedisError::from(io::Error::from(
+                io::ErrorKind::ConnectionRefused,
+            )))
+        };
+        let e = Error::NoQuorum {
+            acquired: 1,
+            required: 3,
+            failures: vec![
+                NodeFailure::new("redis://a:1/0".into(), slow()),
+                NodeFailure::new("redis://b:2/0".into(), refused()),
+            ]
+            .into(),
+        };
+        assert_eq!(e.to_string(), "quorum not reached: 1 of 3 nodes");
+        assert!(e.is_connection_error());
+        assert!(!e.is_timeout(), "one failure was a refusal");
+        let e = Error::NoQuorum {
+            acquired: 0,
+            required: 2,
+            failures: vec![NodeFailure::new("redis://a:1/0".into(), slow())].into(),
+        };
+        assert!(e.is_timeout());
+    }
+
+    #[test]
+    fn a_timeout_names_the_call_the_key_and_the_limit() {
+        let e = Error::from(timeout()).during(Operation::Acquire, "jobs:7", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"acquiring lock "jobs:7": no reply from redis within 1s"#
+        );
+        assert!(e.is_timeout() && e.is_connection_error());
+        let source = e.source().expect("the redis error");
+        assert!(source.downcast_ref::<redis::RedisError>().is_some());
+        let Error::Redis(f) = &e else { panic!("{e:?}") };
+        assert_eq!(f.operation(), Some(Operation::Acquire));
+        assert_eq!(f.key(), Some("jobs:7"));
+        assert_eq!(f.limit(), Some(Duration::from_secs(1)));
+        // A second context (an outer call) keeps the first.
+        let e = e.during(Operation::Release, "other", LIMITS);
+        assert!(
+            e.to_string().starts_with(r#"acquiring lock "jobs:7""#),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_pool_checkout_says_no_connection_within_its_limit() {
+        let pool = r2d2::Pool::builder()
+            .connection_timeout(Duration::from_millis(1))
+            .build_unchecked(redis::Client::open("redis://127.0.0.1:1/").unwrap());
+        let Err(checkout) = pool.get() else {
+            panic!("nothing listens on port 1");
+        };
+        let e = Error::from(checkout).during(Operation::Release, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"releasing lock "k": no connection available within 2s"#
+        );
+        assert!(e.is_timeout());
+        assert!(e.source().unwrap().downcast_ref::<r2d2::Error>().is_some());
+    }
+
+    #[test]
+    fn other_failures_say_what_failed_without_a_limit() {
+        let refused: redis::RedisError =
+            io::Error::new(io::ErrorKind::ConnectionRefused, "refused").into();
+        let e = Error::from(refused).during(Operation::Extend, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"extending lock "k": redis connection failed"#
+        );
+        assert!(!e.is_timeout() && e.is_connection_error());
+        let Error::Redis(f) = &e else { panic!("{e:?}") };
+        assert_eq!(f.limit(), None);
+        let reply = redis::RedisError::from((redis::ErrorKind::Client, "bad reply"));
+        assert_eq!(Error::from(reply).to_string(), "redis command failed");
     }
 }

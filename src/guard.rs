@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
 use crate::options::check_ttl;
@@ -107,8 +107,8 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::LockLost`] when the key is gone or someone else's (the lease is then
-    /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`] /
-    /// [`Error::Pool`] when Redis fails; validity is then unchanged.
+    /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`]
+    /// when Redis fails or does not answer in time; validity is then unchanged.
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         check_ttl("ttl", ttl)?;
         let hub = self.hub.as_ref().ok_or(Error::Shutdown)?;
@@ -127,7 +127,7 @@ impl LockGuard {
                     // No reply: the extend may have landed and rewritten the value.
                     held.unconfirmed(new_value);
                 }
-                return Err(e);
+                return Err(self.context(e, Operation::Extend, hub));
             }
         };
         match outcome {
@@ -158,8 +158,8 @@ impl LockGuard {
     /// trip, bounded by the client's timeouts.
     ///
     /// # Errors
-    /// [`Error::Redis`] / [`Error::Pool`] when the release could not be sent; the
-    /// lock then runs out with its TTL.
+    /// [`Error::Redis`] when the release could not be sent or got no answer in
+    /// time; the lock then runs out with its TTL.
     pub fn unlock(mut self) -> Result<Release> {
         self.release().unwrap_or(Ok(Release::Released))
     }
@@ -175,14 +175,20 @@ impl LockGuard {
             Ok(_) => {}
             Err(_) => bump(&hub.counters.release_errors, 1),
         }
-        Some(outcome)
+        Some(outcome.map_err(|e| self.context(e, Operation::Release, &hub)))
+    }
+
+    /// Names the call, the key and the limit that ran out in a Redis failure.
+    fn context(&self, e: Error, op: Operation, hub: &Hub) -> Error {
+        e.during(op, &self.state.key, hub.topology.subscriber(0).limits())
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
         match self.release() {
-            Some(Err(e)) => log::warn!("release of `{}` failed: {e}", self.state.key),
+            // The error names the call and the key.
+            Some(Err(e)) => log::warn!("dropped guard: {e}"),
             Some(Ok(outcome)) if !outcome.was_held() => {
                 log::warn!(
                     "lock `{}` had ended before release: {outcome:?}",

@@ -49,7 +49,8 @@ pub enum LossReason {
     /// A renewal found another value under the key: someone else holds it now.
     Taken,
     /// Renewals kept failing (Redis unreachable or slow) until the lease's local
-    /// validity ran out.
+    /// validity ran out; with Redlock, a renewal could not reach a majority of the
+    /// nodes.
     Unreachable,
     /// The lease reached its `max_hold` or `max_renewals` bound and was left to expire.
     MaxHold,
@@ -116,6 +117,8 @@ pub(crate) struct LeaseState {
     pub(crate) id: u64,
     pub(crate) key: String,
     pub(crate) channel: String,
+    /// How many bytes of `key` are the client's key prefix.
+    prefix: usize,
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) held: Arc<Mutex<Held>>,
     valid_until: AtomicU64,
@@ -145,11 +148,16 @@ impl LeaseState {
         ttl: Duration,
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> Self {
-        let Keys { lock: key, channel } = keys;
+        let Keys {
+            lock: key,
+            channel,
+            prefix,
+        } = keys;
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             key,
             channel,
+            prefix,
             backend,
             held: Arc::new(Mutex::new(Held {
                 value,
@@ -234,11 +242,13 @@ impl LeaseState {
         })
     }
 
-    /// The lock key and its release channel.
+    /// The Redis names of the lease's key: the lock key, its release channel, and
+    /// where the client's prefix ends (for the fence counter).
     pub(crate) fn keys(&self) -> Keys {
         Keys {
             lock: self.key.clone(),
             channel: self.channel.clone(),
+            prefix: self.prefix,
         }
     }
 
@@ -308,7 +318,7 @@ mod tests {
     fn lease(
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
-        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token, "client");
+        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token);
         let keys = Keys::new("", "k", &*backend).unwrap();
         let ttl = Duration::from_secs(10);
         let state = LeaseState::new(keys, backend, "v".into(), Instant::now(), ttl, on_lost);

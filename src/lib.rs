@@ -37,11 +37,12 @@
 //!
 //! [`Scheme::Token`] (the default) stores `SET key <uuid v4> NX PX <ttl>`; release is a
 //! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
-//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s a
-//! companion counter `{key}:fence` (same Redis Cluster slot) in the same atomic step:
-//! [`LockGuard::fence`] is strictly increasing per key. Pass it to downstream systems
+//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s the
+//! key prefix's one counter, `<prefix>redlease:fence`, in the same atomic step:
+//! [`LockGuard::fence`] is strictly increasing per key (and across the prefix's keys),
+//! and a million lock names still leave one counter. Pass it to downstream systems
 //! and have them reject lower fences: that is what makes a paused, expired holder
-//! harmless.
+//! harmless. Lock names starting with `redlease:` are reserved.
 //!
 //! [`Scheme::Reentrant`] is Redisson's `RLock` (Redisson 2.7.0 / 3.2.0 to 3.x and
 //! 4.x), field for field: the key is a hash, field `<client uuid>:<thread id>` (a
@@ -71,6 +72,18 @@
 //! `Long.parseLong` throws), so a key moves to tokens only after its last deployed
 //! client is gone. `examples/migrate_from_timestamp.rs` shows steps 1 and 2.
 //!
+//! # Redlock
+//!
+//! [`LockClient::redlock`] builds the same client over N independent masters. A lock
+//! is held when a majority granted one token within the lease's validity, and stays
+//! held while a majority confirms each renewal; a minority of nodes down or slow
+//! costs at most the [node timeout](LockClientBuilder::node_timeout) per call. The
+//! price is one round trip to every node per call, and two conditions for safety:
+//! the nodes' clocks must not drift much against the TTL, and a node that restarts
+//! empty must stay out longer than the longest TTL (or persist every write with
+//! `appendfsync always`), else a lock held on a bare majority can be granted twice.
+//! Fencing (no single counter) and the legacy scheme are refused.
+//!
 //! # Threads and guarantees
 //!
 //! Each client runs four threads, stopped and joined when its last clone is dropped
@@ -86,16 +99,24 @@
 //!   and the `on_lost` callback is queued.
 //! - `redlease-io` (one per Redis node) sends each tick's renewals in one pipelined
 //!   round trip, and removes values an ambiguous acquire may have left, off the
-//!   caller's time.
+//!   caller's time. With Redlock, each node also has a `redlease-lane`, which sends
+//!   callers' commands to it, so every node is asked at once.
 //! - `redlease-notify` runs the `on_lost` callbacks, one after another: a slow or
 //!   panicking callback delays only the callbacks behind it, never a renewal or a
 //!   loss report.
 //! - `redlease-wait` holds one pub/sub connection and hands each release to one
-//!   waiting caller of this client, oldest first. Waits are bounded by the holder's
-//!   remaining TTL; polling with jittered backoff is the fallback. Within a client,
-//!   a releasing guard of a token lock hands it straight to the oldest waiting
-//!   caller in one atomic script; every 16 hand-offs in a row it releases for real, so callers in
-//!   other processes get their turn.
+//!   waiting caller of this client, oldest first. Since most other clients release
+//!   without publishing, the oldest waiting caller of each key (the head of its
+//!   line) also polls on a capped, jittered step (the builder's `backoff`, never
+//!   past the holder's remaining TTL); the callers behind it send nothing, and the
+//!   next one takes over when the head leaves. Callers of one client that arrive
+//!   together queue behind each other instead of racing to Redis.
+//!
+//! Within a client, a releasing guard of a token lock hands it to the oldest waiting
+//! caller: the lease itself when the caller asked for the same terms (no round
+//! trip), or its token swapped for the caller's in one atomic script. Every 8 hand-offs in a
+//! row the key is released for real; when other clients' waiters hear that release,
+//! this client's waiters hold off for 10 ms, so the key goes to another process.
 //!
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
 //! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of
@@ -103,8 +124,14 @@
 //! says true past it. What no lock client can promise: a process paused past its
 //! lease still believes, for a moment, that it holds it. Fencing closes that gap.
 //!
-//! If an acquire's reply is lost after the command may have reached Redis, the client
-//! deletes its token (compare-and-delete) before returning the error: no ghost locks.
+//! Every call returns within `max(wait, read timeout)` plus 200 ms and a little
+//! scheduling when Redis is frozen or unreachable: one timeout, never two stacked (a
+//! pooled connection is waited for at most the read timeout too, and an attempt made
+//! as a wait ends waits for its reply until the call must return, but at least
+//! 200 ms). If an acquire's reply is lost after the command may have reached Redis,
+//! the call returns an error — never `Ok(None)` — and `redlease-io` deletes the token
+//! (compare-and-delete) once Redis answers again, retried until its TTL ends: no ghost
+//! locks.
 //!
 //! # Architecture
 //!
@@ -116,6 +143,8 @@
 //! facade      builder, options, client (LockClient), guard (LockGuard)
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam: where a lock lives   single (one server; its node I/O thread)
+//!             redlock (a quorum: per-node lanes, a ballot counting renewals)
+//!             probe (what the Redis user may do, checked by build)
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy, reentrant, replicas
 //! node        one Redis server: its pool
@@ -135,9 +164,15 @@
 //! # Errors
 //!
 //! [`Error`] is `#[non_exhaustive]`; busy is never an error. Use
-//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries.
-//! Bad input ([`Error::Config`], [`Error::InvalidKey`]) never panics. `Debug` output
-//! never contains a URL's password.
+//! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries. A
+//! Redis failure, [`Error::Redis`], says what was done to which lock and which limit
+//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — and its
+//! [`RedisFailure`] carries the [`Operation`], key and limit as fields, the error from
+//! `redis` or `r2d2` as [`source`](std::error::Error::source). [`Error::Permission`]
+//! names what a Redis ACL refuses; `build()` checks that before any lock is taken
+//! (README: the minimal ACL rule). Bad input ([`Error::Config`],
+//! [`Error::InvalidKey`]) never panics. Neither `Display` nor `Debug` ever shows a
+//! URL's password.
 //!
 //! # Interoperability
 //!
@@ -149,13 +184,17 @@
 //!
 //! # Foreign types
 //!
-//! [`Error::Redis`] carries a [`redis::RedisError`], [`Error::Pool`] an
-//! [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`] accepts; the lost
-//! channel is a [`crossbeam_channel::Receiver`].
+//! [`RedisFailure::redis_error`] is a [`redis::RedisError`], and a failure's source
+//! that or an [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`]
+//! accepts; the lost channel is a [`crossbeam_channel::Receiver`].
 //!
 //! # Feature flags
 //!
-//! None yet: the default build is the whole library.
+//! All off by default; the default build is the whole library.
+//!
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV
 //!
@@ -173,6 +212,7 @@
 // leaves
 mod cancel;
 mod error;
+mod failure;
 mod metrics;
 mod scripts;
 mod time;
@@ -197,11 +237,11 @@ mod options;
 
 pub use builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
-    DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
 };
 pub use cancel::CancelToken;
 pub use client::LockClient;
-pub use error::{Error, Result};
+pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

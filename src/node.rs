@@ -10,6 +10,7 @@ use redis::{ConnectionInfo, RedisResult};
 
 use crate::connection::{Conn, Manager, Pool, Redacted, with_retry};
 use crate::error::Result;
+use crate::failure::Limits;
 
 /// A Redis server, reached through a pool of connections with bounded timeouts.
 pub(crate) struct Node {
@@ -32,24 +33,42 @@ impl Node {
     ///
     /// Waits at most the connect timeout plus the read timeout.
     pub(crate) fn connect(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
+        let node = Self::open(info, config)?;
+        node.ping()?;
+        Ok(node)
+    }
+
+    /// The node at `info`, without reaching it yet (its pool connects in the
+    /// background).
+    pub(crate) fn open(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
         let manager = Manager {
             client: redis::Client::open(info)?,
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
         };
-        let mut con = manager.connect_raw()?;
-        redis::cmd("PING").query::<()>(&mut con)?;
+        // A caller waits for a pooled connection at most as long as for a reply, so
+        // a frozen server (new connections hang in their handshake) costs a call
+        // one limit, never the connect timeout on top of the read timeout.
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
-            .connection_timeout(config.connect_timeout)
+            .connection_timeout(config.connect_timeout.min(config.read_timeout))
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
         Ok(Self { pool, manager })
     }
 
-    /// A pooled connection, waiting at most the connect timeout for one.
+    /// One `PING` on a direct connection, so an unreachable server is reported with
+    /// its cause. Waits at most the connect timeout plus the read timeout.
+    pub(crate) fn ping(&self) -> Result<()> {
+        let mut con = self.manager.connect_raw()?;
+        redis::cmd("PING").query::<()>(&mut con)?;
+        Ok(())
+    }
+
+    /// A pooled connection, waiting at most the connect or the read timeout,
+    /// whichever is shorter, for one.
     pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
         Ok(self.pool.get()?)
     }
@@ -70,6 +89,12 @@ impl Node {
         self.manager.connect_raw()
     }
 
+    /// A new connection outside the pool, made within `timeout` (at most the
+    /// connect timeout), with the node's read and write timeouts.
+    pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        self.manager.connect_within(timeout)
+    }
+
     /// The reply timeout of the node's connections.
     pub(crate) fn read_timeout(&self) -> Duration {
         self.manager.read_timeout
@@ -78,6 +103,14 @@ impl Node {
     /// The send timeout of the node's connections.
     pub(crate) fn write_timeout(&self) -> Duration {
         self.manager.write_timeout
+    }
+
+    /// The limits a failed call names: the read timeout, the pool checkout.
+    pub(crate) fn limits(&self) -> Limits {
+        Limits {
+            reply: self.manager.read_timeout,
+            checkout: self.manager.connect_timeout.min(self.manager.read_timeout),
+        }
     }
 
     /// The longest one call can take: a connection, a write and a reply.

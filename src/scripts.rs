@@ -13,12 +13,19 @@ use redis::Script;
 /// KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] token, ARGV[2] TTL in ms.
 /// Returns `{1, fence}` when acquired, `{0, pttl}` when busy (`pttl` is the holder's
 /// remaining time, -1 when the key has no TTL). The `INCR` runs in the same atomic
-/// step as the `SET`, so fences are strictly increasing in acquisition order.
+/// step as the `SET`, so fences are strictly increasing in acquisition order. A
+/// failed `INCR` (an ACL that denies it) deletes the token again before the error
+/// is returned: a script is not rolled back, and nobody would release that lock.
 pub(crate) static TOKEN_ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return fence
+  end
+  return {1, fence}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 ",
@@ -29,9 +36,12 @@ return {0, redis.call('PTTL', KEYS[1])}
 ///
 /// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel, ARGV[3..] other values
 /// that are ours too (a timestamp an unanswered renewal may have written).
-/// Returns 1 released, 0 the key was gone (expired), -1 someone else's value or a
-/// value of another type is there (left untouched). `pcall` keeps a key of another
+/// Returns 1 + the number of clients the release message reached when released, 0
+/// the key was gone (expired), -1 someone else's value or a value of another type is
+/// there (left untouched). `pcall` keeps a key of another
 /// type (a hash, a list) from raising: it is someone else's lock, not an error.
+/// The `PUBLISH` is a `pcall` too: a user without channel permissions (Redis 7's
+/// default) has released the lock all the same, and its waiters poll.
 pub(crate) static TOKEN_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -42,8 +52,9 @@ local ours = v == ARGV[1]
 for i = 3, #ARGV do ours = ours or v == ARGV[i] end
 if not ours then return -1 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'released')
-return 1
+local heard = redis.pcall('PUBLISH', ARGV[2], 'released')
+if type(heard) ~= 'number' then heard = 0 end
+return 1 + heard
 ",
     )
 });
@@ -78,13 +89,24 @@ return 1
 /// `GETSET` returns the very expired value it read, and this script replaces that
 /// value before any other command runs. Whoever replaces it first wins; the other
 /// sees a fresh, unexpired value (our `GET`) or not the value it read (its `GETSET`).
+/// A failed `PEXPIRE` or `INCR` after the write (an ACL that denies it) deletes our
+/// value again before the error is returned, as in [`TOKEN_ACQUIRE_FENCED`].
 pub(crate) static LEGACY_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+local function undo(err)
+  redis.call('DEL', KEYS[1])
+  return err
+end
 local function won()
-  if ARGV[3] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-  if ARGV[4] == '1' then return {1, redis.call('INCR', KEYS[2])} end
-  return {1, 0}
+  if ARGV[3] ~= '0' then
+    local set = redis.pcall('PEXPIRE', KEYS[1], ARGV[3])
+    if type(set) == 'table' then return undo(set) end
+  end
+  if ARGV[4] ~= '1' then return {1, 0} end
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' then return undo(fence) end
+  return {1, fence}
 end
 if redis.call('SETNX', KEYS[1], ARGV[1]) == 1 then return won() end
 local v = redis.pcall('GET', KEYS[1])
@@ -127,16 +149,17 @@ return 1
 /// holder's token, ARGV[3] its TTL in ms, ARGV[4] `1` to take a fence for it.
 /// Returns `{1, fence}` handed over, `{0, 0}` our lock was gone, `{-1, 0}` someone
 /// else's value is there. Compare and replace are one atomic step, so the lock is
-/// held by exactly one of the two tokens at every moment.
+/// held by exactly one of the two tokens at every moment. The fence is taken before
+/// the write, so a failed `INCR` (an ACL that denies it) leaves the lock as it was.
 pub(crate) static TOKEN_HANDOFF: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return {0, 0} end
 if type(v) == 'table' or v ~= ARGV[1] then return {-1, 0} end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 local fence = 0
 if ARGV[4] == '1' then fence = redis.call('INCR', KEYS[2]) end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return {1, fence}
 ",
     )

@@ -201,8 +201,15 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
             fs::read_to_string(&env).unwrap(),
             format!("p:job {fence}\n")
         );
-        // Held while the command runs: a token with a TTL, seen by `inspect`.
-        let held = inspect_json(&server, "p:job");
+        // Held while the command runs: a token with a TTL, seen by `inspect` (given
+        // the prefix, whose fence counter it reads).
+        let url = server.url();
+        let out = output(redlease([
+            "inspect", "--json", "--url", &url, "--prefix", "p:", "job",
+        ]));
+        assert!(out.status.success(), "{}", stderr(&out));
+        let held: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(held["key"], "p:job", "{held}");
         assert_eq!(held["format"], "token", "{held}");
         assert!(held["pttl_ms"].as_u64().unwrap() > 0, "{held}");
         assert_eq!(held["fence"].to_string(), fence, "{held}");
@@ -213,8 +220,8 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
         fs::remove_file(&env).unwrap();
         assert_eq!(
             keys(&server),
-            ["{p:job}:fence"],
-            "the lock is released, the counter kept"
+            ["p:redlease:fence"],
+            "the lock is released, the prefix's counter kept"
         );
     }
 }
@@ -438,8 +445,8 @@ fn inspect_identifies_each_format() {
     let _: () = server.query(redis::cmd("HSET").arg("rl").arg(owner).arg(2));
     let _: () = server.query(redis::cmd("PEXPIRE").arg("rl").arg(60_000));
     let _: () = server.query(redis::cmd("RPUSH").arg("list").arg("x"));
-    let _: () = server.query(redis::cmd("SET").arg("{tok}:fence").arg(5));
-    let _: () = server.query(redis::cmd("SET").arg("job:{a}:fence").arg(9));
+    // One fence counter per key prefix (here none).
+    let _: () = server.query(redis::cmd("SET").arg("redlease:fence").arg(5));
 
     let tok = inspect_json(&server, "tok");
     assert_eq!(tok["format"], "token", "{tok}");
@@ -448,7 +455,7 @@ fn inspect_identifies_each_format() {
     assert!((1..=60_000).contains(&pttl), "{tok}");
     assert_eq!(
         (tok["fence_key"].as_str(), tok["fence"].as_u64()),
-        (Some("{tok}:fence"), Some(5))
+        (Some("redlease:fence"), Some(5))
     );
 
     for (key, format) in [("ms", "legacy-ms"), ("s", "legacy-s")] {
@@ -456,7 +463,7 @@ fn inspect_identifies_each_format() {
         assert_eq!(legacy["format"], format, "{legacy}");
         let left = legacy["expires_in_ms"].as_i64().unwrap();
         assert!((1..=61_000).contains(&left), "{legacy}");
-        assert_eq!(legacy["fence"], Value::Null);
+        assert_eq!(legacy["fence"].as_u64(), Some(5), "{legacy}");
     }
 
     let rl = inspect_json(&server, "rl");
@@ -480,7 +487,7 @@ fn inspect_identifies_each_format() {
     let tagged = inspect_json(&server, "job:{a}");
     assert_eq!(
         (tagged["fence_key"].as_str(), tagged["fence"].as_u64()),
-        (Some("job:{a}:fence"), Some(9))
+        (Some("redlease:fence"), Some(5))
     );
 
     let text = output(redlease(["inspect", "--url", &server.url(), "tok"]));
@@ -628,9 +635,10 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
             run(&["--wait", "soon", "job", "--", "touch", &touch]),
             USAGE,
         ),
+        // Two URLs are a Redlock quorum of two: one unreachable node is no majority.
         (
             run(&["--url", &secret_url, "job", "--", "touch", &touch]),
-            USAGE,
+            UNAVAILABLE,
         ),
         (
             argv(&["run", "--url", &secret_url, "job", "--", "touch", &touch]),
@@ -654,8 +662,6 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
             "{args:?} showed the password"
         );
     }
-    let several = output(redlease(run(&["--url", &url, "job", "--", "true"])));
-    assert!(stderr(&several).contains("several --url (Redlock) are not supported yet"));
 
     // The password in REDIS_URL stays hidden too, in errors and in --help.
     for args in [vec!["run", "job", "--", "true"], vec!["run", "--help"]] {
@@ -669,6 +675,35 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
     }
     assert!(!ran.exists(), "no command ran");
     assert!(keys(&server).is_empty(), "nothing was written");
+}
+
+#[test]
+fn several_urls_lock_a_redlock_quorum() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut args = vec!["run".to_owned()];
+    for u in &urls {
+        args.extend(["--url".to_owned(), u.clone()]);
+    }
+    // While the command runs, the key is held on every node.
+    let probe = servers
+        .iter()
+        .map(|s| format!("redis-cli -p {} exists job", s.port()))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let script = format!("test \"$( ({probe}) | tr -d '\\n')\" = 111");
+    let mut ok = args.clone();
+    ok.extend(["job", "--", "sh", "-c", &script].map(str::to_owned));
+    let out = output(redlease(&ok));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for s in &servers {
+        assert!(keys(s).is_empty(), "the lock was released on every node");
+    }
+    // Redlock offers no fence: a clear usage error.
+    let mut fenced = args;
+    fenced.extend(["--fence", "job", "--", "true"].map(str::to_owned));
+    let out = output(redlease(&fenced));
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockClientBuilder, Release};
+use redlease::{Error, LockClient, LockClientBuilder, LockOptions, Release};
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, free_port};
 
@@ -178,9 +178,10 @@ fn a_fenced_acquire_whose_reply_is_lost_leaves_no_ghost_lock() {
     let (err, _, proxy) = acquire_with_lost_reply(&server, true);
     assert!(err.is_timeout(), "{err:?}");
     proxy.delay(Duration::ZERO);
-    // The acquire script ran (its fence was taken), and its lock was cleaned up.
-    let fence = || server.query::<Option<u64>>(redis::cmd("GET").arg("{lock:k}:fence"));
-    assert!(eventually(Duration::from_secs(5), || fence() == Some(1)));
+    // The acquire script ran (its fence was taken: the warm-up lock had 1), and its
+    // lock was cleaned up.
+    let fence = || server.query::<Option<u64>>(redis::cmd("GET").arg("lock:redlease:fence"));
+    assert!(eventually(Duration::from_secs(5), || fence() == Some(2)));
     assert!(eventually(Duration::from_secs(5), || !exists(
         &server, "lock:k"
     )));
@@ -188,7 +189,211 @@ fn a_fenced_acquire_whose_reply_is_lost_leaves_no_ghost_lock() {
     let guard = other.try_lock("k").unwrap().expect("nobody holds it");
     assert_eq!(
         guard.fence(),
-        Some(2),
+        Some(3),
         "fences still rise past the lost acquire"
+    );
+}
+
+// ---- issue 16, item 2: a call takes the time the caller gave it, and says what failed ----
+
+/// Read timeout of the clients below; their connect timeout stays at its 2 s default.
+const READ: Duration = Duration::from_secs(1);
+/// The issue's bound is `max(wait, read timeout) + 200 ms`; on a loaded 2-core machine a
+/// call may also be scheduled late, by this much at most.
+const LOADED: Duration = Duration::from_millis(300);
+/// The bound for a call that waits at most [`READ`] (1.2 s, plus [`LOADED`]).
+const BOUND: Duration = Duration::from_millis(1200).saturating_add(LOADED);
+const PASSWORD: &str = "faults-s3cret-pw";
+
+/// A client reading with [`READ`], connecting with the default timeout.
+fn slow_builder(url: &str) -> LockClientBuilder {
+    LockClient::builder(url)
+        .key_prefix("lock:")
+        .read_timeout(READ)
+        .write_timeout(READ)
+}
+
+/// Display and Debug of `err`, checked for the password.
+fn shown(err: &Error) -> String {
+    let text = format!("{err} | {err:?}");
+    assert!(!text.contains(PASSWORD), "password printed: {text}");
+    text
+}
+
+/// Asserts that `err` is a timeout of `op` on `key` that names its limit, and that
+/// the cause from `redis` or `r2d2` is its source.
+fn assert_timeout_of(err: &Error, op: &str, key: &str) {
+    let text = shown(err);
+    assert!(err.is_timeout(), "{text}");
+    let shown = err.to_string();
+    let prefix = format!("{op} lock \"{key}\": ");
+    assert!(shown.starts_with(&prefix), "{shown}");
+    let limit = [
+        "no reply from redis within 1s",
+        "no connection available within 1s",
+    ];
+    assert!(limit.contains(&&shown[prefix.len()..]), "{shown}");
+    assert!(std::error::Error::source(err).is_some(), "{text}");
+}
+
+#[test]
+fn issue_16_calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so() {
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    let client = slow_builder(&server.url()).build().unwrap();
+    assert!(client.try_lock("warm").unwrap().is_some());
+    let held = client.lock("held").unwrap();
+    server.reset_stats();
+    server.pause();
+
+    // The acquire gets no reply: one read timeout, not two (the removal of the value
+    // it may have written runs on the node's I/O thread).
+    let wait = Duration::from_millis(300);
+    let (r, took) = timed(|| client.try_lock_for("jobs:7", wait));
+    let err = r.expect_err("a lock Redis may hold is an error, never Ok(None)");
+    assert_timeout_of(&err, "acquiring", "lock:jobs:7");
+    assert_eq!(
+        err.to_string(),
+        r#"acquiring lock "lock:jobs:7": no reply from redis within 1s"#
+    );
+    assert!(took + Duration::from_millis(50) >= READ, "{took:?}");
+    assert!(took < BOUND, "try_lock_for took {took:?}");
+    let mut timings = vec![("try_lock_for(300 ms)", took)];
+
+    // The pool is empty now and new connections hang in their handshake: a checkout
+    // waits at most the read timeout, never the 2 s connect timeout.
+    for key in ["jobs:8", "jobs:9"] {
+        let (r, took) = timed(|| client.try_lock(key));
+        assert_timeout_of(&r.unwrap_err(), "acquiring", &format!("lock:{key}"));
+        assert!(took < BOUND, "try_lock took {took:?}");
+        timings.push(("try_lock", took));
+    }
+    let (r, took) = timed(|| held.extend(Duration::from_secs(30)));
+    assert_timeout_of(&r.unwrap_err(), "extending", "lock:held");
+    assert!(took < BOUND, "extend took {took:?}");
+    timings.push(("extend", took));
+    let (r, took) = timed(|| held.unlock());
+    assert_timeout_of(&r.unwrap_err(), "releasing", "lock:held");
+    assert!(took < BOUND, "unlock took {took:?}");
+    timings.push(("unlock", took));
+    eprintln!("frozen server: {timings:?}");
+
+    // Once the server runs again, the acquire sent while it was frozen lands (its
+    // `SET`), and the I/O thread removes the value: no ghost lock.
+    server.resume();
+    let sets = || server.command_calls("set");
+    assert!(eventually(Duration::from_secs(10), || sets() >= 1));
+    assert!(
+        eventually(Duration::from_secs(10), || !exists(&server, "lock:jobs:7")),
+        "ghost lock: {:?}",
+        server.query::<Option<String>>(redis::cmd("GET").arg("lock:jobs:7"))
+    );
+    let guard = client.try_lock("jobs:7").unwrap().expect("nobody holds it");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn issue_16_try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = slow_builder(&proxy.url()).build().unwrap();
+    assert_eq!(
+        client.lock("warm").unwrap().unlock().unwrap(),
+        Release::Released
+    );
+    server.reset_stats();
+    proxy.blackhole(true);
+    let (r, took) = timed(|| client.try_lock("jobs:7"));
+    let err = r.expect_err("a lock Redis may hold is an error, never Ok(None)");
+    assert_timeout_of(&err, "acquiring", "lock:jobs:7");
+    assert!(took < BOUND, "try_lock took {took:?}");
+    let (r, took_again) = timed(|| client.try_lock_for("jobs:8", Duration::from_millis(300)));
+    assert_timeout_of(&r.unwrap_err(), "acquiring", "lock:jobs:8");
+    assert!(took_again < BOUND, "try_lock_for took {took_again:?}");
+    eprintln!("blackholed proxy: try_lock {took:?}, try_lock_for {took_again:?}");
+
+    // The held bytes are forwarded in order once the proxy passes traffic again.
+    proxy.blackhole(false);
+    assert!(eventually(Duration::from_secs(10), || server
+        .command_calls("set")
+        >= 1));
+    assert!(
+        eventually(Duration::from_secs(10), || !exists(&server, "lock:jobs:7")),
+        "ghost lock"
+    );
+}
+
+#[test]
+fn issue_16_an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_two() {
+    let server = RedisServer::start();
+    let client = slow_builder(&server.url()).build().unwrap();
+    let guard = client.lock("k").unwrap();
+    // A fenced waiter needs a new fence: the lock is handed over by script, in a
+    // round trip, not passed on as the same lease.
+    let opts = LockOptions::new()
+        .wait(Duration::from_secs(20))
+        .fencing(true);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| client.lock_with("k", &opts));
+        // The waiter subscribed, was told to try again, found the lock busy again and
+        // sleeps with an offer out for a releasing guard to hand it the lock.
+        let channel = "{lock:k}:released";
+        let subscribed = || {
+            let (_, n): (String, i64) =
+                server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel));
+            n >= 1
+        };
+        assert!(eventually(Duration::from_secs(10), || subscribed()
+            && client.metrics().attempts >= 3));
+        server.pause();
+        let (r, took) = timed(|| guard.unlock());
+        assert_timeout_of(&r.unwrap_err(), "releasing", "lock:k");
+        assert!(took < BOUND, "unlock took {took:?}");
+        eprintln!("unlock with a hand-off on a frozen server: {took:?}");
+        server.resume();
+        // The waiter's own attempts may have timed out meanwhile; either way it ends.
+        let _ = waiter.join().unwrap();
+    });
+    assert!(eventually(Duration::from_secs(10), || !exists(
+        &server, "lock:k"
+    )));
+}
+
+#[test]
+fn issue_16_a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
+    // A foreign holder; the caller waits 1.5 s with a 1 s read timeout, and the
+    // server freezes while it waits: the poll in flight at the deadline must not
+    // add a whole read timeout to the wait.
+    let server = RedisServer::start();
+    let client = slow_builder(&server.url()).build().unwrap();
+    let () = server.query(
+        redis::cmd("SET")
+            .arg("lock:busy")
+            .arg("foreign")
+            .arg("PX")
+            .arg(30_000),
+    );
+    let wait = Duration::from_millis(1500);
+    let (out, took) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| timed(|| client.try_lock_for("busy", wait)));
+        // Freeze late in the wait: ten polls on the ramp take 0.8-1.05 s.
+        let before = client.metrics().attempts;
+        assert!(eventually(Duration::from_secs(5), || {
+            client.metrics().attempts >= before + 10
+        }));
+        server.pause();
+        let out = waiter.join().unwrap();
+        server.resume();
+        out
+    });
+    println!("a wait of {wait:?} on a server frozen midway returned after {took:?}: {out:?}");
+    match out {
+        // The last poll was answered before the freeze.
+        Ok(None) => {}
+        Err(e) => assert!(e.is_timeout(), "{e:?}"),
+        Ok(Some(_)) => panic!("a held lock was acquired"),
+    }
+    assert!(
+        took <= wait + Duration::from_millis(200) + SLACK,
+        "returned after {took:?}"
     );
 }

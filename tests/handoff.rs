@@ -29,6 +29,7 @@ fn wait_until_waiting(client: &LockClient, attempts_before: u64) {
 fn a_release_hands_the_lock_to_the_waiting_thread_with_its_own_token_and_fence() {
     let server = RedisServer::start();
     let c = client(&server);
+    server.reset_stats(); // `build` probes the user's permissions
     let opts = LockOptions::new().fencing(true);
     let holder = c.lock_with("k", &opts).unwrap().unwrap();
     let first_fence = holder.fence().unwrap();

@@ -636,6 +636,7 @@ fn renewal_keeps_deployed_clients_out(server: &RedisServer, clock: Clock) -> Loc
         .renewal(Renewal::Auto)
         .build()
         .unwrap();
+    server.reset_stats(); // `build` probes the user's permissions
     let guard = client.try_lock("k").unwrap().unwrap();
     let first: i64 = get(server, KEY).unwrap().parse().unwrap();
     let stop = AtomicBool::new(false);

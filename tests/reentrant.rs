@@ -352,19 +352,36 @@ fn a_guard_moved_to_another_thread_unlocks_its_own_hold() {
 }
 
 #[test]
-fn fences_are_taken_by_the_outermost_acquisition_only() {
+fn fences_are_taken_by_the_outermost_acquisition_and_carried_by_nested_ones() {
     let server = RedisServer::start();
-    let lc = builder(&server).fencing(true).build().unwrap();
-    let outer = lc.lock(KEY).unwrap();
-    let nested = lc.lock(KEY).unwrap();
-    assert_eq!((outer.fence(), nested.fence()), (Some(1), Some(1)));
-    drop(nested);
-    drop(outer);
-    assert_eq!(lc.lock(KEY).unwrap().fence(), Some(2));
-    // One counter per key, whatever the scheme.
-    let token = LockOptions::new().scheme(Scheme::Token).fencing(true);
+    let lc = client(&server);
+    let fenced = LockOptions::new().fencing(true);
+    let fence = |key: &str| lc.lock_with(key, &fenced).unwrap().unwrap();
+    let outer = fence(KEY);
+    // The counter is shared by every key under the prefix: another key moves it.
+    let other = fence("other");
+    let nested = fence(KEY);
+    let unasked = lc.lock(KEY).unwrap();
+    assert_eq!(
+        (
+            outer.fence(),
+            other.fence(),
+            nested.fence(),
+            unasked.fence()
+        ),
+        (Some(1), Some(2), Some(1), None),
+        "a nested hold carries the outermost's fence"
+    );
+    drop((nested, unasked, other, outer));
+    // An outermost hold without a fence gives its nested holds none.
+    let plain = lc.lock(KEY).unwrap();
+    assert_eq!(fence(KEY).fence(), None);
+    drop(plain);
+    assert_eq!(fence(KEY).fence(), Some(3));
+    // One counter, whatever the scheme.
+    let token = fenced.clone().scheme(Scheme::Token);
     let g = lc.lock_with(KEY, &token).unwrap().unwrap();
-    assert_eq!(g.fence(), Some(3));
+    assert_eq!(g.fence(), Some(4));
 }
 
 #[test]

@@ -259,6 +259,7 @@ fn max_renewals_stops_renewing_after_that_many() {
     let server = RedisServer::start();
     let holder = client(&server.url(), ms(300));
     let other = client(&server.url(), ms(300));
+    server.reset_stats(); // `build` probes the user's permissions
     let start = Instant::now();
     let opts = LockOptions::new().max_renewals(2);
     let guard = holder.lock_with("job", &opts).unwrap().unwrap();
@@ -304,6 +305,7 @@ fn after_unlock_the_next_holders_ttl_is_never_touched() {
 fn a_fixed_lease_is_never_renewed_and_reports_its_end() {
     let server = RedisServer::start();
     let lc = client(&server.url(), ms(400));
+    server.reset_stats(); // `build` probes the user's permissions
     let opts = LockOptions::new().renewal(Renewal::None);
     let guard = lc.lock_with("job", &opts).unwrap().unwrap();
     let valid_until = guard.valid_until();
@@ -396,6 +398,7 @@ fn ten_thousand_leases_are_renewed_in_one_round_trip_per_tick_for_thirty_seconds
         .pool_size(8)
         .build()
         .unwrap();
+    server.reset_stats(); // `build` probes the user's permissions
     let setup = Instant::now();
     let guards: Vec<LockGuard> = thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)

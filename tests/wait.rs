@@ -189,12 +189,12 @@ fn a_waiter_gets_a_released_lock_within_milliseconds_not_a_polling_step() {
     assert_fast("two clients", &separate);
 
     // Within one client the releasing guard hands the lock straight to the waiting
-    // thread, but for the real release every 16 hand-offs in a row (so callers of
+    // thread, but for the real release after 8 hand-offs in a row (so callers of
     // other processes get a turn); across clients the waits end by release
     // messages. One per hand-off.
     let (m1, m2) = (one.metrics(), other.metrics());
     assert!(
-        m1.handoffs >= 100 - 100 / 16 - 3,
+        m1.handoffs >= 100 - 100 / 9 - 4,
         "only {} local hand-offs of 100",
         m1.handoffs
     );

@@ -21,6 +21,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Select, Sender};
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::lease::LossReason;
@@ -45,14 +46,14 @@ const INBOX_WAKE: usize = 1024;
 
 /// The renewal thread's handle; dropping it stops and joins the thread.
 ///
-/// New leases go through a channel of their own, the inbox, which the thread drains
-/// whenever it wakes; it is woken for them only when one is due before its next
-/// wake-up or the inbox is long. So taking a lock costs a channel send, not a
+/// New leases go into an inbox of their own (a vector behind a mutex), which the
+/// thread empties whenever it wakes; it is woken for them only when one is due before
+/// its next wake-up or the inbox is long. So taking a lock costs a push, not a
 /// thread wake-up, and a client churning through short locks keeps the thread
 /// asleep until the next renewal is due.
 pub(crate) struct Renewer {
     tx: Sender<Command>,
-    inbox: Sender<Box<Lease>>,
+    inbox: Arc<Mutex<Vec<Lease>>>,
     reschedule: Sender<u64>,
     /// When the thread will next wake on its own (lease-clock nanoseconds); 0
     /// while it is awake and will still look at the inbox.
@@ -63,7 +64,10 @@ pub(crate) struct Renewer {
 /// The thread: its channels, its queue, and the leases whose renewal is in flight.
 struct Thread {
     rx: Receiver<Command>,
-    inbox: Receiver<Box<Lease>>,
+    inbox: Arc<Mutex<Vec<Lease>>>,
+    /// The inbox's last contents, emptied, swapped back in on the next take, so
+    /// neither side allocates in the steady state.
+    spare: Vec<Lease>,
     reschedule: Receiver<u64>,
     wake_at: Arc<AtomicU64>,
     answers_tx: Sender<Vec<(u64, Renewed)>>,
@@ -79,13 +83,14 @@ struct Thread {
 impl Renewer {
     pub(crate) fn spawn(topology: Arc<dyn Topology>, counters: Arc<Counters>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let (inbox, inbox_rx) = crossbeam_channel::unbounded();
+        let inbox = Arc::new(Mutex::new(Vec::new()));
         let (reschedule, reschedule_rx) = crossbeam_channel::unbounded();
         let (answers_tx, answers) = crossbeam_channel::unbounded();
         let wake_at = Arc::new(AtomicU64::new(0));
         let mut thread = Thread {
             rx,
-            inbox: inbox_rx,
+            inbox: Arc::clone(&inbox),
+            spare: Vec::new(),
             reschedule: reschedule_rx,
             wake_at: Arc::clone(&wake_at),
             answers_tx,
@@ -112,14 +117,15 @@ impl Renewer {
     pub(crate) fn register(&self, lease: Lease) {
         let _ = lease.state.reschedule.set(self.reschedule.clone());
         let due = to_nanos(lease.due);
-        // Sending fails only once the thread is gone; the lease then just runs out.
-        if self.inbox.send(Box::new(lease)).is_err() {
-            return;
-        }
+        let queued = {
+            let mut inbox = self.inbox.lock();
+            inbox.push(lease);
+            inbox.len()
+        };
         // Pairs with the fence in `run`: either the thread sees this lease before it
         // sleeps, or this sees the wake-up time it published.
         fence(AtomicOrdering::SeqCst);
-        if due < self.wake_at.load(AtomicOrdering::SeqCst) || self.inbox.len() >= INBOX_WAKE {
+        if due < self.wake_at.load(AtomicOrdering::SeqCst) || queued >= INBOX_WAKE {
             let _ = self.tx.send(Command::Wake);
         }
     }
@@ -178,7 +184,7 @@ impl Thread {
             self.wake_at
                 .store(wake.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
             fence(AtomicOrdering::SeqCst);
-            if !self.inbox.is_empty() {
+            if !self.inbox.lock().is_empty() {
                 continue;
             }
             if !self.wait(wake) {
@@ -244,9 +250,10 @@ impl Thread {
     /// Leases released meanwhile are dropped; one whose mutex is busy is kept and
     /// looked at when due (the thread never waits on a lease's mutex).
     fn take_inbox(&mut self) {
-        for lease in self.inbox.try_iter() {
+        std::mem::swap(&mut *self.inbox.lock(), &mut self.spare);
+        for lease in self.spare.drain(..) {
             if lease.state.held.try_lock().is_none_or(|h| !h.released) {
-                self.queue.push(*lease);
+                self.queue.push(lease);
             }
         }
         for id in self.reschedule.try_iter() {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{Acquire, Release};
+use super::{Acquire, Freed, Release};
 use crate::time::ttl_millis;
 
 /// Room for a script call's arguments and their bytes, so that adding them does
@@ -49,14 +49,17 @@ pub(crate) fn acquired(
     Ok(Ok(Acquire::Acquired { fence, acked }))
 }
 
-impl Release {
-    /// Reads a release script's reply: 1 released, 0 the key was gone, anything
-    /// else someone else's value.
+impl Freed {
+    /// Reads a release script's reply: 1 + the clients its release message reached
+    /// when released, 0 the key was gone, below 0 someone else's value.
     pub(crate) fn from_reply(n: i64) -> Self {
         match n {
-            1 => Release::Released,
-            0 => Release::Expired,
-            _ => Release::Taken,
+            0 => Freed::from(Release::Expired),
+            n if n < 0 => Freed::from(Release::Taken),
+            n => Freed {
+                outcome: Release::Released,
+                listeners: u64::try_from(n - 1).unwrap_or(0),
+            },
         }
     }
 }

@@ -6,24 +6,25 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Value};
 
 use crate::connection::Conn;
-use crate::error::{Error, Result};
 
 mod call;
+mod keys;
 mod legacy;
 mod reentrant;
 mod replicas;
 mod token;
 
 pub(crate) use call::{acquired, fixed_extend_cmd, script_cmd};
+pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
-pub(crate) use replicas::{Replicas, acquire_confirmed, send_acquire};
+pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use token::TokenBackend;
 
 /// How a lock is stored in Redis.
@@ -48,10 +49,11 @@ pub enum Scheme {
     /// count in Redis stays the true one, each guard is an ordinary lease, and a
     /// nested lock on a lease lost meanwhile waits); another thread waits. Only the
     /// outermost unlock frees the key, and only the outermost acquisition takes a
-    /// fence (a nested one returns the key's current fence). With several holds no
-    /// acquire or renewal shortens the key's TTL. Such locks are never handed
-    /// straight to a waiting caller, and an acquire whose reply is lost is left to
-    /// its TTL (the owner may lock again before a cleanup could run).
+    /// fence: nested guards asking for one carry the outermost's (none if it took
+    /// none). With several holds no acquire or renewal shortens the key's TTL. Such
+    /// locks are never handed straight to a waiting caller, Redlock refuses them,
+    /// and an acquire whose reply is lost is left to its TTL (the owner may lock
+    /// again before a cleanup could run).
     Reentrant,
 }
 
@@ -76,6 +78,23 @@ impl Release {
     }
 }
 
+/// What a release found, and how many clients its release message reached (each
+/// client with callers waiting for the key is subscribed to its channel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Freed {
+    pub(crate) outcome: Release,
+    pub(crate) listeners: u64,
+}
+
+impl From<Release> for Freed {
+    fn from(outcome: Release) -> Self {
+        Self {
+            outcome,
+            listeners: 0,
+        }
+    }
+}
+
 /// The result of one acquire attempt.
 #[derive(Debug)]
 pub(crate) enum Acquire {
@@ -88,9 +107,6 @@ pub(crate) enum Acquire {
     /// Someone else holds it; it lasts at most `remaining` more (None: unknown,
     /// e.g. a key without TTL).
     Busy { remaining: Option<Duration> },
-    /// The lock was taken, but fewer than `required` replicas acknowledged it in
-    /// time, so it was given back.
-    Unreplicated { acked: u32, required: u32 },
 }
 
 /// What one acquire attempt asks for.
@@ -105,7 +121,15 @@ pub(crate) struct Request {
     pub(crate) remaining: bool,
     /// Replicas that must acknowledge the write (`WAIT`, in the same round trip).
     pub(crate) replicas: Option<Replicas>,
+    /// When the caller's call must return by, if it has a bound: the caller's
+    /// deadline or, if later, one read timeout after the call began. An attempt
+    /// made near it waits for its reply until then (but at least [`REPLY_FLOOR`]).
+    pub(crate) return_by: Option<Instant>,
 }
+
+/// The shortest wait for a reply an attempt gets near the end of its caller's wait,
+/// so that a merely slow server does not turn a busy lock into a timeout.
+pub(crate) const REPLY_FLOOR: Duration = Duration::from_millis(200);
 
 /// The result of one extend or renewal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,66 +137,6 @@ pub(crate) enum Extend {
     Extended,
     Gone,
     Taken,
-}
-
-/// The Redis names that belong to one lock key.
-#[derive(Debug, Clone)]
-pub(crate) struct Keys {
-    /// The lock key, with the client's prefix.
-    pub(crate) lock: String,
-    /// The pub/sub channel a release publishes on.
-    pub(crate) channel: String,
-}
-
-impl Keys {
-    /// Derives the names for `key` as `backend` stores it, checking it.
-    pub(crate) fn new(prefix: &str, key: &str, backend: &dyn Backend) -> Result<Self> {
-        if key.is_empty() {
-            return Err(Error::InvalidKey {
-                reason: "the key is empty",
-            });
-        }
-        let mut lock = String::with_capacity(prefix.len() + key.len());
-        lock.push_str(prefix);
-        lock.push_str(key);
-        Ok(Self {
-            channel: backend.channel(&lock),
-            lock,
-        })
-    }
-
-    /// The fencing counter, in the same cluster slot as the lock key.
-    pub(crate) fn fence(&self) -> String {
-        companion(&self.lock, "fence")
-    }
-}
-
-/// A name next to `key` that Redis Cluster hashes to the same slot: a key with a
-/// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
-/// (`a` → `{a}:fence`).
-pub(crate) fn companion(key: &str, suffix: &str) -> String {
-    let mut name = String::with_capacity(key.len() + suffix.len() + 3);
-    // With a tag the suffix keeps the slot; a stray `}` cannot be wrapped safely,
-    // so such keys get the suffix alone (same node without Cluster).
-    let wrap = !(has_hash_tag(key) || key.contains('}'));
-    if wrap {
-        name.push('{');
-    }
-    name.push_str(key);
-    if wrap {
-        name.push('}');
-    }
-    name.push(':');
-    name.push_str(suffix);
-    name
-}
-
-/// Whether Redis Cluster would hash only part of `key`: a `{` followed later by a
-/// `}` with at least one byte between them.
-fn has_hash_tag(key: &str) -> bool {
-    key.find('{')
-        .and_then(|open| key[open + 1..].find('}'))
-        .is_some_and(|len| len > 0)
 }
 
 /// One scheme's commands.
@@ -197,7 +161,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> RedisResult<Release> {
+    ) -> RedisResult<Freed> {
         let n: i64 = with_scripts(conn, self.scripts(), |c| {
             c.run(|c| {
                 crate::scripts::TOKEN_RELEASE
@@ -208,7 +172,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
                     .invoke(c)
             })
         })?;
-        Ok(Release::from_reply(n))
+        Ok(Freed::from_reply(n))
     }
     /// The command that extends the lock holding `value` (or one of `maybe`) to
     /// `ttl`, and the value it leaves under the key (schemes whose value encodes the
@@ -250,13 +214,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
 }
 
-/// The backend for a scheme, for the client whose id is `client` (the reentrant
-/// scheme's owner fields start with it).
-pub(crate) fn backend(scheme: &Scheme, client: &str) -> Arc<dyn Backend> {
+/// The backend for a scheme. A reentrant one draws a client id of its own: a
+/// client keeps one for all its calls.
+pub(crate) fn backend(scheme: &Scheme) -> Arc<dyn Backend> {
     match scheme {
         Scheme::Token => Arc::new(TokenBackend),
         Scheme::LegacyTimestamp(opts) => Arc::new(LegacyBackend::new(opts.clone())),
-        Scheme::Reentrant => Arc::new(ReentrantBackend::new(client)),
+        Scheme::Reentrant => Arc::new(ReentrantBackend::new()),
     }
 }
 
@@ -284,30 +248,5 @@ pub(crate) fn with_scripts<T>(
             f(conn)
         }
         other => other,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn companions_share_the_cluster_slot() {
-        assert_eq!(companion("lock:a", "fence"), "{lock:a}:fence");
-        assert_eq!(companion("lock:{a}", "fence"), "lock:{a}:fence");
-        assert_eq!(companion("x{}y", "fence"), "x{}y:fence");
-        assert_eq!(companion("a}b", "fence"), "a}b:fence");
-    }
-
-    #[test]
-    fn empty_keys_are_rejected() {
-        let token = TokenBackend;
-        assert!(matches!(
-            Keys::new("p:", "", &token),
-            Err(Error::InvalidKey { .. })
-        ));
-        let k = Keys::new("p:", "k", &token).unwrap();
-        assert_eq!(k.lock, "p:k");
-        assert_eq!(k.channel, "{p:k}:released");
     }
 }

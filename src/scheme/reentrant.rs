@@ -14,20 +14,24 @@
 //! - with more than one hold, neither an acquire nor a renewal ever shortens the
 //!   key's TTL (each hold's guard counts on its own TTL), and an unlock above zero
 //!   leaves the TTL alone (the remaining holds are renewed by their own guards);
-//! - a fencing token is taken (`INCR` on the same `{key}:fence` counter as the
-//!   other schemes) by the outermost acquisition only.
+//! - a fencing token is taken (`INCR` on the same counter as the other schemes)
+//!   by the outermost acquisition only; nested holds carry its fence (`fences`).
 //!
 //! The scripts live here rather than in `scripts.rs`: they are this wire format.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod fences;
+
+use fences::Fences;
 use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
 use super::token::busy;
 use super::{
-    Acquire, Backend, Keys, Release, Request, fixed_extend_cmd, script_cmd, send_acquire,
+    Acquire, Backend, Freed, Keys, Request, fixed_extend_cmd, script_cmd, send_acquire,
     with_scripts,
 };
 use crate::connection::Conn;
@@ -40,12 +44,12 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 ///
 /// KEYS[1] lock key, KEYS[2] fence counter (only with a fence). ARGV[1] TTL in ms,
 /// ARGV[2] owner field (Redisson's order), ARGV[3] `1` to take a fencing token.
-/// Returns, as Redisson's does, nil when acquired (a first hold, or one more) and
-/// the key's PTTL when another owner, or a value of another type, holds it; with a
-/// fencing token, `{fence}` when acquired. A first hold sets the TTL and takes the
-/// fence; one more hold only lengthens the TTL, and reads the fence its outermost
-/// hold took. (`HEXISTS` on a key of another type is an error, which `pcall`
-/// returns as a table: not 1, so held by someone else.)
+/// Returns, as Redisson's does, nil for a first hold and the key's PTTL when
+/// another owner, or a value of another type, holds it (`HEXISTS` on another type
+/// is an error, which `pcall` returns as a table: not 1); `{fence}` for a first
+/// hold that took a fence, and `{}` for one more hold. A first hold sets the TTL;
+/// one more only lengthens it. A failed `INCR` (an ACL that denies it) deletes the
+/// first hold again before the error is returned: a script is not rolled back.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -56,9 +60,14 @@ local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if count == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
+if count > 1 then return {} end
 if ARGV[3] ~= '1' then return nil end
-if count == 1 then return {redis.call('INCR', KEYS[2])} end
-return {tonumber(redis.pcall('GET', KEYS[2])) or 0}
+local fence = redis.pcall('INCR', KEYS[2])
+if type(fence) == 'table' then
+  redis.call('DEL', KEYS[1])
+  return fence
+end
+return {fence}
 ",
     )
 });
@@ -66,9 +75,12 @@ return {tonumber(redis.pcall('GET', KEYS[2])) or 0}
 /// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock
 /// message.
 ///
-/// KEYS[1] lock key. ARGV[1] owner field, ARGV[2] release channel. Returns 1 released
-/// (a hold taken off), 0 the key was gone, -1 another owner or another type holds it
+/// KEYS[1] lock key. ARGV[1] owner field, ARGV[2] release channel. Returns 1 + the
+/// clients the message reached when the key was deleted, 1 for a hold taken off
+/// with more left, 0 the key was gone, -1 another owner or another type holds it
 /// (left untouched). The last hold deletes the key without decrementing it first.
+/// The `PUBLISH` is a `pcall`: a user without channel permissions has released
+/// the lock all the same.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -83,8 +95,9 @@ if tonumber(count) > 1 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 0)
-return 1
+local heard = redis.pcall('PUBLISH', ARGV[2], 0)
+if type(heard) ~= 'number' then heard = 0 end
+return 1 + heard
 ",
     )
 });
@@ -126,12 +139,15 @@ thread_local! {
 pub(crate) struct ReentrantBackend {
     /// The client's id: the first half of every owner field it writes.
     client: String,
+    fences: Fences,
 }
 
 impl ReentrantBackend {
-    pub(crate) fn new(client: &str) -> Self {
+    /// A backend for one client, with an id (a UUID v4) of its own.
+    pub(crate) fn new() -> Self {
         Self {
-            client: client.to_owned(),
+            client: uuid::Uuid::new_v4().to_string(),
+            fences: Fences::default(),
         }
     }
 
@@ -170,15 +186,24 @@ impl Backend for ReentrantBackend {
             .arg(value)
             .arg(if req.fence { "1" } else { "0" });
         let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, req.replicas)?;
-        Ok(match reply {
-            Value::Nil => Acquire::Acquired { fence: None, acked },
-            Value::Int(pttl) => busy(pttl),
+        let fence = match reply {
+            Value::Int(pttl) => return Ok(busy(pttl)),
+            Value::Nil => {
+                self.fences.first(&keys.lock, value, None);
+                None
+            }
+            Value::Array(a) if a.is_empty() => {
+                let outermost = self.fences.nested(&keys.lock, value);
+                outermost.filter(|_| req.fence)
+            }
             fenced => {
                 let (fence,): (i64,) = redis::from_redis_value(fenced)?;
-                let fence = Some(u64::try_from(fence).unwrap_or(0));
-                Acquire::Acquired { fence, acked }
+                let fence = u64::try_from(fence).unwrap_or(0);
+                self.fences.first(&keys.lock, value, Some(fence));
+                Some(fence)
             }
-        })
+        };
+        Ok(Acquire::Acquired { fence, acked })
     }
 
     fn release(
@@ -188,12 +213,14 @@ impl Backend for ReentrantBackend {
         channel: &str,
         value: &str,
         _maybe: &[String],
-    ) -> RedisResult<Release> {
+    ) -> RedisResult<Freed> {
         // The owner field never changes, so there is never another value to accept.
-        let n: i64 = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| RELEASE.key(key).arg(value).arg(channel).invoke(c))
-        })?;
-        Ok(Release::from_reply(n))
+        let n = with_scripts(conn, &SCRIPTS, |c| {
+            c.run(|c| RELEASE.key(key).arg(value).arg(channel).invoke::<i64>(c))
+        });
+        // Released, found gone, or not known: the guard holding it is done with it.
+        self.fences.ended(key, value);
+        Ok(Freed::from_reply(n?))
     }
 
     fn extend_cmd(
@@ -241,7 +268,7 @@ mod tests {
 
     #[test]
     fn channels_follow_redissons_prefix_name() {
-        let b = ReentrantBackend::new("c");
+        let b = ReentrantBackend::new();
         assert_eq!(b.channel("lock:a"), "redisson_lock__channel:{lock:a}");
         assert_eq!(b.channel("lock:{a}"), "redisson_lock__channel:lock:{a}");
         // Redisson looks for a `{` only, however the braces pair.
@@ -251,13 +278,18 @@ mod tests {
 
     #[test]
     fn the_owner_is_the_client_and_a_stable_number_per_thread() {
-        let id = uuid::Uuid::new_v4().to_string();
-        let b = std::sync::Arc::new(ReentrantBackend::new(&id));
+        let b = std::sync::Arc::new(ReentrantBackend::new());
         let here = b.owner();
         assert_eq!(here, b.owner(), "stable on one thread");
         let (client, n) = here.rsplit_once(':').unwrap();
-        assert_eq!(client, id);
+        assert!(uuid::Uuid::parse_str(client).is_ok(), "{client}");
         assert!(n.parse::<u64>().unwrap() >= 1);
+        let another = ReentrantBackend::new().owner();
+        assert_ne!(
+            another.rsplit_once(':').unwrap().0,
+            client,
+            "one id per client"
+        );
         let other = std::sync::Arc::clone(&b);
         let there = std::thread::spawn(move || other.owner()).join().unwrap();
         assert_ne!(here, there, "another thread is another owner");

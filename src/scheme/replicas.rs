@@ -45,6 +45,13 @@ impl Replicas {
     }
 }
 
+/// An acquisition fewer than `required` replicas acknowledged in time, given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unreplicated {
+    pub(crate) acked: u32,
+    pub(crate) required: u32,
+}
+
 /// Sends one acquire command and, when `replicas` is set, `WAIT` behind it in one
 /// pipeline. Returns the acquire's reply and how many replicas acknowledged this
 /// connection's writes (`None` without `replicas`). Loads `scripts` and sends again
@@ -94,7 +101,7 @@ pub(crate) fn send_acquire(
 /// The replies are read within `read_timeout` plus the `WAIT` timeout; the
 /// connection's `read_timeout` is put back afterwards. An acquisition too few
 /// replicas acknowledged is given back at once (compare-and-delete, or one hold
-/// fewer for the reentrant scheme), then reported as [`Acquire::Unreplicated`]. An
+/// fewer for the reentrant scheme), then reported as [`Unreplicated`]. An
 /// error from that give-back is returned as is: the value may then still be
 /// stored, as after any acquire whose reply was lost.
 pub(crate) fn acquire_confirmed(
@@ -104,9 +111,9 @@ pub(crate) fn acquire_confirmed(
     value: &str,
     req: Request,
     read_timeout: Duration,
-) -> RedisResult<Acquire> {
+) -> RedisResult<Result<Acquire, Unreplicated>> {
     let Some(r) = req.replicas else {
-        return backend.acquire(conn, keys, value, req);
+        return backend.acquire(conn, keys, value, req).map(Ok);
     };
     conn.run(|c| c.set_read_timeout(Some(read_timeout.saturating_add(r.timeout))))?;
     let outcome = backend.acquire(conn, keys, value, req);
@@ -119,12 +126,12 @@ pub(crate) fn acquire_confirmed(
         } if acked < r.count => {
             // Whatever it finds (gone already, say), the lock is not ours now.
             let _ = backend.release(conn, &keys.lock, &keys.channel, value, &[])?;
-            Ok(Acquire::Unreplicated {
+            Ok(Err(Unreplicated {
                 acked,
                 required: r.count,
-            })
+            }))
         }
-        other => Ok(other),
+        other => Ok(Ok(other)),
     }
 }
 

@@ -23,7 +23,10 @@ static SCRIPTS: [&LazyLock<Script>; 3] = [&TOKEN_ACQUIRE_FENCED, &TOKEN_RELEASE,
 
 impl Backend for TokenBackend {
     fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
-        Ok(uuid::Uuid::new_v4().to_string())
+        // Encoded into a buffer of its own length: one allocation, no formatter.
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        let token = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+        Ok(token.to_owned())
     }
 
     fn acquire(
@@ -38,6 +41,7 @@ impl Backend for TokenBackend {
             fence,
             remaining,
             replicas,
+            ..
         } = req;
         let ms = ttl_millis(ttl);
         if fence {
@@ -49,8 +53,15 @@ impl Backend for TokenBackend {
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
         // command as the hand-written floor. Only a caller about to wait asks for the
         // holder's `PTTL`, in a second round trip on that slow path.
-        let mut set = redis::cmd("SET");
-        set.arg(&keys.lock).arg(value).arg("NX").arg("PX").arg(ms);
+        // Sized up front: six arguments, so building it costs one allocation.
+        let data = keys.lock.len() + value.len() + 32;
+        let mut set = redis::Cmd::with_capacity(6, data);
+        set.arg("SET")
+            .arg(&keys.lock)
+            .arg(value)
+            .arg("NX")
+            .arg("PX")
+            .arg(ms);
         let (set, acked) = send_acquire(conn, &[], set, replicas)?;
         if !matches!(set, Value::Nil) {
             return Ok(Acquire::Acquired { fence: None, acked });

@@ -12,7 +12,8 @@ use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
 use crate::scheme::{
-    Acquire, Backend, Extend, Keys, Release, Request, acquire_confirmed, with_scripts,
+    Acquire, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
+    acquire_confirmed, with_scripts,
 };
 use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
@@ -61,17 +62,33 @@ impl Topology for Single {
         let mut retried = false;
         loop {
             let mut conn = self.node.get()?;
+            // Near the end of the caller's wait, wait for this reply only until the
+            // call must return (at least a floor): one more timeout would stack.
+            let read = self.node.read_timeout();
+            let short = req
+                .return_by
+                .map(|t| t.saturating_duration_since(Instant::now()).max(REPLY_FLOOR))
+                // Only worth two syscalls when it cuts the wait by an eighth or more
+                // (a `try_lock` made now has nearly the whole read timeout).
+                .filter(|d| *d < read.saturating_sub(read / 8));
+            if let Some(d) = short {
+                let _ = conn.con.set_read_timeout(Some(d));
+            }
             let value = backend.new_value(&mut conn, req.ttl)?;
             bump(&self.counters.attempts, 1);
             let sent = Instant::now();
-            let read_timeout = self.node.read_timeout();
-            let e = match acquire_confirmed(&**backend, &mut conn, keys, &value, req, read_timeout)
-            {
-                Ok(Acquire::Acquired { fence, .. }) => {
+            // With replica confirmation the `WAIT` reply may take its timeout more.
+            let base = short.unwrap_or(read);
+            let outcome = acquire_confirmed(&**backend, &mut conn, keys, &value, req, base);
+            if short.is_some() && !conn.broken {
+                let _ = conn.con.set_read_timeout(Some(read));
+            }
+            let e = match outcome {
+                Ok(Ok(Acquire::Acquired { fence, .. })) => {
                     return Ok(Attempt::Acquired { value, sent, fence });
                 }
-                Ok(Acquire::Busy { remaining }) => return Ok(Attempt::Busy { remaining }),
-                Ok(Acquire::Unreplicated { acked, required }) => {
+                Ok(Ok(Acquire::Busy { remaining })) => return Ok(Attempt::Busy { remaining }),
+                Ok(Err(Unreplicated { acked, required })) => {
                     return Err(Error::NotReplicated { acked, required });
                 }
                 Err(e) => e,
@@ -104,14 +121,15 @@ impl Topology for Single {
     fn release(
         &self,
         backend: &dyn Backend,
-        keys: &Keys,
+        key: &str,
+        channel: &str,
         value: &str,
         maybe: &[String],
-    ) -> Result<Release> {
+    ) -> Result<Freed> {
         // Compare-and-delete is idempotent, so a connection that died while idle
         // may be retried.
         self.node
-            .with_retry(|conn| backend.release(conn, &keys.lock, &keys.channel, value, maybe))
+            .with_retry(|conn| backend.release(conn, key, channel, value, maybe))
     }
 
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
@@ -169,11 +187,15 @@ impl Topology for Single {
         }
     }
 
-    fn subscriber(&self) -> &Arc<Node> {
+    fn subscriber(&self, _: usize) -> &Arc<Node> {
         &self.node
     }
 
-    fn publish(&self, channel: &str, message: &str) -> Result<()> {
+    fn read_timeout(&self) -> Duration {
+        self.node.read_timeout()
+    }
+
+    fn publish(&self, _: usize, channel: &str, message: &str) -> Result<()> {
         let mut conn = self.node.get()?;
         Ok(conn
             .run(|c| {

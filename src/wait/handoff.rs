@@ -12,11 +12,13 @@
 //!   there: one round trip where a release and a new acquire cost two.
 //!
 //! The lock is never free in between. After [`STREAK`] hand-offs in a row a key is
-//! released for real once, so callers of other processes get their turn.
+//! released for real once, so callers of other processes get their turn: when the
+//! release message reaches another client's waiters, this client's waiters hold
+//! off for [`YIELD`] before trying again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -31,6 +33,9 @@ use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 8;
+/// How long this client's waiters hold off after a real release that other
+/// clients' waiters heard.
+pub(crate) const YIELD: Duration = Duration::from_millis(10);
 
 /// What a waiting caller wants of the lock it may be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +52,32 @@ pub(crate) struct Offer {
     pub(crate) value: String,
     pub(crate) want: Want,
     pub(crate) tx: Sender<Wake>,
+    /// Settles who has the last word on a taken offer: the releaser delivering its
+    /// outcome, or the caller giving up on it. Whoever moves it from
+    /// [`OPEN`] first wins, so no outcome is sent to a caller that stopped reading.
+    pub(crate) claim: Arc<AtomicU8>,
+}
+
+/// An offer's [`Offer::claim`]: nobody has settled it yet.
+pub(crate) const OPEN: u8 = 0;
+/// The releaser is sending its outcome: the caller must read it.
+pub(crate) const DELIVERING: u8 = 1;
+/// The caller gave up: the releaser must not send, and undoes its hand-off.
+pub(crate) const ABANDONED: u8 = 2;
+
+impl Offer {
+    /// Sends the releaser's outcome unless the caller gave up; returns it when the
+    /// caller will not read it.
+    fn deliver(&self, wake: Wake) -> std::result::Result<(), Wake> {
+        let won = self
+            .claim
+            .compare_exchange(OPEN, DELIVERING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !won {
+            return Err(wake);
+        }
+        self.tx.send(wake).map_err(|e| e.0)
+    }
 }
 
 /// The offers of one client, by channel, oldest first.
@@ -119,7 +150,7 @@ pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
     if state.backend.hands_over() {
         while let Some(offer) = hub.offers.take(&state.channel) {
             if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
-                if offer.tx.send(Wake::Transferred(Arc::clone(state))).is_ok() {
+                if offer.deliver(Wake::Transferred(Arc::clone(state))).is_ok() {
                     bump(&hub.counters.handoffs, 1);
                     return Ok(Release::Released);
                 }
@@ -157,20 +188,32 @@ fn take_value(state: &LeaseState) -> (String, Vec<String>) {
     )
 }
 
+/// Releases the lock in Redis. When the release message reached other clients'
+/// waiters, this client's own waiters hold off for [`YIELD`], so that a key
+/// released at the end of a run of hand-offs goes to another process, not back
+/// to this one: that is what makes the bound of [`STREAK`] a turn-taking.
 fn release_for_real(
     hub: &Hub,
     state: &LeaseState,
     value: &str,
     maybe: &[String],
 ) -> Result<Release> {
-    hub.topology
-        .release(&*state.backend, &state.keys(), value, maybe)
+    let freed = hub
+        .topology
+        .release(&*state.backend, &state.key, &state.channel, value, maybe)?;
+    // Our own waiter thread is one of the listeners when we have waiters.
+    if freed.listeners > 1 {
+        hub.lines.hold_off(&state.channel, YIELD);
+    }
+    Ok(freed.outcome)
 }
 
 /// Hands the lock held with `value` to `offer` in one atomic script.
 ///
 /// `None`: the topology cannot, or the hand-off failed in a way that leaves our lock
-/// to be released the usual way. `Some(outcome)`: what a release would have said.
+/// to be released the usual way. `Some(outcome)`: what a release would have said;
+/// an error when Redis did not answer, both values then being removed off the
+/// caller's time.
 fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<Result<Release>> {
     let keys = state.keys();
     let hand_off = HandOff {
@@ -181,13 +224,13 @@ fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<
     };
     let sent = Instant::now();
     let Some(reply) = hub.topology.hand_off(&keys, hand_off) else {
-        let _ = offer.tx.send(Wake::NotHanded);
+        let _ = offer.deliver(Wake::NotHanded);
         return None;
     };
     match reply {
         Ok(Handed::Done(fence)) => {
             bump(&hub.counters.handoffs, 1);
-            if offer.tx.send(Wake::Handed { sent, fence }).is_err() {
+            if offer.deliver(Wake::Handed { sent, fence }).is_err() {
                 // The caller gave up meanwhile: free the lock it was handed.
                 let until = sent + offer.want.ttl;
                 let backend = Arc::clone(&state.backend);
@@ -197,19 +240,92 @@ fn hand_off(hub: &Hub, state: &LeaseState, value: &str, offer: Offer) -> Option<
             Some(Ok(Release::Released))
         }
         Ok(Handed::Refused(outcome)) => {
-            let _ = offer.tx.send(Wake::NotHanded);
+            let _ = offer.deliver(Wake::NotHanded);
             Some(Ok(outcome))
         }
         Err(e) => {
             // Unknown whether the script ran: take the offered token back out (it
-            // would be a lock nobody holds), then release ours the usual way.
+            // would be a lock nobody holds), then release ours the usual way, or,
+            // when Redis did not answer, off the caller's time too, so that the
+            // caller waits one timeout, not two.
             log::debug!("hand-off of `{}` failed: {e}", state.key);
-            let until = sent + offer.want.ttl;
+            let _ = offer.deliver(Wake::NotHanded);
             let backend = Arc::clone(&state.backend);
+            let silent = e.is_connection_error();
+            if silent {
+                let (ours, until) = (value.to_owned(), sent + state.ttl());
+                let backend = Arc::clone(&backend);
+                hub.topology
+                    .release_later(backend, keys.clone(), ours, until);
+            }
             hub.topology
-                .release_later(backend, keys, offer.value, until);
-            let _ = offer.tx.send(Wake::NotHanded);
-            None
+                .release_later(backend, keys, offer.value, sent + offer.want.ttl);
+            silent.then_some(Err(e))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offer() -> (Offer, crossbeam_channel::Receiver<Wake>) {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let want = Want {
+            ttl: Duration::from_secs(1),
+            fence: false,
+            terms: None,
+        };
+        let offer = Offer {
+            seq: 1,
+            value: "v".into(),
+            want,
+            tx,
+            claim: Arc::new(AtomicU8::new(OPEN)),
+        };
+        (offer, rx)
+    }
+
+    #[test]
+    fn an_outcome_is_never_sent_to_a_caller_that_gave_up() {
+        let (offer, rx) = offer();
+        // The caller gives up first: the releaser must not send, and learns so.
+        let claim = Arc::clone(&offer.claim);
+        assert!(
+            claim
+                .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        );
+        assert!(offer.deliver(Wake::NotHanded).is_err());
+        assert!(rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_delivered_outcome_cannot_be_abandoned() {
+        let (offer, rx) = offer();
+        assert!(offer.deliver(Wake::NotHanded).is_ok());
+        let abandoned =
+            offer
+                .claim
+                .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire);
+        assert_eq!(abandoned, Err(DELIVERING));
+        assert!(matches!(rx.try_recv(), Ok(Wake::NotHanded)));
+    }
+
+    #[test]
+    fn the_streak_ends_in_a_real_release() {
+        let offers = Offers::default();
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        let mut taken = 0;
+        for seq in 0..=u64::from(STREAK) {
+            let (mut o, _) = offer();
+            o.seq = seq;
+            o.tx = tx.clone();
+            offers.post("c", o);
+            if offers.take("c").is_some() {
+                taken += 1;
+            }
+        }
+        assert_eq!(taken, STREAK);
     }
 }

@@ -2,12 +2,13 @@
 //! arrival behind other callers of its client) to its return.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::handoff::{Offer, Want, give_back};
+use super::backoff::{backoff_cap, jitter};
+use super::handoff::{ABANDONED, OPEN, Offer, Want, give_back};
 use super::{Command, Hub, Waiter, Wake};
 use crate::cancel::{CancelToken, Watch};
 use crate::error::{Error, Result};
@@ -44,6 +45,8 @@ pub(crate) struct WaitSlot<'a> {
     want: Option<Want>,
     /// The token this caller offers to be handed the lock with (made once).
     offer_value: Option<String>,
+    /// The claim of the offer out now (see [`Offer::claim`]).
+    claim: Arc<AtomicU8>,
     _watches: [Option<Watch>; 2],
 }
 
@@ -111,6 +114,7 @@ impl<'a> WaitSlot<'a> {
             timed_out: false,
             want,
             offer_value: None,
+            claim: Arc::new(AtomicU8::new(OPEN)),
             _watches: watches,
         }
     }
@@ -179,7 +183,10 @@ impl<'a> WaitSlot<'a> {
                 return Ok(Next::GaveUp);
             }
             let head = self.is_head();
-            let until = if head {
+            let held_off = self.hub.lines.held_off(&self.keys.channel);
+            let until = if let Some(t) = held_off.filter(|_| head) {
+                t
+            } else if head {
                 let step = now + self.backoff();
                 // A holder that never publishes is waited out by its TTL at most.
                 self.holder_until
@@ -203,7 +210,10 @@ impl<'a> WaitSlot<'a> {
                     self.turn = Turn::Woken;
                     self.backoff_step = 0;
                     bump(&self.hub.counters.wakeups, 1);
-                    return Ok(Next::Attempt);
+                    // Other clients' waiters go first for a moment: try after it.
+                    if self.hub.lines.held_off(&self.keys.channel).is_none() {
+                        return Ok(Next::Attempt);
+                    }
                 }
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;
@@ -261,6 +271,8 @@ impl<'a> WaitSlot<'a> {
             .offer_value
             .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
             .clone();
+        // A fresh claim for each offer: the last one was withdrawn or settled.
+        self.claim = Arc::new(AtomicU8::new(OPEN));
         self.hub.offers.post(
             &self.keys.channel,
             Offer {
@@ -268,6 +280,7 @@ impl<'a> WaitSlot<'a> {
                 value,
                 want,
                 tx: self.tx.clone(),
+                claim: Arc::clone(&self.claim),
             },
         );
         true
@@ -277,15 +290,29 @@ impl<'a> WaitSlot<'a> {
         self.hub.offers.withdraw(&self.keys.channel, self.seq)
     }
 
-    /// Waits for the outcome of a hand-off in flight to this caller.
+    /// Waits for the outcome of a hand-off in flight to this caller: at most the
+    /// time the releaser's calls can take, then gives up on it, unless the outcome
+    /// is being delivered right then (it is read, never left unread).
     fn await_hand_off(&mut self) -> Option<Wake> {
-        let bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
+        let mut bound = Instant::now() + 2 * self.hub.topology.subscriber(0).call_bound();
+        let mut delivering = false;
         loop {
             match self.rx.recv_deadline(bound) {
                 Ok(wake @ (Wake::Handed { .. } | Wake::Transferred(_) | Wake::NotHanded)) => {
                     return Some(wake);
                 }
-                Err(_) => return None,
+                Err(_) => {
+                    let gave_up = self
+                        .claim
+                        .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok();
+                    if gave_up || delivering {
+                        return None;
+                    }
+                    // The releaser is sending it now: a send never blocks.
+                    delivering = true;
+                    bound = Instant::now() + Duration::from_secs(1);
+                }
                 // Cancel and shutdown flags are seen by the caller's next check; a
                 // release message is for the head, which may be us: not lost.
                 Ok(Wake::Released) => self.turn = Turn::Woken,
@@ -340,7 +367,8 @@ impl<'a> WaitSlot<'a> {
         if w.shared.kicked.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.hub.topology.publish(&w.kick, "");
+        let node = w.shared.node.load(Ordering::Acquire);
+        let _ = self.hub.topology.publish(node, &w.kick, "");
     }
 
     /// The next polling delay: exponential from the client's minimum to its maximum,
@@ -405,58 +433,6 @@ impl WaitSlot<'_> {
             self.hub
                 .topology
                 .release_later(token, self.keys.clone(), value, until);
-        }
-    }
-}
-
-/// The upper end of backoff step `step`: `min` doubled `step` times, at most `max`.
-fn backoff_cap(min: Duration, max: Duration, step: u32) -> Duration {
-    min.saturating_mul(1 << step.min(16)).min(max).max(min)
-}
-
-/// A delay drawn uniformly from `lo..=hi` (full jitter); `lo` when `hi < lo`.
-fn jitter(lo: Duration, hi: Duration) -> Duration {
-    let lo = u64::try_from(lo.as_micros()).unwrap_or(u64::MAX);
-    let hi = u64::try_from(hi.as_micros()).unwrap_or(u64::MAX).max(lo);
-    Duration::from_micros(fastrand::u64(lo..=hi))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    const MS: Duration = Duration::from_millis(1);
-
-    #[test]
-    fn backoff_doubles_from_the_minimum_up_to_the_maximum() {
-        let caps: Vec<u64> = (0..6)
-            .map(|step| u64::try_from(backoff_cap(4 * MS, 50 * MS, step).as_millis()).unwrap())
-            .collect();
-        assert_eq!(caps, [4, 8, 16, 32, 50, 50]);
-    }
-
-    #[test]
-    fn backoff_survives_huge_steps_and_durations() {
-        assert_eq!(backoff_cap(4 * MS, 200 * MS, u32::MAX), 200 * MS);
-        let huge = Duration::from_secs(u64::MAX);
-        assert_eq!(backoff_cap(huge, huge, 40), huge);
-        assert_eq!(jitter(huge, huge), Duration::from_micros(u64::MAX));
-    }
-
-    proptest! {
-        #[test]
-        fn jittered_delays_stay_within_the_step(
-            min_us in 1u64..1_000_000,
-            extra_us in 0u64..1_000_000,
-            step in 0u32..64,
-        ) {
-            let min = Duration::from_micros(min_us);
-            let max = min + Duration::from_micros(extra_us);
-            let cap = backoff_cap(min, max, step);
-            prop_assert!(min <= cap && cap <= max);
-            let delay = jitter(min, cap);
-            prop_assert!(min <= delay && delay <= cap);
         }
     }
 }

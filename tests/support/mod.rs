@@ -54,7 +54,7 @@ impl RedisServer {
 
     /// Starts `redis-server --port P --bind 127.0.0.1 --save "" --appendonly no --logfile
     /// <tmp>/redis.log --dir <tmp>` followed by `extra_args`, on a free port, and waits
-    /// (at most 5 s) until it answers `PING`.
+    /// (at most 5 s) until it answers `PING` (with the password of a `--requirepass`).
     ///
     /// # Panics
     /// If the binary is missing, or the server does not come up (the panic message holds
@@ -84,9 +84,9 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://127.0.0.1:P/`.
+    /// `redis://127.0.0.1:P/`, with the password of a `--requirepass` argument if any.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        admin_url(self.port, &self.extra_args)
     }
 
     pub fn client(&self) -> redis::Client {
@@ -114,10 +114,7 @@ impl RedisServer {
     }
 
     /// Freezes the server with `SIGSTOP`: connections stay open, nothing is answered (the
-    /// kernel still completes new TCP handshakes).
-    ///
-    /// # Panics
-    /// If the server is not running.
+    /// kernel still completes new TCP handshakes). Panics if the server is not running.
     pub fn pause(&self) {
         let sent = self.signal("STOP");
         assert!(sent, "pause: server not running");
@@ -129,10 +126,8 @@ impl RedisServer {
         self.paused.store(true, Ordering::SeqCst);
     }
 
-    /// Thaws a paused server with `SIGCONT`; queued commands are then answered.
-    ///
-    /// # Panics
-    /// If the server is not running.
+    /// Thaws a paused server with `SIGCONT`; queued commands are then answered. Panics if
+    /// the server is not running.
     pub fn resume(&self) {
         let sent = self.signal("CONT");
         assert!(sent, "resume: server not running");
@@ -366,7 +361,7 @@ fn launch(dir: &Path, port: u16, extra_args: &[String]) -> Option<Child> {
         let (log, stdio) = (read(&log), read(&stdio));
         format!("--- redis.log ---\n{log}--- stdout/stderr ---\n{stdio}")
     };
-    let url = format!("redis://127.0.0.1:{port}/");
+    let url = admin_url(port, extra_args);
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
         if let Ok(Some(status)) = child.try_wait() {
@@ -388,6 +383,13 @@ fn launch(dir: &Path, port: u16, extra_args: &[String]) -> Option<Child> {
         }
         thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The default user's URL, with the password of a `--requirepass` in `args` if any.
+fn admin_url(port: u16, args: &[String]) -> String {
+    let password = args.iter().skip_while(|a| *a != "--requirepass").nth(1);
+    let auth = password.map_or_else(String::new, |pw| format!(":{pw}@"));
+    format!("redis://{auth}127.0.0.1:{port}/")
 }
 
 /// `PING`, then the `process_id` from `INFO server`, or `None` if not answering yet.

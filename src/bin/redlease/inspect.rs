@@ -6,23 +6,24 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::args::{InspectArgs, Servers, server_name};
+use crate::args::{InspectArgs, server_name};
 use crate::exit::Failure;
 use crate::probe::{self, Holder, Snapshot};
 
 /// Runs `inspect`: prints what holds the key. Exit code 0 when the key could be
 /// read, whatever holds it (also when nothing does).
 pub(crate) fn inspect(args: &InspectArgs) -> Result<u8, Failure> {
-    let Servers::One(url) = args.server.servers()?;
+    let url = args.server.one_server("inspect")?;
     let server = server_name(&url);
     let key = args.server.full_key(&args.key);
+    let fence = probe::fence_key(&args.server.prefix);
     let snapshot = probe::connect(&url)
-        .and_then(|mut con| probe::read(&mut con, &key))
+        .and_then(|mut con| probe::read(&mut con, &key, &fence))
         .map_err(|e| Failure::redis(&e, &server))?;
     if args.json {
-        println!("{}", to_json(&key, &snapshot));
+        println!("{}", to_json(&key, &fence, &snapshot));
     } else {
-        print!("{}", to_text(&key, &snapshot));
+        print!("{}", to_text(&key, &fence, &snapshot));
     }
     Ok(0)
 }
@@ -55,7 +56,7 @@ pub(crate) fn summary(snapshot: &Snapshot) -> String {
 }
 
 /// The text `inspect` prints: one `name: value` line per fact.
-fn to_text(key: &str, s: &Snapshot) -> String {
+fn to_text(key: &str, fence_key: &str, s: &Snapshot) -> String {
     let mut out = format!("key:     {key}\n");
     let holder = match &s.holder {
         Holder::Absent => "none: the key does not exist".to_owned(),
@@ -90,12 +91,12 @@ fn to_text(key: &str, s: &Snapshot) -> String {
     };
     let _ = writeln!(out, "ttl:     {ttl}");
     let fence = s.fence.as_deref().unwrap_or("absent");
-    let _ = writeln!(out, "fence:   {fence} ({})", probe::fence_key(key));
+    let _ = writeln!(out, "fence:   {fence} ({fence_key})");
     out
 }
 
 /// The JSON `inspect --json` prints.
-fn to_json(key: &str, s: &Snapshot) -> Value {
+fn to_json(key: &str, fence_key: &str, s: &Snapshot) -> Value {
     let (format, kind) = match &s.holder {
         Holder::Absent => ("absent", "none"),
         Holder::Token(_) => ("token", "string"),
@@ -109,7 +110,7 @@ fn to_json(key: &str, s: &Snapshot) -> Value {
         "format": format,
         "type": kind,
         "pttl_ms": s.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-        "fence_key": probe::fence_key(key),
+        "fence_key": fence_key,
         "fence": s.fence.as_deref().map(|f| f.parse::<u64>().map_or_else(|_| json!(f), |n| json!(n))),
     });
     match &s.holder {

@@ -70,19 +70,19 @@ pub(crate) struct Snapshot {
     pub(crate) fence: Option<String>,
 }
 
-/// The fence counter's key for the lock key `key`: where the library's fencing
-/// `INCR`s.
+/// The fence counter's key for lock keys under `prefix`: where the library's
+/// fencing `INCR`s.
 ///
-/// Today this is the lock key wrapped as a Redis Cluster hash tag, `{<key>}:fence`,
-/// or `<key>:fence` when the key already has a `{…}` hash tag or any `}` (the
-/// library's private `companion()` in `src/scheme/mod.rs`). The library does not
+/// Today this is one counter per key prefix, `<prefix>redlease:fence` (the
+/// library's private `Keys::fence()` in `src/scheme/mod.rs`). The library does not
 /// expose the name and may move it: this is the one place to follow it.
-pub(crate) fn fence_key(key: &str) -> String {
-    companion(key, "fence")
+pub(crate) fn fence_key(prefix: &str) -> String {
+    format!("{prefix}redlease:fence")
 }
 
 /// The channel the token scheme's release publishes `released` on, to wake waiters:
-/// the same companion naming as [`fence_key`].
+/// the lock key wrapped as a Redis Cluster hash tag, `{<key>}:released`, or
+/// `<key>:released` when the key already has a `{…}` hash tag or any `}`.
 pub(crate) fn release_channel(key: &str) -> String {
     companion(key, "released")
 }
@@ -106,10 +106,11 @@ pub(crate) fn connect(url: &str) -> RedisResult<Connection> {
     Ok(con)
 }
 
-/// Reads `key` (the full key, prefix included) in one atomic round trip.
-pub(crate) fn read(con: &mut Connection, key: &str) -> RedisResult<Snapshot> {
+/// Reads `key` (the full key, prefix included) and the fence counter `fence` in one
+/// atomic round trip.
+pub(crate) fn read(con: &mut Connection, key: &str, fence: &str) -> RedisResult<Snapshot> {
     let (kind, pttl, value, fence): (String, i64, Value, Option<String>) =
-        SNAPSHOT.key(key).key(fence_key(key)).invoke(con)?;
+        SNAPSHOT.key(key).key(fence).invoke(con)?;
     let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
     let holder = match (kind.as_str(), value) {
         ("none", _) => Holder::Absent,
@@ -166,7 +167,7 @@ fn classify_hash(flat: &[String]) -> Holder {
     }
 }
 
-/// A name next to `key` in the same Redis Cluster slot; see [`fence_key`].
+/// A name next to `key` in the same Redis Cluster slot; see [`release_channel`].
 fn companion(key: &str, suffix: &str) -> String {
     let tagged = key
         .find('{')

@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::args::{ReleaseArgs, Servers, server_name};
+use crate::args::{ReleaseArgs, server_name};
 use crate::exit::Failure;
 use crate::inspect::summary;
 use crate::probe;
@@ -37,12 +37,13 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
             "release deletes `{key}` whoever holds it: pass --force (see `redlease inspect`)"
         )));
     }
-    let Servers::One(url) = args.server.servers()?;
+    let url = args.server.one_server("release")?;
     let server = server_name(&url);
     let redis_failure = |e: redis::RedisError| Failure::redis(&e, &server);
     let mut con = probe::connect(&url).map_err(redis_failure)?;
     // Read first only to say what was deleted; the delete does not depend on it.
-    let before = probe::read(&mut con, &key).map_err(redis_failure)?;
+    let fence = probe::fence_key(&args.server.prefix);
+    let before = probe::read(&mut con, &key, &fence).map_err(redis_failure)?;
     let deleted: i64 = FORCE_RELEASE
         .key(&key)
         .arg(probe::release_channel(&key))

@@ -15,6 +15,7 @@ use signal_hook::iterator::Signals;
 use crate::args::{RunArgs, Servers, server_name};
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, OS_ERROR, SIGNAL_BASE};
+use crate::probe;
 use crate::status::Status;
 
 /// Runs `run`; returns the exit code (the command's, or 128 + a signal that
@@ -22,11 +23,17 @@ use crate::status::Status;
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     // Bad input is reported before anything connects.
     let scheme = args.scheme.scheme();
-    let Servers::One(url) = args.server.servers()?;
+    let (builder, url) = match args.server.servers() {
+        Servers::One(url) => (LockClient::builder(url.as_str()), url),
+        Servers::Quorum(urls) => {
+            let first = urls[0].clone();
+            (LockClient::redlock(urls.iter().map(String::as_str)), first)
+        }
+    };
     let server = server_name(&url);
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
-    let client = LockClient::builder(url.as_str())
+    let client = builder
         .key_prefix(args.server.prefix.as_str())
         .scheme(scheme)
         .build()
@@ -44,7 +51,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         opts = opts.max_hold(max_hold);
     }
     let status = (args.wait != Some(Duration::ZERO))
-        .then(|| Status::start(&url, &key))
+        .then(|| Status::start(&url, &key, &probe::fence_key(&args.server.prefix)))
         .flatten();
     let acquired = client.lock_with(&args.key, &opts);
     if let Some(status) = status {

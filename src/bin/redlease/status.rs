@@ -24,17 +24,18 @@ pub(crate) struct Status {
 }
 
 impl Status {
-    /// Starts the line for `key` on the server at `url`, if stderr is a terminal
-    /// (`None` otherwise, or if the thread cannot start: the line is a nicety).
-    pub(crate) fn start(url: &str, key: &str) -> Option<Self> {
+    /// Starts the line for `key` (fence counter `fence`) on the server at `url`, if
+    /// stderr is a terminal (`None` otherwise, or if the thread cannot start: the
+    /// line is a nicety).
+    pub(crate) fn start(url: &str, key: &str, fence: &str) -> Option<Self> {
         if !io::stderr().is_terminal() {
             return None;
         }
         let (stop, stopped) = crossbeam_channel::bounded(1);
-        let (url, key) = (url.to_owned(), key.to_owned());
+        let (url, key, fence) = (url.to_owned(), key.to_owned(), fence.to_owned());
         let handle = thread::Builder::new()
             .name("redlease-status".into())
-            .spawn(move || draw(&url, &key, &stopped))
+            .spawn(move || draw(&url, &key, &fence, &stopped))
             .ok()?;
         Some(Self { stop, handle })
     }
@@ -47,16 +48,16 @@ impl Status {
 }
 
 /// The thread: waits [`FIRST`], then redraws every [`EVERY`] until stopped.
-fn draw(url: &str, key: &str, stopped: &Receiver<()>) {
+fn draw(url: &str, key: &str, fence: &str, stopped: &Receiver<()>) {
     let mut con = None;
     let mut width = 0;
     let mut wait = FIRST;
     while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
         wait = EVERY;
         let read = match con.as_mut() {
-            Some(c) => probe::read(c, key),
+            Some(c) => probe::read(c, key, fence),
             None => probe::connect(url).and_then(|mut c| {
-                let snapshot = probe::read(&mut c, key);
+                let snapshot = probe::read(&mut c, key, fence);
                 con = Some(c);
                 snapshot
             }),

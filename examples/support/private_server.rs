@@ -1,8 +1,5 @@
-//! What the examples share: the Redis server to talk to.
-//!
-//! `REDIS_URL` (default `redis://127.0.0.1:6379/`). If nothing answers there and
-//! `redis-server` is on `PATH` (Debian/Ubuntu package `redis-server`), a private
-//! server is started on a free loopback port for the demo, and stopped at the end.
+//! A private `redis-server` for the examples, started when no server is given.
+//! Shared by the examples through `#[path]`; not an example itself.
 
 use std::error::Error;
 use std::net::TcpListener;
@@ -10,10 +7,20 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
+/// Where the examples talk to Redis when `REDIS_URL` is unset.
+#[allow(
+    dead_code,
+    reason = "examples that start their own servers never ask for it"
+)]
+pub const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
-/// The URL to use, and the private server behind it if one was started (keep it
-/// until the end: its `Drop` stops the server).
+/// `REDIS_URL` (default [`DEFAULT_URL`]) if a server answers there, else a private
+/// server started for the demo (said on stderr), which the caller keeps until the
+/// end: its `Drop` stops it.
+#[allow(
+    dead_code,
+    reason = "examples that start their own servers never ask for it"
+)]
 pub fn redis_url() -> Result<(String, Option<PrivateServer>), Box<dyn Error>> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     if answers(&url) {
@@ -31,7 +38,7 @@ pub fn redis_url() -> Result<(String, Option<PrivateServer>), Box<dyn Error>> {
 }
 
 /// Whether a Redis server answers `PING` at `url` within half a second.
-fn answers(url: &str) -> bool {
+pub fn answers(url: &str) -> bool {
     let Ok(client) = redis::Client::open(url) else {
         return false;
     };
@@ -47,13 +54,13 @@ fn answers(url: &str) -> bool {
 /// A `redis-server` child on a free port of `127.0.0.1`, killed on `Drop`.
 pub struct PrivateServer {
     child: Child,
-    port: u16,
+    pub port: u16,
 }
 
 impl PrivateServer {
     /// Starts `redis-server` without persistence and waits (at most 5 s) until it
     /// answers; tries another port if the first one was taken meanwhile.
-    fn start() -> Result<Self, Box<dyn Error>> {
+    pub fn start() -> Result<Self, Box<dyn Error>> {
         for _ in 0..3 {
             // A port the kernel just had free.
             let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
@@ -82,14 +89,21 @@ impl PrivateServer {
         Err("redis-server did not come up".into())
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl PrivateServer {
+    /// Kills the server and waits for it; a no-op once stopped.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
 impl Drop for PrivateServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }

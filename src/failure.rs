@@ -1,0 +1,166 @@
+//! [`RedisFailure`]: what a failed call to Redis was doing, on which lock, and which
+//! limit ran out; the payload of [`Error::Redis`](crate::Error::Redis).
+
+use std::fmt;
+use std::time::Duration;
+
+/// What a call was doing when Redis failed it; part of a [`RedisFailure`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Taking a lock: `lock`, the `try_lock*` methods, `lock_with`, `with_lock`.
+    Acquire,
+    /// Releasing a lock: [`unlock`](crate::LockGuard::unlock) or dropping the guard.
+    Release,
+    /// Extending a lock: [`extend`](crate::LockGuard::extend).
+    Extend,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Acquire => "acquiring",
+            Operation::Release => "releasing",
+            Operation::Extend => "extending",
+        })
+    }
+}
+
+/// The details of an [`Error::Redis`](crate::Error::Redis): the call and key it
+/// happened on, the limit that ran out, and the underlying error as
+/// [`source`](std::error::Error::source).
+///
+/// Displays as, for example, `acquiring lock "jobs:7": no reply from redis within 1s`
+/// or `releasing lock "jobs:7": no connection available within 2s`. Neither
+/// `Display` nor `Debug` ever shows a password.
+#[derive(Debug)]
+pub struct RedisFailure {
+    operation: Option<Operation>,
+    key: Option<String>,
+    limit: Option<Duration>,
+    cause: Cause,
+}
+
+#[derive(Debug)]
+enum Cause {
+    Redis(redis::RedisError),
+    Pool(r2d2::Error),
+}
+
+/// How long a node waits for a reply and for a pooled connection: the limits an
+/// [`Error::Redis`](crate::Error::Redis) names when one runs out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) reply: Duration,
+    pub(crate) checkout: Duration,
+}
+
+impl RedisFailure {
+    pub(crate) fn redis(e: redis::RedisError) -> Self {
+        Self::new(Cause::Redis(e))
+    }
+
+    pub(crate) fn pool(e: r2d2::Error) -> Self {
+        Self::new(Cause::Pool(e))
+    }
+
+    fn new(cause: Cause) -> Self {
+        Self {
+            operation: None,
+            key: None,
+            limit: None,
+            cause,
+        }
+    }
+
+    /// Names the call, the key and the limit that ran out, unless named already (by
+    /// an inner call).
+    pub(crate) fn name(&mut self, op: Operation, key: &str, limits: Limits) {
+        if self.operation.is_none() {
+            self.operation = Some(op);
+            self.key = Some(key.to_owned());
+        }
+        if self.limit.is_none() {
+            self.limit = match &self.cause {
+                Cause::Pool(_) => Some(limits.checkout),
+                Cause::Redis(e) if e.is_timeout() => Some(limits.reply),
+                Cause::Redis(_) => None,
+            };
+        }
+    }
+
+    /// The call that failed; `None` outside a lock call (connecting in `build`).
+    pub fn operation(&self) -> Option<Operation> {
+        self.operation
+    }
+
+    /// The lock key, with the client's prefix; `None` outside a lock call.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+
+    /// The configured limit that ran out: the read timeout when no reply came, the
+    /// pool checkout limit when no connection was free. `None` for other failures.
+    pub fn limit(&self) -> Option<Duration> {
+        self.limit
+    }
+
+    /// The error from `redis`, when the failure is not a pool checkout.
+    pub fn redis_error(&self) -> Option<&redis::RedisError> {
+        match &self.cause {
+            Cause::Redis(e) => Some(e),
+            Cause::Pool(_) => None,
+        }
+    }
+
+    /// Whether no answer came in time: no reply, or no pooled connection.
+    pub fn is_timeout(&self) -> bool {
+        match &self.cause {
+            Cause::Redis(e) => e.is_timeout(),
+            Cause::Pool(_) => true,
+        }
+    }
+
+    /// Whether the connection failed: refused, dropped, timed out, or none free.
+    pub fn is_connection_error(&self) -> bool {
+        match &self.cause {
+            Cause::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_timeout()
+            }
+            Cause::Pool(_) => true,
+        }
+    }
+}
+
+impl fmt::Display for RedisFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Some(op), Some(key)) = (self.operation, &self.key) {
+            write!(f, "{op} lock {key:?}: ")?;
+        }
+        match (&self.cause, self.limit) {
+            (Cause::Pool(_), Some(limit)) => write!(f, "no connection available within {limit:?}"),
+            (Cause::Pool(_), None) => f.write_str("no redis connection available"),
+            (Cause::Redis(e), limit) if e.is_timeout() => match limit {
+                Some(limit) => write!(f, "no reply from redis within {limit:?}"),
+                None => f.write_str("no reply from redis in time"),
+            },
+            (Cause::Redis(e), _) if e.code() == Some("NOPERM") => {
+                f.write_str("redis user lacks the permission")
+            }
+            _ if self.is_connection_error() => f.write_str("redis connection failed"),
+            _ => f.write_str("redis command failed"),
+        }
+    }
+}
+
+impl std::error::Error for RedisFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.cause {
+            Cause::Redis(e) => Some(e),
+            Cause::Pool(e) => Some(e),
+        }
+    }
+}

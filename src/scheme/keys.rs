@@ -1,0 +1,131 @@
+//! [`Keys`]: the Redis names that belong to one lock key.
+
+use super::Backend;
+use crate::error::{Error, Result};
+
+/// The Redis names that belong to one lock key.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    /// The lock key, with the client's prefix.
+    pub(crate) lock: String,
+    /// The pub/sub channel a release publishes on.
+    pub(crate) channel: String,
+    /// How many bytes of `lock` are the client's key prefix.
+    pub(crate) prefix: usize,
+}
+
+impl Keys {
+    /// Derives the names for `key` as `backend` stores it, checking it.
+    pub(crate) fn new(prefix: &str, key: &str, backend: &dyn Backend) -> Result<Self> {
+        if key.is_empty() {
+            return Err(Error::InvalidKey {
+                reason: "the key is empty",
+            });
+        }
+        let mut lock = String::with_capacity(prefix.len() + key.len());
+        lock.push_str(prefix);
+        lock.push_str(key);
+        Ok(Self {
+            channel: backend.channel(&lock),
+            lock,
+            prefix: prefix.len(),
+        })
+    }
+
+    /// The fencing counter: one per key prefix on a node, `<prefix>redlease:fence`,
+    /// the one place that names it.
+    ///
+    /// Every fenced acquire and hand-off under the prefix `INCR`s it in the same
+    /// script as the write it fences. Strictly increasing on the node, it is
+    /// strictly increasing per key, and the number of counters does not grow with
+    /// the number of lock names. It sits under the prefix so that an ACL user
+    /// restricted to the prefix's keys (`~lock:*`) may touch it; lock names
+    /// starting with `redlease:` are redlease's own under any prefix.
+    ///
+    /// Redis Cluster (not supported yet) needs a script's keys in one slot: there
+    /// the counter becomes one per hash slot, `<prefix>redlease:fence:{t}`, with
+    /// `t` a short tag computed to hash to the lock key's slot — at most 16384
+    /// counters per prefix, still independent of the number of lock names.
+    pub(crate) fn fence(&self) -> String {
+        let prefix = &self.lock[..self.prefix];
+        let mut name = String::with_capacity(prefix.len() + FENCE.len());
+        name.push_str(prefix);
+        name.push_str(FENCE);
+        name
+    }
+}
+
+/// The fence counter's name after the key prefix.
+const FENCE: &str = "redlease:fence";
+
+/// A name next to `key` that Redis Cluster hashes to the same slot: a key with a
+/// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
+/// (`a` → `{a}:fence`).
+pub(crate) fn companion(key: &str, suffix: &str) -> String {
+    let mut name = String::with_capacity(key.len() + suffix.len() + 3);
+    // With a tag the suffix keeps the slot; a stray `}` cannot be wrapped safely,
+    // so such keys get the suffix alone (same node without Cluster).
+    let wrap = !(has_hash_tag(key) || key.contains('}'));
+    if wrap {
+        name.push('{');
+    }
+    name.push_str(key);
+    if wrap {
+        name.push('}');
+    }
+    name.push(':');
+    name.push_str(suffix);
+    name
+}
+
+/// Whether Redis Cluster would hash only part of `key`: a `{` followed later by a
+/// `}` with at least one byte between them.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheme::TokenBackend;
+
+    #[test]
+    fn companions_share_the_cluster_slot() {
+        assert_eq!(companion("lock:a", "fence"), "{lock:a}:fence");
+        assert_eq!(companion("lock:{a}", "fence"), "lock:{a}:fence");
+        assert_eq!(companion("x{}y", "fence"), "x{}y:fence");
+        assert_eq!(companion("a}b", "fence"), "a}b:fence");
+    }
+
+    #[test]
+    fn empty_keys_are_rejected() {
+        let token = TokenBackend;
+        assert!(matches!(
+            Keys::new("p:", "", &token),
+            Err(Error::InvalidKey { .. })
+        ));
+        let k = Keys::new("p:", "k", &token).unwrap();
+        assert_eq!(k.lock, "p:k");
+        assert_eq!(k.channel, "{p:k}:released");
+    }
+
+    #[test]
+    fn one_fence_counter_serves_every_key_under_a_prefix() {
+        for key in ["a", "order:999", "user:{42}:invoice"] {
+            assert_eq!(
+                Keys::new("lock:", key, &TokenBackend).unwrap().fence(),
+                "lock:redlease:fence"
+            );
+        }
+        assert_eq!(
+            Keys::new("", "a", &TokenBackend).unwrap().fence(),
+            "redlease:fence"
+        );
+        assert_eq!(
+            Keys::new("app:", "a", &TokenBackend).unwrap().fence(),
+            "app:redlease:fence"
+        );
+    }
+}

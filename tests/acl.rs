@@ -1,0 +1,264 @@
+mod support;
+
+// Redis ACL users (issue 16, item 4): the documented minimal rule works end to end, a user
+// who could take a lock but not release it is refused by `build()` before any lock is
+// taken, and a user without channel permissions (Redis 7's default) releases without an
+// error while its waiters poll. No password ever shows in an error or `Debug` output.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::{Error, LockClient, LockClientBuilder, LockOptions, Release};
+use support::{RedisServer, eventually};
+
+const PASSWORD: &str = "acl-s3cret-pw";
+
+/// The README's minimal rule for a lock user under the prefix `lock:` (token scheme,
+/// fencing, pub/sub wake-ups).
+const LOCKER: &[&str] = &[
+    "~lock:*",
+    "&{lock:*",
+    "&redlease:waiter:*",
+    "+ping",
+    "+set",
+    "+pttl",
+    "+evalsha",
+    "+script|load",
+    "+get",
+    "+del",
+    "+pexpire",
+    "+incr",
+    "+publish",
+    "+subscribe",
+    "+unsubscribe",
+    "+punsubscribe",
+];
+
+/// Creates (or replaces) the user `name` with password [`PASSWORD`] and exactly `rules`.
+fn set_user(server: &RedisServer, name: &str, rules: &[&str]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(name).arg("reset").arg("on");
+    cmd.arg(format!(">{PASSWORD}")).arg(rules);
+    let () = server.query(&cmd);
+}
+
+fn builder(server: &RedisServer, user: &str) -> LockClientBuilder {
+    let url = format!("redis://{user}:{PASSWORD}@127.0.0.1:{}/", server.port());
+    LockClient::builder(url.as_str()).key_prefix("lock:")
+}
+
+/// Panics if `shown` contains the password.
+fn no_password(shown: &str) {
+    assert!(!shown.contains(PASSWORD), "password printed: {shown}");
+}
+
+fn shown(err: &Error) -> String {
+    let text = format!("{err} | {err:?} | {err:#?}");
+    no_password(&text);
+    text
+}
+
+fn dbsize(server: &RedisServer) -> i64 {
+    server.query(&redis::cmd("DBSIZE"))
+}
+
+fn exists(server: &RedisServer, key: &str) -> bool {
+    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
+}
+
+/// Entries in `ACL LOG`: every command, key or channel the server refused.
+fn refusals(server: &RedisServer) -> usize {
+    server
+        .query::<Vec<redis::Value>>(redis::cmd("ACL").arg("LOG"))
+        .len()
+}
+
+/// Channels of `key` someone subscribes to.
+fn subscribers(server: &RedisServer, key: &str) -> i64 {
+    let channel = format!("{{{key}}}:released");
+    let reply: (String, i64) = server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel));
+    reply.1
+}
+
+#[test]
+fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wakes_waiters() {
+    let server = RedisServer::start();
+    set_user(&server, "locker", LOCKER);
+    let ttl = Duration::from_secs(1);
+    let a = builder(&server, "locker")
+        .ttl(ttl)
+        .fencing(true)
+        .build()
+        .unwrap();
+    let b = builder(&server, "locker").fencing(true).build().unwrap();
+    no_password(&format!("{a:?}"));
+
+    let guard = a.lock("k").unwrap();
+    let first = guard.fence().expect("fencing is on");
+    guard.extend(Duration::from_secs(2)).unwrap();
+    // Background renewal (every third of the TTL) keeps it held.
+    assert!(eventually(Duration::from_secs(10), || {
+        a.metrics().renewals >= 3
+    }));
+    assert!(guard.is_held());
+    assert!(exists(&server, "lock:k"));
+
+    // A waiter of another client is woken by the release message, not by polling: it
+    // waits for the holder's TTL otherwise, far longer than the bound below.
+    guard.extend(Duration::from_secs(30)).unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let g = b.try_lock_for("k", Duration::from_secs(20)).unwrap();
+            (g.map(|g| (g.fence(), g.unlock().unwrap())), Instant::now())
+        });
+        assert!(eventually(Duration::from_secs(10), || subscribers(
+            &server, "lock:k"
+        ) >= 1));
+        let released = Instant::now();
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+        let (got, at) = waiter.join().unwrap();
+        let (fence, outcome) = got.expect("the waiter got the lock");
+        assert!(fence.unwrap() > first);
+        assert_eq!(outcome, Release::Released);
+        let took = at.duration_since(released);
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    });
+    assert!(b.metrics().wakeups >= 1, "{:?}", b.metrics());
+    // Shutting down (the waiter's connection leaves pub/sub) is covered too.
+    drop((a, b));
+    let log: redis::Value = server.query(redis::cmd("ACL").arg("LOG"));
+    assert_eq!(refusals(&server), 0, "the rule lacks a permission: {log:?}");
+    assert_eq!(dbsize(&server), 1, "only the fence counter is left");
+}
+
+/// What `build()` refused for a new user with exactly `rules`.
+struct Refused {
+    server: RedisServer,
+    command: String,
+    on_keys: bool,
+    message: String,
+}
+
+/// Builds a client as a new user with `rules`; panics unless `build()` refuses it with
+/// `Error::Permission` (its cause attached, no password shown).
+fn refused(rules: &[&str]) -> Refused {
+    let server = RedisServer::start();
+    set_user(&server, "user", rules);
+    let err = builder(&server, "user").build().unwrap_err();
+    let text = shown(&err);
+    assert!(std::error::Error::source(&err).is_some(), "{text}");
+    let message = err.to_string();
+    let Error::Permission {
+        command, on_keys, ..
+    } = err
+    else {
+        panic!("{text}");
+    };
+    Refused {
+        server,
+        command,
+        on_keys,
+        message,
+    }
+}
+
+#[test]
+fn a_user_without_evalsha_is_refused_at_build_before_any_lock_is_taken() {
+    let r = refused(&["~lock:*", "&*", "+@all", "-evalsha", "-eval"]);
+    assert_eq!((r.command.as_str(), r.on_keys), ("evalsha", false));
+    assert_eq!(r.message, "redis user may not run evalsha");
+    assert_eq!(dbsize(&r.server), 0, "nothing was written");
+}
+
+#[test]
+fn a_user_who_may_not_load_scripts_is_refused_at_build() {
+    let r = refused(&["~lock:*", "&*", "+@all", "-script|load"]);
+    assert_eq!(r.command, "script|load");
+    assert_eq!(dbsize(&r.server), 0);
+}
+
+#[test]
+fn a_user_whose_release_script_may_not_delete_is_refused_and_leaves_nothing_for_long() {
+    let r = refused(&["~lock:*", "&*", "+@all", "-del"]);
+    assert_eq!(
+        r.message,
+        "redis user may not run a command of the release script (get, del)"
+    );
+    // Only the probe's own short-lived key, never a lock anyone asked for.
+    assert!(eventually(Duration::from_secs(5), || dbsize(&r.server) == 0));
+}
+
+#[test]
+fn a_user_whose_keys_do_not_cover_the_prefix_is_refused_at_build() {
+    let r = refused(&["~other:*", "&*", "+@all"]);
+    assert!(r.on_keys);
+    assert!(
+        r.message.ends_with("on keys under the key prefix"),
+        "{}",
+        r.message
+    );
+    assert_eq!(dbsize(&r.server), 0);
+}
+
+#[test]
+fn a_redis_7_user_without_channels_releases_without_error_and_its_waiters_poll() {
+    let server = RedisServer::start();
+    // `ACL SETUSER` on Redis 7 gives no channel permissions unless asked for
+    // (`acl-pubsub-default resetchannels`); `reset` makes that explicit.
+    set_user(&server, "nochan", &["~lock:*", "+@all"]);
+    let a = builder(&server, "nochan").build().unwrap();
+    let b = builder(&server, "nochan").build().unwrap();
+
+    let guard = a.lock("k").unwrap();
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let g = b.try_lock_for("k", Duration::from_secs(20)).unwrap();
+            (g.map(|g| g.unlock().unwrap()), Instant::now())
+        });
+        assert!(eventually(Duration::from_secs(10), || b.metrics().attempts >= 2));
+        let released = Instant::now();
+        // The release happened: it is reported as such, not as an error.
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+        let (got, at) = waiter.join().unwrap();
+        assert_eq!(got, Some(Release::Released), "the waiter got the lock");
+        let took = at.duration_since(released);
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    });
+    assert_eq!(b.metrics().wakeups, 0, "no pub/sub: the waiter polled");
+    assert_eq!(subscribers(&server, "lock:k"), 0);
+    assert_eq!(a.metrics().release_errors, 0);
+    assert_eq!(dbsize(&server), 0);
+}
+
+#[test]
+fn a_fenced_lock_the_user_may_not_count_is_an_error_and_leaves_no_lock() {
+    let server = RedisServer::start();
+    set_user(&server, "noincr", &["~lock:*", "&*", "+@all", "-incr"]);
+    let client = builder(&server, "noincr").build().unwrap();
+    let opts = LockOptions::new().fencing(true);
+    let err = client.lock_with("k", &opts).unwrap_err();
+    let text = shown(&err);
+    assert!(matches!(err, Error::Redis(_)), "{text}");
+    assert!(text.contains(r#"acquiring lock "lock:k""#), "{text}");
+    // The script took its `SET` back: no lock that nobody holds.
+    assert!(!exists(&server, "lock:k"));
+    // Unfenced locks work as before.
+    let guard = client.lock("k").unwrap();
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_server_started_with_requirepass_serves_clients_that_never_print_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
+    assert!(server.url().contains(PASSWORD));
+    let client = LockClient::builder(server.url().as_str())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let guard = client.lock("k").unwrap();
+    no_password(&format!("{client:?} {guard:?}"));
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    let wrong = format!("redis://:wrong-{PASSWORD}@127.0.0.1:{}/", server.port());
+    let err = LockClient::builder(wrong.as_str()).build().unwrap_err();
+    no_password(&shown(&err));
+}

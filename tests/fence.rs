@@ -1,0 +1,103 @@
+mod support;
+
+// Fencing tokens (issue 16, item 5): one counter per key prefix, so the number of keys a
+// fenced workload leaves in Redis does not grow with the number of lock names, and fences
+// stay strictly increasing per key across clients, hand-offs and the legacy scheme.
+
+use std::thread;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use redlease::{LegacyTimestamp, LockClient, LockClientBuilder, Release, Scheme};
+use support::RedisServer;
+
+/// The one counter under the prefix `lock:`.
+const COUNTER: &str = "lock:redlease:fence";
+
+fn fenced(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .ttl(Duration::from_secs(10))
+        .fencing(true)
+}
+
+fn dbsize(server: &RedisServer) -> i64 {
+    server.query(&redis::cmd("DBSIZE"))
+}
+
+fn counter(server: &RedisServer) -> Option<u64> {
+    server.query(redis::cmd("GET").arg(COUNTER))
+}
+
+fn strictly_increasing(fences: &[u64]) -> bool {
+    fences.windows(2).all(|w| w[0] < w[1])
+}
+
+#[test]
+fn issue_16_a_thousand_fenced_lock_names_leave_one_counter_not_a_thousand() {
+    let server = RedisServer::start();
+    let client = fenced(&server).build().unwrap();
+    let mut fences = Vec::with_capacity(1000);
+    for i in 0..1000 {
+        let guard = client.lock(&format!("order:{i}")).unwrap();
+        fences.push(guard.fence().expect("fencing is on"));
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    }
+    assert!(strictly_increasing(&fences));
+    let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
+    assert!(dbsize(&server) <= 3, "{} keys: {keys:?}", keys.len());
+    assert_eq!(keys, [COUNTER]);
+    assert_eq!(counter(&server), fences.last().copied());
+    // Another prefix counts on its own; still one key for it.
+    let other = LockClient::builder(server.url())
+        .key_prefix("jobs:")
+        .fencing(true)
+        .build()
+        .unwrap();
+    assert_eq!(other.lock("order:0").unwrap().fence(), Some(1));
+    assert_eq!(dbsize(&server), 2);
+}
+
+#[test]
+fn fences_strictly_increase_per_key_across_clients_hand_offs_and_the_legacy_scheme() {
+    let server = RedisServer::start();
+    let clients = [
+        fenced(&server).build().unwrap(),
+        fenced(&server).build().unwrap(),
+    ];
+    let legacy = fenced(&server)
+        .scheme(Scheme::LegacyTimestamp(LegacyTimestamp::new()))
+        .build()
+        .unwrap();
+    // Fences of `k` in the order its holders took it: each is pushed under the lock.
+    let order = Mutex::new(Vec::new());
+    let take = |client: &LockClient| {
+        let guard = client.lock("k").unwrap();
+        order.lock().push(guard.fence().expect("fencing is on"));
+        // Another key between two holders of `k` moves the counter too.
+        drop(client.lock("other").unwrap());
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    };
+    take(&legacy);
+    // Four threads per client contend, so a release often hands the lock to a waiting
+    // thread of the same client (a fence taken by the hand-off script).
+    thread::scope(|s| {
+        for client in &clients {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..10 {
+                        take(client);
+                    }
+                });
+            }
+        }
+    });
+    take(&legacy);
+    take(&clients[0]);
+    let order = order.into_inner();
+    assert_eq!(order.len(), 83);
+    assert!(strictly_increasing(&order), "{order:?}");
+    let handoffs: u64 = clients.iter().map(|c| c.metrics().handoffs).sum();
+    assert!(handoffs > 0, "no hand-off happened");
+    assert_eq!(dbsize(&server), 1, "only the counter is left");
+}
