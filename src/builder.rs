@@ -8,12 +8,13 @@ use std::time::Duration;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::LockClient;
-use crate::connection::Redacted;
+use crate::connection::{Redacted, Target};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
 use crate::scheme::{self, Scheme};
+use crate::tls::Tls;
 use crate::topology::{Single, probe};
 use crate::wait::KICK_PREFIX;
 
@@ -58,6 +59,7 @@ pub struct LockClientBuilder {
     fencing: bool,
     pubsub: bool,
     scheme: Scheme,
+    tls: Tls,
 }
 
 impl LockClientBuilder {
@@ -78,6 +80,7 @@ impl LockClientBuilder {
             fencing: false,
             pubsub: true,
             scheme: Scheme::Token,
+            tls: Tls::default(),
         }
     }
     /// Prepended to every lock key. redlease's own keys live under it too (the fence
@@ -152,6 +155,14 @@ impl LockClientBuilder {
         self.scheme = scheme;
         self
     }
+    /// Certificates for a `rediss://` URL: a CA to trust instead of the system's,
+    /// a client certificate for mutual TLS. A `rediss://` URL without this uses
+    /// the system's trust store. Defaults to none.
+    #[cfg(feature = "tls-rustls")]
+    pub fn tls(mut self, certs: crate::TlsCertificates) -> Self {
+        self.tls.certs = Some(certs);
+        self
+    }
     /// Checks the settings, connects (one `PING`), checks what the Redis user may do,
     /// and starts the background threads.
     ///
@@ -167,15 +178,16 @@ impl LockClientBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
-    /// the server cannot be reached, [`Error::Permission`] when the Redis user lacks a
+    /// the server cannot be reached (or its TLS certificate is not trusted),
+    /// [`Error::Permission`] when the Redis user lacks a
     /// permission locks need, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
-        let Ok(info) = self.url else {
+        let Ok(info) = self.url.clone() else {
             return Err(Error::config("url", "not a valid redis url"));
         };
         let node = Node::connect(
-            info,
+            self.target(info)?,
             NodeConfig {
                 pool_size: self.pool_size,
                 connect_timeout: self.connect_timeout,
@@ -217,6 +229,14 @@ impl LockClientBuilder {
             counters,
             (self.backoff_min, self.backoff_max),
         )
+    }
+
+    /// Where the client's connections go.
+    fn target(&self, info: ConnectionInfo) -> Result<Target> {
+        if self.tls.is_set() && !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(Error::config("tls", "certificates need a rediss:// url"));
+        }
+        Ok(Target::Server(self.tls.client(info)?))
     }
 
     fn validate(&self) -> Result<()> {
@@ -266,6 +286,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("pubsub", &self.pubsub)
             .field("scheme", &self.scheme)
+            .field("tls", &self.tls)
             .finish()
     }
 }

@@ -12,10 +12,17 @@ pub(crate) type Pool = r2d2::Pool<Manager>;
 /// so no pooled call can block forever on a dead or silent server.
 #[derive(Clone)]
 pub(crate) struct Manager {
-    pub(crate) client: redis::Client,
+    pub(crate) target: Target,
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) write_timeout: Duration,
+}
+
+/// Where a manager's connections go.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server, always the same.
+    Server(redis::Client),
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -35,8 +42,13 @@ impl Conn {
         f: impl FnOnce(&mut redis::Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
         let result = f(&mut self.con);
+        // `READONLY`: the server was demoted to a replica (a failover); a new
+        // connection finds the new master.
         if let Err(e) = &result
-            && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+            && (e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.kind() == redis::ServerErrorKind::ReadOnly.into())
         {
             self.broken = true;
         }
@@ -70,9 +82,9 @@ pub(crate) fn with_retry<T>(
 
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
-        let con = self
-            .client
-            .get_connection_with_timeout(self.connect_timeout)?;
+        let con = match &self.target {
+            Target::Server(client) => client.get_connection_with_timeout(self.connect_timeout)?,
+        };
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
         Ok(con)
@@ -102,8 +114,23 @@ impl r2d2::ManageConnection for Manager {
 impl fmt::Debug for Manager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Manager")
-            .field("server", &Redacted(Some(self.client.get_connection_info())))
+            .field("server", &self.target)
             .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Where the connections go, without credentials.
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Server(client) => Redacted(Some(client.get_connection_info())).fmt(f),
+        }
     }
 }
 

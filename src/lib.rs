@@ -166,7 +166,11 @@
 //!
 //! # Feature flags
 //!
-//! None yet: the default build is the whole library.
+//! All off by default; each forwards to the `redis` feature of the same name.
+//!
+//! - `tls-rustls`: `rediss://` URLs, and `LockClientBuilder::tls` with
+//!   `TlsCertificates` for a private CA and client certificates (mutual TLS).
+//! - `cli`: the `redlease` command-line tool.
 //!
 //! # MSRV
 //!
@@ -188,6 +192,7 @@ mod failure;
 mod metrics;
 mod scripts;
 mod time;
+mod tls;
 // connection, node
 mod connection;
 mod node;
@@ -220,6 +225,8 @@ pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
 pub use time::{MAX_TTL, MIN_TTL};
+#[cfg(feature = "tls-rustls")]
+pub use tls::TlsCertificates;
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -6,9 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::{ConnectionInfo, RedisResult};
+use redis::RedisResult;
 
-use crate::connection::{Conn, Manager, Pool, Redacted, with_retry};
+use crate::connection::{Conn, Manager, Pool, Target, with_retry};
 use crate::error::Result;
 use crate::failure::Limits;
 
@@ -28,13 +28,13 @@ pub(crate) struct NodeConfig {
 }
 
 impl Node {
-    /// Connects to the server at `info`: one direct `PING` first, so an unreachable
+    /// Connects to `target`: one direct `PING` first, so an unreachable
     /// server is reported with its cause rather than as a pool timeout.
     ///
     /// Waits at most the connect timeout plus the read timeout.
-    pub(crate) fn connect(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
+    pub(crate) fn connect(target: Target, config: NodeConfig) -> Result<Self> {
         let manager = Manager {
-            client: redis::Client::open(info)?,
+            target,
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
@@ -100,8 +100,8 @@ impl Node {
     }
 
     /// Where the node is, without credentials.
-    pub(crate) fn address(&self) -> Redacted<'_> {
-        Redacted(Some(self.manager.client.get_connection_info()))
+    pub(crate) fn address(&self) -> &Target {
+        &self.manager.target
     }
 }
 

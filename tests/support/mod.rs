@@ -7,6 +7,7 @@
 //! `PATH`; a missing binary fails the test, it never skips it.
 
 pub mod proxy;
+pub mod tls;
 
 use std::fs::{self, File};
 use std::io;
@@ -27,7 +28,6 @@ const PORT_ATTEMPTS: usize = 10;
 const CONN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Poll interval of [`eventually`] and [`wait_for`].
 const POLL: Duration = Duration::from_millis(2);
-
 static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// One `redis-server` child process on `127.0.0.1`, killed and reaped on `Drop`.
@@ -302,10 +302,10 @@ fn binary() -> String {
 /// `<temp_dir>/redlease-test-<pid>-<counter>-<port>`, removed on `Drop` (for a
 /// `RedisServer`, after its own `Drop` has killed the process).
 #[derive(Debug)]
-struct TempDir(PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn new(port: u16) -> TempDir {
+    pub fn new(port: u16) -> TempDir {
         let pid = std::process::id();
         for _ in 0..100 {
             let n = DIR_COUNTER.fetch_add(1, Ordering::Relaxed);
