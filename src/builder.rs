@@ -36,6 +36,54 @@ impl LockClient {
     pub fn builder(url: impl IntoConnectionInfo) -> LockClientBuilder {
         LockClientBuilder::new(url)
     }
+
+    /// Starts building a client for the master named `master` of the Redis
+    /// Sentinels at `sentinels` (`redis://host:26379`, one or more).
+    ///
+    /// Every new connection asks the sentinels, in the order given, where the
+    /// master is, and checks with `ROLE` that it is one; connections to a master
+    /// that was demoted are closed by Sentinel (or answer `READONLY`) and are
+    /// replaced by connections to the new one. The master is reached with the
+    /// user, password, database and TLS mode of the first sentinel URL.
+    ///
+    /// A failover can lose a lock: replication is asynchronous, so a lock granted
+    /// just before the old master failed may be missing on the new one, and another
+    /// client can take it. The holder then finds its renewal refused and reports
+    /// the lease lost, but until that renewal both may believe they hold it.
+    /// The remedies are replica confirmation (`WAIT` after the acquire, so a grant
+    /// is on a replica before it is used) and fencing
+    /// ([`LockOptions::fencing`](crate::LockOptions::fencing)), which makes a stale
+    /// holder's writes harmless downstream.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::sentinel(
+    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
+    ///     "mymaster",
+    /// )
+    /// .build()?;
+    /// # drop(client); Ok(()) }
+    /// ```
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel<U: IntoConnectionInfo>(
+        sentinels: impl IntoIterator<Item = U>,
+        master: impl Into<String>,
+    ) -> LockClientBuilder {
+        let infos = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>();
+        let first = match &infos {
+            Ok(infos) => infos.first().cloned().ok_or_else(|| {
+                redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no sentinel url"))
+            }),
+            Err(e) => Err(e.clone()),
+        };
+        let mut builder = LockClientBuilder::with_url(first);
+        builder.sentinel = Some((infos.unwrap_or_default(), master.into()));
+        builder
+    }
 }
 
 /// Builds a [`LockClient`]; made by [`LockClient::builder`].
@@ -60,12 +108,18 @@ pub struct LockClientBuilder {
     pubsub: bool,
     scheme: Scheme,
     tls: Tls,
+    /// The sentinels and the master's name, for [`LockClient::sentinel`].
+    #[cfg(feature = "sentinel")]
+    sentinel: Option<(Vec<ConnectionInfo>, String)>,
 }
 
 impl LockClientBuilder {
     fn new(url: impl IntoConnectionInfo) -> Self {
+        Self::with_url(url.into_connection_info())
+    }
+    fn with_url(url: Result<ConnectionInfo, redis::RedisError>) -> Self {
         Self {
-            url: url.into_connection_info(),
+            url,
             key_prefix: String::new(),
             ttl: DEFAULT_TTL,
             pool_size: DEFAULT_POOL_SIZE,
@@ -81,6 +135,8 @@ impl LockClientBuilder {
             pubsub: true,
             scheme: Scheme::Token,
             tls: Tls::default(),
+            #[cfg(feature = "sentinel")]
+            sentinel: None,
         }
     }
     /// Prepended to every lock key. redlease's own keys live under it too (the fence
@@ -236,7 +292,13 @@ impl LockClientBuilder {
         if self.tls.is_set() && !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return Err(Error::config("tls", "certificates need a rediss:// url"));
         }
-        Ok(Target::Server(self.tls.client(info)?))
+        #[cfg(feature = "sentinel")]
+        if let Some((sentinels, name)) = &self.sentinel {
+            let master =
+                crate::sentinel::Master::new(name.clone(), sentinels.clone(), self.tls.clone());
+            return Ok(Target::Sentinel(Arc::new(master)));
+        }
+        Ok(Target::Server(Box::new(self.tls.client(info)?)))
     }
 
     fn validate(&self) -> Result<()> {
@@ -271,8 +333,8 @@ impl LockClientBuilder {
 
 impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockClientBuilder")
-            .field("server", &Redacted(self.url.as_ref().ok()))
+        let mut d = f.debug_struct("LockClientBuilder");
+        d.field("server", &Redacted(self.url.as_ref().ok()))
             .field("key_prefix", &self.key_prefix)
             .field("ttl", &self.ttl)
             .field("pool_size", &self.pool_size)
@@ -286,8 +348,13 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("pubsub", &self.pubsub)
             .field("scheme", &self.scheme)
-            .field("tls", &self.tls)
-            .finish()
+            .field("tls", &self.tls);
+        #[cfg(feature = "sentinel")]
+        if let Some((sentinels, name)) = &self.sentinel {
+            let shown: Vec<_> = sentinels.iter().map(|s| Redacted(Some(s))).collect();
+            d.field("sentinels", &shown).field("master", name);
+        }
+        d.finish()
     }
 }
 

@@ -1,9 +1,14 @@
 //! Pooled connections with every network call bounded by a timeout.
 
 use std::fmt;
+#[cfg(feature = "sentinel")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
+
+#[cfg(feature = "sentinel")]
+use crate::sentinel::Master;
 
 /// The r2d2 pool of Redis connections.
 pub(crate) type Pool = r2d2::Pool<Manager>;
@@ -22,7 +27,11 @@ pub(crate) struct Manager {
 #[derive(Clone)]
 pub(crate) enum Target {
     /// One server, always the same.
-    Server(redis::Client),
+    Server(Box<redis::Client>),
+    /// The current master of a Sentinel-managed group, asked of the sentinels at
+    /// every new connection, so connections made after a failover reach the new one.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<Master>),
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -84,6 +93,8 @@ impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         let con = match &self.target {
             Target::Server(client) => client.get_connection_with_timeout(self.connect_timeout)?,
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(master) => master.connect(self.connect_timeout, self.read_timeout)?,
         };
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
@@ -130,6 +141,15 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Server(client) => Redacted(Some(client.get_connection_info())).fmt(f),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(master) => {
+                write!(f, "master {:?} of sentinels", master.name())?;
+                for (i, info) in master.sentinels().iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(f, "{sep}{}", Redacted(Some(info)))?;
+                }
+                Ok(())
+            }
         }
     }
 }

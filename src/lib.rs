@@ -170,6 +170,9 @@
 //!
 //! - `tls-rustls`: `rediss://` URLs, and `LockClientBuilder::tls` with
 //!   `TlsCertificates` for a private CA and client certificates (mutual TLS).
+//! - `sentinel`: `LockClient::sentinel` finds the master through Redis Sentinel at
+//!   every new connection and follows a failover; what a failover can do to a
+//!   lock is in its docs.
 //! - `cli`: the `redlease` command-line tool.
 //!
 //! # MSRV
@@ -196,6 +199,8 @@ mod tls;
 // connection, node
 mod connection;
 mod node;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 // storage formats
 mod scheme;
 // a held lease's shared state

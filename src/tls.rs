@@ -96,6 +96,10 @@ impl Tls {
     /// # Errors
     /// When certificates are set and `info` is not a `rediss://` URL, or a PEM
     /// does not parse.
+    #[cfg_attr(
+        not(feature = "tls-rustls"),
+        expect(clippy::unused_self, reason = "no certificates without the feature")
+    )]
     pub(crate) fn client(&self, info: ConnectionInfo) -> RedisResult<redis::Client> {
         #[cfg(feature = "tls-rustls")]
         if let Some(certs) = &self.certs {
@@ -105,6 +109,10 @@ impl Tls {
     }
 
     /// Whether custom certificates are set.
+    #[cfg_attr(
+        not(feature = "tls-rustls"),
+        expect(clippy::unused_self, reason = "no certificates without the feature")
+    )]
     pub(crate) fn is_set(&self) -> bool {
         #[cfg(feature = "tls-rustls")]
         return self.certs.is_some();

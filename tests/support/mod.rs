@@ -7,6 +7,7 @@
 //! `PATH`; a missing binary fails the test, it never skips it.
 
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 use std::fs::{self, File};
@@ -24,8 +25,7 @@ use parking_lot::Mutex;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Fresh ports tried when `redis-server` reports "Address already in use".
 const PORT_ATTEMPTS: usize = 10;
-/// Timeouts of [`RedisServer::conn`].
-const CONN_TIMEOUT: Duration = Duration::from_secs(2);
+const CONN_TIMEOUT: Duration = Duration::from_secs(2); // of `RedisServer::conn`
 /// Poll interval of [`eventually`] and [`wait_for`].
 const POLL: Duration = Duration::from_millis(2);
 static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
@@ -295,7 +295,7 @@ pub fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-fn binary() -> String {
+pub fn binary() -> String {
     std::env::var("REDLEASE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
