@@ -117,3 +117,34 @@ fn open(
     con.set_write_timeout(Some(timeout))?;
     Ok(con)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Error, LockClient};
+
+    #[test]
+    fn debug_names_the_master_and_the_sentinels_never_a_password() {
+        let builder = LockClient::sentinel(
+            [
+                "redis://:hunter2@10.0.0.1:26379",
+                "redis://u:hunter2@10.0.0.2:26379",
+            ],
+            "mymaster",
+        );
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("10.0.0.2:26379"), "{shown}");
+        assert!(shown.contains("mymaster"), "{shown}");
+    }
+
+    #[test]
+    fn no_sentinel_is_a_config_error() {
+        let err = LockClient::sentinel(Vec::<String>::new(), "mymaster")
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Config { option: "url", .. }),
+            "{err:?}"
+        );
+    }
+}
