@@ -43,7 +43,8 @@ impl LockClient {
     /// Every new connection asks the sentinels, in the order given, where the
     /// master is, and checks with `ROLE` that it is one; connections to a master
     /// that was demoted are closed by Sentinel (or answer `READONLY`) and are
-    /// replaced by connections to the new one. The master is reached with the
+    /// replaced by connections to the new one (a call that meets such a connection
+    /// fails with a connection error: retry it). The master is reached with the
     /// user, password, database and TLS mode of the first sentinel URL.
     ///
     /// A failover can lose a lock: replication is asynchronous, so a lock granted

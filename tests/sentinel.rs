@@ -43,6 +43,14 @@ fn follows_a_failover_and_reports_the_leases_it_lost() {
         "{shown}"
     );
     let client = builder.build().unwrap();
+    // A second client, whose waiter must follow the failover: it polls only every
+    // 2 s, so a wake-up within that comes from a release message on the new master.
+    let other = LockClient::sentinel(urls.clone(), MASTER_NAME)
+        .connect_timeout(fast)
+        .read_timeout(fast)
+        .backoff(Duration::from_secs(2), Duration::from_secs(2))
+        .build()
+        .unwrap();
 
     // Found the master: the locks are stored there.
     let old = d.server(d.master_port().unwrap());
@@ -101,23 +109,55 @@ fn follows_a_failover_and_reports_the_leases_it_lost() {
         assert!(kept.unlock().unwrap().was_held());
     }
 
-    // Waiting works after the failover: a caller queued on `fresh` gets it on release.
-    let before = client.metrics().attempts;
+    // A pooled connection to the old master was closed by Sentinel: a call that
+    // finds it dead fails (one retry on a fresh connection per call). Once they
+    // are gone, calls succeed.
+    let recovered = eventually(Duration::from_secs(10), || other.try_lock("warm").is_ok());
+    assert!(recovered);
+    // Both clients' waiter threads have reconnected, to the new master: each holds
+    // a `redlease:waiter:<id>` channel there (they retry at most 1 s apart).
+    let resubscribed = eventually(Duration::from_secs(10), || {
+        let cmd = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redlease:waiter:*")
+            .clone();
+        try_query::<Vec<String>>(new, &cmd).is_some_and(|c| c.len() >= 2)
+    });
+    assert!(
+        resubscribed,
+        "the waiter threads did not reconnect to the new master"
+    );
+
+    woken_on_the_new_master(&other, fresh, new);
+}
+
+/// Waiting works after the failover: `other`'s caller queued on `fresh`'s key is
+/// woken by the release message, published and heard on the new master.
+fn woken_on_the_new_master(other: &LockClient, fresh: LockGuard, new: &support::RedisServer) {
+    let before = other.metrics().attempts;
     let ready = Barrier::new(2);
     thread::scope(|s| {
         let waiter = s.spawn(|| {
             ready.wait();
-            client
+            let got = other
                 .try_lock_for("fresh", Duration::from_secs(20))
-                .unwrap()
-                .is_some()
+                .unwrap();
+            (got.is_some(), other.metrics().wakeups)
         });
         ready.wait();
+        // Queued, and its key's release channel subscribed on the new master.
         let queued = eventually(Duration::from_secs(5), || {
-            client.metrics().attempts > before
+            let cmd = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("{fresh}:released")
+                .clone();
+            other.metrics().attempts > before
+                && try_query::<(String, i64)>(new, &cmd).is_some_and(|(_, n)| n >= 1)
         });
         assert!(queued);
         assert!(fresh.unlock().unwrap().was_held());
-        assert!(waiter.join().unwrap(), "the waiter did not get the lock");
+        let (got, wakeups) = waiter.join().unwrap();
+        assert!(got, "the waiter did not get the lock");
+        assert!(wakeups >= 1, "woken by polling, not by the release message");
     });
 }

@@ -77,7 +77,8 @@ impl Deployment {
     }
 
     /// `SENTINEL FAILOVER`, retried while the sentinel is not ready for it, then
-    /// waits until the other server is master and all sentinels say so; returns it.
+    /// waits until the other server is master, the old one its replica, and all
+    /// sentinels say so; returns the new master.
     pub fn failover(&self) -> &RedisServer {
         let old = self.master_port().unwrap();
         let new = self.servers.iter().find(|s| s.port() != old).unwrap();
@@ -88,11 +89,20 @@ impl Deployment {
         });
         assert!(sent, "SENTINEL FAILOVER was refused");
         let done = eventually(Duration::from_secs(30), || {
-            // Sentinel closes the clients of a server it promotes: a query may fail.
-            let role: Vec<redis::Value> = try_query(new, &redis::cmd("ROLE")).unwrap_or_default();
-            let promoted =
-                matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master");
-            promoted && self.sentinels.iter().all(|s| s.master_port_is(new.port()))
+            let role = |server: &RedisServer| {
+                // Sentinel closes the clients of a server it reconfigures: a query may fail.
+                let role: Vec<redis::Value> =
+                    try_query(server, &redis::cmd("ROLE")).unwrap_or_default();
+                match role.first() {
+                    Some(redis::Value::BulkString(r)) => String::from_utf8_lossy(r).into_owned(),
+                    _ => String::new(),
+                }
+            };
+            // Done when the old master is a replica of the new one too (Sentinel closed
+            // its clients then) and every sentinel names the new one.
+            role(new) == "master"
+                && role(self.server(old)) == "slave"
+                && self.sentinels.iter().all(|s| s.master_port_is(new.port()))
         });
         assert!(done, "failover did not complete");
         new
