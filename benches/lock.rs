@@ -8,7 +8,11 @@
 //! - `renewal`: one `extend` round trip vs one raw `PEXPIRE`, and the renewal
 //!   thread's batching (round trips per renewed lease) for 1 … 10,000 leases;
 //! - `contention`: 8 threads on one key vs raw clients retrying with no sleep:
-//!   acquisitions/s, hand-off p50/p99, fairness, Redis commands per acquisition.
+//!   acquisitions/s, hand-off p50/p99, fairness, Redis commands per acquisition;
+//! - `redlock`: lock + unlock over 3 and 5 masters vs the same raw commands sent to
+//!   the nodes in parallel by one thread per node (`SET NX PX`, then
+//!   compare-and-delete, on every node, each step done once a majority answered,
+//!   as redlease does), and 5 nodes vs 3.
 //!
 //! Run: `cargo bench --bench lock` (needs `redis-server` on PATH);
 //! `REDLEASE_BENCH=contention,parallel_8_keys` runs only those groups;
@@ -29,8 +33,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
+use crossbeam_channel::{Receiver, Sender};
 use redlease::LockClient;
-use support::RedisServer;
+use support::{Masters, RedisServer};
 
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -461,13 +466,135 @@ fn contention(_c: &mut Criterion) {
     );
 }
 
+/// The Redlock floor: one thread per node with a raw connection, fed by a channel,
+/// so the bench thread asks every node at once as any Redlock client must.
+struct FanOut {
+    nodes: Vec<Sender<Option<(u64, bool, String)>>>,
+    replies: Receiver<(u64, bool)>,
+    handles: Vec<thread::JoinHandle<()>>,
+    seq: u64,
+}
+
+impl FanOut {
+    fn new(masters: &Masters) -> Self {
+        let (reply, replies) = crossbeam_channel::unbounded();
+        let mut nodes = Vec::new();
+        let mut handles = Vec::new();
+        for server in &masters.servers {
+            let (tx, rx) = crossbeam_channel::unbounded::<Option<(u64, bool, String)>>();
+            let mut floor = Floor::new(server);
+            let reply = reply.clone();
+            handles.push(thread::spawn(move || {
+                while let Ok(Some((seq, set, token))) = rx.recv() {
+                    let granted = if set {
+                        let ok: redis::Value = redis::cmd("SET")
+                            .arg("bench:rl")
+                            .arg(&token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(30_000)
+                            .query(&mut floor.con)
+                            .unwrap();
+                        ok != redis::Value::Nil
+                    } else {
+                        floor.release("bench:rl", &token);
+                        true
+                    };
+                    let _ = reply.send((seq, granted));
+                }
+            }));
+            nodes.push(tx);
+        }
+        Self {
+            nodes,
+            replies,
+            handles,
+            seq: 0,
+        }
+    }
+
+    /// Sends one command to every node; waits for `wanted` replies of this round.
+    fn round(&mut self, set: bool, token: &str, wanted: usize) -> usize {
+        self.seq += 1;
+        for node in &self.nodes {
+            node.send(Some((self.seq, set, token.to_owned()))).unwrap();
+        }
+        let mut yes = 0;
+        let mut answered = 0;
+        while answered < wanted {
+            let (seq, granted) = self.replies.recv().unwrap();
+            if seq == self.seq {
+                answered += 1;
+                yes += usize::from(granted);
+            }
+        }
+        yes
+    }
+
+    /// `SET NX PX` on every node until a majority granted; compare-and-delete on
+    /// every node until a majority answered.
+    fn lock_unlock(&mut self) {
+        let n = self.nodes.len();
+        let token = format!("floor-{}", self.seq);
+        assert!(self.round(true, &token, n / 2 + 1) > n / 2);
+        self.round(false, &token, n / 2 + 1);
+    }
+}
+
+impl Drop for FanOut {
+    fn drop(&mut self) {
+        for node in &self.nodes {
+            let _ = node.send(None);
+        }
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn redlock(c: &mut Criterion) {
+    if !wanted("redlock") {
+        return;
+    }
+    let mut p50 = Vec::new();
+    let mut g = c.benchmark_group("redlock");
+    for n in [3, 5] {
+        let masters = Masters::start(n);
+        for server in &masters.servers {
+            pin(server);
+        }
+        let lc = LockClient::redlock(masters.urls()).build().unwrap();
+        let mut floor = FanOut::new(&masters);
+        g.bench_function(format!("redlease_{n}_nodes_lock_unlock"), |b| {
+            b.iter(|| lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+        });
+        g.bench_function(format!("floor_{n}_nodes_parallel_raw"), |b| {
+            b.iter(|| floor.lock_unlock());
+        });
+        let (ours, base) = paired_p50(
+            3000,
+            || assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held()),
+            || floor.lock_unlock(),
+        );
+        report(&format!("redlock {n} nodes lock+unlock"), ours, base);
+        p50.push(ours);
+    }
+    g.finish();
+    println!(
+        "RATIO redlock 5 nodes vs 3 nodes: p50 {:?} / {:?} = {:.3}x",
+        p50[1],
+        p50[0],
+        p50[1].as_secs_f64() / p50[0].as_secs_f64()
+    );
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention
+    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock
 }
 
 fn main() {

@@ -8,15 +8,17 @@ use std::time::Duration;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::LockClient;
-use crate::connection::{Redacted, Target};
+use crate::connection::Redacted;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
 use crate::scheme::{self, Scheme};
 use crate::tls::Tls;
-use crate::topology::{Single, probe};
+use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe, redlock};
 use crate::wait::KICK_PREFIX;
+
+mod deploy;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -30,6 +32,9 @@ pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(4);
 /// Default longest retry delay while polling: 200 milliseconds.
 pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// Default time a Redlock call waits for each node: 50 milliseconds, and never more
+/// than 1/20 of the lease's TTL.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 impl LockClient {
     /// Starts building a client for the server at `url` (`redis://[user:password@]host[:port][/db]`).
@@ -37,63 +42,90 @@ impl LockClient {
         LockClientBuilder::new(url)
     }
 
-    /// Starts building a client for the master named `master` of the Redis
-    /// Sentinels at `sentinels` (`redis://host:26379`, one or more).
+    /// Starts building a Redlock client over independent Redis masters, one URL
+    /// each: a lock is held when a majority of them granted it.
     ///
-    /// Every new connection asks the sentinels, in the order given, where the
-    /// master is, and checks with `ROLE` that it is one; connections to a master
-    /// that was demoted are closed by Sentinel (or answer `READONLY`) and are
-    /// replaced by connections to the new one (a call that meets such a connection
-    /// fails with a connection error: retry it). The master is reached with the
-    /// user, password, database and TLS mode of the first sentinel URL.
+    /// The client has the same entry points, guards and options as one built by
+    /// [`builder`](Self::builder), with these differences:
     ///
-    /// A failover can lose a lock: replication is asynchronous, so a lock granted
-    /// just before the old master failed may be missing on the new one, and another
-    /// client can take it. The holder then finds its renewal refused and reports
-    /// the lease lost, but until that renewal both may believe they hold it.
-    /// The remedies are replica confirmation (`WAIT` after the acquire, so a grant
-    /// is on a replica before it is used) and fencing
-    /// ([`LockOptions::fencing`](crate::LockOptions::fencing)), which makes a stale
-    /// holder's writes harmless downstream.
+    /// - **Acquire** sends one token's `SET NX PX` to every node at once and waits
+    ///   for each at most the [node timeout](LockClientBuilder::node_timeout). It
+    ///   holds when a majority granted it and the lease's validity (`ttl - elapsed -
+    ///   drift`) is still positive; that validity is the guard's
+    ///   [`valid_until`](crate::LockGuard::valid_until). Otherwise the token is
+    ///   deleted on every node, in the background, and the attempt is busy (other
+    ///   holders answered: the wait is bounded by their TTLs, or a short random
+    ///   pause after a split vote) or failed (a majority failed to answer: retried
+    ///   twice after a random pause of at most 50 ms, then
+    ///   [`Error::NoQuorum`] naming each node's failure; `try_lock` makes one round).
+    /// - **Renewal** extends every lease on every node, one pipeline per node per
+    ///   tick; a renewal that a majority does not confirm within the lease's
+    ///   validity loses the lease.
+    /// - **Release** deletes the lock on every node and is
+    ///   [`Release::Released`](crate::Release::Released) when a majority still held
+    ///   it; [`Metrics::node_releases`](crate::Metrics::node_releases) counts the
+    ///   nodes. There is no local hand-off.
+    /// - **Waiting** listens for release messages on one node (the next when it
+    ///   fails: a release publishes on every node), and polls.
+    /// - **Not offered:** fencing (no single counter can order fences across
+    ///   independent masters: use one master with replicas confirmed by `WAIT`) and
+    ///   [`Scheme::LegacyTimestamp`] (its takeover trusts one server's value). Both
+    ///   are refused with [`Error::Config`], by `build()` and per call.
+    ///
+    /// Safety needs bounded clock drift between the nodes (each expires keys by its
+    /// own clock), and a node that restarts must not rejoin with an empty dataset
+    /// sooner than the longest TTL in use (or must persist every write with
+    /// `appendfsync always`): else a lock held on a bare majority can be granted
+    /// again. Cost: every call is one round trip to each node in parallel, so its
+    /// latency is that of the slowest node of the fastest majority.
     ///
     /// # Examples
     /// ```no_run
     /// # fn main() -> redlease::Result<()> {
-    /// let client = redlease::LockClient::sentinel(
-    ///     ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
-    ///     "mymaster",
-    /// )
+    /// let client = redlease::LockClient::redlock([
+    ///     "redis://10.0.0.1/",
+    ///     "redis://10.0.0.2/",
+    ///     "redis://10.0.0.3/",
+    /// ])
+    /// .key_prefix("lock:")
     /// .build()?;
-    /// # drop(client); Ok(()) }
+    /// let guard = client.lock("invoice:42")?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
     /// ```
-    #[cfg(feature = "sentinel")]
-    pub fn sentinel<U: IntoConnectionInfo>(
-        sentinels: impl IntoIterator<Item = U>,
-        master: impl Into<String>,
-    ) -> LockClientBuilder {
-        let infos = sentinels
+    pub fn redlock<I>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let urls = urls
             .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
-            .collect::<Result<Vec<_>, _>>();
-        let first = match &infos {
-            Ok(infos) => infos.first().cloned().ok_or_else(|| {
-                redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "no sentinel url"))
-            }),
-            Err(e) => Err(e.clone()),
-        };
-        let mut builder = LockClientBuilder::with_url(first);
-        builder.sentinel = Some((infos.unwrap_or_default(), master.into()));
-        builder
+            .map(IntoConnectionInfo::into_connection_info);
+        LockClientBuilder {
+            servers: Servers::Quorum(urls.collect()),
+            ..LockClientBuilder::new("redis://127.0.0.1/")
+        }
     }
 }
 
-/// Builds a [`LockClient`]; made by [`LockClient::builder`].
+/// Where the locks live, as the constructor was given it.
+enum Servers {
+    /// Boxed: with `tls-rustls` a `ConnectionInfo` is large.
+    One(Box<Result<ConnectionInfo, redis::RedisError>>),
+    Quorum(Vec<Result<ConnectionInfo, redis::RedisError>>),
+    /// The sentinels, and the name of the master they watch.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Vec<Result<ConnectionInfo, redis::RedisError>>, String),
+}
+
+/// Builds a [`LockClient`]; made by [`LockClient::builder`] and
+/// [`LockClient::redlock`].
 ///
 /// Setters never fail; [`build`](Self::build) checks every value and returns
 /// [`Error::Config`] for one out of range.
 #[must_use]
 pub struct LockClientBuilder {
-    url: Result<ConnectionInfo, redis::RedisError>,
+    servers: Servers,
     key_prefix: String,
     ttl: Duration,
     pool_size: u32,
@@ -108,19 +140,14 @@ pub struct LockClientBuilder {
     fencing: bool,
     pubsub: bool,
     scheme: Scheme,
+    node_timeout: Option<Duration>,
     tls: Tls,
-    /// The sentinels and the master's name, for [`LockClient::sentinel`].
-    #[cfg(feature = "sentinel")]
-    sentinel: Option<(Vec<ConnectionInfo>, String)>,
 }
 
 impl LockClientBuilder {
     fn new(url: impl IntoConnectionInfo) -> Self {
-        Self::with_url(url.into_connection_info())
-    }
-    fn with_url(url: Result<ConnectionInfo, redis::RedisError>) -> Self {
         Self {
-            url,
+            servers: Servers::One(Box::new(url.into_connection_info())),
             key_prefix: String::new(),
             ttl: DEFAULT_TTL,
             pool_size: DEFAULT_POOL_SIZE,
@@ -135,9 +162,8 @@ impl LockClientBuilder {
             fencing: false,
             pubsub: true,
             scheme: Scheme::Token,
+            node_timeout: None,
             tls: Tls::default(),
-            #[cfg(feature = "sentinel")]
-            sentinel: None,
         }
     }
     /// Prepended to every lock key. redlease's own keys live under it too (the fence
@@ -212,12 +238,13 @@ impl LockClientBuilder {
         self.scheme = scheme;
         self
     }
-    /// Certificates for a `rediss://` URL: a CA to trust instead of the system's,
-    /// a client certificate for mutual TLS. A `rediss://` URL without this uses
-    /// the system's trust store. Defaults to none.
-    #[cfg(feature = "tls-rustls")]
-    pub fn tls(mut self, certs: crate::TlsCertificates) -> Self {
-        self.tls.certs = Some(certs);
+    /// Redlock: how long a call waits for each node before counting it as failed.
+    /// Keep it small against the TTL: an acquire whose majority answers after the
+    /// lease's validity has ended is refused anyway. Defaults to
+    /// [`DEFAULT_NODE_TIMEOUT`] (50 ms), and never more than 1/20 of the lease's
+    /// TTL; a value set here is used as is.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
         self
     }
     /// Checks the settings, connects (one `PING`), checks what the Redis user may do,
@@ -240,35 +267,54 @@ impl LockClientBuilder {
     /// permission locks need, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
-        let Ok(info) = self.url.clone() else {
-            return Err(Error::config("url", "not a valid redis url"));
+        let config = NodeConfig {
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            read_timeout: self.read_timeout,
+            write_timeout: self.write_timeout,
         };
-        let node = Node::connect(
-            self.target(info)?,
-            NodeConfig {
-                pool_size: self.pool_size,
-                connect_timeout: self.connect_timeout,
-                read_timeout: self.read_timeout,
-                write_timeout: self.write_timeout,
-            },
-        )?;
         // Before any lock: a user who could take locks but not release them is
         // refused, and one who may not subscribe polls.
         let kick = format!("{KICK_PREFIX}probe");
-        let access = probe(
-            &node,
-            &*scheme::backend(&self.scheme),
-            &self.key_prefix,
-            self.pubsub.then_some(kick.as_str()),
-        )?;
-        if self.pubsub && !access.subscribe {
+        let backend = scheme::backend(&self.scheme);
+        let check = |node: &Node| {
+            let kick = self.pubsub.then_some(kick.as_str());
+            probe(node, &*backend, &self.key_prefix, kick).map(|a| a.subscribe)
+        };
+        let counters = Arc::new(Counters::default());
+        let (topology, io, subscribe): (Arc<dyn Topology>, _, _) = match &self.servers {
+            Servers::One(url) => {
+                let info = (**url).clone().map_err(|_| bad_url())?;
+                let node = Node::connect(self.target(info)?, config)?;
+                single(node, &counters, check)?
+            }
+            Servers::Quorum(urls) => {
+                let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
+                let wait = Wait {
+                    fixed: self.node_timeout,
+                    default: DEFAULT_NODE_TIMEOUT,
+                };
+                let infos = infos.map_err(|_| bad_url())?;
+                let targets = infos
+                    .into_iter()
+                    .map(|info| self.target(info))
+                    .collect::<Result<Vec<_>>>()?;
+                let (redlock, io, subscribe) =
+                    Redlock::connect(targets, config, wait, self.ttl, &counters, check)?;
+                (Arc::new(redlock), io, subscribe)
+            }
+            #[cfg(feature = "sentinel")]
+            Servers::Sentinel(urls, name) => {
+                let node = Node::connect(self.sentinel_target(urls, name)?, config)?;
+                single(node, &counters, check)?
+            }
+        };
+        if self.pubsub && !subscribe {
             log::warn!(
                 "the redis user may not subscribe to redlease's channels: waits poll \
                  instead of being woken by releases"
             );
         }
-        let counters = Arc::new(Counters::default());
-        let (single, io) = Single::new(node, Arc::clone(&counters))?;
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -276,30 +322,16 @@ impl LockClientBuilder {
             renew_interval: self.renew_interval,
             max_hold: self.max_hold,
             fencing: self.fencing,
-            pubsub: access.subscribe,
+            pubsub: self.pubsub && subscribe,
             scheme: self.scheme,
         };
         LockClient::start(
             settings,
-            Arc::new(single),
-            vec![io],
+            topology,
+            io,
             counters,
             (self.backoff_min, self.backoff_max),
         )
-    }
-
-    /// Where the client's connections go.
-    fn target(&self, info: ConnectionInfo) -> Result<Target> {
-        if self.tls.is_set() && !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return Err(Error::config("tls", "certificates need a rediss:// url"));
-        }
-        #[cfg(feature = "sentinel")]
-        if let Some((sentinels, name)) = &self.sentinel {
-            let master =
-                crate::sentinel::Master::new(name.clone(), sentinels.clone(), self.tls.clone());
-            return Ok(Target::Sentinel(Arc::new(master)));
-        }
-        Ok(Target::Server(Box::new(self.tls.client(info)?)))
     }
 
     fn validate(&self) -> Result<()> {
@@ -328,14 +360,55 @@ impl LockClientBuilder {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("max_hold", "must be above zero"));
         }
+        if self.node_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config("node_timeout", "must be above zero"));
+        }
+        if let Servers::Quorum(urls) = &self.servers {
+            check_quorum(urls, &self.scheme, self.fencing)?;
+        }
         Ok(())
     }
 }
 
+/// A client of one node: a server, or the master of a Sentinel group.
+fn single(
+    node: Node,
+    counters: &Arc<Counters>,
+    check: impl Fn(&Node) -> Result<bool>,
+) -> Result<(Arc<dyn Topology>, Vec<IoThread>, bool)> {
+    let subscribe = check(&node)?;
+    let (single, io) = Single::new(node, Arc::clone(counters))?;
+    Ok((Arc::new(single), vec![io], subscribe))
+}
+
+fn bad_url() -> Error {
+    Error::config("url", "not a valid redis url")
+}
+
+/// What a Redlock client refuses before connecting: no node, the same node twice
+/// (two votes for one server would fake a majority), and what the topology refuses
+/// (the legacy scheme, fencing).
+fn check_quorum(
+    urls: &[Result<ConnectionInfo, redis::RedisError>],
+    scheme: &Scheme,
+    fencing: bool,
+) -> Result<()> {
+    if urls.is_empty() {
+        return Err(Error::config("urls", "redlock needs at least one node"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for info in urls.iter().flatten() {
+        if !seen.insert(Redacted(Some(info)).to_string()) {
+            return Err(Error::config("urls", "the same node is listed twice"));
+        }
+    }
+    redlock::refuse(scheme, fencing)
+}
+
 impl fmt::Debug for LockClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("LockClientBuilder");
-        d.field("server", &Redacted(self.url.as_ref().ok()))
+        f.debug_struct("LockClientBuilder")
+            .field("servers", &self.servers)
             .field("key_prefix", &self.key_prefix)
             .field("ttl", &self.ttl)
             .field("pool_size", &self.pool_size)
@@ -349,13 +422,26 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("pubsub", &self.pubsub)
             .field("scheme", &self.scheme)
-            .field("tls", &self.tls);
-        #[cfg(feature = "sentinel")]
-        if let Some((sentinels, name)) = &self.sentinel {
-            let shown: Vec<_> = sentinels.iter().map(|s| Redacted(Some(s))).collect();
-            d.field("sentinels", &shown).field("master", name);
+            .field("node_timeout", &self.node_timeout)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Servers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn shown(url: &Result<ConnectionInfo, redis::RedisError>) -> Redacted<'_> {
+            Redacted(url.as_ref().ok())
         }
-        d.finish()
+        match self {
+            Servers::One(url) => shown(url).fmt(f),
+            Servers::Quorum(urls) => f.debug_list().entries(urls.iter().map(shown)).finish(),
+            #[cfg(feature = "sentinel")]
+            Servers::Sentinel(urls, name) => {
+                let sentinels: Vec<_> = urls.iter().map(shown).collect();
+                write!(f, "master {name:?} of sentinels {sentinels:?}")
+            }
+        }
     }
 }
 

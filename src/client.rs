@@ -16,7 +16,8 @@ use crate::scheme::{self, Backend, Keys, Request};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiter, Want};
 
-/// A client for distributed locks on one Redis server.
+/// A client for distributed locks on one Redis server, or on a Redlock quorum of
+/// independent masters ([`LockClient::redlock`]).
 ///
 /// Cheap to clone: clones share one connection pool, one renewal thread and one
 /// waiter thread. The threads stop, and are joined, when the last clone is dropped;
@@ -234,7 +235,7 @@ impl LockClient {
     ) -> Result<Option<LockGuard>> {
         self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
             let key = format!("{}{key}", self.inner.settings.key_prefix);
-            let limits = self.inner.hub.topology.subscriber().limits();
+            let limits = self.inner.hub.topology.subscriber(0).limits();
             e.during(Operation::Acquire, &key, limits)
         })
     }
@@ -380,9 +381,12 @@ impl LockClient {
             Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
             _ => Arc::clone(&self.inner.default_backend),
         };
+        let fence = opts.fencing.unwrap_or(s.fencing);
+        let topology = &self.inner.hub.topology;
+        topology.check(opts.scheme.as_ref().unwrap_or(&s.scheme), fence)?;
         Ok(Plan {
             ttl,
-            fence: opts.fencing.unwrap_or(s.fencing),
+            fence,
             renewal: opts.renewal.unwrap_or(s.renewal),
             interval,
             max_hold,

@@ -91,10 +91,17 @@ pub(crate) fn with_retry<T>(
 
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
+        self.connect_within(self.connect_timeout)
+    }
+
+    /// A new connection made within `timeout` (at most the connect timeout), with
+    /// the read and write timeouts set.
+    pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        let timeout = timeout.min(self.connect_timeout);
         let con = match &self.target {
-            Target::Server(client) => client.get_connection_with_timeout(self.connect_timeout)?,
+            Target::Server(client) => client.get_connection_with_timeout(timeout)?,
             #[cfg(feature = "sentinel")]
-            Target::Sentinel(master) => master.connect(self.connect_timeout, self.read_timeout)?,
+            Target::Sentinel(master) => master.connect(timeout, self.read_timeout)?,
         };
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;

@@ -69,6 +69,36 @@ pub enum Error {
     /// A background thread could not be started.
     #[error("could not spawn a background thread")]
     Spawn(#[source] io::Error),
+    /// Redlock: fewer nodes than a majority granted the request (an acquire, an
+    /// extend, a release, the `PING`s of `build()`), and the others failed, so the
+    /// outcome is unknown. What each failed node said is in `failures`.
+    #[error("quorum not reached: {acquired} of {required} nodes")]
+    NoQuorum {
+        /// Nodes that granted the request in time.
+        acquired: usize,
+        /// Nodes needed: a majority of all nodes.
+        required: usize,
+        /// Each node that failed, with its error.
+        failures: Box<[NodeFailure]>,
+    },
+}
+
+/// One node's failure in a Redlock call, carried by [`Error::NoQuorum`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NodeFailure {
+    /// The node's address, without credentials (`redis://host:port/db`).
+    pub node: String,
+    /// What went wrong there: a Redis or pool error, or a timeout
+    /// ([`Error::is_timeout`]) when the node did not answer within the node timeout
+    /// or granted a lock only after the lease's validity had ended.
+    pub error: Error,
+}
+
+impl NodeFailure {
+    pub(crate) fn new(node: String, error: Error) -> Self {
+        Self { node, error }
+    }
 }
 
 /// The result type of redlease.
@@ -88,15 +118,25 @@ impl From<r2d2::Error> for Error {
 
 impl Error {
     /// Whether a network call ran out of time (Redis slow, paused or unreachable),
-    /// including a pool that could not hand out a connection in time.
+    /// including a pool that could not hand out a connection in time, and a
+    /// [`NoQuorum`](Error::NoQuorum) whose every failure is a timeout.
     pub fn is_timeout(&self) -> bool {
-        matches!(self, Error::Redis(f) if f.is_timeout())
+        match self {
+            Error::Redis(f) => f.is_timeout(),
+            Error::NoQuorum { failures, .. } => all(failures, Error::is_timeout),
+            _ => false,
+        }
     }
 
-    /// Whether the connection to Redis failed: refused, dropped or timed out.
-    /// Such calls may succeed when retried.
+    /// Whether the connection to Redis failed: refused, dropped or timed out (for a
+    /// [`NoQuorum`](Error::NoQuorum): on every failed node). Such calls may succeed
+    /// when retried.
     pub fn is_connection_error(&self) -> bool {
-        matches!(self, Error::Redis(f) if f.is_connection_error())
+        match self {
+            Error::Redis(f) => f.is_connection_error(),
+            Error::NoQuorum { failures, .. } => all(failures, Error::is_connection_error),
+            _ => false,
+        }
     }
 
     /// Whether the lease was lost (see [`Error::LockLost`]).
@@ -119,6 +159,11 @@ impl Error {
             other => other,
         }
     }
+}
+
+/// Whether `failures` is not empty and `test` holds for each one's error.
+fn all(failures: &[NodeFailure], test: fn(&Error) -> bool) -> bool {
+    !failures.is_empty() && failures.iter().all(|f| test(&f.error))
 }
 
 #[cfg(test)]
@@ -163,6 +208,34 @@ mod tests {
         assert_eq!(e.to_string(), "lock on `a` is no longer held");
         assert!(e.is_lock_lost());
         assert!(!e.is_timeout());
+    }
+
+    #[test]
+    fn no_quorum_names_the_counts_and_classifies_by_its_failures() {
+        let slow = || Error::from(timeout());
+        let refused = || {
+            Error::from(redis::RedisError::from(io::Error::from(
+                io::ErrorKind::ConnectionRefused,
+            )))
+        };
+        let e = Error::NoQuorum {
+            acquired: 1,
+            required: 3,
+            failures: vec![
+                NodeFailure::new("redis://a:1/0".into(), slow()),
+                NodeFailure::new("redis://b:2/0".into(), refused()),
+            ]
+            .into(),
+        };
+        assert_eq!(e.to_string(), "quorum not reached: 1 of 3 nodes");
+        assert!(e.is_connection_error());
+        assert!(!e.is_timeout(), "one failure was a refusal");
+        let e = Error::NoQuorum {
+            acquired: 0,
+            required: 2,
+            failures: vec![NodeFailure::new("redis://a:1/0".into(), slow())].into(),
+        };
+        assert!(e.is_timeout());
     }
 
     #[test]

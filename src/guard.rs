@@ -180,7 +180,7 @@ impl LockGuard {
 
     /// Names the call, the key and the limit that ran out in a Redis failure.
     fn context(&self, e: Error, op: Operation, hub: &Hub) -> Error {
-        e.during(op, &self.state.key, hub.topology.subscriber().limits())
+        e.during(op, &self.state.key, hub.topology.subscriber(0).limits())
     }
 }
 

@@ -49,7 +49,8 @@ pub enum LossReason {
     /// A renewal found another value under the key: someone else holds it now.
     Taken,
     /// Renewals kept failing (Redis unreachable or slow) until the lease's local
-    /// validity ran out.
+    /// validity ran out; with Redlock, a renewal could not reach a majority of the
+    /// nodes.
     Unreachable,
     /// The lease reached its `max_hold` or `max_renewals` bound and was left to expire.
     MaxHold,

@@ -64,6 +64,18 @@
 //! `Long.parseLong` throws), so a key moves to tokens only after its last deployed
 //! client is gone. `examples/migrate_from_timestamp.rs` shows steps 1 and 2.
 //!
+//! # Redlock
+//!
+//! [`LockClient::redlock`] builds the same client over N independent masters. A lock
+//! is held when a majority granted one token within the lease's validity, and stays
+//! held while a majority confirms each renewal; a minority of nodes down or slow
+//! costs at most the [node timeout](LockClientBuilder::node_timeout) per call. The
+//! price is one round trip to every node per call, and two conditions for safety:
+//! the nodes' clocks must not drift much against the TTL, and a node that restarts
+//! empty must stay out longer than the longest TTL (or persist every write with
+//! `appendfsync always`), else a lock held on a bare majority can be granted twice.
+//! Fencing (no single counter) and the legacy scheme are refused.
+//!
 //! # Threads and guarantees
 //!
 //! Each client runs four threads, stopped and joined when its last clone is dropped
@@ -79,7 +91,8 @@
 //!   and the `on_lost` callback is queued.
 //! - `redlease-io` (one per Redis node) sends each tick's renewals in one pipelined
 //!   round trip, and removes values an ambiguous acquire may have left, off the
-//!   caller's time.
+//!   caller's time. With Redlock, each node also has a `redlease-lane`, which sends
+//!   callers' commands to it, so every node is asked at once.
 //! - `redlease-notify` runs the `on_lost` callbacks, one after another: a slow or
 //!   panicking callback delays only the callbacks behind it, never a renewal or a
 //!   loss report.
@@ -122,6 +135,7 @@
 //! facade      builder, options, client (LockClient), guard (LockGuard)
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam: where a lock lives   single (one server; its node I/O thread)
+//!             redlock (a quorum: per-node lanes, a ballot counting renewals)
 //!             probe (what the Redis user may do, checked by build)
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy
@@ -166,14 +180,15 @@
 //!
 //! # Feature flags
 //!
-//! All off by default; each forwards to the `redis` feature of the same name.
+//! All off by default; the default build is the whole library for one server
+//! or a Redlock quorum. `tls-rustls` and `sentinel` forward to the `redis`
+//! features of the same name.
 //!
-//! - `tls-rustls`: `rediss://` URLs, and `LockClientBuilder::tls` with
-//!   `TlsCertificates` for a private CA and client certificates (mutual TLS).
-//! - `sentinel`: `LockClient::sentinel` finds the master through Redis Sentinel at
-//!   every new connection and follows a failover; what a failover can do to a
-//!   lock is in its docs.
-//! - `cli`: the `redlease` command-line tool.
+//! | feature | what it adds |
+//! | --- | --- |
+//! | `tls-rustls` | `rediss://` URLs; `LockClientBuilder::tls` with `TlsCertificates` for a private CA and client certificates (mutual TLS) |
+//! | `sentinel` | `LockClient::sentinel`: the master is looked up through Redis Sentinel at every new connection, and a failover followed (what it can do to a lock is in its docs) |
+//! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV
 //!
@@ -219,11 +234,11 @@ mod options;
 
 pub use builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
-    DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
 };
 pub use cancel::CancelToken;
 pub use client::LockClient;
-pub use error::{Error, Operation, RedisFailure, Result};
+pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

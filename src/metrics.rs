@@ -17,8 +17,15 @@ pub struct Metrics {
     pub released: u64,
     /// Releases (including by `Drop`) that failed with an error.
     pub release_errors: u64,
-    /// Renewal commands sent (one per lease per renewal, and again for one re-sent
-    /// after `NOSCRIPT`).
+    /// Redlock only: nodes on which a release found the lock still held and
+    /// deleted it, summed over releases. A release over N nodes adds between 0 and
+    /// N, and counts as [`released`](Self::released) when it adds a majority; so
+    /// `node_releases < released × N` says some releases found the lock already
+    /// gone (expired, restarted, never granted) on some nodes. Each node is counted
+    /// when it answers, which may be just after `unlock` returned on a majority.
+    pub node_releases: u64,
+    /// Renewal commands sent (one per lease per renewal — with Redlock, per node —
+    /// and again for one re-sent after `NOSCRIPT`).
     pub renewals: u64,
     /// Renewals that failed (error or no reply in time); retried until validity ends.
     pub renewals_failed: u64,
@@ -45,6 +52,7 @@ pub(crate) struct Counters {
     pub(crate) acquired: AtomicU64,
     pub(crate) released: AtomicU64,
     pub(crate) release_errors: AtomicU64,
+    pub(crate) node_releases: AtomicU64,
     pub(crate) renewals: AtomicU64,
     pub(crate) renewals_failed: AtomicU64,
     pub(crate) renewal_ticks: AtomicU64,
@@ -68,6 +76,7 @@ impl Counters {
             acquired: get(&self.acquired),
             released: get(&self.released),
             release_errors: get(&self.release_errors),
+            node_releases: get(&self.node_releases),
             renewals: get(&self.renewals),
             renewals_failed: get(&self.renewals_failed),
             renewal_ticks: get(&self.renewal_ticks),

@@ -33,14 +33,20 @@ impl Node {
     ///
     /// Waits at most the connect timeout plus the read timeout.
     pub(crate) fn connect(target: Target, config: NodeConfig) -> Result<Self> {
+        let node = Self::open(target, config);
+        node.ping()?;
+        Ok(node)
+    }
+
+    /// The node at `target`, without reaching it yet (its pool connects in the
+    /// background).
+    pub(crate) fn open(target: Target, config: NodeConfig) -> Self {
         let manager = Manager {
             target,
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
         };
-        let mut con = manager.connect_raw()?;
-        redis::cmd("PING").query::<()>(&mut con)?;
         // A caller waits for a pooled connection at most as long as for a reply, so
         // a frozen server (new connections hang in their handshake) costs a call
         // one limit, never the connect timeout on top of the read timeout.
@@ -50,7 +56,15 @@ impl Node {
             .connection_timeout(config.connect_timeout.min(config.read_timeout))
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
-        Ok(Self { pool, manager })
+        Self { pool, manager }
+    }
+
+    /// One `PING` on a direct connection, so an unreachable server is reported with
+    /// its cause. Waits at most the connect timeout plus the read timeout.
+    pub(crate) fn ping(&self) -> Result<()> {
+        let mut con = self.manager.connect_raw()?;
+        redis::cmd("PING").query::<()>(&mut con)?;
+        Ok(())
     }
 
     /// A pooled connection, waiting at most the connect or the read timeout,
@@ -73,6 +87,12 @@ impl Node {
     /// A new connection outside the pool (the waiter's pub/sub connection).
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.manager.connect_raw()
+    }
+
+    /// A new connection outside the pool, made within `timeout` (at most the
+    /// connect timeout), with the node's read and write timeouts.
+    pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
+        self.manager.connect_within(timeout)
     }
 
     /// The reply timeout of the node's connections.

@@ -592,9 +592,10 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
             run(&["--wait", "soon", "job", "--", "touch", &touch]),
             USAGE,
         ),
+        // Two URLs are a Redlock quorum of two: one unreachable node is no majority.
         (
             run(&["--url", &secret_url, "job", "--", "touch", &touch]),
-            USAGE,
+            UNAVAILABLE,
         ),
         (
             argv(&["run", "--url", &secret_url, "job", "--", "touch", &touch]),
@@ -618,8 +619,6 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
             "{args:?} showed the password"
         );
     }
-    let several = output(redlease(run(&["--url", &url, "job", "--", "true"])));
-    assert!(stderr(&several).contains("several --url (Redlock) are not supported yet"));
 
     // The password in REDIS_URL stays hidden too, in errors and in --help.
     for args in [vec!["run", "job", "--", "true"], vec!["run", "--help"]] {
@@ -633,6 +632,35 @@ fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
     }
     assert!(!ran.exists(), "no command ran");
     assert!(keys(&server).is_empty(), "nothing was written");
+}
+
+#[test]
+fn several_urls_lock_a_redlock_quorum() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let mut args = vec!["run".to_owned()];
+    for u in &urls {
+        args.extend(["--url".to_owned(), u.clone()]);
+    }
+    // While the command runs, the key is held on every node.
+    let probe = servers
+        .iter()
+        .map(|s| format!("redis-cli -p {} exists job", s.port()))
+        .collect::<Vec<_>>()
+        .join(" && ");
+    let script = format!("test \"$( ({probe}) | tr -d '\\n')\" = 111");
+    let mut ok = args.clone();
+    ok.extend(["job", "--", "sh", "-c", &script].map(str::to_owned));
+    let out = output(redlease(&ok));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for s in &servers {
+        assert!(keys(s).is_empty(), "the lock was released on every node");
+    }
+    // Redlock offers no fence: a clear usage error.
+    let mut fenced = args;
+    fenced.extend(["--fence", "job", "--", "true"].map(str::to_owned));
+    let out = output(redlease(&fenced));
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
 }
 
 #[test]

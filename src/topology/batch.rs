@@ -1,6 +1,9 @@
 //! One node's share of a renewal tick: the renewals of a batch of leases in one
-//! pipeline, each lease's mutex held while its renewal is in flight, so that no
-//! release runs while a renewal of the same value is on the wire.
+//! pipeline. The exchange with the node gives raw [`Reply`]s; where one node holds
+//! the lock ([`renew`]) they are applied to each lease at once, with the lease's
+//! mutex held while its renewal is in flight, so that no release runs while a
+//! renewal of the same value is on the wire. Where a quorum holds it, the topology
+//! holds the mutexes across all nodes and applies the majority's answer ([`vote`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -9,6 +12,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{ArcMutexGuard, RawMutex};
 use redis::{RedisResult, Value};
 
+use super::lane::Link;
 use super::{Renew, Renewed};
 use crate::connection::Conn;
 use crate::lease::{Held, LeaseState, LossReason};
@@ -19,19 +23,114 @@ use crate::scheme::{Backend, Extend};
 /// The shortest timeout a round trip gets, however close a lease is to its end.
 const MIN_BUDGET: Duration = Duration::from_millis(1);
 
-/// A lease in the current batch, with its mutex held.
-struct InFlight {
-    id: u64,
-    state: Arc<LeaseState>,
-    held: ArcMutexGuard<RawMutex, Held>,
+/// A lease of a batch, with its mutex held: no release or extend runs on it until
+/// this is dropped.
+pub(super) struct Flight {
+    pub(super) id: u64,
+    pub(super) state: Arc<LeaseState>,
+    pub(super) held: ArcMutexGuard<RawMutex, Held>,
+    pub(super) ttl: Duration,
+}
+
+/// What one node answered to one renewal, not yet applied to the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reply {
+    Extended,
+    Gone,
+    Taken,
+    /// The node answered with an error: nothing was changed.
+    Error,
+    /// No answer in time: the renewal may or may not have landed.
+    Unanswered,
+}
+
+/// One lease's renewal for a node that is not the only one holding the lock: the
+/// values it renews, copied out of the lease so each node's thread can send them.
+/// (Only the token scheme runs on a quorum; its value never changes.)
+pub(super) struct Spec {
+    pub(super) backend: Arc<dyn Backend>,
+    pub(super) key: String,
+    pub(super) value: String,
+    pub(super) ttl: Duration,
+}
+
+/// One renewal command as a node's pipeline carries it, built again after a
+/// `NOSCRIPT` (a legacy value depends on the time it is built).
+struct Item<'a> {
+    backend: &'a Arc<dyn Backend>,
+    key: &'a str,
+    value: &'a str,
+    maybe: &'a [String],
     ttl: Duration,
     cmd: redis::Cmd,
     new_value: String,
 }
 
-/// Renews `batch` on `node` in one round trip (two more after a `NOSCRIPT`), and
-/// says what each renewal found. Confirmed renewals move the lease's validity
-/// before this returns.
+impl<'a> Item<'a> {
+    fn new(
+        backend: &'a Arc<dyn Backend>,
+        key: &'a str,
+        value: &'a str,
+        maybe: &'a [String],
+        ttl: Duration,
+    ) -> Self {
+        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
+        Self {
+            backend,
+            key,
+            value,
+            maybe,
+            ttl,
+            cmd,
+            new_value,
+        }
+    }
+
+    fn rebuild(&mut self) {
+        (self.cmd, self.new_value) = self
+            .backend
+            .extend_cmd(self.key, self.value, self.maybe, self.ttl);
+    }
+}
+
+/// Takes each lease's mutex without waiting. A lease whose release or extend is
+/// running (mutex busy), or that is released or lost, is answered `Skipped` and
+/// looked at again shortly by the renewal thread.
+pub(super) fn hold(batch: Vec<Renew>) -> (Vec<Flight>, Vec<(u64, Renewed)>) {
+    let mut flights = Vec::with_capacity(batch.len());
+    let mut skipped = Vec::new();
+    for Renew { id, state, ttl } in batch {
+        let Some(held) = state.held.try_lock_arc() else {
+            skipped.push((id, Renewed::Skipped));
+            continue;
+        };
+        if held.released || state.is_lost() {
+            skipped.push((id, Renewed::Skipped));
+            continue;
+        }
+        flights.push(Flight {
+            id,
+            state,
+            held,
+            ttl,
+        });
+    }
+    (flights, skipped)
+}
+
+/// How long a round trip may take for a batch whose earliest end of validity is
+/// `report_by`: never past it, never more than the node's read timeout.
+fn budget(node: &Node, report_by: Option<Instant>) -> Duration {
+    report_by
+        .map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
+        .clamp(MIN_BUDGET, node.read_timeout())
+}
+
+/// Renews `batch` on `node`, the only node holding these locks, in one round trip
+/// (two more after a `NOSCRIPT`), and says what each renewal found. Confirmed
+/// renewals move the lease's validity before this returns.
 ///
 /// The connection is taken first and each lease's mutex after it, without waiting
 /// (a lease whose release or extend is running is skipped and looked at again
@@ -46,82 +145,110 @@ pub(super) fn renew(
 ) -> Vec<(u64, Renewed)> {
     let started = Instant::now();
     let report_by = batch.iter().map(|r| r.state.valid_until()).min();
-    let budget = || {
-        report_by
-            .map_or(Duration::ZERO, |t| {
-                t.saturating_duration_since(Instant::now())
-            })
-            .clamp(MIN_BUDGET, node.read_timeout())
-    };
-    let mut answers = Vec::with_capacity(batch.len());
-    let mut conn = match node.get_timeout(budget()) {
+    let mut conn = match node.get_timeout(budget(node, report_by)) {
         Ok(conn) => conn,
         Err(e) => {
             log::warn!("renewal of {} leases failed: {e}", batch.len());
             bump(&counters.renewal_nanos, nanos_since(started));
-            answers.extend(batch.into_iter().map(|r| (r.id, Renewed::Failed)));
-            return answers;
+            return batch.into_iter().map(|r| (r.id, Renewed::Failed)).collect();
         }
     };
-    let mut flights = Vec::with_capacity(batch.len());
-    for Renew { id, state, ttl } in batch {
-        let Some(held) = state.held.try_lock_arc() else {
-            answers.push((id, Renewed::Skipped));
-            continue;
-        };
-        if held.released || state.is_lost() {
-            answers.push((id, Renewed::Skipped));
-            continue;
-        }
-        let (cmd, new_value) = state
-            .backend
-            .extend_cmd(&state.key, &held.value, &held.maybe, ttl);
-        flights.push(InFlight {
-            id,
-            state,
-            held,
-            ttl,
-            cmd,
-            new_value,
-        });
-    }
+    let (flights, mut answers) = hold(batch);
     if flights.is_empty() {
         return answers;
     }
+    let mut items: Vec<Item<'_>> = flights
+        .iter()
+        .map(|f| {
+            let backend = &f.state.backend;
+            Item::new(backend, &f.state.key, &f.held.value, &f.held.maybe, f.ttl)
+        })
+        .collect();
     let sent = Instant::now();
-    let replies = send(&mut conn, node, counters, &mut flights, budget(), loaded);
+    let budget = budget(node, report_by);
+    let replies: Vec<Reply> = send(&mut conn, node, counters, &mut items, budget, loaded)
+        .into_iter()
+        .zip(&items)
+        .map(|(reply, item)| read(item, reply))
+        .collect();
     drop(conn);
     bump(&counters.renewal_nanos, nanos_since(started));
-    for (f, reply) in flights.into_iter().zip(replies) {
-        let InFlight {
-            id,
-            state,
-            mut held,
-            ttl,
-            new_value,
-            ..
-        } = f;
-        let outcome = match reply.map(|v| state.backend.extend_reply(&v)) {
-            Some(Ok(Extend::Extended)) => {
-                held.confirmed(new_value);
-                state.renewed(sent, ttl);
-                Renewed::Extended { sent }
-            }
-            Some(Ok(Extend::Taken)) => Renewed::Lost(LossReason::Taken),
-            Some(Ok(Extend::Gone)) => Renewed::Lost(LossReason::Expired),
-            Some(Err(e)) => {
-                log::debug!("renewal of `{}` failed: {e}", state.key);
-                Renewed::Failed
-            }
-            None => {
-                // No reply: the renewal may have landed and rewritten the value.
-                held.unconfirmed(new_value);
-                Renewed::Failed
-            }
-        };
-        answers.push((id, outcome));
+    let written: Vec<String> = items.into_iter().map(|i| i.new_value).collect();
+    for ((f, reply), new_value) in flights.into_iter().zip(replies).zip(written) {
+        answers.push((f.id, apply(f, sent, reply, new_value)));
     }
     answers
+}
+
+/// One node's reply applied to its lease, the lease's mutex still held.
+fn apply(mut f: Flight, sent: Instant, reply: Reply, new_value: String) -> Renewed {
+    match reply {
+        Reply::Extended => {
+            f.held.confirmed(new_value);
+            f.state.renewed(sent, f.ttl);
+            Renewed::Extended { sent }
+        }
+        Reply::Taken => Renewed::Lost(LossReason::Taken),
+        Reply::Gone => Renewed::Lost(LossReason::Expired),
+        Reply::Error => Renewed::Failed,
+        Reply::Unanswered => {
+            // No reply: the renewal may have landed and rewritten the value.
+            f.held.unconfirmed(new_value);
+            Renewed::Failed
+        }
+    }
+}
+
+/// Sends `specs` to one node of a quorum in one round trip (two more after a
+/// `NOSCRIPT`) on the thread's own connection, and returns the raw replies, one
+/// per spec. Nothing is sent once `report_by` (the earliest end of validity among
+/// the specs' leases) has passed: no answer could count then.
+pub(super) fn vote(
+    link: &mut Link,
+    counters: &Counters,
+    specs: &[Spec],
+    report_by: Option<Instant>,
+    loaded: &mut Loaded,
+) -> Vec<Reply> {
+    let started = Instant::now();
+    if report_by.is_some_and(|t| t <= started) {
+        return vec![Reply::Unanswered; specs.len()];
+    }
+    let budget = budget(link.node(), report_by);
+    let conn = match link.conn(started + budget, budget) {
+        Ok(conn) => conn,
+        Err(e) => {
+            log::debug!("renewal of {} leases failed: {e}", specs.len());
+            return vec![Reply::Unanswered; specs.len()];
+        }
+    };
+    let mut items: Vec<Item<'_>> = specs
+        .iter()
+        .map(|s| Item::new(&s.backend, &s.key, &s.value, &[], s.ttl))
+        .collect();
+    let replies = exchange(conn, counters, &mut items, loaded);
+    bump(&counters.renewal_nanos, nanos_since(started));
+    replies
+        .into_iter()
+        .zip(&items)
+        .map(|(reply, item)| read(item, reply))
+        .collect()
+}
+
+/// A node's reply to one renewal command.
+fn read(item: &Item<'_>, reply: Option<Value>) -> Reply {
+    let Some(value) = reply else {
+        return Reply::Unanswered;
+    };
+    match item.backend.extend_reply(&value) {
+        Ok(Extend::Extended) => Reply::Extended,
+        Ok(Extend::Gone) => Reply::Gone,
+        Ok(Extend::Taken) => Reply::Taken,
+        Err(e) => {
+            log::debug!("renewal of `{}` failed: {e}", item.key);
+            Reply::Error
+        }
+    }
 }
 
 fn nanos_since(t: Instant) -> u64 {
@@ -139,7 +266,7 @@ fn send(
     conn: &mut Conn,
     node: &Node,
     counters: &Counters,
-    batch: &mut [InFlight],
+    batch: &mut [Item<'_>],
     budget: Duration,
     loaded: &mut Loaded,
 ) -> Vec<Option<Value>> {
@@ -165,7 +292,7 @@ fn send(
 fn exchange(
     conn: &mut Conn,
     counters: &Counters,
-    batch: &mut [InFlight],
+    batch: &mut [Item<'_>],
     loaded: &mut Loaded,
 ) -> Vec<Option<Value>> {
     let all: Vec<usize> = (0..batch.len()).collect();
@@ -188,12 +315,7 @@ fn exchange(
     }
     loaded.clear();
     for &i in &again {
-        let f = &mut batch[i];
-        let state = &f.state;
-        (f.cmd, f.new_value) =
-            state
-                .backend
-                .extend_cmd(&state.key, &f.held.value, &f.held.maybe, f.ttl);
+        batch[i].rebuild();
     }
     let retried = load_scripts(conn, counters, batch, &again, loaded)
         .and_then(|()| round_trip(conn, counters, batch, &again));
@@ -221,13 +343,13 @@ fn exchange(
 fn load_scripts(
     conn: &mut Conn,
     counters: &Counters,
-    batch: &[InFlight],
+    batch: &[Item<'_>],
     indices: &[usize],
     loaded: &mut Loaded,
 ) -> RedisResult<()> {
     let mut last: Option<&Arc<dyn Backend>> = None;
     for &i in indices {
-        let backend = &batch[i].state.backend;
+        let backend = batch[i].backend;
         if last.is_some_and(|b| Arc::ptr_eq(b, backend)) {
             continue;
         }
@@ -248,7 +370,7 @@ fn load_scripts(
 fn round_trip(
     conn: &mut Conn,
     counters: &Counters,
-    batch: &mut [InFlight],
+    batch: &mut [Item<'_>],
     indices: &[usize],
 ) -> RedisResult<Vec<Value>> {
     let mut pipe = redis::pipe();

@@ -2,8 +2,9 @@
 //!
 //! The guard, the renewal thread and the waiter reach Redis only through
 //! [`Topology`]; a topology reaches Redis through its nodes, and each node speaks
-//! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum or a
-//! Redis Cluster is another implementation of the same trait.
+//! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum of
+//! independent masters is [`Redlock`]; a Redis Cluster would be another
+//! implementation of the same trait.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,14 +15,19 @@ use crossbeam_channel::Sender;
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
-use crate::scheme::{Backend, Extend, Freed, Keys, Release, Request};
+use crate::scheme::{Backend, Extend, Freed, Keys, Release, Request, Scheme};
 
+mod ballot;
 mod batch;
+mod lane;
 mod probe;
+mod quorum;
+pub(crate) mod redlock;
 mod single;
 mod worker;
 
 pub(crate) use probe::probe;
+pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;
 pub(crate) use worker::IoThread;
 
@@ -145,12 +151,28 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// I/O threads, one per node.
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>);
 
-    /// The node whose pub/sub connection carries the release messages.
-    fn subscriber(&self) -> &Arc<Node>;
+    /// How many nodes can carry the release messages: a release publishes on each,
+    /// so the waiter listens on one and moves to the next when it fails.
+    fn subscribers(&self) -> usize {
+        1
+    }
+
+    /// Node `i` (counted modulo [`subscribers`](Topology::subscribers)), whose
+    /// pub/sub connection can carry the release messages.
+    fn subscriber(&self, i: usize) -> &Arc<Node>;
 
     /// How long a call waits for a reply (the nodes' read timeout).
     fn read_timeout(&self) -> Duration;
 
-    /// Publishes `message` on `channel` (a wake-up of the waiter thread).
-    fn publish(&self, channel: &str, message: &str) -> Result<()>;
+    /// Publishes `message` on `channel` on subscriber node `i` (a wake-up of the
+    /// waiter thread listening there).
+    fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()>;
+
+    /// Refuses what this topology cannot do safely: a scheme, or fencing.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) naming the option.
+    fn check(&self, _scheme: &Scheme, _fencing: bool) -> Result<()> {
+        Ok(())
+    }
 }

@@ -3,6 +3,10 @@
 //! lost, a hand-off that came too late). One thread per node, so a frozen node
 //! delays only its own work: never a caller, never another node's renewals, and
 //! never the renewal thread, which goes on reporting losses on time.
+//!
+//! For one server the thread goes through the node's pool. For a node of a quorum
+//! it goes through a connection of its own ([`Link`]) made within each job's bound,
+//! so a dead node answers at once and the majority decides without waiting for it.
 
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -10,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
-use super::batch::{self, Loaded};
+use super::batch::{self, Loaded, Reply, Spec};
+use super::lane::Link;
 use super::{Renew, Renewed};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
@@ -33,6 +38,14 @@ pub(super) enum Job {
         batch: Vec<Renew>,
         done: Sender<Vec<(u64, Renewed)>>,
     },
+    /// Send these renewals for leases held on several nodes, and hand the raw
+    /// replies (one per spec) to `then`, unapplied; nothing is sent once
+    /// `report_by` has passed.
+    Vote {
+        specs: Arc<[Spec]>,
+        report_by: Option<Instant>,
+        then: Box<dyn FnOnce(Vec<Reply>) + Send>,
+    },
     /// Delete `value` if it is still under the key.
     Release(Cleanup),
     /// Make one last attempt at every pending release, and end.
@@ -40,6 +53,7 @@ pub(super) enum Job {
 }
 
 /// A value to take out of Redis, tried until it expires by itself at `until`.
+#[derive(Clone)]
 pub(super) struct Cleanup {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) keys: Keys,
@@ -49,28 +63,62 @@ pub(super) struct Cleanup {
 
 /// The sending end of a node's I/O thread, kept by the topology (which guards
 /// share): it never keeps the thread alive.
+#[derive(Clone)]
 pub(super) struct Worker {
     tx: Sender<Job>,
 }
 
-/// The thread itself, kept by the client: dropping it stops the thread, which makes
-/// one last attempt at every release still pending, and joins it.
+/// A node thread, kept by the client: dropping it stops the thread (an I/O thread
+/// first makes one last attempt at every release still pending) and joins it.
 pub(crate) struct IoThread {
-    tx: Sender<Job>,
+    stop: Box<dyn Fn() + Send + Sync>,
     handle: Option<JoinHandle<()>>,
 }
 
+impl IoThread {
+    /// The handle of the thread `handle`, which `stop` tells to end.
+    pub(super) fn new(handle: JoinHandle<()>, stop: impl Fn() + Send + Sync + 'static) -> Self {
+        Self {
+            stop: Box::new(stop),
+            handle: Some(handle),
+        }
+    }
+}
+
 impl Worker {
+    /// The I/O thread of the one node holding the locks: it uses the node's pool.
     pub(super) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<(Self, IoThread)> {
+        Self::start(node, counters, None)
+    }
+
+    /// The I/O thread of a node of a quorum: it uses a connection of its own, and
+    /// gives each background release at most `bound` (the node timeout) before
+    /// trying again later, so a silent node holds up its other work only briefly.
+    pub(super) fn spawn_linked(
+        node: Arc<Node>,
+        counters: Arc<Counters>,
+        bound: Duration,
+    ) -> Result<(Self, IoThread)> {
+        Self::start(node, counters, Some(bound))
+    }
+
+    fn start(
+        node: Arc<Node>,
+        counters: Arc<Counters>,
+        linked: Option<Duration>,
+    ) -> Result<(Self, IoThread)> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let handle = thread::Builder::new()
             .name("redlease-io".into())
-            .spawn(move || run(&rx, &node, &counters))
+            .spawn(move || {
+                let link = linked.map(|bound| (Link::new(Arc::clone(&node)), bound));
+                run(&rx, &node, &counters, link);
+            })
             .map_err(Error::Spawn)?;
-        let io = IoThread {
-            tx: tx.clone(),
-            handle: Some(handle),
-        };
+        let stop = tx.clone();
+        let io = IoThread::new(handle, move || {
+            let _ = stop.send(Job::Stop);
+        });
         Ok((Self { tx }, io))
     }
 
@@ -82,7 +130,7 @@ impl Worker {
 
 impl Drop for IoThread {
     fn drop(&mut self) {
-        let _ = self.tx.send(Job::Stop);
+        (self.stop)();
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }
@@ -104,7 +152,15 @@ struct Pending {
     settle: Option<Instant>,
 }
 
-fn run(rx: &Receiver<Job>, node: &Node, counters: &Counters) {
+/// How the thread reaches its node: the pool, or its own connection with the
+/// bound of one background release.
+struct Io<'a> {
+    node: &'a Arc<Node>,
+    link: Option<(Link, Duration)>,
+}
+
+fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(Link, Duration)>) {
+    let mut io = Io { node, link };
     let mut loaded = Loaded::new();
     let mut pending: Vec<Pending> = Vec::new();
     loop {
@@ -119,6 +175,17 @@ fn run(rx: &Receiver<Job>, node: &Node, counters: &Counters) {
                 // The renewal thread may be gone (client dropped): nobody to tell.
                 let _ = done.send(answers);
             }
+            Ok(Job::Vote {
+                specs,
+                report_by,
+                then,
+            }) => {
+                let bound = node.read_timeout();
+                let (link, _) = io
+                    .link
+                    .get_or_insert_with(|| (Link::new(Arc::clone(node)), bound));
+                then(batch::vote(link, counters, &specs, report_by, &mut loaded));
+            }
             Ok(Job::Release(cleanup)) => {
                 let p = Pending {
                     cleanup,
@@ -126,19 +193,19 @@ fn run(rx: &Receiver<Job>, node: &Node, counters: &Counters) {
                     pause: FIRST_RETRY,
                     settle: None,
                 };
-                retry(node, p, &mut pending);
+                io.retry(p, &mut pending);
             }
             Err(RecvTimeoutError::Timeout) => {
                 let now = Instant::now();
                 let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.next <= now);
                 pending = later;
                 for p in due {
-                    retry(node, p, &mut pending);
+                    io.retry(p, &mut pending);
                 }
             }
             Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 for p in pending {
-                    release(node, &p.cleanup);
+                    io.release(&p.cleanup);
                 }
                 return;
             }
@@ -146,53 +213,64 @@ fn run(rx: &Receiver<Job>, node: &Node, counters: &Counters) {
     }
 }
 
-/// Tries `p` once; queues it again while it can still matter: until it is
-/// deleted, or, once Redis has answered, for the [`SETTLE`] window, or, while
-/// Redis does not answer, until the value expires by itself.
-fn retry(node: &Node, mut p: Pending, pending: &mut Vec<Pending>) {
-    let answer = if p.settle.is_none() && Instant::now() >= p.cleanup.until {
-        None
-    } else {
-        release(node, &p.cleanup)
-    };
-    let now = Instant::now();
-    let end = match answer {
-        // Deleted: the write landed, and cannot land again.
-        Some(Release::Released) => return,
-        Some(_) if p.settle.is_none() => {
-            p.pause = FIRST_RETRY;
-            *p.settle.insert(now + SETTLE)
-        }
-        _ => p.settle.unwrap_or(p.cleanup.until),
-    };
-    p.next = now + p.pause;
-    if p.next < end {
-        p.pause = (p.pause * 2).min(MAX_RETRY);
-        pending.push(p);
-    } else if p.settle.is_none() {
-        log::warn!(
-            "could not remove a value of `{}` that may be stored; it expires with its ttl",
-            p.cleanup.keys.lock
-        );
-    }
-}
-
-/// One compare-and-delete of `cleanup`'s value; what Redis answered, if it did.
-fn release(node: &Node, cleanup: &Cleanup) -> Option<Release> {
-    let Cleanup {
-        backend,
-        keys,
-        value,
-        ..
-    } = cleanup;
-    match node.with_retry(|conn| backend.release(conn, &keys.lock, &keys.channel, value, &[])) {
-        Ok(freed) => {
-            log::debug!("background release of `{}`: {:?}", keys.lock, freed.outcome);
-            Some(freed.outcome)
-        }
-        Err(e) => {
-            log::debug!("background release of `{}` failed: {e}", keys.lock);
+impl Io<'_> {
+    /// Tries `p` once; queues it again while it can still matter: until it is
+    /// deleted, or, once Redis has answered, for the [`SETTLE`] window, or, while
+    /// Redis does not answer, until the value expires by itself.
+    fn retry(&mut self, mut p: Pending, pending: &mut Vec<Pending>) {
+        let answer = if p.settle.is_none() && Instant::now() >= p.cleanup.until {
             None
+        } else {
+            self.release(&p.cleanup)
+        };
+        let now = Instant::now();
+        let end = match answer {
+            // Deleted: the write landed, and cannot land again.
+            Some(Release::Released) => return,
+            Some(_) if p.settle.is_none() => {
+                p.pause = FIRST_RETRY;
+                *p.settle.insert(now + SETTLE)
+            }
+            _ => p.settle.unwrap_or(p.cleanup.until),
+        };
+        p.next = now + p.pause;
+        if p.next < end {
+            p.pause = (p.pause * 2).min(MAX_RETRY);
+            pending.push(p);
+        } else if p.settle.is_none() {
+            log::warn!(
+                "could not remove a value of `{}` that may be stored; it expires with its ttl",
+                p.cleanup.keys.lock
+            );
+        }
+    }
+
+    /// One compare-and-delete of `cleanup`'s value, through the pool or the
+    /// thread's own connection (then within its bound); what Redis answered, if
+    /// it did.
+    fn release(&mut self, cleanup: &Cleanup) -> Option<Release> {
+        let Cleanup {
+            backend,
+            keys,
+            value,
+            ..
+        } = cleanup;
+        let delete = |conn: &mut crate::connection::Conn| {
+            backend.release(conn, &keys.lock, &keys.channel, value, &[])
+        };
+        let answer = match &mut self.link {
+            Some((link, bound)) => link.call(Instant::now() + *bound, *bound, delete),
+            None => self.node.with_retry(delete),
+        };
+        match answer {
+            Ok(freed) => {
+                log::debug!("background release of `{}`: {:?}", keys.lock, freed.outcome);
+                Some(freed.outcome)
+            }
+            Err(e) => {
+                log::debug!("background release of `{}` failed: {e}", keys.lock);
+                None
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! pub/sub is up and which channels are subscribed.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 use parking_lot::RwLock;
 
@@ -17,4 +17,7 @@ pub(super) struct Shared {
     /// Set by the caller that publishes a kick, cleared by the thread before it
     /// reads its commands: one kick wakes the thread for every caller behind it.
     pub(super) kicked: AtomicBool,
+    /// Which of the topology's subscriber nodes the thread listens on (it moves to
+    /// the next when its connection fails); kicks are published there.
+    pub(super) node: AtomicUsize,
 }

@@ -294,7 +294,7 @@ impl<'a> WaitSlot<'a> {
     /// time the releaser's calls can take, then gives up on it, unless the outcome
     /// is being delivered right then (it is read, never left unread).
     fn await_hand_off(&mut self) -> Option<Wake> {
-        let mut bound = Instant::now() + 2 * self.hub.topology.subscriber().call_bound();
+        let mut bound = Instant::now() + 2 * self.hub.topology.subscriber(0).call_bound();
         let mut delivering = false;
         loop {
             match self.rx.recv_deadline(bound) {
@@ -367,7 +367,8 @@ impl<'a> WaitSlot<'a> {
         if w.shared.kicked.swap(true, Ordering::AcqRel) {
             return;
         }
-        let _ = self.hub.topology.publish(&w.kick, "");
+        let node = w.shared.node.load(Ordering::Acquire);
+        let _ = self.hub.topology.publish(node, &w.kick, "");
     }
 
     /// The next polling delay: exponential from the client's minimum to its maximum,

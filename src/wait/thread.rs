@@ -73,8 +73,12 @@ impl Worker {
         loop {
             match self.serve() {
                 Served::Stop => return,
-                Served::Lost => delay = Duration::ZERO,
+                Served::Lost => {
+                    delay = Duration::ZERO;
+                    self.next_node();
+                }
                 Served::Failed => {
+                    self.next_node();
                     delay = (delay * 2).max(self.hub.backoff.0).min(MAX_RECONNECT_DELAY);
                 }
             }
@@ -95,9 +99,24 @@ impl Worker {
         }
     }
 
+    /// The node the thread listens on.
+    fn node(&self) -> &crate::node::Node {
+        let i = self.shared.node.load(Ordering::Acquire);
+        self.hub.topology.subscriber(i)
+    }
+
+    /// Moves to the next subscriber node (a release publishes on each of them).
+    fn next_node(&self) {
+        let n = self.hub.topology.subscribers();
+        if n > 1 {
+            let i = self.shared.node.load(Ordering::Acquire);
+            self.shared.node.store((i + 1) % n, Ordering::Release);
+        }
+    }
+
     /// Serves one connection until it breaks, or until shutdown.
     fn serve(&mut self) -> Served {
-        let Ok(mut con) = self.hub.topology.subscriber().connect_raw() else {
+        let Ok(mut con) = self.node().connect_raw() else {
             return if self.drain() {
                 Served::Failed
             } else {
@@ -237,7 +256,7 @@ impl Worker {
         ps: &mut redis::PubSub<'_>,
         f: impl FnOnce(&mut redis::PubSub<'_>, &str) -> redis::RedisResult<()>,
     ) -> redis::RedisResult<()> {
-        ps.set_read_timeout(Some(self.hub.topology.subscriber().read_timeout()))?;
+        ps.set_read_timeout(Some(self.node().read_timeout()))?;
         let out = f(ps, &self.kick);
         ps.set_read_timeout(Some(TICK))?;
         out

@@ -34,20 +34,29 @@ pub(crate) struct ServerArgs {
 /// The servers `--url` names.
 #[derive(Debug)]
 pub(crate) enum Servers {
-    /// One Redis server (the only deployment the library supports so far).
+    /// One Redis server.
     One(String),
+    /// Independent masters: a Redlock quorum.
+    Quorum(Vec<String>),
 }
 
 impl ServerArgs {
-    /// The servers to use. Several URLs will mean Redlock once the library has it:
-    /// then they become one more arm here and one more variant of [`Servers`].
-    pub(crate) fn servers(&self) -> Result<Servers, Failure> {
+    /// The servers to use: one URL is one server, several are a Redlock quorum.
+    pub(crate) fn servers(&self) -> Servers {
         match self.url.as_slice() {
-            [] => Ok(Servers::One(DEFAULT_URL.to_owned())),
-            [one] => Ok(Servers::One(one.clone())),
-            _ => Err(Failure::usage(
-                "several --url (Redlock) are not supported yet",
-            )),
+            [] => Servers::One(DEFAULT_URL.to_owned()),
+            [one] => Servers::One(one.clone()),
+            many => Servers::Quorum(many.to_vec()),
+        }
+    }
+
+    /// The one server a command that reads a key directly works on.
+    pub(crate) fn one_server(&self, what: &str) -> Result<String, Failure> {
+        match self.servers() {
+            Servers::One(url) => Ok(url),
+            Servers::Quorum(_) => Err(Failure::usage(format!(
+                "{what} works on one server: give one --url (once per Redlock node)"
+            ))),
         }
     }
 

@@ -77,7 +77,7 @@ impl Failure {
     pub(crate) fn from_lib(err: &Error, server: &str) -> Self {
         let code = match err {
             Error::Config { .. } | Error::InvalidKey { .. } => USAGE,
-            Error::Redis(_) | Error::Permission { .. } => UNAVAILABLE,
+            Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,
             Error::LockLost { .. } => LOST,
             _ => SOFTWARE,

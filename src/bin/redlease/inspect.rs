@@ -6,14 +6,14 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use crate::args::{InspectArgs, Servers, server_name};
+use crate::args::{InspectArgs, server_name};
 use crate::exit::Failure;
 use crate::probe::{self, Holder, Snapshot};
 
 /// Runs `inspect`: prints what holds the key. Exit code 0 when the key could be
 /// read, whatever holds it (also when nothing does).
 pub(crate) fn inspect(args: &InspectArgs) -> Result<u8, Failure> {
-    let Servers::One(url) = args.server.servers()?;
+    let url = args.server.one_server("inspect")?;
     let server = server_name(&url);
     let key = args.server.full_key(&args.key);
     let fence = probe::fence_key(&args.server.prefix);

@@ -4,7 +4,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::args::{ReleaseArgs, Servers, server_name};
+use crate::args::{ReleaseArgs, server_name};
 use crate::exit::Failure;
 use crate::inspect::summary;
 use crate::probe;
@@ -35,7 +35,7 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
             "release deletes `{key}` whoever holds it: pass --force (see `redlease inspect`)"
         )));
     }
-    let Servers::One(url) = args.server.servers()?;
+    let url = args.server.one_server("release")?;
     let server = server_name(&url);
     let redis_failure = |e: redis::RedisError| Failure::redis(&e, &server);
     let mut con = probe::connect(&url).map_err(redis_failure)?;

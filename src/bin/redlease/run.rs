@@ -23,11 +23,17 @@ use crate::status::Status;
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     // Bad input is reported before anything connects.
     let scheme = args.scheme.scheme()?;
-    let Servers::One(url) = args.server.servers()?;
+    let (builder, url) = match args.server.servers() {
+        Servers::One(url) => (LockClient::builder(url.as_str()), url),
+        Servers::Quorum(urls) => {
+            let first = urls[0].clone();
+            (LockClient::redlock(urls.iter().map(String::as_str)), first)
+        }
+    };
     let server = server_name(&url);
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
-    let client = LockClient::builder(url.as_str())
+    let client = builder
         .key_prefix(args.server.prefix.as_str())
         .scheme(scheme)
         .build()

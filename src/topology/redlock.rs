@@ -1,0 +1,385 @@
+//! [`Redlock`]: every lock on a quorum of N independent Redis masters.
+//!
+//! Each call asks every node at once, through the node's lane (a thread of its own,
+//! made with the client), and waits for each node at most the node timeout; it
+//! counts the answers by the majority rule of [`Count`]. An acquire is one token,
+//! the same `SET NX PX` on every node; it holds when a majority granted it while
+//! its validity (`sent + ttl - drift`) is still ahead. Anything else is taken out
+//! again on every node, off the caller's time, by the nodes' I/O threads.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use redis::Value;
+
+use super::ballot::{Ballot, Count, Vote};
+use super::batch::{self, Spec};
+use super::lane::{Link, timed_out};
+use super::quorum::{Quorum, no_fencing, no_quorum, send};
+use super::worker::{IoThread, Worker};
+use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::connection::{Conn, Target};
+use crate::error::{Error, NodeFailure, Operation, Result};
+use crate::metrics::{Counters, bump};
+use crate::node::{Node, NodeConfig};
+use crate::scheme::{
+    Acquire, Backend, Extend, Freed, Keys, Release, Request, Scheme, with_scripts,
+};
+use crate::time::validity_end;
+
+pub(crate) use super::quorum::{Wait, refuse};
+
+/// Rounds an acquire makes when failures, not other holders, kept it from a
+/// majority (only for callers that will wait; `try_lock` makes one).
+const ROUNDS: u32 = 3;
+/// The longest random pause before another round, after a failed round or a split
+/// vote (several callers holding a minority each).
+const RETRY_MAX: Duration = Duration::from_millis(50);
+/// The longest a busy acquire asks its caller to wait before trying again: the
+/// waiter hears release messages from one node only (which may not have held the
+/// lock), so a release it did not hear is found by an attempt within this.
+const POLL_MAX: Duration = Duration::from_millis(500);
+
+/// A quorum of independent masters holds every lock.
+pub(crate) struct Redlock {
+    quorum: Quorum,
+    counters: Arc<Counters>,
+    /// How long a background release is retried when the lease's TTL is unknown:
+    /// the client's default TTL.
+    ttl: Duration,
+}
+
+impl Redlock {
+    /// Connects to the nodes at `infos` and checks each with `check` (see
+    /// [`Quorum::connect`]); the client keeps the returned thread handles. Also
+    /// returns whether the waiter may subscribe.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`; what
+    /// `check` returns for a node it refuses.
+    pub(crate) fn connect(
+        targets: Vec<Target>,
+        config: NodeConfig,
+        wait: Wait,
+        ttl: Duration,
+        counters: &Arc<Counters>,
+        check: impl Fn(&Node) -> Result<bool> + Sync,
+    ) -> Result<(Self, Vec<IoThread>, bool)> {
+        let (quorum, io, subscribe) = Quorum::connect(targets, config, wait, counters, check)?;
+        let redlock = Self {
+            quorum,
+            counters: Arc::clone(counters),
+            ttl,
+        };
+        Ok((redlock, io, subscribe))
+    }
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("quorum", &self.quorum)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Topology for Redlock {
+    fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt> {
+        if req.fence {
+            return Err(no_fencing());
+        }
+        let mut round = 1;
+        loop {
+            let value = uuid::Uuid::new_v4().to_string();
+            bump(&self.counters.attempts, 1);
+            let op = {
+                let (backend, keys, value) = (Arc::clone(backend), keys.clone(), value.clone());
+                move |c: &mut Conn| backend.acquire(c, &keys, &value, req)
+            };
+            let wait = self.quorum.node_wait(Some(req.ttl));
+            let sent = Instant::now();
+            let (count, answers) = self.quorum.ask(
+                wait,
+                op,
+                |_, _| {},
+                |a| match a {
+                    Ok(Acquire::Acquired { .. }) => Vote::Yes,
+                    Ok(Acquire::Busy { .. }) => Vote::No,
+                    Err(_) => Vote::Failed,
+                },
+                Count::acquire_settled,
+            );
+            // A lane sends its `SET` by `sent + wait` at the latest; the value lives
+            // a TTL from when it lands.
+            let until = sent + wait + req.ttl;
+            if count.won() && Instant::now() < validity_end(sent, req.ttl) {
+                return Ok(Attempt::Acquired {
+                    value,
+                    sent,
+                    fence: None,
+                });
+            }
+            // Not ours: take the value out wherever it may have landed (a node
+            // that said no never stored it; asking costs one idempotent script).
+            self.quorum.take_back(keys, &value, until);
+            if !count.won() && count.answered_live() {
+                let remaining = remaining(&count, &answers).map(|r| r.min(POLL_MAX));
+                return Ok(Attempt::Busy { remaining });
+            }
+            // Failed: another round after a random pause, if the caller waits and
+            // the round can end before the caller must return.
+            let pause = jitter(RETRY_MAX);
+            let past = |t: Instant| Instant::now() + pause + wait > t;
+            if !req.remaining || round >= ROUNDS || req.return_by.is_some_and(past) {
+                let (count, failures) = if count.won() {
+                    log::debug!("acquire of `{}` took longer than its validity", keys.lock);
+                    late(count, answers, &self.quorum, &keys.lock, wait)
+                } else {
+                    let failures =
+                        self.quorum
+                            .failures(answers, Operation::Acquire, &keys.lock, wait);
+                    (count, failures)
+                };
+                return Err(no_quorum(&count, failures));
+            }
+            round += 1;
+            std::thread::sleep(pause);
+        }
+    }
+
+    fn release(
+        &self,
+        _backend: &dyn Backend,
+        key: &str,
+        channel: &str,
+        value: &str,
+        maybe: &[String],
+    ) -> Result<Freed> {
+        let keys = Keys {
+            lock: key.to_owned(),
+            channel: channel.to_owned(),
+            // It only names the fence counter, which a release never touches.
+            prefix: 0,
+        };
+        let op = {
+            let (backend, keys) = (Arc::clone(self.quorum.token()), keys.clone());
+            let (value, maybe) = (value.to_owned(), maybe.to_vec());
+            move |c: &mut Conn| backend.release(c, &keys.lock, &keys.channel, &value, &maybe)
+        };
+        // Each lane counts its node, and hands a failed delete to the node's I/O
+        // thread: the caller returns as soon as a majority decided.
+        let counters = Arc::clone(&self.counters);
+        let cleanup = self.quorum.cleanup(&keys, value, Instant::now() + self.ttl);
+        let then = move |answer: &Result<Freed>, worker: &Worker| match answer {
+            Ok(f) if f.outcome == Release::Released => bump(&counters.node_releases, 1),
+            Ok(_) => {}
+            Err(_) => send(worker, cleanup.clone()),
+        };
+        let wait = self.quorum.node_wait(None);
+        let (count, answers) = self.quorum.ask(
+            wait,
+            op,
+            then,
+            |a| match a {
+                Ok(f) if f.outcome == Release::Released => Vote::Yes,
+                Ok(_) => Vote::No,
+                Err(_) => Vote::Failed,
+            },
+            |c| c.won() || c.refused(),
+        );
+        let found = |outcome| {
+            answers
+                .iter()
+                .any(|a| matches!(a, Ok(f) if f.outcome == outcome))
+        };
+        // Each client's waiter listens on one node: the largest count is the best
+        // estimate of how many clients heard the release.
+        let listeners = answers.iter().flatten().map(|f| f.listeners).max();
+        let outcome = if count.won() {
+            Release::Released
+        } else if count.refused() {
+            if found(Release::Taken) {
+                Release::Taken
+            } else {
+                Release::Expired
+            }
+        } else {
+            let failures = self.quorum.failures(answers, Operation::Release, key, wait);
+            return Err(no_quorum(&count, failures));
+        };
+        Ok(Freed {
+            outcome,
+            listeners: listeners.unwrap_or(0),
+        })
+    }
+
+    fn release_later(&self, _backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
+        self.quorum.take_back(&keys, &value, until);
+    }
+
+    fn extend(
+        &self,
+        _backend: &dyn Backend,
+        key: &str,
+        value: &str,
+        maybe: &[String],
+        ttl: Duration,
+    ) -> (String, Instant, Result<Extend>) {
+        let (cmd, new_value) = self.quorum.token().extend_cmd(key, value, maybe, ttl);
+        let op = {
+            let backend = Arc::clone(self.quorum.token());
+            move |c: &mut Conn| {
+                let reply: Value = with_scripts(c, backend.scripts(), |c| c.run(|c| cmd.query(c)))?;
+                backend.extend_reply(&reply)
+            }
+        };
+        let wait = self.quorum.node_wait(Some(ttl));
+        let sent = Instant::now();
+        let (count, answers) = self.quorum.ask(
+            wait,
+            op,
+            |_, _| {},
+            |a| match a {
+                Ok(Extend::Extended) => Vote::Yes,
+                Ok(_) => Vote::No,
+                Err(_) => Vote::Failed,
+            },
+            |c| c.won() || c.refused(),
+        );
+        let outcome = if count.won() {
+            Ok(Extend::Extended)
+        } else if count.refused() {
+            let taken = answers.iter().any(|a| matches!(a, Ok(Extend::Taken)));
+            Ok(if taken { Extend::Taken } else { Extend::Gone })
+        } else {
+            let failures = self.quorum.failures(answers, Operation::Extend, key, wait);
+            Err(no_quorum(&count, failures))
+        };
+        (new_value, sent, outcome)
+    }
+
+    fn hand_off(&self, _keys: &Keys, _hand_off: HandOff<'_>) -> Option<Result<Handed>> {
+        // The hand-off script replaces our token on one server; across a quorum
+        // it would be a vote like an acquire, no cheaper than a release.
+        None
+    }
+
+    fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
+        let sent = Instant::now();
+        let (flights, skipped) = batch::hold(batch);
+        if !skipped.is_empty() {
+            let _ = done.send(skipped);
+        }
+        if flights.is_empty() {
+            return;
+        }
+        let report_by = flights.iter().map(|f| f.state.valid_until()).min();
+        let specs: Arc<[Spec]> = flights
+            .iter()
+            .map(|f| Spec {
+                backend: Arc::clone(&f.state.backend),
+                key: f.state.key.clone(),
+                value: f.held.value.clone(),
+                ttl: f.ttl,
+            })
+            .collect();
+        let ballot = Arc::new(Ballot::new(self.quorum.len(), sent, flights, done));
+        self.quorum.vote(&specs, report_by, &ballot);
+    }
+
+    fn subscribers(&self) -> usize {
+        self.quorum.len()
+    }
+
+    fn subscriber(&self, i: usize) -> &Arc<Node> {
+        self.quorum.node(i)
+    }
+
+    fn read_timeout(&self) -> Duration {
+        self.quorum.node_wait(None)
+    }
+
+    fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()> {
+        // Only the waiter's own wake-up goes through here: sent from the
+        // subscriber's lane, never waited for.
+        let (channel, message) = (channel.to_owned(), message.to_owned());
+        let wait = self.quorum.node_wait(None);
+        let deadline = Instant::now() + wait;
+        let sent = self.quorum.on(
+            i,
+            Box::new(move |link: &mut Link| {
+                let publish = |c: &mut Conn| {
+                    c.run(|c| {
+                        redis::cmd("PUBLISH")
+                            .arg(&channel)
+                            .arg(&message)
+                            .query::<i64>(c)
+                    })
+                };
+                let _ = link.call(deadline, wait, publish);
+            }),
+        );
+        if sent { Ok(()) } else { Err(Error::Shutdown) }
+    }
+
+    fn check(&self, scheme: &Scheme, fencing: bool) -> Result<()> {
+        refuse(scheme, fencing)
+    }
+}
+
+/// An acquire whose majority came after its validity ended: no grant counts, each
+/// granting node is a failure (too late), beside the nodes that failed.
+fn late(
+    count: Count,
+    answers: Vec<Result<Acquire>>,
+    quorum: &Quorum,
+    key: &str,
+    wait: Duration,
+) -> (Count, Vec<NodeFailure>) {
+    let mut late = Count::new(count.n);
+    let mut failures = Vec::new();
+    for (i, answer) in answers.into_iter().enumerate() {
+        let error = match answer {
+            Ok(Acquire::Acquired { .. }) => {
+                timed_out("granted after the lease's validity had ended")
+            }
+            Ok(Acquire::Busy { .. }) => {
+                late.add(Vote::No);
+                continue;
+            }
+            Err(e) => e,
+        };
+        late.add(Vote::Failed);
+        failures.push(quorum.failure(i, error, Operation::Acquire, key, wait));
+    }
+    (late, failures)
+}
+
+/// How long a busy lock may stay busy. When the busy nodes are a majority,
+/// someone may hold the lock: it is ours to take at the earliest once enough of
+/// them expire to leave a majority free. When they are not (a split vote, each
+/// caller holding a minority), a short random pause, as Redlock prescribes.
+fn remaining(count: &Count, answers: &[Result<Acquire>]) -> Option<Duration> {
+    let mut busy: Vec<Option<Duration>> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Ok(Acquire::Busy { remaining }) => Some(*remaining),
+            _ => None,
+        })
+        .collect();
+    let q = count.quorum();
+    if busy.len() < q {
+        return Some(jitter(RETRY_MAX));
+    }
+    // Free for us now: the nodes that were not busy; needed: `q` of all.
+    let needed = q - (count.n - busy.len());
+    busy.sort_by_key(|r| r.unwrap_or(Duration::MAX));
+    busy.get(needed - 1).copied().flatten()
+}
+
+/// A pause drawn uniformly from 1 ms to `max`.
+fn jitter(max: Duration) -> Duration {
+    let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1000);
+    Duration::from_micros(fastrand::u64(1000..=max))
+}
