@@ -140,7 +140,8 @@
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy
 //! node        one Redis server: its pool
-//! connection  r2d2 manager, timeouts, retry on a stale connection
+//! connection  r2d2 manager, timeouts, retry on a stale connection; where
+//!             connections go: tls (certificates), sentinel (the current master)
 //! leaves      error, metrics, scripts, time, cancel
 //! ```
 //!
