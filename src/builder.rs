@@ -14,8 +14,11 @@ use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
 use crate::scheme::{self, Replicas, Scheme};
-use crate::topology::{Redlock, Single, Topology, Wait, probe, redlock};
+use crate::tls::Tls;
+use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe, redlock};
 use crate::wait::KICK_PREFIX;
+
+mod deploy;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -107,8 +110,12 @@ impl LockClient {
 
 /// Where the locks live, as the constructor was given it.
 enum Servers {
-    One(Result<ConnectionInfo, redis::RedisError>),
+    /// Boxed: with `tls-rustls` a `ConnectionInfo` is large.
+    One(Box<Result<ConnectionInfo, redis::RedisError>>),
     Quorum(Vec<Result<ConnectionInfo, redis::RedisError>>),
+    /// The sentinels, and the name of the master they watch.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Vec<Result<ConnectionInfo, redis::RedisError>>, String),
 }
 
 /// Builds a [`LockClient`]; made by [`LockClient::builder`] and
@@ -135,12 +142,13 @@ pub struct LockClientBuilder {
     scheme: Scheme,
     replicas: Option<(u32, Duration)>,
     node_timeout: Option<Duration>,
+    tls: Tls,
 }
 
 impl LockClientBuilder {
     fn new(url: impl IntoConnectionInfo) -> Self {
         Self {
-            servers: Servers::One(url.into_connection_info()),
+            servers: Servers::One(Box::new(url.into_connection_info())),
             key_prefix: String::new(),
             ttl: DEFAULT_TTL,
             pool_size: DEFAULT_POOL_SIZE,
@@ -157,6 +165,7 @@ impl LockClientBuilder {
             scheme: Scheme::Token,
             replicas: None,
             node_timeout: None,
+            tls: Tls::default(),
         }
     }
     /// Prepended to every lock key. redlease's own keys live under it too (the fence
@@ -271,7 +280,8 @@ impl LockClientBuilder {
     ///
     /// # Errors
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
-    /// the server cannot be reached, [`Error::Permission`] when the Redis user lacks a
+    /// the server cannot be reached (or its TLS certificate is not trusted),
+    /// [`Error::Permission`] when the Redis user lacks a
     /// permission locks need, [`Error::Spawn`] when a thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
@@ -292,11 +302,9 @@ impl LockClientBuilder {
         let counters = Arc::new(Counters::default());
         let (topology, io, subscribe): (Arc<dyn Topology>, _, _) = match &self.servers {
             Servers::One(url) => {
-                let info = url.clone().map_err(|_| bad_url())?;
-                let node = Node::connect(info, config)?;
-                let subscribe = check(&node)?;
-                let (single, io) = Single::new(node, Arc::clone(&counters))?;
-                (Arc::new(single), vec![io], subscribe)
+                let info = (**url).clone().map_err(|_| bad_url())?;
+                let node = Node::connect(self.target(info)?, config)?;
+                single(node, &counters, check)?
             }
             Servers::Quorum(urls) => {
                 let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
@@ -305,9 +313,18 @@ impl LockClientBuilder {
                     default: DEFAULT_NODE_TIMEOUT,
                 };
                 let infos = infos.map_err(|_| bad_url())?;
+                let targets = infos
+                    .into_iter()
+                    .map(|info| self.target(info))
+                    .collect::<Result<Vec<_>>>()?;
                 let (redlock, io, subscribe) =
-                    Redlock::connect(infos, config, wait, self.ttl, &counters, check)?;
+                    Redlock::connect(targets, config, wait, self.ttl, &counters, check)?;
                 (Arc::new(redlock), io, subscribe)
+            }
+            #[cfg(feature = "sentinel")]
+            Servers::Sentinel(urls, name) => {
+                let node = Node::connect(self.sentinel_target(urls, name)?, config)?;
+                single(node, &counters, check)?
             }
         };
         if self.pubsub && !subscribe {
@@ -381,6 +398,17 @@ impl LockClientBuilder {
     }
 }
 
+/// A client of one node: a server, or the master of a Sentinel group.
+fn single(
+    node: Node,
+    counters: &Arc<Counters>,
+    check: impl Fn(&Node) -> Result<bool>,
+) -> Result<(Arc<dyn Topology>, Vec<IoThread>, bool)> {
+    let subscribe = check(&node)?;
+    let (single, io) = Single::new(node, Arc::clone(counters))?;
+    Ok((Arc::new(single), vec![io], subscribe))
+}
+
 fn bad_url() -> Error {
     Error::config("url", "not a valid redis url")
 }
@@ -424,6 +452,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("scheme", &self.scheme)
             .field("replicas", &self.replicas)
             .field("node_timeout", &self.node_timeout)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -436,6 +465,11 @@ impl fmt::Debug for Servers {
         match self {
             Servers::One(url) => shown(url).fmt(f),
             Servers::Quorum(urls) => f.debug_list().entries(urls.iter().map(shown)).finish(),
+            #[cfg(feature = "sentinel")]
+            Servers::Sentinel(urls, name) => {
+                let sentinels: Vec<_> = urls.iter().map(shown).collect();
+                write!(f, "master {name:?} of sentinels {sentinels:?}")
+            }
         }
     }
 }

@@ -1,9 +1,14 @@
 //! Pooled connections with every network call bounded by a timeout.
 
 use std::fmt;
+#[cfg(feature = "sentinel")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
+
+#[cfg(feature = "sentinel")]
+use crate::sentinel::Master;
 
 /// The r2d2 pool of Redis connections.
 pub(crate) type Pool = r2d2::Pool<Manager>;
@@ -12,10 +17,21 @@ pub(crate) type Pool = r2d2::Pool<Manager>;
 /// so no pooled call can block forever on a dead or silent server.
 #[derive(Clone)]
 pub(crate) struct Manager {
-    pub(crate) client: redis::Client,
+    pub(crate) target: Target,
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) write_timeout: Duration,
+}
+
+/// Where a manager's connections go.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// One server, always the same.
+    Server(Box<redis::Client>),
+    /// The current master of a Sentinel-managed group, asked of the sentinels at
+    /// every new connection, so connections made after a failover reach the new one.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<Master>),
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -35,8 +51,13 @@ impl Conn {
         f: impl FnOnce(&mut redis::Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
         let result = f(&mut self.con);
+        // `READONLY`: the server was demoted to a replica (a failover); a new
+        // connection finds the new master.
         if let Err(e) = &result
-            && (e.is_io_error() || e.is_timeout() || e.is_connection_dropped())
+            && (e.is_io_error()
+                || e.is_timeout()
+                || e.is_connection_dropped()
+                || e.kind() == redis::ServerErrorKind::ReadOnly.into())
         {
             self.broken = true;
         }
@@ -76,9 +97,12 @@ impl Manager {
     /// A new connection made within `timeout` (at most the connect timeout), with
     /// the read and write timeouts set.
     pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
-        let con = self
-            .client
-            .get_connection_with_timeout(timeout.min(self.connect_timeout))?;
+        let timeout = timeout.min(self.connect_timeout);
+        let con = match &self.target {
+            Target::Server(client) => client.get_connection_with_timeout(timeout)?,
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(master) => master.connect(timeout, self.read_timeout)?,
+        };
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
         Ok(con)
@@ -108,8 +132,32 @@ impl r2d2::ManageConnection for Manager {
 impl fmt::Debug for Manager {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Manager")
-            .field("server", &Redacted(Some(self.client.get_connection_info())))
+            .field("server", &self.target)
             .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// Where the connections go, without credentials.
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Server(client) => Redacted(Some(client.get_connection_info())).fmt(f),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(master) => {
+                write!(f, "master {:?} of sentinels", master.name())?;
+                for (i, info) in master.sentinels().iter().enumerate() {
+                    let sep = if i == 0 { " " } else { ", " };
+                    write!(f, "{sep}{}", Redacted(Some(info)))?;
+                }
+                Ok(())
+            }
+        }
     }
 }
 

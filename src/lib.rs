@@ -148,7 +148,8 @@
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy, reentrant, replicas
 //! node        one Redis server: its pool
-//! connection  r2d2 manager, timeouts, retry on a stale connection
+//! connection  r2d2 manager, timeouts, retry on a stale connection; where
+//!             connections go: tls (certificates), sentinel (the current master)
 //! leaves      error, metrics, scripts, time, cancel
 //! ```
 //!
@@ -190,10 +191,14 @@
 //!
 //! # Feature flags
 //!
-//! All off by default; the default build is the whole library.
+//! All off by default; the default build is the whole library for one server
+//! or a Redlock quorum. `tls-rustls` and `sentinel` forward to the `redis`
+//! features of the same name.
 //!
 //! | feature | what it adds |
 //! | --- | --- |
+//! | `tls-rustls` | `rediss://` URLs; `LockClientBuilder::tls` with `TlsCertificates` for a private CA and client certificates (mutual TLS) |
+//! | `sentinel` | `LockClient::sentinel`: the master is looked up through Redis Sentinel at every new connection, and a failover followed (what it can do to a lock is in its docs) |
 //! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV
@@ -216,9 +221,12 @@ mod failure;
 mod metrics;
 mod scripts;
 mod time;
+mod tls;
 // connection, node
 mod connection;
 mod node;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 // storage formats
 mod scheme;
 // a held lease's shared state
@@ -248,6 +256,8 @@ pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
 pub use time::{MAX_TTL, MIN_TTL};
+#[cfg(feature = "tls-rustls")]
+pub use tls::TlsCertificates;
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

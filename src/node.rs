@@ -6,9 +6,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use redis::{ConnectionInfo, RedisResult};
+use redis::RedisResult;
 
-use crate::connection::{Conn, Manager, Pool, Redacted, with_retry};
+use crate::connection::{Conn, Manager, Pool, Target, with_retry};
 use crate::error::Result;
 use crate::failure::Limits;
 
@@ -28,21 +28,21 @@ pub(crate) struct NodeConfig {
 }
 
 impl Node {
-    /// Connects to the server at `info`: one direct `PING` first, so an unreachable
+    /// Connects to `target`: one direct `PING` first, so an unreachable
     /// server is reported with its cause rather than as a pool timeout.
     ///
     /// Waits at most the connect timeout plus the read timeout.
-    pub(crate) fn connect(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
-        let node = Self::open(info, config)?;
+    pub(crate) fn connect(target: Target, config: NodeConfig) -> Result<Self> {
+        let node = Self::open(target, config);
         node.ping()?;
         Ok(node)
     }
 
-    /// The node at `info`, without reaching it yet (its pool connects in the
+    /// The node at `target`, without reaching it yet (its pool connects in the
     /// background).
-    pub(crate) fn open(info: ConnectionInfo, config: NodeConfig) -> Result<Self> {
+    pub(crate) fn open(target: Target, config: NodeConfig) -> Self {
         let manager = Manager {
-            client: redis::Client::open(info)?,
+            target,
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
@@ -56,7 +56,7 @@ impl Node {
             .connection_timeout(config.connect_timeout.min(config.read_timeout))
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
-        Ok(Self { pool, manager })
+        Self { pool, manager }
     }
 
     /// One `PING` on a direct connection, so an unreachable server is reported with
@@ -120,8 +120,8 @@ impl Node {
     }
 
     /// Where the node is, without credentials.
-    pub(crate) fn address(&self) -> Redacted<'_> {
-        Redacted(Some(self.manager.client.get_connection_info()))
+    pub(crate) fn address(&self) -> &Target {
+        &self.manager.target
     }
 }
 

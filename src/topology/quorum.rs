@@ -6,13 +6,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionInfo, RedisResult};
+use redis::RedisResult;
 
 use super::ballot::{Ballot, Count, Vote};
 use super::batch::{Reply, Spec};
 use super::lane::{Call, Lane, Link, timed_out};
 use super::worker::{Cleanup, IoThread, Job, Worker};
-use crate::connection::Conn;
+use crate::connection::{Conn, Target};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
@@ -62,16 +62,16 @@ impl Quorum {
     /// error of `check` when it refuses a node's user (for instance
     /// [`Error::Permission`]).
     pub(super) fn connect(
-        infos: Vec<ConnectionInfo>,
+        targets: Vec<Target>,
         config: NodeConfig,
         wait: Wait,
         counters: &Arc<Counters>,
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
-        let nodes = infos
+        let nodes: Vec<_> = targets
             .into_iter()
-            .map(|info| Node::open(info, config).map(Arc::new))
-            .collect::<Result<Vec<_>>>()?;
+            .map(|target| Arc::new(Node::open(target, config)))
+            .collect();
         let checks: Vec<Result<bool>> = std::thread::scope(|s| {
             let check = &check;
             let handles: Vec<_> = nodes

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use redis::{ConnectionInfo, Value};
+use redis::Value;
 
 use super::ballot::{Ballot, Count, Vote};
 use super::batch::{self, Spec};
@@ -19,7 +19,7 @@ use super::lane::{Link, timed_out};
 use super::quorum::{Quorum, no_fencing, no_quorum, send};
 use super::worker::{IoThread, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
-use crate::connection::Conn;
+use crate::connection::{Conn, Target};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
@@ -59,14 +59,14 @@ impl Redlock {
     /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`; what
     /// `check` returns for a node it refuses.
     pub(crate) fn connect(
-        infos: Vec<ConnectionInfo>,
+        targets: Vec<Target>,
         config: NodeConfig,
         wait: Wait,
         ttl: Duration,
         counters: &Arc<Counters>,
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
-        let (quorum, io, subscribe) = Quorum::connect(infos, config, wait, counters, check)?;
+        let (quorum, io, subscribe) = Quorum::connect(targets, config, wait, counters, check)?;
         let redlock = Self {
             quorum,
             counters: Arc::clone(counters),

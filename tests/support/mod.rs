@@ -9,6 +9,8 @@
 pub mod counter;
 pub mod proxy;
 pub mod redisson;
+pub mod sentinel;
+pub mod tls;
 
 use std::fs::{self, File};
 use std::io;
@@ -25,11 +27,9 @@ use parking_lot::Mutex;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Fresh ports tried when `redis-server` reports "Address already in use".
 const PORT_ATTEMPTS: usize = 10;
-/// Timeouts of [`RedisServer::conn`].
-const CONN_TIMEOUT: Duration = Duration::from_secs(2);
+const CONN_TIMEOUT: Duration = Duration::from_secs(2); // of `RedisServer::conn`
 /// Poll interval of [`eventually`] and [`wait_for`].
 const POLL: Duration = Duration::from_millis(2);
-
 static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// One `redis-server` child process on `127.0.0.1`, killed and reaped on `Drop`.
@@ -297,17 +297,17 @@ pub fn free_port() -> u16 {
     listener.local_addr().unwrap().port()
 }
 
-fn binary() -> String {
+pub fn binary() -> String {
     std::env::var("REDLEASE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
 }
 
 /// `<temp_dir>/redlease-test-<pid>-<counter>-<port>`, removed on `Drop` (for a
 /// `RedisServer`, after its own `Drop` has killed the process).
 #[derive(Debug)]
-struct TempDir(PathBuf);
+pub struct TempDir(pub PathBuf);
 
 impl TempDir {
-    fn new(port: u16) -> TempDir {
+    pub fn new(port: u16) -> TempDir {
         let pid = std::process::id();
         for _ in 0..100 {
             let n = DIR_COUNTER.fetch_add(1, Ordering::Relaxed);
