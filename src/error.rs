@@ -66,8 +66,10 @@ pub enum Error {
     /// The lock was taken, but fewer replicas than asked for acknowledged it within
     /// the timeout (`WAIT`), so it was given back. Confirmation lowers, and does not
     /// remove, the risk of losing a lock on failover.
-    #[error("lock acknowledged by {acked} of {required} replicas; given back")]
+    #[error("lock on `{key}` acknowledged by {acked} of {required} replicas; given back")]
     NotReplicated {
+        /// The lock key, with the client's prefix.
+        key: String,
         /// Replicas that acknowledged the lock in time.
         acked: u32,
         /// Replicas asked for.

@@ -451,10 +451,7 @@ fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_witho
     assert!(
         matches!(
             nested,
-            Err(Error::NotReplicated {
-                acked: 0,
-                required: 1
-            })
+            Err(Error::NotReplicated { ref key, acked: 0, required: 1 }) if key == LOCK_KEY
         ),
         "{nested:?}"
     );
@@ -477,10 +474,7 @@ fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_witho
         assert!(
             matches!(
                 got,
-                Err(Error::NotReplicated {
-                    acked: 0,
-                    required: 1
-                })
+                Err(Error::NotReplicated { ref key, acked: 0, required: 1 }) if key == LOCK_KEY
             ),
             "{got:?}"
         );
@@ -506,4 +500,38 @@ fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_witho
     assert!(matches!(got, Err(Error::NotReplicated { .. })), "{got:?}");
     replica.resume();
     assert!(reentrant.lock(KEY).unwrap().unlock().unwrap().was_held());
+}
+
+#[test]
+fn redlock_refuses_the_reentrant_scheme_and_replica_confirmation() {
+    // Refused before connecting: no server needs to answer.
+    let urls = [
+        "redis://127.0.0.1:1/",
+        "redis://127.0.0.1:2/",
+        "redis://127.0.0.1:3/",
+    ];
+    let reentrant = LockClient::redlock(urls).scheme(Scheme::Reentrant).build();
+    assert!(
+        matches!(
+            &reentrant,
+            Err(Error::Config {
+                option: "scheme",
+                ..
+            })
+        ),
+        "{reentrant:?}"
+    );
+    let confirmed = LockClient::redlock(urls)
+        .replicas(1, Duration::from_millis(100))
+        .build();
+    assert!(
+        matches!(
+            &confirmed,
+            Err(Error::Config {
+                option: "replicas",
+                ..
+            })
+        ),
+        "{confirmed:?}"
+    );
 }

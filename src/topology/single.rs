@@ -89,7 +89,11 @@ impl Topology for Single {
                 }
                 Ok(Ok(Acquire::Busy { remaining })) => return Ok(Attempt::Busy { remaining }),
                 Ok(Err(Unreplicated { acked, required })) => {
-                    return Err(Error::NotReplicated { acked, required });
+                    return Err(Error::NotReplicated {
+                        key: keys.lock.clone(),
+                        acked,
+                        required,
+                    });
                 }
                 Err(e) => e,
             };
