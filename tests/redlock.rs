@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use redlease::{
     Error, LegacyTimestamp, LockClient, LockClientBuilder, LockOptions, LossReason, Release, Scheme,
 };
+use support::counter::increment;
 use support::proxy::Proxy;
 use support::{Masters, RedisServer, eventually, stress_factor};
 
@@ -95,17 +96,6 @@ fn redsync_unlock(masters: &Masters, key: &str, token: &str) {
     for s in &masters.servers {
         release_raw(s, key, token);
     }
-}
-
-/// One increment with a plain GET then SET, so two holders at once lose an update.
-fn increment(con: &mut redis::Connection) {
-    let n: Option<u64> = redis::cmd("GET").arg("counter").query(con).unwrap();
-    thread::yield_now();
-    let () = redis::cmd("SET")
-        .arg("counter")
-        .arg(n.unwrap_or(0) + 1)
-        .query(con)
-        .unwrap();
 }
 
 fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {

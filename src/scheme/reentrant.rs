@@ -72,6 +72,22 @@ return {fence}
     )
 });
 
+/// The start of the unlock and extend scripts (KEYS[1] lock key, ARGV[1] owner
+/// field): the owner's hold count in `count`, or the reply 0 for a key that is gone
+/// and -1 for one another owner, or a value of another type, holds.
+macro_rules! owner_count {
+    () => {
+        r"
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) == 'table' then return -1 end
+if not count then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  return -1
+end
+"
+    };
+}
+
 /// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock
 /// message.
 ///
@@ -82,15 +98,9 @@ return {fence}
 /// The `PUBLISH` is a `pcall`: a user without channel permissions has released
 /// the lock all the same.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' then return -1 end
-if not count then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-  return -1
-end
-if tonumber(count) > 1 then
+    Script::new(concat!(
+        owner_count!(),
+        r"if tonumber(count) > 1 then
   redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
   return 1
 end
@@ -99,7 +109,7 @@ local heard = redis.pcall('PUBLISH', ARGV[2], 0)
 if type(heard) ~= 'number' then heard = 0 end
 return 1 + heard
 ",
-    )
+    ))
 });
 
 /// Reentrant extend (also the renewal): `PEXPIRE` while the owner holds the key.
@@ -108,20 +118,14 @@ return 1 + heard
 /// gone, -1 another owner or another type. With one hold the TTL is set as asked;
 /// with more it is only lengthened, so no hold's validity outlives the key.
 static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' then return -1 end
-if not count then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-  return -1
-end
-if tonumber(count) <= 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    Script::new(concat!(
+        owner_count!(),
+        r"if tonumber(count) <= 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 1
 ",
-    )
+    ))
 });
 
 static SCRIPTS: [&LazyLock<Script>; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
