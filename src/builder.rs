@@ -240,18 +240,11 @@ impl LockClientBuilder {
         self.scheme = scheme;
         self
     }
-    /// Confirm each acquisition on replicas: `WAIT count timeout` is sent behind the
-    /// acquire in the same round trip, and a lock fewer than `count` replicas
-    /// acknowledged within `timeout` is given back and reported as
-    /// [`Error::NotReplicated`]. `count` 0 turns it off.
-    ///
-    /// This lowers the risk of losing a lock on failover; it does not remove it.
-    /// Replication stays asynchronous: a replica acknowledges what it received, not
-    /// what it persisted; a failover may promote a replica that had not
-    /// acknowledged; renewals are not confirmed. Each attempt, also one that finds
-    /// the lock busy, may wait up to `timeout` while replicas lag, and a waiting
-    /// caller is not handed locks by releasing guards of its client. Defaults to
-    /// no confirmation.
+    /// Confirm each acquisition on `count` replicas within `timeout` (`WAIT`, in the
+    /// acquire's round trip); a lock fewer acknowledged is given back, and the call
+    /// fails with [`Error::NotReplicated`]. It lowers, and does not remove, the risk
+    /// of losing a lock on failover: see [`LockOptions::replicas`](crate::LockOptions::replicas)
+    /// for its limits. `count` 0 turns it off. Defaults to no confirmation.
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.replicas = Some((count, timeout));
         self
@@ -342,10 +335,9 @@ impl LockClientBuilder {
             fencing: self.fencing,
             pubsub: self.pubsub && subscribe,
             scheme: self.scheme,
-            replicas: match self.replicas {
-                Some((count, timeout)) => Replicas::checked(count, timeout)?,
-                None => None,
-            },
+            replicas: self
+                .replicas
+                .map_or(Ok(None), |(n, t)| Replicas::checked(n, t))?,
         };
         LockClient::start(
             settings,
@@ -382,9 +374,8 @@ impl LockClientBuilder {
         if self.max_hold.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("max_hold", "must be above zero"));
         }
-        if let Some((count, timeout)) = self.replicas {
-            Replicas::checked(count, timeout)?;
-        }
+        self.replicas
+            .map_or(Ok(None), |(n, t)| Replicas::checked(n, t))?;
         if self.node_timeout.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("node_timeout", "must be above zero"));
         }

@@ -121,10 +121,20 @@ impl LockOptions {
         self.on_lost = Some(Arc::new(f));
         self
     }
-    /// Confirm each acquisition on `count` replicas within `timeout`; `count` 0 turns
-    /// the client's confirmation off for this call. See
-    /// [`LockClientBuilder::replicas`](crate::LockClientBuilder::replicas).
-    /// Defaults to the client's `replicas`.
+    /// Confirm the acquisition on `count` replicas within `timeout`: `WAIT count
+    /// timeout` is sent behind the acquire in the same round trip, and a lock fewer
+    /// replicas acknowledged is given back and reported as
+    /// [`Error::NotReplicated`](crate::Error::NotReplicated). `count` 0 turns the
+    /// client's confirmation off for this call.
+    ///
+    /// This lowers the risk of losing a lock on failover; it does not remove it.
+    /// Replication stays asynchronous: a replica acknowledges what it received, not
+    /// what it persisted; a failover may promote a replica that had not
+    /// acknowledged; renewals are not confirmed. Each attempt, also one that finds
+    /// the lock busy, may wait up to `timeout` while replicas lag, and a waiting
+    /// caller is not handed locks by releasing guards of its client. For one master
+    /// and its replicas: Redlock refuses it. Defaults to the client's
+    /// [`replicas`](crate::LockClientBuilder::replicas).
     pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
         self.replicas = Some((count, timeout));
         self
