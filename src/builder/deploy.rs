@@ -1,20 +1,87 @@
-//! How the builder reaches servers in a deployment: TLS certificates for every
-//! node, and the Sentinel constructor.
+//! How the builder reaches servers in a deployment: the Redlock and Sentinel
+//! constructors, and TLS certificates for every node.
 
 #[cfg(feature = "sentinel")]
 use std::sync::Arc;
 
-use redis::ConnectionInfo;
-#[cfg(feature = "sentinel")]
-use redis::IntoConnectionInfo;
+use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use super::LockClientBuilder;
 #[cfg(feature = "sentinel")]
-use super::{Servers, bad_url};
-#[cfg(feature = "sentinel")]
+use super::bad_url;
+use super::{LockClientBuilder, Servers};
 use crate::client::LockClient;
+use crate::connection::Redacted;
 use crate::connection::Target;
 use crate::error::{Error, Result};
+use crate::scheme::Scheme;
+use crate::topology::redlock;
+
+impl LockClient {
+    /// Starts building a Redlock client over independent Redis masters, one URL
+    /// each: a lock is held when a majority of them granted it.
+    ///
+    /// The client has the same entry points, guards and options as one built by
+    /// [`builder`](Self::builder), with these differences:
+    ///
+    /// - **Acquire** sends one token's `SET NX PX` to every node at once and waits
+    ///   for each at most the [node timeout](LockClientBuilder::node_timeout). It
+    ///   holds when a majority granted it and the lease's validity (`ttl - elapsed -
+    ///   drift`) is still positive; that validity is the guard's
+    ///   [`valid_until`](crate::LockGuard::valid_until). Otherwise the token is
+    ///   deleted on every node, in the background, and the attempt is busy (other
+    ///   holders answered: the wait is bounded by their TTLs, or a short random
+    ///   pause after a split vote) or failed (a majority failed to answer: retried
+    ///   twice after a random pause of at most 50 ms, then
+    ///   [`Error::NoQuorum`] naming each node's failure; `try_lock` makes one round).
+    /// - **Renewal** extends every lease on every node, one pipeline per node per
+    ///   tick; a renewal that a majority does not confirm within the lease's
+    ///   validity loses the lease.
+    /// - **Release** deletes the lock on every node and is
+    ///   [`Release::Released`](crate::Release::Released) when a majority still held
+    ///   it; [`Metrics::node_releases`](crate::Metrics::node_releases) counts the
+    ///   nodes. There is no local hand-off.
+    /// - **Waiting** listens for release messages on one node (the next when it
+    ///   fails: a release publishes on every node), and polls.
+    /// - **Not offered:** fencing (no single counter can order fences across
+    ///   independent masters: use one master with replicas confirmed by `WAIT`) and
+    ///   [`Scheme::LegacyTimestamp`] (its takeover trusts one server's value). Both
+    ///   are refused with [`Error::Config`], by `build()` and per call.
+    ///
+    /// Safety needs bounded clock drift between the nodes (each expires keys by its
+    /// own clock), and a node that restarts must not rejoin with an empty dataset
+    /// sooner than the longest TTL in use (or must persist every write with
+    /// `appendfsync always`): else a lock held on a bare majority can be granted
+    /// again. Cost: every call is one round trip to each node in parallel, so its
+    /// latency is that of the slowest node of the fastest majority.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::redlock([
+    ///     "redis://10.0.0.1/",
+    ///     "redis://10.0.0.2/",
+    ///     "redis://10.0.0.3/",
+    /// ])
+    /// .key_prefix("lock:")
+    /// .build()?;
+    /// let guard = client.lock("invoice:42")?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn redlock<I>(urls: I) -> LockClientBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let urls = urls
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info);
+        LockClientBuilder {
+            servers: Servers::Quorum(urls.collect()),
+            ..LockClientBuilder::new("redis://127.0.0.1/")
+        }
+    }
+}
 
 #[cfg(feature = "sentinel")]
 impl LockClient {
@@ -98,4 +165,24 @@ impl LockClientBuilder {
         }
         Ok(())
     }
+}
+
+/// What a Redlock client refuses before connecting: no node, the same node twice
+/// (two votes for one server would fake a majority), and what the topology refuses
+/// (the legacy scheme, fencing).
+pub(super) fn check_quorum(
+    urls: &[Result<ConnectionInfo, redis::RedisError>],
+    scheme: &Scheme,
+    fencing: bool,
+) -> Result<()> {
+    if urls.is_empty() {
+        return Err(Error::config("urls", "redlock needs at least one node"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for info in urls.iter().flatten() {
+        if !seen.insert(Redacted(Some(info)).to_string()) {
+            return Err(Error::config("urls", "the same node is listed twice"));
+        }
+    }
+    redlock::refuse(scheme, fencing)
 }
