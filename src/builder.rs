@@ -15,6 +15,8 @@ use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
 use crate::scheme::{self, Replicas, Scheme};
 use crate::tls::Tls;
+#[cfg(feature = "cluster")]
+use crate::topology::Cluster;
 use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe, redlock};
 use crate::wait::KICK_PREFIX;
 
@@ -53,6 +55,9 @@ enum Servers {
     /// The sentinels, and the name of the master they watch.
     #[cfg(feature = "sentinel")]
     Sentinel(Vec<Result<ConnectionInfo, redis::RedisError>>, String),
+    /// Seed nodes of a Redis Cluster.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<Result<ConnectionInfo, redis::RedisError>>),
 }
 
 /// Builds a [`LockClient`]; made by [`LockClient::builder`] and
@@ -227,7 +232,7 @@ impl LockClientBuilder {
         let backend = scheme::backend(&self.scheme);
         let check = |node: &Node| {
             let kick = self.pubsub.then_some(kick.as_str());
-            probe(node, &*backend, &self.key_prefix, kick).map(|a| a.subscribe)
+            probe(node, &*backend, &self.key_prefix, kick, None).map(|a| a.subscribe)
         };
         let counters = Arc::new(Counters::default());
         let (topology, io, subscribe): (Arc<dyn Topology>, _, _) = match &self.servers {
@@ -255,6 +260,16 @@ impl LockClientBuilder {
             Servers::Sentinel(urls, name) => {
                 let node = Node::connect(self.sentinel_target(urls, name)?, config)?;
                 single(node, &counters, check)?
+            }
+            #[cfg(feature = "cluster")]
+            Servers::Cluster(urls) => {
+                let (seeds, open) = self.cluster_targets(urls)?;
+                let check = |node: &Node, tag: u32| {
+                    let kick = self.pubsub.then_some(kick.as_str());
+                    probe(node, &*backend, &self.key_prefix, kick, Some(tag)).map(|a| a.subscribe)
+                };
+                let (cluster, io, subscribe) = Cluster::connect(seeds, open, config, &counters, check)?;
+                (Arc::new(cluster), io, subscribe)
             }
         };
         if self.pubsub && !subscribe {
@@ -377,6 +392,11 @@ impl fmt::Debug for Servers {
             Servers::Sentinel(urls, name) => {
                 let sentinels: Vec<_> = urls.iter().map(shown).collect();
                 write!(f, "master {name:?} of sentinels {sentinels:?}")
+            }
+            #[cfg(feature = "cluster")]
+            Servers::Cluster(urls) => {
+                let seeds: Vec<_> = urls.iter().map(shown).collect();
+                write!(f, "cluster of {seeds:?}")
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Pooled connections with every network call bounded by a timeout.
 
 use std::fmt;
-#[cfg(feature = "sentinel")]
+#[cfg(any(feature = "sentinel", feature = "cluster"))]
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +9,8 @@ use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
 
 #[cfg(feature = "sentinel")]
 use crate::sentinel::Master;
+#[cfg(feature = "cluster")]
+use crate::slots::Redirects;
 
 /// The r2d2 pool of Redis connections.
 pub(crate) type Pool = r2d2::Pool<Manager>;
@@ -32,6 +34,10 @@ pub(crate) enum Target {
     /// every new connection, so connections made after a failover reach the new one.
     #[cfg(feature = "sentinel")]
     Sentinel(Arc<Master>),
+    /// A node of a Redis Cluster: its connections note the redirections and
+    /// failures they meet in `redirects`, where the topology picks them up.
+    #[cfg(feature = "cluster")]
+    Shard(Box<redis::Client>, Arc<Redirects>),
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -42,15 +48,41 @@ pub(crate) enum Target {
 pub(crate) struct Conn {
     pub(crate) con: redis::Connection,
     pub(crate) broken: bool,
+    /// Whether each command is preceded by `ASKING` (a cluster slot being
+    /// imported by this node: its keys are served only after it).
+    pub(crate) asking: bool,
+    #[cfg(feature = "cluster")]
+    redirects: Option<Arc<Redirects>>,
 }
 
 impl Conn {
+    /// A connection that nothing has gone wrong with yet.
+    pub(crate) fn new(con: redis::Connection) -> Self {
+        Self {
+            con,
+            broken: false,
+            asking: false,
+            #[cfg(feature = "cluster")]
+            redirects: None,
+        }
+    }
+
     /// Runs `f`, marking the connection broken when it fails below the protocol level.
     pub(crate) fn run<T>(
         &mut self,
         f: impl FnOnce(&mut redis::Connection) -> RedisResult<T>,
     ) -> RedisResult<T> {
-        let result = f(&mut self.con);
+        let result = if self.asking {
+            redis::cmd("ASKING")
+                .exec(&mut self.con)
+                .and_then(|()| f(&mut self.con))
+        } else {
+            f(&mut self.con)
+        };
+        #[cfg(feature = "cluster")]
+        if let (Err(e), Some(r)) = (&result, &self.redirects) {
+            r.note(e);
+        }
         // `READONLY`: the server was demoted to a replica (a failover); a new
         // connection finds the new master.
         if let Err(e) = &result
@@ -62,6 +94,17 @@ impl Conn {
             self.broken = true;
         }
         result
+    }
+
+    /// Notes a cluster redirection found among a pipeline's replies (errors kept
+    /// as replies).
+    pub(crate) fn note_reply(&self, _reply: &redis::Value) {
+        #[cfg(feature = "cluster")]
+        if let (redis::Value::ServerError(e), Some(r)) = (_reply, &self.redirects)
+            && e.code() == "MOVED"
+        {
+            r.moved(e.details().unwrap_or_default());
+        }
     }
 }
 
@@ -89,6 +132,19 @@ pub(crate) fn with_retry<T>(
     }
 }
 
+impl Target {
+    /// The one server connections go to, when it is fixed.
+    pub(crate) fn info(&self) -> Option<&ConnectionInfo> {
+        match self {
+            Target::Server(client) => Some(client.get_connection_info()),
+            #[cfg(feature = "cluster")]
+            Target::Shard(client, _) => Some(client.get_connection_info()),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(_) => None,
+        }
+    }
+}
+
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.connect_within(self.connect_timeout)
@@ -102,6 +158,8 @@ impl Manager {
             Target::Server(client) => client.get_connection_with_timeout(timeout)?,
             #[cfg(feature = "sentinel")]
             Target::Sentinel(master) => master.connect(timeout, self.read_timeout)?,
+            #[cfg(feature = "cluster")]
+            Target::Shard(client, _) => client.get_connection_with_timeout(timeout)?,
         };
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
@@ -114,10 +172,13 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> RedisResult<Conn> {
-        Ok(Conn {
-            con: self.connect_raw()?,
-            broken: false,
-        })
+        #[cfg_attr(not(feature = "cluster"), expect(unused_mut))]
+        let mut conn = Conn::new(self.connect_raw()?);
+        #[cfg(feature = "cluster")]
+        if let Target::Shard(_, redirects) = &self.target {
+            conn.redirects = Some(Arc::clone(redirects));
+        }
+        Ok(conn)
     }
 
     fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {
@@ -148,6 +209,8 @@ impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Target::Server(client) => Redacted(Some(client.get_connection_info())).fmt(f),
+            #[cfg(feature = "cluster")]
+            Target::Shard(client, _) => Redacted(Some(client.get_connection_info())).fmt(f),
             #[cfg(feature = "sentinel")]
             Target::Sentinel(master) => {
                 write!(f, "master {:?} of sentinels", master.name())?;

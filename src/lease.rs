@@ -152,6 +152,7 @@ impl LeaseState {
             lock: key,
             channel,
             prefix,
+            ..
         } = keys;
         Self {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -249,6 +250,7 @@ impl LeaseState {
             lock: self.key.clone(),
             channel: self.channel.clone(),
             prefix: self.prefix,
+            slot_tag: None,
         }
     }
 

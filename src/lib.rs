@@ -220,6 +220,8 @@ mod error;
 mod failure;
 mod metrics;
 mod scripts;
+#[cfg(feature = "cluster")]
+mod slots;
 mod time;
 mod tls;
 // connection, node

@@ -128,6 +128,67 @@ impl LockClient {
     }
 }
 
+#[cfg(feature = "cluster")]
+impl LockClient {
+    /// Starts building a client of a Redis Cluster, from the URLs of one or more
+    /// of its nodes (seeds): the slot map is read from the first that answers.
+    ///
+    /// Each lock lives on the master serving its key's slot. The key is used as
+    /// given, so redis-py, redsync or Redisson clients locking the same key on the
+    /// same cluster exclude redlease and are excluded by it; what redlease adds
+    /// lands in the key's slot: the fence counter is one per slot
+    /// (`<prefix>redlease:fence:{t}`, `t` a short tag of the slot), and the
+    /// release channel is classic pub/sub, which the cluster broadcasts to every
+    /// node. Every node is reached with the user, password and TLS mode of the
+    /// first seed URL (and the builder's [`tls`](LockClientBuilder::tls)
+    /// certificates); database 0 only, as Redis Cluster has no other.
+    ///
+    /// - **Redirections are followed within the call:** `MOVED` (resharding, a
+    ///   failover) updates the slot map and sends the call to the new master;
+    ///   `ASK` (a slot mid-migration) sends it once to the importing master after
+    ///   `ASKING`; `TRYAGAIN` (a fenced acquire whose keys are split between both
+    ///   masters mid-migration) is tried again for up to one read timeout. A
+    ///   master that stops answering has the slot map read again in the
+    ///   background, so its slots follow the replica that takes over.
+    /// - **Renewal** sends one pipeline per master per tick. A renewal that meets
+    ///   a migration (`ASK`) counts as failed, and is tried again at the next
+    ///   tick; a slot migration that outlasts a lease's TTL loses it (reported).
+    /// - **Waiting** listens for release messages on one master (the next when it
+    ///   fails) and polls, as on one server.
+    ///
+    /// A failover of a shard's master can lose a lock as on one server with
+    /// replicas (asynchronous replication): see
+    /// [`replicas`](LockClientBuilder::replicas) (`WAIT` on the shard's master)
+    /// and fencing.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::cluster([
+    ///     "redis://10.0.0.1:7000/",
+    ///     "redis://10.0.0.2:7000/",
+    /// ])
+    /// .key_prefix("lock:")
+    /// .build()?;
+    /// let guard = client.lock("invoice:42")?;
+    /// guard.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I>(seeds: I) -> LockClientBuilder
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let seeds = seeds
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info);
+        LockClientBuilder {
+            servers: Servers::Cluster(seeds.collect()),
+            ..LockClientBuilder::new("redis://127.0.0.1/")
+        }
+    }
+}
+
 impl LockClientBuilder {
     /// Certificates for `rediss://` URLs: a CA to trust instead of the system's,
     /// a client certificate for mutual TLS; for every node of the client. A
@@ -156,6 +217,53 @@ impl LockClientBuilder {
         self.check_tls(infos.first().ok_or_else(bad_url)?)?;
         let master = crate::sentinel::Master::new(name.to_owned(), infos, self.tls.clone());
         Ok(Target::Sentinel(Arc::new(master)))
+    }
+
+    /// The seed nodes of a cluster (`host`, `port`), and how to reach any node:
+    /// with the first seed's user, password and TLS mode.
+    #[cfg(feature = "cluster")]
+    pub(super) fn cluster_targets(
+        &self,
+        urls: &[Result<ConnectionInfo, redis::RedisError>],
+    ) -> Result<(Vec<(String, u16)>, crate::topology::Opener)> {
+        use redis::ConnectionAddr;
+        let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
+        let infos = infos.map_err(|_| super::bad_url())?;
+        let first = infos.first().ok_or(Error::config("urls", "a cluster needs a seed node"))?;
+        self.check_tls(first)?;
+        let mut seeds = Vec::new();
+        for info in &infos {
+            match info.addr() {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                    seeds.push((host.clone(), *port));
+                }
+                _ => return Err(Error::config("urls", "cluster nodes are reached over tcp")),
+            }
+        }
+        let (template, tls) = (first.clone(), self.tls.clone());
+        let open: crate::topology::Opener = Box::new(move |host, port, redirects| {
+            let addr = match template.addr() {
+                ConnectionAddr::TcpTls {
+                    insecure,
+                    tls_params,
+                    ..
+                } => ConnectionAddr::TcpTls {
+                    host: host.to_owned(),
+                    port,
+                    insecure: *insecure,
+                    tls_params: tls_params.clone(),
+                },
+                _ => ConnectionAddr::Tcp(host.to_owned(), port),
+            };
+            let mut redis_settings = template.redis_settings().clone();
+            redis_settings = redis_settings.set_db(0);
+            let info = template
+                .clone()
+                .set_addr(addr)
+                .set_redis_settings(redis_settings);
+            Ok(Target::Shard(Box::new(tls.client(info)?), redirects))
+        });
+        Ok((seeds, open))
     }
 
     /// Certificates go with `rediss://` URLs only.

@@ -12,6 +12,9 @@ pub(crate) struct Keys {
     pub(crate) channel: String,
     /// How many bytes of `lock` are the client's key prefix.
     pub(crate) prefix: usize,
+    /// In a Redis Cluster, the tag of the lock key's slot, which the fence
+    /// counter's name carries (set by the cluster topology).
+    pub(crate) slot_tag: Option<u32>,
 }
 
 impl Keys {
@@ -29,7 +32,16 @@ impl Keys {
             channel: backend.channel(&lock),
             lock,
             prefix: prefix.len(),
+            slot_tag: None,
         })
+    }
+
+    /// The names for a Redis Cluster: the fence counter moves into the lock key's
+    /// slot, so one script can touch both.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn in_cluster(mut self) -> Self {
+        self.slot_tag = Some(crate::slots::tag(crate::slots::slot(self.lock.as_bytes())));
+        self
     }
 
     /// The fencing counter: one per key prefix on a node, `<prefix>redlease:fence`,
@@ -42,15 +54,20 @@ impl Keys {
     /// restricted to the prefix's keys (`~lock:*`) may touch it; lock names
     /// starting with `redlease:` are redlease's own under any prefix.
     ///
-    /// Redis Cluster (not supported yet) needs a script's keys in one slot: there
-    /// the counter becomes one per hash slot, `<prefix>redlease:fence:{t}`, with
-    /// `t` a short tag computed to hash to the lock key's slot — at most 16384
-    /// counters per prefix, still independent of the number of lock names.
+    /// Redis Cluster needs a script's keys in one slot: there the counter is one
+    /// per hash slot, `<prefix>redlease:fence:{t}`, with `t` a short
+    /// [tag](crate::slots::tag) that hashes to the lock key's slot — at most 16384
+    /// counters per prefix, still independent of the number of lock names, and
+    /// moved with the slot when the cluster is resharded.
     pub(crate) fn fence(&self) -> String {
         let prefix = &self.lock[..self.prefix];
-        let mut name = String::with_capacity(prefix.len() + FENCE.len());
+        let mut name = String::with_capacity(prefix.len() + FENCE.len() + 9);
         name.push_str(prefix);
         name.push_str(FENCE);
+        if let Some(tag) = self.slot_tag {
+            use std::fmt::Write as _;
+            let _ = write!(name, ":{{{tag}}}");
+        }
         name
     }
 }
@@ -127,5 +144,17 @@ mod tests {
             Keys::new("app:", "a", &TokenBackend).unwrap().fence(),
             "app:redlease:fence"
         );
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn in_a_cluster_the_fence_counter_shares_the_lock_keys_slot() {
+        use crate::slots::slot;
+        for key in ["a", "order:999", "user:{42}:invoice", "x}y"] {
+            let keys = Keys::new("lock:", key, &TokenBackend).unwrap().in_cluster();
+            let fence = keys.fence();
+            assert!(fence.starts_with("lock:redlease:fence:{"), "{fence}");
+            assert_eq!(slot(fence.as_bytes()), slot(keys.lock.as_bytes()));
+        }
     }
 }

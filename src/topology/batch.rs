@@ -383,5 +383,8 @@ fn round_trip(
     let replies = conn.run(|c| pipe.query::<Vec<Value>>(c));
     // With errors kept as replies, any error left means the reply stream is unknown.
     conn.broken |= replies.is_err();
+    for reply in replies.iter().flatten() {
+        conn.note_reply(reply);
+    }
     replies
 }

@@ -96,7 +96,7 @@ impl Link {
         } else {
             let con = self.node.connect_within(left)?;
             self.timeout = Duration::ZERO;
-            self.conn.insert(Conn { con, broken: false })
+            self.conn.insert(Conn::new(con))
         };
         if self.timeout != timeout {
             // Marked broken on failure, so it is made again next time.

@@ -3,8 +3,8 @@
 //! The guard, the renewal thread and the waiter reach Redis only through
 //! [`Topology`]; a topology reaches Redis through its nodes, and each node speaks
 //! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum of
-//! independent masters is [`Redlock`]; a Redis Cluster would be another
-//! implementation of the same trait.
+//! independent masters is [`Redlock`]; a Redis Cluster is `Cluster`, a
+//! [`Single`] per master and a slot map.
 
 use std::fmt;
 use std::sync::Arc;
@@ -19,13 +19,21 @@ use crate::scheme::{Backend, Extend, Freed, Keys, Release, Request, Scheme};
 
 mod ballot;
 mod batch;
+#[cfg(feature = "cluster")]
+mod cluster;
 mod lane;
 mod probe;
 mod quorum;
 pub(crate) mod redlock;
 mod single;
+#[cfg(feature = "cluster")]
+mod slot_map;
 mod worker;
 
+#[cfg(feature = "cluster")]
+pub(crate) use cluster::Cluster;
+#[cfg(feature = "cluster")]
+pub(crate) use slot_map::Opener;
 pub(crate) use probe::probe;
 pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;

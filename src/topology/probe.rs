@@ -46,7 +46,8 @@ const fn step(command: &'static str, script: &'static str) -> Step {
 
 /// Checks that the node's user may take, extend and release locks under `prefix`
 /// with `backend`'s commands, and, when `kick` (the waiter thread's own channel)
-/// is given, whether it may subscribe to it and to the release channels.
+/// is given, whether it may subscribe to it and to the release channels. In a
+/// Redis Cluster, `tag` puts the probe's key in a slot the node serves.
 ///
 /// # Errors
 /// [`Error::Permission`] for a command or key the ACL refuses, [`Error::Redis`]
@@ -56,8 +57,12 @@ pub(crate) fn probe(
     backend: &dyn Backend,
     prefix: &str,
     kick: Option<&str>,
+    tag: Option<u32>,
 ) -> Result<Access> {
-    let name = format!("redlease:probe:{}", uuid::Uuid::new_v4());
+    let mut name = format!("redlease:probe:{}", uuid::Uuid::new_v4());
+    if let Some(tag) = tag {
+        name.push_str(&format!(":{{{tag}}}"));
+    }
     let keys = Keys::new(prefix, &name, backend)?;
     let mut conn = node.get()?;
     // Loaded again whenever the server lost them (restart, `SCRIPT FLUSH`).

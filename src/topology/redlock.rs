@@ -164,6 +164,7 @@ impl Topology for Redlock {
             channel: channel.to_owned(),
             // It only names the fence counter, which a release never touches.
             prefix: 0,
+            slot_tag: None,
         };
         let op = {
             let (backend, keys) = (Arc::clone(self.quorum.token()), keys.clone());

@@ -7,7 +7,7 @@ use crossbeam_channel::Sender;
 
 use super::worker::{Cleanup, IoThread, Job, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
-use crate::connection::is_stale;
+use crate::connection::{Conn, Manager, is_stale};
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
@@ -39,6 +39,11 @@ impl Single {
         Ok((single, io))
     }
 
+    /// The server.
+    pub(crate) fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
     fn cleanup(&self, cleanup: Cleanup) {
         if let Err(Job::Release(c)) = self.worker.send(Job::Release(cleanup)) {
             log::warn!(
@@ -57,11 +62,19 @@ impl std::fmt::Debug for Single {
     }
 }
 
-impl Topology for Single {
-    fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt> {
+impl Single {
+    /// [`Topology::acquire`]; with `ask`, each command is preceded by `ASKING` (a
+    /// cluster slot this node is importing).
+    pub(crate) fn acquire_asking(
+        &self,
+        backend: &Arc<dyn Backend>,
+        keys: &Keys,
+        req: Request,
+        ask: bool,
+    ) -> Result<Attempt> {
         let mut retried = false;
         loop {
-            let mut conn = self.node.get()?;
+            let mut conn = Asking::new(self.node.get()?, ask);
             // Near the end of the caller's wait, wait for this reply only until the
             // call must return (at least a floor): one more timeout would stack.
             let read = self.node.read_timeout();
@@ -122,6 +135,79 @@ impl Topology for Single {
         }
     }
 
+    /// [`Topology::release`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
+    pub(crate) fn release_asking(
+        &self,
+        backend: &dyn Backend,
+        key: &str,
+        channel: &str,
+        value: &str,
+        maybe: &[String],
+        ask: bool,
+    ) -> Result<Freed> {
+        // Compare-and-delete is idempotent, so a connection that died while idle
+        // may be retried.
+        self.node.with_retry(|conn| {
+            asking(conn, ask, |conn| {
+                backend.release(conn, key, channel, value, maybe)
+            })
+        })
+    }
+
+    /// [`Topology::extend`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
+    pub(crate) fn extend_asking(
+        &self,
+        backend: &dyn Backend,
+        (key, value, maybe): (&str, &str, &[String]),
+        ttl: Duration,
+        ask: bool,
+    ) -> (String, Instant, Result<Extend>) {
+        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
+        let sent = Instant::now();
+        let reply = self.node.with_retry(|conn| {
+            asking(conn, ask, |conn| {
+                with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
+            })
+        });
+        let outcome = reply.and_then(|v| Ok(backend.extend_reply(&v)?));
+        (new_value, sent, outcome)
+    }
+
+    /// [`Topology::hand_off`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
+    pub(crate) fn hand_off_asking(
+        &self,
+        keys: &Keys,
+        h: HandOff<'_>,
+        ask: bool,
+    ) -> Result<Handed> {
+        let fence_key = keys.fence();
+        let reply: Result<(i64, i64)> = self.node.with_retry(|conn| {
+            asking(conn, ask, |conn| with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
+                c.run(|c| {
+                    TOKEN_HANDOFF
+                        .key(&keys.lock)
+                        .key(&fence_key)
+                        .arg(h.ours)
+                        .arg(h.value)
+                        .arg(ttl_millis(h.ttl))
+                        .arg(if h.fence { "1" } else { "0" })
+                        .invoke(c)
+                })
+            }))
+        });
+        reply.map(|(n, fence)| match n {
+            1 => Handed::Done(h.fence.then(|| u64::try_from(fence).unwrap_or(0))),
+            0 => Handed::Refused(Release::Expired),
+            _ => Handed::Refused(Release::Taken),
+        })
+    }
+}
+
+impl Topology for Single {
+    fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt> {
+        self.acquire_asking(backend, keys, req, false)
+    }
+
     fn release(
         &self,
         backend: &dyn Backend,
@@ -130,10 +216,7 @@ impl Topology for Single {
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
-        // Compare-and-delete is idempotent, so a connection that died while idle
-        // may be retried.
-        self.node
-            .with_retry(|conn| backend.release(conn, key, channel, value, maybe))
+        self.release_asking(backend, key, channel, value, maybe, false)
     }
 
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
@@ -153,36 +236,11 @@ impl Topology for Single {
         maybe: &[String],
         ttl: Duration,
     ) -> (String, Instant, Result<Extend>) {
-        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
-        let sent = Instant::now();
-        let reply = self
-            .node
-            .with_retry(|conn| with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c))));
-        let outcome = reply.and_then(|v| Ok(backend.extend_reply(&v)?));
-        (new_value, sent, outcome)
+        self.extend_asking(backend, (key, value, maybe), ttl, false)
     }
 
     fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
-        let fence_key = keys.fence();
-        let reply: Result<(i64, i64)> = self.node.with_retry(|conn| {
-            with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
-                c.run(|c| {
-                    TOKEN_HANDOFF
-                        .key(&keys.lock)
-                        .key(&fence_key)
-                        .arg(h.ours)
-                        .arg(h.value)
-                        .arg(ttl_millis(h.ttl))
-                        .arg(if h.fence { "1" } else { "0" })
-                        .invoke(c)
-                })
-            })
-        });
-        Some(reply.map(|(n, fence)| match n {
-            1 => Handed::Done(h.fence.then(|| u64::try_from(fence).unwrap_or(0))),
-            0 => Handed::Refused(Release::Expired),
-            _ => Handed::Refused(Release::Taken),
-        }))
+        Some(self.hand_off_asking(keys, h, false))
     }
 
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
@@ -210,4 +268,42 @@ impl Topology for Single {
             })
             .map(drop)?)
     }
+}
+
+/// A pooled connection whose commands are preceded by `ASKING` while it is
+/// checked out for a slot being imported; back in the pool, it is plain again.
+struct Asking(r2d2::PooledConnection<Manager>);
+
+impl Asking {
+    fn new(mut conn: r2d2::PooledConnection<Manager>, ask: bool) -> Self {
+        conn.asking = ask;
+        Self(conn)
+    }
+}
+
+impl std::ops::Deref for Asking {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Asking {
+    fn deref_mut(&mut self) -> &mut Conn {
+        &mut self.0
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        self.0.asking = false;
+    }
+}
+
+/// Runs `f` on `conn` with `ASKING` before each command when `ask`.
+fn asking<T>(conn: &mut Conn, ask: bool, f: impl FnOnce(&mut Conn) -> T) -> T {
+    conn.asking = ask;
+    let out = f(conn);
+    conn.asking = false;
+    out
 }

@@ -85,6 +85,17 @@ impl IoThread {
     }
 }
 
+impl IoThread {
+    /// A handle with no thread of its own whose drop runs `stop` (which drops
+    /// the handles of a group of threads).
+    pub(super) fn group(stop: impl Fn() + Send + Sync + 'static) -> Self {
+        Self {
+            stop: Box::new(stop),
+            handle: None,
+        }
+    }
+}
+
 impl Worker {
     /// The I/O thread of the one node holding the locks: it uses the node's pool.
     pub(super) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<(Self, IoThread)> {

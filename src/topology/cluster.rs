@@ -1,0 +1,292 @@
+//! [`Cluster`]: locks spread over the masters of a Redis Cluster by key slot.
+//!
+//! Each lock lives on the master serving its key's slot, and every name a lock
+//! touches is in that slot (the fence counter carries a tag of the slot; the
+//! release channel is classic pub/sub, which reaches every node). A call goes to
+//! the master the map names, through that master's [`Single`]: its pool, its I/O
+//! thread. The answers that move a slot are followed within the call:
+//!
+//! - `MOVED` (a slot moved for good, a failover): the connection noted the new
+//!   master in the map's sink; the call is sent again, there.
+//! - `ASK` (a slot being migrated, the key already on the new master): the call
+//!   is sent there once, each command preceded by `ASKING`.
+//! - `TRYAGAIN` (a script's keys split between both masters mid-migration): the
+//!   call is sent again after a short pause, for at most one read timeout.
+//!
+//! A node that fails (no answer, refused) has the `redlease-map` thread read the
+//! whole map again, so a crashed master's slots move to the replica that took
+//! over. Renewals go in one pipeline per master per tick.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use parking_lot::Mutex;
+
+use super::single::Single;
+use super::slot_map::{self, Opener, Range, Shared};
+use super::worker::IoThread;
+use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::error::{Error, Result};
+use crate::metrics::Counters;
+use crate::node::{Node, NodeConfig};
+use crate::scheme::{Backend, Extend, Freed, Keys, Request};
+use crate::slots::{Redirects, slot, tag};
+
+/// How many redirections one call follows before it gives up.
+const MAX_HOPS: usize = 5;
+/// The pause before a call that met `TRYAGAIN` is sent again.
+const TRY_AGAIN: Duration = Duration::from_millis(10);
+
+/// The masters of a Redis Cluster hold the locks, each those of its slots.
+pub(crate) struct Cluster {
+    shared: Arc<Shared>,
+    /// Asks the map thread to read the map again.
+    nudge: Sender<()>,
+    /// The masters known when the client was built: any of them carries every
+    /// release message (classic pub/sub is broadcast over the cluster bus).
+    subscribers: Vec<Arc<Node>>,
+    read_timeout: Duration,
+}
+
+/// Where a call must go next, after an answer that moved it.
+enum Hop {
+    Moved,
+    Ask(String),
+    TryAgain,
+}
+
+impl Cluster {
+    /// Reads the slot map from the first of `seeds` that answers, opens every
+    /// master (`open` makes a node's target), checks the user's rights with
+    /// `check` on one master (given a slot tag it serves), and starts the map
+    /// thread. The client keeps the returned thread handle (dropping it stops every
+    /// thread of the cluster); also returns whether the waiter may subscribe.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when a seed is not a cluster node, what the seeds failed
+    /// with when none answered, what `check` returns.
+    pub(crate) fn connect(
+        seeds: Vec<(String, u16)>,
+        open: Opener,
+        config: NodeConfig,
+        counters: &Arc<Counters>,
+        check: impl Fn(&Node, u32) -> Result<bool>,
+    ) -> Result<(Self, Vec<IoThread>, bool)> {
+        let ranges = first_map(&seeds, &open, config)?;
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let shared = Arc::new(Shared::new(
+            &ranges,
+            open,
+            config,
+            Arc::clone(counters),
+            &threads,
+        )?);
+        let subscribers: Vec<Arc<Node>> = shared
+            .masters()
+            .iter()
+            .map(|s| Arc::clone(s.node()))
+            .collect();
+        let first = &ranges[0];
+        let subscribe = check(shared.at(&format!("{}:{}", first.host, first.port))?.node(), tag(first.start))?;
+        let (nudge, map_io) = slot_map::spawn(Arc::clone(&shared))?;
+        threads.lock().push(map_io);
+        let cluster = Self {
+            shared,
+            nudge,
+            subscribers,
+            read_timeout: config.read_timeout,
+        };
+        let registry = Arc::clone(&threads);
+        let handle = IoThread::group(move || drop(std::mem::take(&mut *registry.lock())));
+        // The registry lives as long as the client's handle; the topology holds it
+        // weakly (through `Shared`), so guards keep no thread alive.
+        drop(threads);
+        Ok((cluster, vec![handle], subscribe))
+    }
+
+    /// Sends `call` to the master of `key`'s slot, following the answers that
+    /// move it ([`Hop`]); `err` finds the error in what a call returns.
+    fn routed<T>(
+        &self,
+        key: &str,
+        err: impl Fn(&T) -> Option<&Error>,
+        mut call: impl FnMut(&Single, bool) -> T,
+    ) -> Result<T> {
+        let slot = slot(key.as_bytes());
+        let until = Instant::now() + self.read_timeout;
+        let mut ask: Option<Arc<Single>> = None;
+        let mut hops = 0;
+        loop {
+            let (single, asking) = match ask.take() {
+                Some(single) => (single, true),
+                None => (self.shared.master(slot, &self.nudge)?, false),
+            };
+            let out = call(&single, asking);
+            hops += 1;
+            let hop = err(&out).and_then(hop);
+            match hop {
+                Some(Hop::Moved) if hops < MAX_HOPS => {}
+                Some(Hop::Ask(addr)) if hops < MAX_HOPS => ask = Some(self.shared.at(&addr)?),
+                Some(Hop::TryAgain) if Instant::now() + TRY_AGAIN < until => {
+                    std::thread::sleep(TRY_AGAIN);
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
+}
+
+impl Topology for Cluster {
+    fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt> {
+        let keys = keys.clone().in_cluster();
+        self.routed(&keys.lock, error_of, |single, ask| {
+            single.acquire_asking(backend, &keys, req, ask)
+        })?
+    }
+
+    fn release(
+        &self,
+        backend: &dyn Backend,
+        key: &str,
+        channel: &str,
+        value: &str,
+        maybe: &[String],
+    ) -> Result<Freed> {
+        self.routed(key, error_of, |single, ask| {
+            single.release_asking(backend, key, channel, value, maybe, ask)
+        })?
+    }
+
+    fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
+        match self.shared.master(slot(keys.lock.as_bytes()), &self.nudge) {
+            Ok(single) => single.release_later(backend, keys.in_cluster(), value, until),
+            Err(e) => log::warn!("value of `{}` left to expire: {e}", keys.lock),
+        }
+    }
+
+    fn extend(
+        &self,
+        backend: &dyn Backend,
+        key: &str,
+        value: &str,
+        maybe: &[String],
+        ttl: Duration,
+    ) -> (String, Instant, Result<Extend>) {
+        let out = self.routed(key, |r: &(String, Instant, Result<Extend>)| r.2.as_ref().err(), |single, ask| {
+            single.extend_asking(backend, (key, value, maybe), ttl, ask)
+        });
+        out.unwrap_or_else(|e| (value.to_owned(), Instant::now(), Err(e)))
+    }
+
+    fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
+        let keys = keys.clone().in_cluster();
+        let out = self.routed(&keys.lock, error_of, |single, ask| {
+            single.hand_off_asking(&keys, h, ask)
+        });
+        Some(out.and_then(|r| r))
+    }
+
+    fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
+        let mut groups: HashMap<*const Single, (Arc<Single>, Vec<Renew>)> = HashMap::new();
+        let mut unrouted = Vec::new();
+        for r in batch {
+            match self.shared.master(slot(r.state.key.as_bytes()), &self.nudge) {
+                Ok(single) => {
+                    let group = groups
+                        .entry(Arc::as_ptr(&single))
+                        .or_insert_with(|| (single, Vec::new()));
+                    group.1.push(r);
+                }
+                Err(_) => unrouted.push((r.id, Renewed::Failed)),
+            }
+        }
+        if !unrouted.is_empty() {
+            let _ = done.send(unrouted);
+        }
+        for (single, group) in groups.into_values() {
+            single.renew(group, done.clone());
+        }
+    }
+
+    fn subscribers(&self) -> usize {
+        self.subscribers.len()
+    }
+
+    fn subscriber(&self, i: usize) -> &Arc<Node> {
+        &self.subscribers[i % self.subscribers.len()]
+    }
+
+    fn read_timeout(&self) -> Duration {
+        self.read_timeout
+    }
+
+    fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()> {
+        let node = self.subscriber(i);
+        let mut conn = node.get()?;
+        Ok(conn
+            .run(|c| {
+                redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg(message)
+                    .query::<i64>(c)
+            })
+            .map(drop)?)
+    }
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+fn error_of<T>(r: &Result<T>) -> Option<&Error> {
+    r.as_ref().err()
+}
+
+/// What an error says about where the call must go.
+fn hop(e: &Error) -> Option<Hop> {
+    let Error::Redis(failure) = e else {
+        return None;
+    };
+    let e = failure.redis_error()?;
+    let kind = e.kind();
+    if kind == redis::ServerErrorKind::Moved.into() {
+        Some(Hop::Moved)
+    } else if kind == redis::ServerErrorKind::Ask.into() {
+        e.redirect_node().map(|(addr, _)| Hop::Ask(addr.to_owned()))
+    } else if kind == redis::ServerErrorKind::TryAgain.into() {
+        Some(Hop::TryAgain)
+    } else {
+        None
+    }
+}
+
+/// The slot map from the first seed that answers `CLUSTER SLOTS`.
+fn first_map(seeds: &[(String, u16)], open: &Opener, config: NodeConfig) -> Result<Vec<Range>> {
+    let mut failure = None;
+    for (host, port) in seeds {
+        let node = Node::open(open(host, *port, Arc::new(Redirects::default()))?, config);
+        let answer = node
+            .connect_raw()
+            .and_then(|mut con| slot_map::read_slots(&mut con, &node));
+        match answer {
+            Ok(ranges) if !ranges.is_empty() => return Ok(ranges),
+            Ok(_) => {
+                failure.get_or_insert(Error::config("cluster", "the cluster has no slots assigned"));
+            }
+            Err(e) if e.code() == Some("ERR") => {
+                failure.get_or_insert(Error::config(
+                    "cluster",
+                    "a seed is not a cluster node (cluster-enabled no)",
+                ));
+            }
+            Err(e) => {
+                failure.get_or_insert(e.into());
+            }
+        }
+    }
+    Err(failure.unwrap_or(Error::config("cluster", "no seed node given")))
+}
