@@ -132,6 +132,7 @@ pub(crate) fn with_retry<T>(
     }
 }
 
+#[cfg(feature = "cluster")]
 impl Target {
     /// The one server connections go to, when it is fixed.
     pub(crate) fn info(&self) -> Option<&ConnectionInfo> {

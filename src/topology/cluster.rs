@@ -116,21 +116,25 @@ impl Cluster {
     ) -> Result<T> {
         let slot = slot(key.as_bytes());
         let until = Instant::now() + self.read_timeout;
-        let mut ask: Option<Arc<Single>> = None;
+        // Where the next send goes when not by the map: a node that answered ASK
+        // (with `ASKING`), or the one that answered TRYAGAIN.
+        let mut next: Option<(Arc<Single>, bool)> = None;
         let mut hops = 0;
         loop {
-            let (single, asking) = match ask.take() {
-                Some(single) => (single, true),
+            let (single, asking) = match next.take() {
+                Some(to) => to,
                 None => (self.shared.master(slot, &self.nudge)?, false),
             };
             let out = call(&single, asking);
-            hops += 1;
-            let hop = err(&out).and_then(hop);
-            match hop {
-                Some(Hop::Moved) if hops < MAX_HOPS => {}
-                Some(Hop::Ask(addr)) if hops < MAX_HOPS => ask = Some(self.shared.at(&addr)?),
+            match err(&out).and_then(hop) {
+                Some(Hop::Moved) if hops < MAX_HOPS => hops += 1,
+                Some(Hop::Ask(addr)) if hops < MAX_HOPS => {
+                    hops += 1;
+                    next = Some((self.shared.at(&addr)?, true));
+                }
                 Some(Hop::TryAgain) if Instant::now() + TRY_AGAIN < until => {
                     std::thread::sleep(TRY_AGAIN);
+                    next = Some((single, asking));
                 }
                 _ => return Ok(out),
             }

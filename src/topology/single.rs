@@ -39,6 +39,7 @@ impl Single {
         Ok((single, io))
     }
 
+    #[cfg(feature = "cluster")]
     /// The server.
     pub(crate) fn node(&self) -> &Arc<Node> {
         &self.node

@@ -85,6 +85,7 @@ impl IoThread {
     }
 }
 
+#[cfg(feature = "cluster")]
 impl IoThread {
     /// A handle with no thread of its own whose drop runs `stop` (which drops
     /// the handles of a group of threads).

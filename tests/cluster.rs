@@ -1,0 +1,263 @@
+#![cfg(feature = "cluster")]
+//! Redis Cluster: real `redis-server --cluster-enabled yes` nodes (three masters,
+//! with a replica each where a failover is tested), slots moved with `CLUSTER
+//! SETSLOT` and `MIGRATE` while locks are held and taken.
+mod support;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::{Error, LockClient, LockOptions, Release};
+use support::RedisServer;
+use support::cluster::Cluster;
+
+/// One increment as a plain read, yield, write: two holders at once lose one.
+fn increment(counter: &AtomicU64) {
+    let n = counter.load(Ordering::SeqCst);
+    thread::yield_now();
+    counter.store(n + 1, Ordering::SeqCst);
+}
+
+fn client(cluster: &Cluster) -> LockClient {
+    LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn issue_13_eight_threads_on_keys_of_every_master_never_overlap() {
+    let cluster = Cluster::start(3, 0);
+    let client = client(&cluster);
+    let keys: Vec<String> = (0..24).map(|i| format!("job:{i}")).collect();
+    let owners: BTreeSet<usize> = keys
+        .iter()
+        .map(|k| cluster.owner(cluster.slot(&format!("lock:{k}"))))
+        .collect();
+    assert_eq!(owners.len(), 3, "the keys must spread over every master");
+    let counters: HashMap<&str, AtomicU64> =
+        keys.iter().map(|k| (k.as_str(), AtomicU64::new(0))).collect();
+    let rounds = 40 * support::stress_factor();
+    thread::scope(|s| {
+        for t in 0..8 {
+            let (client, keys, counters) = (&client, &keys, &counters);
+            s.spawn(move || {
+                for r in 0..rounds {
+                    let key = &keys[(t * 7 + r) % keys.len()];
+                    let guard = client.lock(key).unwrap();
+                    increment(&counters[key.as_str()]);
+                    assert_eq!(guard.unlock().unwrap(), Release::Released);
+                }
+            });
+        }
+    });
+    let total: u64 = counters.values().map(|c| c.load(Ordering::SeqCst)).sum();
+    assert_eq!(total, 8 * rounds as u64, "an update was lost: two holders at once");
+    for (i, master) in cluster.nodes.iter().enumerate() {
+        assert!(
+            master.command_calls("set") > 0 || !owners.contains(&i),
+            "master {i} served none of its locks"
+        );
+    }
+}
+
+#[test]
+fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
+    let cluster = Cluster::start(3, 0);
+    let client = client(&cluster);
+    let opts = LockOptions::new().fencing(true);
+    for key in ["a", "b", "order:{7}:pay", "z"] {
+        let mut last = 0;
+        for _ in 0..3 {
+            let guard = client.lock_with(key, &opts).unwrap().unwrap();
+            let fence = guard.fence().unwrap();
+            assert!(fence > last, "{key}: fence {fence} after {last}");
+            last = fence;
+            guard.unlock().unwrap();
+        }
+        let slot = cluster.slot(&format!("lock:{key}"));
+        let owner = &cluster.nodes[cluster.owner(slot)];
+        let counters: Vec<String> = owner.query(
+            redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10),
+        );
+        assert!(
+            counters.iter().any(|k| k.starts_with("lock:redlease:fence:{")),
+            "{key}: no fence counter in slot {slot}: {counters:?}"
+        );
+    }
+}
+
+#[test]
+fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
+    let cluster = Cluster::start(3, 0);
+    let holder = client(&cluster);
+    // Polls every 10 s: only a release message explains a quick wake-up.
+    let waiter = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .backoff(Duration::from_secs(10), Duration::from_secs(10))
+        .build()
+        .unwrap();
+    for key in ["w:1", "w:2", "w:3"] {
+        let guard = holder.lock(key).unwrap();
+        let released = thread::scope(|s| {
+            let waiting = s.spawn(|| {
+                let got = waiter.try_lock_for(key, Duration::from_secs(8)).unwrap();
+                (Instant::now(), got.map(|g| g.unlock().unwrap()))
+            });
+            // The waiter is subscribed (on whichever node) before the release.
+            let channel = format!("{{lock:{key}}}:released");
+            let subscribed = support::eventually(Duration::from_secs(10), || {
+                cluster.nodes.iter().any(|n| {
+                    let (_, count): (String, i64) =
+                        n.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel));
+                    count > 0
+                })
+            });
+            assert!(subscribed, "the waiter never subscribed");
+            let at = Instant::now();
+            guard.unlock().unwrap();
+            let (got_at, got) = waiting.join().unwrap();
+            assert_eq!(got, Some(Release::Released), "{key}: not acquired");
+            got_at - at
+        });
+        assert!(
+            released < Duration::from_secs(2),
+            "{key}: woken after {released:?}, i.e. by a poll"
+        );
+    }
+}
+
+#[test]
+fn issue_13_a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
+    let cluster = Cluster::start(3, 0);
+    let client = client(&cluster);
+    let key = "moving";
+    let slot = cluster.slot("lock:moving");
+    let from = cluster.owner(slot);
+    let to = (from + 1) % 3;
+    // Held across the whole migration, renewed (TTL 3 s).
+    let long = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let held = long.lock("moving-held{moving}").unwrap();
+    let counter = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let opts = LockOptions::new().fencing(true);
+    let done = thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|t| {
+                let (client, counter, stop, opts) = (&client, &counter, &stop, &opts);
+                s.spawn(move || {
+                    let mut n = 0u64;
+                    let mut last_fence = 0;
+                    while !stop.load(Ordering::SeqCst) && n < 100_000 {
+                        let fenced = t % 2 == 0;
+                        let guard = if fenced {
+                            client.lock_with(key, opts).unwrap().unwrap()
+                        } else {
+                            client.lock(key).unwrap()
+                        };
+                        if let Some(f) = guard.fence() {
+                            assert!(f > last_fence, "fence went back: {f} after {last_fence}");
+                            last_fence = f;
+                        }
+                        increment(counter);
+                        assert_eq!(guard.unlock().unwrap(), Release::Released);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        let pause = || thread::sleep(Duration::from_millis(300));
+        pause();
+        cluster.begin_migration(slot, from, to);
+        pause();
+        let moved = cluster.move_keys(slot, from, to);
+        pause();
+        cluster.finish_migration(slot, from, to);
+        pause();
+        stop.store(true, Ordering::SeqCst);
+        let done: u64 = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        assert!(moved > 0, "the slot held no key to move");
+        done
+    });
+    assert_eq!(counter.load(Ordering::SeqCst), done, "two holders at once");
+    assert!(done > 20, "only {done} sections across the migration");
+    assert!(
+        cluster.nodes[to].command_calls("asking") > 0,
+        "no call was sent to the importing master: the migration was not exercised"
+    );
+    assert!(held.is_held(), "a lease held across the migration was lost");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    let owner = &cluster.nodes[to];
+    let left: Vec<String> = owner.query(redis::cmd("KEYS").arg("lock:moving*"));
+    assert!(left.is_empty(), "locks left behind: {left:?}");
+}
+
+#[test]
+fn issue_13_a_failover_of_a_shard_master_is_followed() {
+    let cluster = Cluster::start(3, 1);
+    let client = client(&cluster);
+    let key = "fo";
+    let slot = cluster.slot("lock:fo");
+    let master = cluster.owner(slot);
+    let replica = 3 + master;
+    let held = client.lock(key).unwrap();
+    // Replicated before the failover, so the new master has it.
+    let () = cluster.nodes[master].query(redis::cmd("WAIT").arg(1).arg(2000));
+    cluster.failover(replica);
+    let other = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let taken = other.try_lock(key).unwrap();
+    assert!(taken.is_none(), "the lock was granted twice after the failover");
+    let fresh = client.try_lock("fo:after{fo}").unwrap();
+    assert!(fresh.is_some(), "no new lock on the promoted master");
+    assert!(started.elapsed() < Duration::from_secs(5), "calls hung after the failover");
+    let outcome = held.unlock().unwrap();
+    assert_eq!(outcome, Release::Released, "the lease was not kept on the new master");
+    assert!(
+        cluster.nodes[replica].command_calls("evalsha") > 0,
+        "nothing reached the promoted master"
+    );
+}
+
+#[test]
+fn issue_13_a_server_outside_any_cluster_is_a_config_error() {
+    let server = RedisServer::start();
+    let err = LockClient::cluster([server.url()]).build().unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+    assert!(err.to_string().contains("not a cluster node"), "{err}");
+    let none: [&str; 0] = [];
+    let err = LockClient::cluster(none).build().unwrap_err();
+    assert!(matches!(err, Error::Config { .. }), "{err:?}");
+}
+
+#[test]
+fn issue_13_a_foreign_token_holder_on_the_cluster_excludes_us() {
+    let cluster = Cluster::start(3, 0);
+    let client = client(&cluster);
+    let owner = &cluster.nodes[cluster.owner(cluster.slot("lock:shared"))];
+    let () = owner.query(
+        redis::cmd("SET")
+            .arg("lock:shared")
+            .arg("redis-py-token")
+            .arg("NX")
+            .arg("PX")
+            .arg(60_000),
+    );
+    assert!(client.try_lock("shared").unwrap().is_none());
+    let () = owner.query(redis::cmd("DEL").arg("lock:shared"));
+    let guard = client.try_lock("shared").unwrap().expect("free now");
+    let value: String = owner.query(redis::cmd("GET").arg("lock:shared"));
+    assert_ne!(value, "redis-py-token");
+    guard.unlock().unwrap();
+}

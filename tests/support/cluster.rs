@@ -1,0 +1,242 @@
+//! A Redis Cluster for the tests: `redis-server --cluster-enabled yes` processes on
+//! free loopback ports (each with its own cluster-bus port and `nodes.conf` in its
+//! own directory), slots split evenly by `CLUSTER ADDSLOTSRANGE`, joined by
+//! `CLUSTER MEET`; replicas by `CLUSTER REPLICATE`. Killed on `Drop` (each node is
+//! a [`RedisServer`]).
+
+use std::time::Duration;
+
+use super::{RedisServer, eventually, free_port};
+
+/// How long the cluster may take to agree on its state.
+const CONVERGE: Duration = Duration::from_secs(20);
+
+/// Masters (`nodes[..masters]`) and their replicas.
+pub struct Cluster {
+    pub nodes: Vec<RedisServer>,
+    masters: usize,
+}
+
+impl Cluster {
+    /// `masters` masters sharing the 16384 slots evenly, each with `replicas`
+    /// replicas; returns once every node sees the cluster as `ok` and every
+    /// replica is in sync.
+    pub fn start(masters: usize, replicas: usize) -> Cluster {
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas)).map(|_| node()).collect();
+        let per = 16384 / masters;
+        for (i, n) in nodes[..masters].iter().enumerate() {
+            let start = i * per;
+            let end = if i + 1 == masters { 16383 } else { start + per - 1 };
+            let () = n.query(
+                redis::cmd("CLUSTER")
+                    .arg("ADDSLOTSRANGE")
+                    .arg(start)
+                    .arg(end),
+            );
+        }
+        let cluster = Cluster { nodes, masters };
+        for n in &cluster.nodes[1..] {
+            let () = cluster.nodes[0].query(
+                redis::cmd("CLUSTER")
+                    .arg("MEET")
+                    .arg("127.0.0.1")
+                    .arg(n.port())
+                    .arg(bus_port(n)),
+            );
+        }
+        let all = cluster.nodes.len();
+        for n in &cluster.nodes {
+            let knows = eventually(CONVERGE, || known_nodes(n) == all);
+            assert!(knows, "node {} does not see all {all} nodes", n.port());
+        }
+        for (i, r) in cluster.nodes[masters..].iter().enumerate() {
+            let master = cluster.id(i % masters);
+            let ok = eventually(CONVERGE, || {
+                redis::cmd("CLUSTER")
+                    .arg("REPLICATE")
+                    .arg(&master)
+                    .query::<()>(&mut r.conn())
+                    .is_ok()
+            });
+            assert!(ok, "replica {} did not follow its master", r.port());
+        }
+        for r in &cluster.nodes[masters..] {
+            let synced = eventually(CONVERGE, || {
+                info(r, "replication").contains("master_link_status:up")
+            });
+            assert!(synced, "replica {} did not sync", r.port());
+        }
+        for n in &cluster.nodes {
+            let ok = eventually(CONVERGE, || info_cluster(n).contains("cluster_state:ok"));
+            assert!(ok, "node {} never saw the cluster ok", n.port());
+        }
+        cluster
+    }
+
+    /// The masters' URLs (seeds for a client).
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes[..self.masters].iter().map(RedisServer::url).collect()
+    }
+
+    /// The node id of `nodes[i]`.
+    pub fn id(&self, i: usize) -> String {
+        self.nodes[i].query(redis::cmd("CLUSTER").arg("MYID"))
+    }
+
+    /// `CLUSTER KEYSLOT key`.
+    pub fn slot(&self, key: &str) -> u16 {
+        self.nodes[0].query(redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+    }
+
+    /// The index in `nodes` of the master serving `slot`, as `nodes[0]` sees it.
+    pub fn owner(&self, slot: u16) -> usize {
+        let ranges: Vec<(u16, u16, (String, u16))> =
+            slots_of(&self.nodes[0]).into_iter().collect();
+        let port = ranges
+            .iter()
+            .find(|(s, e, _)| (*s..=*e).contains(&slot))
+            .map(|(_, _, (_, port))| *port)
+            .expect("slot served");
+        self.nodes.iter().position(|n| n.port() == port).unwrap()
+    }
+
+    /// Starts moving `slot` from `nodes[from]` to `nodes[to]`: importing on the
+    /// target, then migrating on the source (the order Redis documents).
+    pub fn begin_migration(&self, slot: u16, from: usize, to: usize) {
+        let (from_id, to_id) = (self.id(from), self.id(to));
+        let () = self.nodes[to].query(
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("IMPORTING")
+                .arg(from_id),
+        );
+        let () = self.nodes[from].query(
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("MIGRATING")
+                .arg(to_id),
+        );
+    }
+
+    /// Moves every key of `slot` from `nodes[from]` to `nodes[to]` (`MIGRATE`);
+    /// returns how many it moved.
+    pub fn move_keys(&self, slot: u16, from: usize, to: usize) -> usize {
+        let mut moved = 0;
+        for _ in 0..1000 {
+            let keys: Vec<String> = self.nodes[from].query(
+                redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(100),
+            );
+            if keys.is_empty() {
+                return moved;
+            }
+            let mut cmd = redis::cmd("MIGRATE");
+            cmd.arg("127.0.0.1")
+                .arg(self.nodes[to].port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys);
+            // A key that expired or was deleted meanwhile answers NOKEY: fine.
+            let _: redis::RedisResult<redis::Value> = cmd.query(&mut self.nodes[from].conn());
+            moved += keys.len();
+        }
+        panic!("slot {slot} never emptied");
+    }
+
+    /// Ends the migration: `nodes[to]` owns `slot` (told to the target, the
+    /// source, then every other master).
+    pub fn finish_migration(&self, slot: u16, from: usize, to: usize) {
+        let to_id = self.id(to);
+        let order = [to, from]
+            .into_iter()
+            .chain((0..self.masters).filter(|&i| i != to && i != from));
+        for i in order {
+            let () = self.nodes[i].query(
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+            );
+        }
+    }
+
+    /// `CLUSTER FAILOVER` on replica `nodes[replica]`, then waits until it is a
+    /// master and every node agrees on the new owner of its slots.
+    pub fn failover(&self, replica: usize) {
+        let () = self.nodes[replica].query(redis::cmd("CLUSTER").arg("FAILOVER"));
+        let port = self.nodes[replica].port();
+        let promoted = eventually(CONVERGE, || {
+            info(&self.nodes[replica], "replication").contains("role:master")
+                && self.nodes[..self.masters].iter().all(|n| {
+                    slots_of(n).iter().any(|(_, _, (_, p))| *p == port)
+                })
+        });
+        assert!(promoted, "replica {port} was not promoted");
+    }
+}
+
+fn node() -> RedisServer {
+    let bus = free_port().to_string();
+    RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        &bus,
+        "--cluster-node-timeout",
+        "2000",
+    ])
+}
+
+fn bus_port(n: &RedisServer) -> u16 {
+    let conf: Vec<String> = n.query(redis::cmd("CONFIG").arg("GET").arg("cluster-port"));
+    conf[1].parse().unwrap()
+}
+
+fn known_nodes(n: &RedisServer) -> usize {
+    info_cluster(n)
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster_known_nodes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn info(n: &RedisServer, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query(&mut n.conn())
+        .unwrap_or_default()
+}
+
+fn info_cluster(n: &RedisServer) -> String {
+    redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut n.conn())
+        .unwrap_or_default()
+}
+
+fn slots_of(n: &RedisServer) -> Vec<(u16, u16, (String, u16))> {
+    let reply: Vec<Vec<redis::Value>> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut n.conn())
+        .unwrap_or_default();
+    reply
+        .iter()
+        .filter_map(|e| {
+            let start = redis::from_redis_value_ref(e.first()?).ok()?;
+            let end = redis::from_redis_value_ref(e.get(1)?).ok()?;
+            let master: Vec<redis::Value> = redis::from_redis_value_ref(e.get(2)?).ok()?;
+            let host = redis::from_redis_value_ref(master.first()?).ok()?;
+            let port = redis::from_redis_value_ref(master.get(1)?).ok()?;
+            Some((start, end, (host, port)))
+        })
+        .collect()
+}
