@@ -268,7 +268,8 @@ impl LockClientBuilder {
                     let kick = self.pubsub.then_some(kick.as_str());
                     probe(node, &*backend, &self.key_prefix, kick, Some(tag)).map(|a| a.subscribe)
                 };
-                let (cluster, io, subscribe) = Cluster::connect(seeds, open, config, &counters, check)?;
+                let (cluster, io, subscribe) =
+                    Cluster::connect(seeds, open, config, &counters, check)?;
                 (Arc::new(cluster), io, subscribe)
             }
         };

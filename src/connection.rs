@@ -173,13 +173,16 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> RedisResult<Conn> {
-        #[cfg_attr(not(feature = "cluster"), expect(unused_mut))]
-        let mut conn = Conn::new(self.connect_raw()?);
+        let con = self.connect_raw();
         #[cfg(feature = "cluster")]
         if let Target::Shard(_, redirects) = &self.target {
+            // A node that cannot be reached may have been replaced: the map is
+            // asked for again.
+            let mut conn = Conn::new(con.inspect_err(|e| redirects.note(e))?);
             conn.redirects = Some(Arc::clone(redirects));
+            return Ok(conn);
         }
-        Ok(conn)
+        Ok(Conn::new(con?))
     }
 
     fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {

@@ -229,7 +229,9 @@ impl LockClientBuilder {
         use redis::ConnectionAddr;
         let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
         let infos = infos.map_err(|_| super::bad_url())?;
-        let first = infos.first().ok_or(Error::config("urls", "a cluster needs a seed node"))?;
+        let first = infos
+            .first()
+            .ok_or(Error::config("urls", "a cluster needs a seed node"))?;
         self.check_tls(first)?;
         let mut seeds = Vec::new();
         for info in &infos {

@@ -89,7 +89,10 @@ impl Cluster {
             .map(|s| Arc::clone(s.node()))
             .collect();
         let first = &ranges[0];
-        let subscribe = check(shared.at(&format!("{}:{}", first.host, first.port))?.node(), tag(first.start))?;
+        let subscribe = check(
+            shared.at(&format!("{}:{}", first.host, first.port))?.node(),
+            tag(first.start),
+        )?;
         let (nudge, map_io) = slot_map::spawn(Arc::clone(&shared))?;
         threads.lock().push(map_io);
         let cluster = Self {
@@ -126,7 +129,12 @@ impl Cluster {
                 None => (self.shared.master(slot, &self.nudge)?, false),
             };
             let out = call(&single, asking);
-            match err(&out).and_then(hop) {
+            let e = err(&out);
+            if e.is_some_and(Error::is_connection_error) {
+                // The master may have been replaced: have the map read again.
+                let _ = self.nudge.try_send(());
+            }
+            match e.and_then(hop) {
                 Some(Hop::Moved) if hops < MAX_HOPS => hops += 1,
                 Some(Hop::Ask(addr)) if hops < MAX_HOPS => {
                     hops += 1;
@@ -178,9 +186,11 @@ impl Topology for Cluster {
         maybe: &[String],
         ttl: Duration,
     ) -> (String, Instant, Result<Extend>) {
-        let out = self.routed(key, |r: &(String, Instant, Result<Extend>)| r.2.as_ref().err(), |single, ask| {
-            single.extend_asking(backend, (key, value, maybe), ttl, ask)
-        });
+        let out = self.routed(
+            key,
+            |r: &(String, Instant, Result<Extend>)| r.2.as_ref().err(),
+            |single, ask| single.extend_asking(backend, (key, value, maybe), ttl, ask),
+        );
         out.unwrap_or_else(|e| (value.to_owned(), Instant::now(), Err(e)))
     }
 
@@ -196,7 +206,10 @@ impl Topology for Cluster {
         let mut groups: HashMap<*const Single, (Arc<Single>, Vec<Renew>)> = HashMap::new();
         let mut unrouted = Vec::new();
         for r in batch {
-            match self.shared.master(slot(r.state.key.as_bytes()), &self.nudge) {
+            match self
+                .shared
+                .master(slot(r.state.key.as_bytes()), &self.nudge)
+            {
                 Ok(single) => {
                     let group = groups
                         .entry(Arc::as_ptr(&single))
@@ -279,7 +292,10 @@ fn first_map(seeds: &[(String, u16)], open: &Opener, config: NodeConfig) -> Resu
         match answer {
             Ok(ranges) if !ranges.is_empty() => return Ok(ranges),
             Ok(_) => {
-                failure.get_or_insert(Error::config("cluster", "the cluster has no slots assigned"));
+                failure.get_or_insert(Error::config(
+                    "cluster",
+                    "the cluster has no slots assigned",
+                ));
             }
             Err(e) if e.code() == Some("ERR") => {
                 failure.get_or_insert(Error::config(

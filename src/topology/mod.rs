@@ -32,11 +32,11 @@ mod worker;
 
 #[cfg(feature = "cluster")]
 pub(crate) use cluster::Cluster;
-#[cfg(feature = "cluster")]
-pub(crate) use slot_map::Opener;
 pub(crate) use probe::probe;
 pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;
+#[cfg(feature = "cluster")]
+pub(crate) use slot_map::Opener;
 pub(crate) use worker::IoThread;
 
 /// The outcome of one acquire attempt that got an answer.

@@ -175,26 +175,23 @@ impl Single {
     }
 
     /// [`Topology::hand_off`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
-    pub(crate) fn hand_off_asking(
-        &self,
-        keys: &Keys,
-        h: HandOff<'_>,
-        ask: bool,
-    ) -> Result<Handed> {
+    pub(crate) fn hand_off_asking(&self, keys: &Keys, h: HandOff<'_>, ask: bool) -> Result<Handed> {
         let fence_key = keys.fence();
         let reply: Result<(i64, i64)> = self.node.with_retry(|conn| {
-            asking(conn, ask, |conn| with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
-                c.run(|c| {
-                    TOKEN_HANDOFF
-                        .key(&keys.lock)
-                        .key(&fence_key)
-                        .arg(h.ours)
-                        .arg(h.value)
-                        .arg(ttl_millis(h.ttl))
-                        .arg(if h.fence { "1" } else { "0" })
-                        .invoke(c)
+            asking(conn, ask, |conn| {
+                with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
+                    c.run(|c| {
+                        TOKEN_HANDOFF
+                            .key(&keys.lock)
+                            .key(&fence_key)
+                            .arg(h.ours)
+                            .arg(h.value)
+                            .arg(ttl_millis(h.ttl))
+                            .arg(if h.fence { "1" } else { "0" })
+                            .invoke(c)
+                    })
                 })
-            }))
+            })
         });
         reply.map(|(n, fence)| match n {
             1 => Handed::Done(h.fence.then(|| u64::try_from(fence).unwrap_or(0))),

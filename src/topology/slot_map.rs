@@ -167,7 +167,10 @@ impl Shared {
     fn refresh(&self) {
         for single in self.masters() {
             let node = single.node();
-            match node.get().and_then(|mut c| Ok(c.run(|c| read_slots(c, node))?)) {
+            match node
+                .get()
+                .and_then(|mut c| Ok(c.run(|c| read_slots(c, node))?))
+            {
                 Ok(ranges) if !ranges.is_empty() => {
                     if let Err(e) = self.apply(&ranges) {
                         log::warn!("cluster map not taken in: {e}");
@@ -216,7 +219,10 @@ fn run(shared: &Shared, nudged: &Receiver<()>, stopped: &Receiver<()>) {
 }
 
 /// `CLUSTER SLOTS` on `con`; a master named by an empty host is on `node`'s host.
-pub(super) fn read_slots(con: &mut redis::Connection, node: &Node) -> redis::RedisResult<Vec<Range>> {
+pub(super) fn read_slots(
+    con: &mut redis::Connection,
+    node: &Node,
+) -> redis::RedisResult<Vec<Range>> {
     let reply: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(con)?;
     let fallback = node.address().info().and_then(host_of);
     Ok(reply
@@ -297,13 +303,19 @@ mod tests {
             Value::Array(vec![bulk("127.0.0.1"), Value::Int(7003), bulk("id2")]),
         ];
         let r = parse_range(&entry, None).unwrap();
-        assert_eq!((r.start, r.end, r.host.as_str(), r.port), (0, 5460, "127.0.0.1", 7000));
+        assert_eq!(
+            (r.start, r.end, r.host.as_str(), r.port),
+            (0, 5460, "127.0.0.1", 7000)
+        );
         let unnamed = vec![
             Value::Int(1),
             Value::Int(2),
             Value::Array(vec![bulk(""), Value::Int(7001)]),
         ];
-        assert_eq!(parse_range(&unnamed, Some("10.0.0.9")).unwrap().host, "10.0.0.9");
+        assert_eq!(
+            parse_range(&unnamed, Some("10.0.0.9")).unwrap().host,
+            "10.0.0.9"
+        );
         assert!(parse_range(&unnamed, None).is_none());
         assert_eq!(split("[::1]:7000"), Some(("[::1]", 7000)));
         assert_eq!(split("nohost"), None);

@@ -26,7 +26,11 @@ impl Cluster {
         let per = 16384 / masters;
         for (i, n) in nodes[..masters].iter().enumerate() {
             let start = i * per;
-            let end = if i + 1 == masters { 16383 } else { start + per - 1 };
+            let end = if i + 1 == masters {
+                16383
+            } else {
+                start + per - 1
+            };
             let () = n.query(
                 redis::cmd("CLUSTER")
                     .arg("ADDSLOTSRANGE")
@@ -75,7 +79,10 @@ impl Cluster {
 
     /// The masters' URLs (seeds for a client).
     pub fn urls(&self) -> Vec<String> {
-        self.nodes[..self.masters].iter().map(RedisServer::url).collect()
+        self.nodes[..self.masters]
+            .iter()
+            .map(RedisServer::url)
+            .collect()
     }
 
     /// The node id of `nodes[i]`.
@@ -90,8 +97,7 @@ impl Cluster {
 
     /// The index in `nodes` of the master serving `slot`, as `nodes[0]` sees it.
     pub fn owner(&self, slot: u16) -> usize {
-        let ranges: Vec<(u16, u16, (String, u16))> =
-            slots_of(&self.nodes[0]).into_iter().collect();
+        let ranges: Vec<(u16, u16, (String, u16))> = slots_of(&self.nodes[0]).into_iter().collect();
         let port = ranges
             .iter()
             .find(|(s, e, _)| (*s..=*e).contains(&slot))
@@ -174,9 +180,9 @@ impl Cluster {
         let port = self.nodes[replica].port();
         let promoted = eventually(CONVERGE, || {
             info(&self.nodes[replica], "replication").contains("role:master")
-                && self.nodes[..self.masters].iter().all(|n| {
-                    slots_of(n).iter().any(|(_, _, (_, p))| *p == port)
-                })
+                && self.nodes[..self.masters]
+                    .iter()
+                    .all(|n| slots_of(n).iter().any(|(_, _, (_, p))| *p == port))
         });
         assert!(promoted, "replica {port} was not promoted");
     }
