@@ -61,12 +61,18 @@ impl PrivateServer {
     /// Starts `redis-server` without persistence and waits (at most 5 s) until it
     /// answers; tries another port if the first one was taken meanwhile.
     pub fn start() -> Result<Self, Box<dyn Error>> {
+        Self::start_with(|_| Vec::new())
+    }
+
+    /// [`start`](Self::start), with the arguments `extra` gives for the port.
+    pub fn start_with(extra: impl Fn(u16) -> Vec<String>) -> Result<Self, Box<dyn Error>> {
         for _ in 0..3 {
             // A port the kernel just had free.
             let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no"])
+                .args(extra(port))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
