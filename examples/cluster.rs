@@ -134,10 +134,15 @@ fn start_cluster(dir: &std::path::Path) -> Result<Vec<PrivateServer>, Box<dyn Er
             .arg(end)
             .exec(&mut conn(n)?)?;
         if i > 0 {
+            let bus: (String, u16) = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("cluster-port")
+                .query(&mut conn(n)?)?;
             redis::cmd("CLUSTER")
                 .arg("MEET")
                 .arg("127.0.0.1")
                 .arg(n.port)
+                .arg(bus.1)
                 .exec(&mut conn(&nodes[0])?)?;
         }
     }
