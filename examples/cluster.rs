@@ -54,7 +54,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut by_slot: BTreeMap<u16, usize> = BTreeMap::new();
     for job in 0..JOBS {
         let key = format!("{prefix}job:{job}");
-        let slot: u16 = redis::cmd("CLUSTER").arg("KEYSLOT").arg(&key).query(&mut seed)?;
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(&key)
+            .query(&mut seed)?;
         *by_slot.entry(slot / 5462).or_default() += 1;
     }
     println!("jobs per third of the slot range (one master each): {by_slot:?}");

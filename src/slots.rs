@@ -83,7 +83,8 @@ impl Redirects {
     /// What was noted since the last call, if anything (one atomic load when
     /// nothing was).
     pub(crate) fn take(&self) -> Option<Noted> {
-        if !self.pending.swap(false, Ordering::AcqRel) {
+        // A load first: most calls find nothing, and need not write the line.
+        if !self.pending.load(Ordering::Acquire) || !self.pending.swap(false, Ordering::AcqRel) {
             return None;
         }
         Some(std::mem::take(&mut *self.noted.lock()))

@@ -1,0 +1,174 @@
+//! redlease on a Redis Cluster against its floor, measured side by side in one run.
+//!
+//! - `lock+unlock`: one thread, one key, vs the raw `SET NX PX` + `EVALSHA`
+//!   compare-and-delete sent straight to the master owning the key's slot (a
+//!   client that already knows the slot map); medians of interleaved rounds.
+//! - `8 threads x 64 keys`: aggregate lock+unlock ops/s on three masters vs on a
+//!   one-master cluster, the same client code: how far the work spreads; each
+//!   beside the raw commands on the owning masters.
+//!
+//! Run: `cargo bench --bench cluster --features cluster` (needs `redis-server`);
+//! `REDLEASE_BENCH_PIN=1` pins every `redis-server` to core 0 and this process to
+//! core 1 (`taskset`), as in `benches/lock.rs`. On two cores the masters share
+//! one core, so the spread is bounded by that core, not by the client.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Barrier;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::LockClient;
+use support::cluster::Cluster;
+
+const RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+/// Raw connections to every master, and the key → master map of the cluster.
+struct Floor {
+    cons: Vec<redis::Connection>,
+    release: redis::Script,
+    n: u64,
+}
+
+impl Floor {
+    fn new(cluster: &Cluster, masters: usize) -> Self {
+        Self {
+            cons: cluster.nodes[..masters].iter().map(|n| n.conn()).collect(),
+            release: redis::Script::new(RELEASE),
+            n: 0,
+        }
+    }
+
+    fn lock_unlock(&mut self, key: &str, owner: usize) {
+        self.n += 1;
+        let token = format!("floor-{}", self.n);
+        let con = &mut self.cons[owner];
+        let set: redis::Value = redis::cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(con)
+            .unwrap();
+        assert_ne!(set, redis::Value::Nil, "floor key busy");
+        let _: i64 = self.release.key(key).arg(&token).invoke(con).unwrap();
+    }
+}
+
+fn pin(cluster: &Cluster) {
+    if std::env::var_os("REDLEASE_BENCH_PIN").is_none() {
+        return;
+    }
+    let set = |core: &str, pid: u32| {
+        std::process::Command::new("taskset")
+            .args(["-apc", core, &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let servers = cluster.nodes.iter().all(|n| set("0", n.pid()));
+    let ok = servers && set("1", std::process::id());
+    println!("PIN redis-servers on core 0, benchmark on core 1: {ok}");
+}
+
+fn median(v: &mut [Duration]) -> Duration {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn lock_unlock(cluster: &Cluster) {
+    let client = LockClient::cluster(cluster.urls()).build().unwrap();
+    let mut floor = Floor::new(cluster, 3);
+    let owner = cluster.owner(cluster.slot("bench:c"));
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..200 {
+        assert!(client.lock("bench:c").unwrap().unlock().unwrap().was_held());
+        floor.lock_unlock("bench:f{bench:c}", owner);
+    }
+    for _ in 0..3000 {
+        let t = Instant::now();
+        assert!(client.lock("bench:c").unwrap().unlock().unwrap().was_held());
+        ours.push(t.elapsed());
+        let t = Instant::now();
+        floor.lock_unlock("bench:f{bench:c}", owner);
+        base.push(t.elapsed());
+    }
+    let (o, b) = (median(&mut ours), median(&mut base));
+    println!(
+        "RATIO cluster lock+unlock: redlease p50 {o:?} / floor p50 {b:?} (owning master) = {:.3}x",
+        o.as_secs_f64() / b.as_secs_f64()
+    );
+}
+
+/// 8 threads, each cycling over its 8 of `keys`, for `per_thread` lock+unlocks;
+/// ops/s.
+fn spread(per_thread: usize, work: impl Fn(usize) -> Box<dyn FnMut(usize) + Send> + Sync) -> f64 {
+    let barrier = Barrier::new(9);
+    let start = thread::scope(|s| {
+        for t in 0..8 {
+            let mut op = work(t);
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..per_thread {
+                    op(t * 8 + i % 8);
+                }
+            });
+        }
+        barrier.wait();
+        Instant::now()
+    });
+    (8 * per_thread) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn aggregate(cluster: &Cluster, masters: usize) -> (f64, f64) {
+    let client = LockClient::cluster(cluster.urls()).build().unwrap();
+    let keys: Vec<String> = (0..64).map(|i| format!("bench:s{i}")).collect();
+    let owners: Vec<usize> = keys
+        .iter()
+        .map(|k| cluster.owner(cluster.slot(k)))
+        .collect();
+    let (mut ours, mut base) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        ours.push(spread(1000, |_| {
+            let (client, keys) = (client.clone(), keys.clone());
+            Box::new(move |k| assert!(client.lock(&keys[k]).unwrap().unlock().unwrap().was_held()))
+        }));
+        base.push(spread(1000, |_| {
+            let mut floor = Floor::new(cluster, masters);
+            let (keys, owners) = (keys.clone(), owners.clone());
+            Box::new(move |k| floor.lock_unlock(&format!("{{{}}}:f", keys[k]), owners[k]))
+        }));
+    }
+    ours.sort_by(f64::total_cmp);
+    base.sort_by(f64::total_cmp);
+    (ours[2], base[2])
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is read.
+    let three = Cluster::start(3, 0);
+    pin(&three);
+    lock_unlock(&three);
+    let (o3, b3) = aggregate(&three, 3);
+    drop(three);
+    let one = Cluster::start(1, 0);
+    pin(&one);
+    let (o1, b1) = aggregate(&one, 1);
+    println!(
+        "RATIO cluster 8 threads x 64 keys, 3 masters: redlease {o3:.0} ops/s / floor {b3:.0} ops/s = {:.3}x",
+        o3 / b3
+    );
+    println!(
+        "RATIO cluster 8 threads x 64 keys, 1 master: redlease {o1:.0} ops/s / floor {b1:.0} ops/s = {:.3}x",
+        o1 / b1
+    );
+    println!(
+        "RATIO cluster spread, 3 masters / 1 master: redlease {:.2}x, floor {:.2}x",
+        o3 / o1,
+        b3 / b1
+    );
+}
