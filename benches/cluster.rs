@@ -35,7 +35,10 @@ struct Floor {
 impl Floor {
     fn new(cluster: &Cluster, masters: usize) -> Self {
         Self {
-            cons: cluster.nodes[..masters].iter().map(|n| n.conn()).collect(),
+            cons: cluster.nodes[..masters]
+                .iter()
+                .map(support::RedisServer::conn)
+                .collect(),
             release: redis::Script::new(RELEASE),
             n: 0,
         }
@@ -121,7 +124,7 @@ fn spread(per_thread: usize, work: impl Fn(usize) -> Box<dyn FnMut(usize) + Send
         barrier.wait();
         Instant::now()
     });
-    (8 * per_thread) as f64 / start.elapsed().as_secs_f64()
+    f64::from(u32::try_from(8 * per_thread).unwrap_or(u32::MAX)) / start.elapsed().as_secs_f64()
 }
 
 fn aggregate(cluster: &Cluster, masters: usize) -> (f64, f64) {

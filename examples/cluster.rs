@@ -17,10 +17,10 @@ mod private_server;
 
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use private_server::PrivateServer;
 use redlease::{LockClient, LockOptions};
 
@@ -78,7 +78,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                         .lock_with(&format!("job:{job}"), opts)?
                         .expect("lock_with without a wait bound waits");
                     let fence = guard.fence().expect("fencing was asked for");
-                    let mut store = store.lock().expect("store");
+                    let mut store = store.lock();
                     let last = store.entry(job).or_insert(0);
                     assert!(fence > *last, "job {job}: fence {fence} after {last}");
                     *last = fence;
@@ -93,7 +93,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         Ok(())
     })?;
-    let written = store.lock().map(|s| s.len()).unwrap_or(0);
+    let written = store.lock().len();
     println!(
         "{WORKERS} workers ran {} fenced jobs over {written} keys in {:?}; every fence rose",
         ROUNDS * JOBS,

@@ -269,7 +269,7 @@ impl LockClientBuilder {
                     probe(node, &*backend, &self.key_prefix, kick, Some(tag)).map(|a| a.subscribe)
                 };
                 let (cluster, io, subscribe) =
-                    Cluster::connect(seeds, open, config, &counters, check)?;
+                    Cluster::connect(&seeds, open, config, &counters, check)?;
                 (Arc::new(cluster), io, subscribe)
             }
         };

@@ -98,9 +98,13 @@ impl Conn {
 
     /// Notes a cluster redirection found among a pipeline's replies (errors kept
     /// as replies).
-    pub(crate) fn note_reply(&self, _reply: &redis::Value) {
+    #[cfg_attr(
+        not(feature = "cluster"),
+        expect(clippy::unused_self, unused_variables)
+    )]
+    pub(crate) fn note_reply(&self, reply: &redis::Value) {
         #[cfg(feature = "cluster")]
-        if let (redis::Value::ServerError(e), Some(r)) = (_reply, &self.redirects)
+        if let (redis::Value::ServerError(e), Some(r)) = (reply, &self.redirects)
             && e.code() == "MOVED"
         {
             r.moved(e.details().unwrap_or_default());

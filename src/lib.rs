@@ -144,13 +144,14 @@
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam: where a lock lives   single (one server; its node I/O thread)
 //!             redlock (a quorum: per-node lanes, a ballot counting renewals)
+//!             cluster (a single per master, the slot map, its redlease-map thread)
 //!             probe (what the Redis user may do, checked by build)
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy, reentrant, replicas
 //! node        one Redis server: its pool
 //! connection  r2d2 manager, timeouts, retry on a stale connection; where
 //!             connections go: tls (certificates), sentinel (the current master)
-//! leaves      error, metrics, scripts, time, cancel
+//! leaves      error, metrics, scripts, time, cancel, slots (cluster key slots)
 //! ```
 //!
 //! ```text
@@ -199,6 +200,7 @@
 //! | --- | --- |
 //! | `tls-rustls` | `rediss://` URLs; `LockClientBuilder::tls` with `TlsCertificates` for a private CA and client certificates (mutual TLS) |
 //! | `sentinel` | `LockClient::sentinel`: the master is looked up through Redis Sentinel at every new connection, and a failover followed (what it can do to a lock is in its docs) |
+//! | `cluster` | `LockClient::cluster`: locks routed to the master of their key's slot, a fence counter per slot, `MOVED`/`ASK`/`TRYAGAIN` followed within the call (`crc16`) |
 //! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV

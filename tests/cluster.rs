@@ -82,7 +82,7 @@ fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
             let fence = guard.fence().unwrap();
             assert!(fence > last, "{key}: fence {fence} after {last}");
             last = fence;
-            guard.unlock().unwrap();
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
         }
         let slot = cluster.slot(&format!("lock:{key}"));
         let owner = &cluster.nodes[cluster.owner(slot)];
@@ -125,7 +125,7 @@ fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
             });
             assert!(subscribed, "the waiter never subscribed");
             let at = Instant::now();
-            guard.unlock().unwrap();
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
             let (got_at, got) = waiting.join().unwrap();
             assert_eq!(got, Some(Release::Released), "{key}: not acquired");
             got_at - at
@@ -276,7 +276,7 @@ fn issue_13_a_foreign_token_holder_on_the_cluster_excludes_us() {
     let guard = client.try_lock("shared").unwrap().expect("free now");
     let value: String = owner.query(redis::cmd("GET").arg("lock:shared"));
     assert_ne!(value, "redis-py-token");
-    guard.unlock().unwrap();
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
 
 #[test]
@@ -311,7 +311,7 @@ fn issue_13_a_crashed_shard_master_is_replaced_by_its_replica() {
         cluster.nodes[3 + master].command_calls("set") > 0,
         "the new lock is not on the promoted replica"
     );
-    fresh.unlock().unwrap();
+    assert_eq!(fresh.unlock().unwrap(), Release::Released);
     // The held lease was replicated: it is still held there, or reported lost;
     // never held by us while another client gets it.
     let other = LockClient::cluster(cluster.urls()[(master + 1) % 3..].to_vec())

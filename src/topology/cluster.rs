@@ -17,6 +17,7 @@
 //! whole map again, so a crashed master's slots move to the replica that took
 //! over. Renewals go in one pipeline per master per tick.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,13 +69,13 @@ impl Cluster {
     /// [`Error::Config`] when a seed is not a cluster node, what the seeds failed
     /// with when none answered, what `check` returns.
     pub(crate) fn connect(
-        seeds: Vec<(String, u16)>,
+        seeds: &[(String, u16)],
         open: Opener,
         config: NodeConfig,
         counters: &Arc<Counters>,
         check: impl Fn(&Node, u32) -> Result<bool>,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
-        let ranges = first_map(&seeds, &open, config)?;
+        let ranges = first_map(seeds, &open, config)?;
         let threads = Arc::new(Mutex::new(Vec::new()));
         let shared = Arc::new(Shared::new(
             &ranges,
@@ -152,7 +153,13 @@ impl Cluster {
 
 impl Topology for Cluster {
     fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt> {
-        let keys = keys.clone().in_cluster();
+        // Only the fence counter's name changes in a cluster: the token scheme
+        // names it only when a fence is asked for.
+        let keys = if req.fence || !backend.hands_over() {
+            Cow::Owned(keys.clone().in_cluster())
+        } else {
+            Cow::Borrowed(keys)
+        };
         self.routed(&keys.lock, error_of, |single, ask| {
             single.acquire_asking(backend, &keys, req, ask)
         })?

@@ -61,7 +61,8 @@ pub(crate) fn probe(
 ) -> Result<Access> {
     let mut name = format!("redlease:probe:{}", uuid::Uuid::new_v4());
     if let Some(tag) = tag {
-        name.push_str(&format!(":{{{tag}}}"));
+        use std::fmt::Write as _;
+        let _ = write!(name, ":{{{tag}}}");
     }
     let keys = Keys::new(prefix, &name, backend)?;
     let mut conn = node.get()?;

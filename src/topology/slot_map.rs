@@ -240,7 +240,7 @@ fn parse_range(entry: &[Value], fallback: Option<&str>) -> Option<Range> {
     };
     let mut host: String = redis::from_redis_value_ref(master.first()?).ok()?;
     if host.is_empty() || host == "?" {
-        host = fallback?.to_owned();
+        fallback?.clone_into(&mut host);
     }
     let port = u16::try_from(int(master.get(1)?)?).ok()?;
     Some(Range {
