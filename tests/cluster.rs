@@ -324,3 +324,78 @@ fn issue_13_a_crashed_shard_master_is_replaced_by_its_replica() {
         "granted to another client while still reported held"
     );
 }
+
+#[test]
+fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
+    let cluster = Cluster::start(3, 0);
+    for n in &cluster.nodes {
+        let () = n.query(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("locker")
+                .arg("on")
+                .arg(">pw")
+                .arg("~lock:*")
+                .arg("&{lock:*")
+                .arg("&redlease:waiter:*")
+                .arg("+ping")
+                .arg("+set")
+                .arg("+get")
+                .arg("+del")
+                .arg("+pttl")
+                .arg("+pexpire")
+                .arg("+incr")
+                .arg("+evalsha")
+                .arg("+script|load")
+                .arg("+publish")
+                .arg("+subscribe")
+                .arg("+unsubscribe")
+                .arg("+punsubscribe")
+                .arg("+cluster|slots")
+                .arg("+asking"),
+        );
+    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replace("redis://", "redis://locker:pw@"))
+        .collect();
+    let client = LockClient::cluster(urls)
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().fencing(true);
+    let mut masters = BTreeSet::new();
+    for i in 0..12 {
+        let key = format!("acl:{i}");
+        masters.insert(cluster.owner(cluster.slot(&format!("lock:{key}"))));
+        let guard = client.lock_with(&key, &opts).unwrap().unwrap();
+        assert!(guard.fence().is_some());
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    }
+    assert_eq!(masters.len(), 3, "the keys must spread over every master");
+    // The same user without EVALSHA is refused at build, naming the command.
+    for n in &cluster.nodes {
+        let () = n.query(
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("locker")
+                .arg("-evalsha"),
+        );
+    }
+    let urls: Vec<String> = cluster
+        .urls()
+        .iter()
+        .map(|u| u.replace("redis://", "redis://locker:pw@"))
+        .collect();
+    let err = LockClient::cluster(urls)
+        .key_prefix("lock:")
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, Error::Permission { .. }), "{err:?}");
+    assert!(err.to_string().contains("evalsha"), "{err}");
+    assert!(
+        !format!("{err} {err:?}").contains("pw@"),
+        "password shown: {err:?}"
+    );
+}
