@@ -399,3 +399,63 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
         "password shown: {err:?}"
     );
 }
+
+#[cfg(feature = "tls-rustls")]
+#[test]
+fn issue_13_a_cluster_over_mutual_tls() {
+    use support::tls::Ca;
+    let ca = Ca::new("redlease cluster CA");
+    let (server, peer, client_cert) = (ca.server(), ca.client(), ca.client());
+    let dir = support::TempDir::new(0);
+    let file = |name: &str, text: &str| {
+        let p = dir.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let files = [
+        ("--tls-cert-file", file("server.crt", &server.cert)),
+        ("--tls-key-file", file("server.key", &server.key)),
+        // The cluster bus is TLS too: nodes show each other a client certificate.
+        ("--tls-client-cert-file", file("peer.crt", &peer.cert)),
+        ("--tls-client-key-file", file("peer.key", &peer.key)),
+        ("--tls-ca-cert-file", file("ca.crt", &ca.pem())),
+    ];
+    let cluster = Cluster::start_with(3, 0, || {
+        let mut args = vec!["--tls-port".to_owned(), support::free_port().to_string()];
+        for (flag, path) in &files {
+            args.extend([(*flag).to_owned(), path.clone()]);
+        }
+        args.extend(["--tls-cluster", "yes", "--tls-auth-clients", "yes"].map(str::to_owned));
+        args
+    });
+    let seeds: Vec<String> = cluster.nodes[..3]
+        .iter()
+        .map(|n| {
+            let (_, port): (String, u16) = n.query(redis::cmd("CONFIG").arg("GET").arg("tls-port"));
+            format!("rediss://127.0.0.1:{port}/")
+        })
+        .collect();
+    let certs = redlease::TlsCertificates::new()
+        .root_cert(ca.pem())
+        .client_cert(client_cert.cert, client_cert.key);
+    let client = LockClient::cluster(seeds.clone())
+        .tls(certs)
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().fencing(true);
+    let mut masters = BTreeSet::new();
+    for i in 0..12 {
+        let key = format!("tls:{i}");
+        masters.insert(cluster.owner(cluster.slot(&format!("lock:{key}"))));
+        let guard = client.lock_with(&key, &opts).unwrap().unwrap();
+        assert!(guard.fence().is_some());
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    }
+    assert_eq!(masters.len(), 3, "the keys must spread over every master");
+    // Without the client certificate the servers refuse the handshake.
+    let refused = LockClient::cluster(seeds)
+        .tls(redlease::TlsCertificates::new().root_cert(ca.pem()))
+        .build();
+    assert!(refused.is_err(), "a client without certificate was let in");
+}

@@ -22,7 +22,15 @@ impl Cluster {
     /// replicas; returns once every node sees the cluster as `ok` and every
     /// replica is in sync.
     pub fn start(masters: usize, replicas: usize) -> Cluster {
-        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas)).map(|_| node()).collect();
+        Cluster::start_with(masters, replicas, Vec::new)
+    }
+
+    /// [`start`](Self::start), each node with the arguments `extra` makes
+    /// (`--tls-port` and certificates, say).
+    pub fn start_with(masters: usize, replicas: usize, extra: impl Fn() -> Vec<String>) -> Cluster {
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
+            .map(|_| node(&extra()))
+            .collect();
         let per = 16384 / masters;
         for (i, n) in nodes[..masters].iter().enumerate() {
             let start = i * per;
@@ -188,9 +196,9 @@ impl Cluster {
     }
 }
 
-fn node() -> RedisServer {
+fn node(extra: &[String]) -> RedisServer {
     let bus = free_port().to_string();
-    RedisServer::start_with(&[
+    let mut args = vec![
         "--cluster-enabled",
         "yes",
         "--cluster-config-file",
@@ -199,7 +207,9 @@ fn node() -> RedisServer {
         &bus,
         "--cluster-node-timeout",
         "2000",
-    ])
+    ];
+    args.extend(extra.iter().map(String::as_str));
+    RedisServer::start_with(&args)
 }
 
 fn bus_port(n: &RedisServer) -> u16 {
