@@ -174,7 +174,10 @@ fn every_entry_point_works_over_a_quorum_and_release_counts_its_nodes() {
     // `with_lock` and a waiting `lock` take it again.
     assert_eq!(client.with_lock("k", || 7).unwrap(), 7);
     drop(client.lock("k").unwrap());
-    assert_eq!(holders(&masters, "lock:k"), 0);
+    // The drop returns once a majority deleted it; the last node may answer later.
+    assert!(eventually(Duration::from_secs(2), || holders(
+        &masters, "lock:k"
+    ) == 0));
 }
 
 #[test]
