@@ -15,7 +15,9 @@ use redis::ConnectionLike;
 use crate::connection::{Conn, Manager};
 use crate::error::Result;
 
-type Pooled = r2d2::PooledConnection<Manager>;
+/// Boxed once when the pool hands it out, so the stack moves a pointer, not the
+/// connection's few hundred bytes.
+type Pooled = Box<r2d2::PooledConnection<Manager>>;
 
 /// Healthy connections checked out of the pool and not in use, most recently used
 /// on top.
@@ -45,7 +47,7 @@ impl Idle {
     /// as long as the pool's limit allows.
     pub(super) fn take(
         &self,
-        get: impl FnOnce() -> std::result::Result<Pooled, r2d2::Error>,
+        get: impl FnOnce() -> std::result::Result<r2d2::PooledConnection<Manager>, r2d2::Error>,
     ) -> Result<NodeConn<'_>> {
         let top = {
             let mut stack = self.stack.lock();
@@ -60,7 +62,7 @@ impl Idle {
         } else {
             let conn = get();
             self.stack.lock().waiting -= 1;
-            conn?
+            Box::new(conn?)
         };
         Ok(NodeConn {
             conn: Some(conn),
