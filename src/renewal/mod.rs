@@ -124,11 +124,23 @@ impl Renewer {
     pub(crate) fn register(&self, lease: Lease) {
         let _ = lease.state.reschedule.set(self.reschedule.clone());
         let due = to_nanos(lease.due);
+        // Leases released before the thread took them leave the inbox here, on the
+        // thread of a caller, which most often made them: their memory goes back to
+        // the allocator's cache of the thread that will allocate the next ones,
+        // instead of being freed on the renewal thread.
+        let mut done: [Option<Lease>; 2] = [None, None];
         let queued = {
             let mut inbox = self.inbox.lock();
+            for slot in &mut done {
+                if !inbox.last().is_some_and(Lease::released) {
+                    break;
+                }
+                *slot = inbox.pop();
+            }
             inbox.push(lease);
             inbox.len()
         };
+        drop(done);
         // Pairs with the fence in `run`: either the thread sees this lease before it
         // sleeps, or this sees the wake-up time it published.
         fence(AtomicOrdering::SeqCst);

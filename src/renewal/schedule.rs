@@ -114,6 +114,11 @@ impl Lease {
         (self.interval / EARLY_SHARE).max(Duration::from_millis(1))
     }
 
+    /// Released by its guard (a lease whose mutex is busy counts as not released).
+    pub(super) fn released(&self) -> bool {
+        self.state.held.try_lock().is_some_and(|h| h.released)
+    }
+
     /// Not released and not lost: still worth keeping in the queue.
     fn live(&self) -> bool {
         !self.state.is_lost() && self.state.held.try_lock().is_none_or(|h| !h.released)
