@@ -71,22 +71,25 @@ struct Plan {
     backend: Arc<dyn Backend>,
     on_lost: Option<LostCallback>,
     replicas: Option<Replicas>,
+    /// Computed once by [`Plan::with_terms`].
+    terms: Option<Terms>,
 }
 
 impl Plan {
     /// The terms on which a lease of this plan can pass between holders of the
     /// client as it is: renewed, no fence, no hold bound, no callback.
-    fn terms(&self) -> Option<Terms> {
+    fn with_terms(mut self) -> Self {
         let plain = self.renewal == Renewal::Auto
             && !self.fence
             && self.max_hold.is_none()
             && self.max_renewals.is_none()
             && self.on_lost.is_none()
             && self.backend.hands_over();
-        plain.then_some(Terms {
+        self.terms = plain.then_some(Terms {
             ttl: self.ttl,
             interval: self.interval,
-        })
+        });
+        self
     }
 
     /// Whether a waiting caller of this plan may be handed a lock by a releasing
@@ -277,12 +280,14 @@ impl LockClient {
         let want = waiter.filter(|_| plan.takes_hand_off()).map(|_| Want {
             ttl: plan.ttl,
             fence: plan.fence,
-            terms: plan.terms(),
+            terms: plan.terms,
         });
         let cancel = opts.cancel.as_ref();
+        // When the call must return by, if it has a deadline: the deadline, or one
+        // read timeout after the call began if that is later.
+        let return_by = deadline.map(|d| d.max(Instant::now() + hub.topology.read_timeout()));
         // Counted in until this call returns: callers of this client that arrive
         // while it acquires or waits join the key's line instead of racing it.
-        let started = Instant::now();
         let arrival = hub.lines.arrive(&keys.channel);
         let mut slot: Option<WaitSlot<'_>> = None;
         let mut next = Next::Attempt;
@@ -318,7 +323,7 @@ impl LockClient {
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
                 remaining: will_wait && slot.as_ref().is_none_or(WaitSlot::needs_remaining),
                 replicas: plan.replicas,
-                return_by: deadline.map(|d| d.max(started + hub.topology.read_timeout())),
+                return_by,
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 Attempt::Acquired { value, sent, fence } => {
@@ -370,7 +375,7 @@ impl LockClient {
                 plan.ttl,
                 on_lost,
             )
-            .with_terms(plan.terms().filter(|_| fence.is_none())),
+            .with_terms(plan.terms.filter(|_| fence.is_none())),
         );
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(
@@ -420,7 +425,9 @@ impl LockClient {
                 Some((count, timeout)) => Replicas::checked(count, timeout)?,
                 None => s.replicas,
             },
-        })
+            terms: None,
+        }
+        .with_terms())
     }
 }
 

@@ -119,23 +119,6 @@ pub(crate) fn is_stale(e: &redis::RedisError) -> bool {
     (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout()
 }
 
-/// Runs `f` on a pooled connection; if the connection turns out to have died while
-/// idle, runs it once more on a fresh one. Only for idempotent commands.
-pub(crate) fn with_retry<T>(
-    pool: &Pool,
-    mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
-) -> crate::Result<T> {
-    let mut conn = pool.get()?;
-    match f(&mut conn) {
-        Err(e) if conn.broken && is_stale(&e) => {
-            drop(conn);
-            let mut fresh = pool.get()?;
-            Ok(f(&mut fresh)?)
-        }
-        other => Ok(other?),
-    }
-}
-
 #[cfg(feature = "cluster")]
 impl Target {
     /// The one server connections go to, when it is fixed.

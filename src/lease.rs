@@ -259,6 +259,11 @@ impl LeaseState {
         from_nanos(self.valid_until.load(Ordering::Acquire))
     }
 
+    /// [`valid_until`](Self::valid_until) on the lease clock, in nanoseconds.
+    pub(crate) fn valid_until_nanos(&self) -> u64 {
+        self.valid_until.load(Ordering::Acquire)
+    }
+
     /// Records an extension to `ttl` confirmed by Redis, sent at `sent` by the guard:
     /// later renewals use `ttl` too. If the validity now ends sooner, the renewal
     /// thread is asked to look at the lease's schedule again.

@@ -2,20 +2,28 @@
 //! opens the waiter's dedicated pub/sub connection.
 //!
 //! A topology is made of nodes: one for a single server, N for a Redlock quorum.
+//!
+//! Idle connections wait in a stack in front of the pool (`idle.rs`).
+
+mod idle;
 
 use std::fmt;
 use std::time::Duration;
 
 use redis::RedisResult;
 
-use crate::connection::{Conn, Manager, Pool, Target, with_retry};
+use crate::connection::{Conn, Manager, Pool, Target, is_stale};
 use crate::error::Result;
 use crate::failure::Limits;
+use idle::Idle;
+pub(crate) use idle::NodeConn;
 
 /// A Redis server, reached through a pool of connections with bounded timeouts.
 pub(crate) struct Node {
     pool: Pool,
     manager: Manager,
+    /// Healthy connections checked out of the pool and not in use.
+    idle: Idle,
 }
 
 /// How a node's connections are made.
@@ -56,7 +64,11 @@ impl Node {
             .connection_timeout(config.connect_timeout.min(config.read_timeout))
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
-        Self { pool, manager }
+        Self {
+            pool,
+            manager,
+            idle: Idle::default(),
+        }
     }
 
     /// One `PING` on a direct connection, so an unreachable server is reported with
@@ -69,19 +81,30 @@ impl Node {
 
     /// A pooled connection, waiting at most the connect or the read timeout,
     /// whichever is shorter, for one.
-    pub(crate) fn get(&self) -> Result<r2d2::PooledConnection<Manager>> {
-        Ok(self.pool.get()?)
+    pub(crate) fn get(&self) -> Result<NodeConn<'_>> {
+        self.idle.take(|| self.pool.get())
     }
 
     /// A pooled connection, waiting at most `timeout` for one.
-    pub(crate) fn get_timeout(&self, timeout: Duration) -> Result<r2d2::PooledConnection<Manager>> {
-        Ok(self.pool.get_timeout(timeout)?)
+    pub(crate) fn get_timeout(&self, timeout: Duration) -> Result<NodeConn<'_>> {
+        self.idle.take(|| self.pool.get_timeout(timeout))
     }
 
-    /// Runs an idempotent `f` on a pooled connection, once more on a fresh one if the
+    /// Runs an idempotent `f` on a pooled connection, once more on another if the
     /// first had died while idle.
-    pub(crate) fn with_retry<T>(&self, f: impl FnMut(&mut Conn) -> RedisResult<T>) -> Result<T> {
-        with_retry(&self.pool, f)
+    pub(crate) fn with_retry<T>(
+        &self,
+        mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
+    ) -> Result<T> {
+        let mut conn = self.get()?;
+        match f(&mut conn) {
+            Err(e) if conn.broken && is_stale(&e) => {
+                drop(conn);
+                let mut other = self.get()?;
+                Ok(f(&mut other)?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// A new connection outside the pool (the waiter's pub/sub connection).

@@ -142,6 +142,37 @@ fn eight_threads_incrementing_with_get_then_set_under_the_lock_lose_no_update() 
 }
 
 #[test]
+fn more_threads_than_pooled_connections_all_get_one_in_turn() {
+    // Idle connections wait in a stack in front of the pool: a caller that found it
+    // empty waits in the pool, and a connection given back meanwhile must reach it
+    // there, or that caller would wait out the checkout timeout and fail.
+    let server = RedisServer::start();
+    let client = builder(&server).pool_size(2).build().unwrap();
+    let threads = 8;
+    let rounds = 100 * stress_factor();
+    let barrier = Barrier::new(threads);
+    thread::scope(|s| {
+        for i in 0..threads {
+            let (client, barrier) = (&client, &barrier);
+            s.spawn(move || {
+                let key = format!("pool:{i}");
+                barrier.wait();
+                for _ in 0..rounds {
+                    let guard = client.lock(&key).unwrap();
+                    assert_eq!(guard.unlock().unwrap(), Release::Released);
+                }
+            });
+        }
+    });
+    let m = client.metrics();
+    let total = (threads * rounds) as u64;
+    assert_eq!(
+        (m.acquired, m.released, m.release_errors),
+        (total, total, 0)
+    );
+}
+
+#[test]
 fn four_processes_incrementing_with_get_then_set_under_the_lock_lose_no_update() {
     const TEST: &str =
         "four_processes_incrementing_with_get_then_set_under_the_lock_lose_no_update";

@@ -75,6 +75,12 @@ struct Thread {
     topology: Arc<dyn Topology>,
     counters: Arc<Counters>,
     queue: Queue,
+    /// The earliest time a lease dropped from the inbox (released before the thread
+    /// saw it) would have come due. The thread wakes then even with nothing queued,
+    /// so that leases taken on the same terms later, due later still, find a wake-up
+    /// time already published and need not wake it: a client churning through
+    /// short locks on one thread then wakes it about once per renewal interval.
+    dropped_due: Option<Instant>,
     /// Leases handed to the topology, by id, with whether it is their last renewal
     /// (clipped to the hold bound).
     in_flight: HashMap<u64, (Lease, bool)>,
@@ -98,6 +104,7 @@ impl Renewer {
             topology,
             counters,
             queue: Queue::new(),
+            dropped_due: None,
             in_flight: HashMap::new(),
         };
         let handle = thread::Builder::new()
@@ -117,11 +124,23 @@ impl Renewer {
     pub(crate) fn register(&self, lease: Lease) {
         let _ = lease.state.reschedule.set(self.reschedule.clone());
         let due = to_nanos(lease.due);
+        // Leases released before the thread took them leave the inbox here, on the
+        // thread of a caller, which most often made them: their memory goes back to
+        // the allocator's cache of the thread that will allocate the next ones,
+        // instead of being freed on the renewal thread.
+        let mut done: [Option<Lease>; 2] = [None, None];
         let queued = {
             let mut inbox = self.inbox.lock();
+            for slot in &mut done {
+                if !inbox.last().is_some_and(Lease::released) {
+                    break;
+                }
+                *slot = inbox.pop();
+            }
             inbox.push(lease);
             inbox.len()
         };
+        drop(done);
         // Pairs with the fence in `run`: either the thread sees this lease before it
         // sleeps, or this sees the wake-up time it published.
         fence(AtomicOrdering::SeqCst);
@@ -180,7 +199,10 @@ impl Thread {
                 self.tick();
                 continue;
             }
-            let wake = [next, self.next_end()].into_iter().flatten().min();
+            let now = Instant::now();
+            let dropped = self.dropped_due.take().filter(|d| *d > now);
+            self.dropped_due = dropped;
+            let wake = [next, self.next_end(), dropped].into_iter().flatten().min();
             self.wake_at
                 .store(wake.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
             fence(AtomicOrdering::SeqCst);
@@ -254,6 +276,8 @@ impl Thread {
         for lease in self.spare.drain(..) {
             if lease.state.held.try_lock().is_none_or(|h| !h.released) {
                 self.queue.push(lease);
+            } else if self.dropped_due.is_none_or(|d| lease.due < d) {
+                self.dropped_due = Some(lease.due);
             }
         }
         for id in self.reschedule.try_iter() {

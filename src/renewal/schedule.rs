@@ -79,10 +79,23 @@ impl Lease {
     /// so an interval close to the TTL, or an `extend` to a shorter TTL, still renews
     /// in time. A lease no longer renewed is looked at when its validity ends.
     pub(super) fn schedule(&self, sent: Instant) -> Instant {
-        let end = self.state.valid_until();
+        let end = self.state.valid_until_nanos();
         if !self.renew {
-            return end;
+            return from_nanos(end);
         }
+        // The same in lease-clock nanoseconds, a few integer operations (this runs
+        // on every acquire); an instant at or before the clock's epoch, which
+        // `to_nanos` cannot tell apart, takes the general path.
+        let at = to_nanos(sent);
+        if let Ok(step) = u64::try_from(self.interval.as_nanos())
+            && at > 0
+            && step > 0
+            && let Some(next) = at.checked_add(step)
+        {
+            let latest = at + end.saturating_sub(at) / 4 * 3;
+            return from_nanos((next - next % step).min(latest));
+        }
+        let end = from_nanos(end);
         let latest = sent + end.saturating_duration_since(sent) / 4 * 3;
         grid_due(sent, self.interval).min(latest)
     }
@@ -99,6 +112,11 @@ impl Lease {
     /// How soon to try again after a failed renewal or a busy mutex.
     pub(super) fn retry(&self) -> Duration {
         (self.interval / EARLY_SHARE).max(Duration::from_millis(1))
+    }
+
+    /// Released by its guard (a lease whose mutex is busy counts as not released).
+    pub(super) fn released(&self) -> bool {
+        self.state.held.try_lock().is_some_and(|h| h.released)
     }
 
     /// Not released and not lost: still worth keeping in the queue.
@@ -347,6 +365,22 @@ mod tests {
             // A tick that runs late by less than an interval keeps the grid.
             let late = Duration::from_nanos(late % interval);
             prop_assert_eq!(grid_due(due + late, step), due + step);
+        }
+
+        #[test]
+        fn the_schedule_in_nanoseconds_matches_the_general_one(
+            interval in 1u64..100_000_000_000,
+            ttl in 1u64..400_000_000_000,
+            after in 0u64..1_000_000_000_000,
+        ) {
+            let now = Instant::now();
+            let l = lease(now, Duration::from_nanos(interval), None, None);
+            l.state.confirm(now, Duration::from_millis(1 + ttl / 1_000_000));
+            let sent = now + Duration::from_nanos(after);
+            let end = l.state.valid_until();
+            let latest = sent + end.saturating_duration_since(sent) / 4 * 3;
+            let general = grid_due(sent, l.interval).min(latest);
+            prop_assert_eq!(l.schedule(sent), general);
         }
 
         #[test]

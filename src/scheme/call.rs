@@ -5,6 +5,7 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Freed, Release};
+use crate::scripts::TOKEN_RELEASE;
 use crate::time::ttl_millis;
 
 /// Room for a script call's arguments and their bytes, so that adding them does
@@ -17,6 +18,15 @@ const CALL_BYTES: usize = 256;
 pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
     let mut cmd = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
+    cmd
+}
+
+/// The token release, `TOKEN_RELEASE` on `key` for `value` (or one of `maybe`),
+/// publishing on `channel`: one command built in place, where a script invocation
+/// would copy every argument twice.
+pub(crate) fn release_cmd(key: &str, channel: &str, value: &str, maybe: &[String]) -> redis::Cmd {
+    let mut cmd = script_cmd(&TOKEN_RELEASE, 1);
+    cmd.arg(key).arg(value).arg(channel).arg(maybe);
     cmd
 }
 

@@ -7,10 +7,10 @@ use crossbeam_channel::Sender;
 
 use super::worker::{Cleanup, IoThread, Job, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
-use crate::connection::{Conn, Manager, is_stale};
+use crate::connection::{Conn, is_stale};
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
-use crate::node::Node;
+use crate::node::{Node, NodeConn};
 use crate::scheme::{
     Acquire, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
     acquire_confirmed, with_scripts,
@@ -270,29 +270,29 @@ impl Topology for Single {
 
 /// A pooled connection whose commands are preceded by `ASKING` while it is
 /// checked out for a slot being imported; back in the pool, it is plain again.
-struct Asking(r2d2::PooledConnection<Manager>);
+struct Asking<'a>(NodeConn<'a>);
 
-impl Asking {
-    fn new(mut conn: r2d2::PooledConnection<Manager>, ask: bool) -> Self {
+impl<'a> Asking<'a> {
+    fn new(mut conn: NodeConn<'a>, ask: bool) -> Self {
         conn.asking = ask;
         Self(conn)
     }
 }
 
-impl std::ops::Deref for Asking {
+impl std::ops::Deref for Asking<'_> {
     type Target = Conn;
     fn deref(&self) -> &Conn {
         &self.0
     }
 }
 
-impl std::ops::DerefMut for Asking {
+impl std::ops::DerefMut for Asking<'_> {
     fn deref_mut(&mut self) -> &mut Conn {
         &mut self.0
     }
 }
 
-impl Drop for Asking {
+impl Drop for Asking<'_> {
     fn drop(&mut self) {
         self.0.asking = false;
     }

@@ -9,11 +9,12 @@
 //!
 //! Callers that arrive together are told apart before anyone sends: each counts
 //! itself in a bucket of keys on arrival, so a caller that finds company joins the
-//! line instead of racing the others to Redis. A caller alone (the common case)
-//! pays two atomic operations and no lock.
+//! line instead of racing the others to Redis. Each bucket also counts the lines of
+//! its keys, in the same word, so a caller alone (the common case) pays two atomic
+//! operations and no lock, whatever other keys have callers waiting.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -29,12 +30,15 @@ const BUCKETS: usize = 4096;
 /// The lines of one client, by channel.
 pub(crate) struct Lines {
     map: Mutex<HashMap<String, Line>>,
-    /// `map.len()`, kept beside it so a lone caller never takes the lock.
-    count: AtomicUsize,
-    /// Callers inside an acquire, per bucket of keys.
-    arriving: Box<[AtomicU32]>,
+    /// Per bucket of keys: callers inside an acquire (low 32 bits) and lines in
+    /// `map` (high 32 bits, changed under its lock), so that one atomic operation
+    /// tells an arriving caller whether it has company.
+    buckets: Box<[AtomicU64]>,
     seq: AtomicU64,
 }
+
+/// One line in a bucket's word.
+const LINE: u64 = 1 << 32;
 
 /// One key's waiting callers.
 #[derive(Default)]
@@ -48,7 +52,7 @@ struct Line {
 
 /// A caller counted in its key's bucket until dropped (the end of its acquire).
 pub(crate) struct Arrival<'a> {
-    counter: &'a AtomicU32,
+    counter: &'a AtomicU64,
     crowded: bool,
 }
 
@@ -70,8 +74,7 @@ impl Default for Lines {
     fn default() -> Self {
         Self {
             map: Mutex::default(),
-            count: AtomicUsize::new(0),
-            arriving: (0..BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             seq: AtomicU64::new(0),
         }
     }
@@ -79,15 +82,22 @@ impl Default for Lines {
 
 impl Lines {
     /// Counts a caller in for `channel`'s key.
+    /// Another caller arriving, or a line, in the bucket makes a crowd (a key of
+    /// the same bucket costs the slow path: a wait slot that finds its line empty).
     pub(crate) fn arrive(&self, channel: &str) -> Arrival<'_> {
-        let counter = &self.arriving[bucket(channel)];
+        let counter = &self.buckets[bucket(channel)];
         let before = counter.fetch_add(1, Ordering::AcqRel);
-        let crowded = before > 0 || (self.count.load(Ordering::Acquire) > 0 && self.has(channel));
-        Arrival { counter, crowded }
+        Arrival {
+            counter,
+            crowded: before > 0,
+        }
     }
 
-    fn has(&self, channel: &str) -> bool {
-        self.map.lock().contains_key(channel)
+    /// Takes `channel`'s line out of the map, and out of its bucket's count.
+    fn remove(&self, map: &mut HashMap<String, Line>, channel: &str) {
+        if map.remove(channel).is_some() {
+            self.buckets[bucket(channel)].fetch_sub(LINE, Ordering::AcqRel);
+        }
     }
 
     /// A number that orders callers by arrival.
@@ -98,14 +108,14 @@ impl Lines {
     /// Puts caller `seq` in `channel`'s line; whether it is the head.
     pub(crate) fn join(&self, channel: &str, seq: u64, tx: &Sender<Wake>) -> bool {
         let mut map = self.map.lock();
-        let line = map.entry(channel.to_owned()).or_default();
+        let line = map.entry(channel.to_owned()).or_insert_with(|| {
+            self.buckets[bucket(channel)].fetch_add(LINE, Ordering::AcqRel);
+            Line::default()
+        });
         line.waiters.insert(seq, tx.clone());
-        let head = line
-            .waiters
+        line.waiters
             .first_key_value()
-            .is_some_and(|(s, _)| *s == seq);
-        self.count.store(map.len(), Ordering::Release);
-        head
+            .is_some_and(|(s, _)| *s == seq)
     }
 
     /// Whether caller `seq` heads `channel`'s line.
@@ -159,8 +169,7 @@ impl Lines {
             .is_some_and(|(s, _)| *s == seq);
         line.waiters.remove(&seq);
         if line.waiters.is_empty() {
-            map.remove(channel);
-            self.count.store(map.len(), Ordering::Release);
+            self.remove(&mut map, channel);
             return;
         }
         if was_head {
@@ -173,8 +182,7 @@ impl Lines {
                 line.waiters.remove(&next);
             }
             if line.waiters.is_empty() {
-                map.remove(channel);
-                self.count.store(map.len(), Ordering::Release);
+                self.remove(&mut map, channel);
             }
         }
     }
@@ -207,8 +215,8 @@ mod tests {
         assert!(a_rx.try_recv().is_err());
         assert!(lines.is_head("c", 2));
         lines.leave("c", 2, true);
-        assert!(!lines.has("c"));
-        assert_eq!(lines.count.load(Ordering::Acquire), 0);
+        assert!(!lines.map.lock().contains_key("c"));
+        assert_eq!(lines.buckets[bucket("c")].load(Ordering::Acquire), 0);
     }
 
     #[test]
@@ -224,6 +232,14 @@ mod tests {
         assert!(
             lines.arrive("k").crowded(),
             "a waiting caller makes a crowd"
+        );
+        lines.leave("k", 7, false);
+        assert!(!lines.arrive("k").crowded(), "its line is gone");
+        assert_ne!(bucket("k"), bucket("other"));
+        lines.join("other", 8, &tx);
+        assert!(
+            !lines.arrive("k").crowded(),
+            "a line for another key is no crowd"
         );
     }
 }
