@@ -264,9 +264,11 @@ impl LockClientBuilder {
             #[cfg(feature = "cluster")]
             Servers::Cluster(urls) => {
                 let (seeds, open) = self.cluster_targets(urls)?;
-                let check = |node: &Node, tag: u32| {
+                let check = |node: &Node, (first, last): (u16, u16)| {
                     let kick = self.pubsub.then_some(kick.as_str());
-                    probe(node, &*backend, &self.key_prefix, kick, Some(tag)).map(|a| a.subscribe)
+                    let fits =
+                        |lock: &str| (first..=last).contains(&crate::slots::slot(lock.as_bytes()));
+                    probe(node, &*backend, &self.key_prefix, kick, Some(&fits)).map(|a| a.subscribe)
                 };
                 let (cluster, io, subscribe) =
                     Cluster::connect(&seeds, open, config, &counters, check)?;

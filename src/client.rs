@@ -14,7 +14,7 @@ use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme};
 use crate::topology::{Attempt, IoThread, Topology};
-use crate::wait::{Hub, Next, WaitSlot, Waiter, Want};
+use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
@@ -57,7 +57,7 @@ struct Inner {
     /// The topology's I/O threads, one per node: stopped after the renewal thread.
     _io: Vec<IoThread>,
     notifier: Notifier,
-    waiter: Option<Waiter>,
+    waiters: Option<Waiters>,
 }
 
 /// A lock call's options with the client's defaults filled in.
@@ -115,8 +115,8 @@ impl LockClient {
         ));
         let notifier = Notifier::spawn()?;
         let renewer = Renewer::spawn(topology, counters)?;
-        let waiter = if settings.pubsub {
-            Some(Waiter::spawn(Arc::clone(&hub))?)
+        let waiters = if settings.pubsub {
+            Some(Waiters::spawn(&hub)?)
         } else {
             None
         };
@@ -134,7 +134,7 @@ impl LockClient {
                 renewer,
                 _io: io,
                 notifier,
-                waiter,
+                waiters,
             }),
         })
     }
@@ -273,9 +273,10 @@ impl LockClient {
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
         let waiter = self
             .inner
-            .waiter
+            .waiters
             .as_ref()
-            .filter(|_| plan.backend.publishes());
+            .filter(|_| plan.backend.publishes())
+            .and_then(|w| w.for_channel(&keys.channel));
         // Only token locks can be handed over by a releasing guard.
         let want = waiter.filter(|_| plan.takes_hand_off()).map(|_| Want {
             ttl: plan.ttl,

@@ -96,6 +96,16 @@ impl Conn {
         result
     }
 
+    /// Whether releases on this connection publish with `SPUBLISH` (a Redis 7
+    /// cluster's sharded pub/sub) instead of `PUBLISH`.
+    #[cfg_attr(not(feature = "cluster"), expect(clippy::unused_self))]
+    pub(crate) fn sharded(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        return self.redirects.as_ref().is_some_and(|r| r.sharded());
+        #[cfg(not(feature = "cluster"))]
+        false
+    }
+
     /// Notes a cluster redirection found among a pipeline's replies (errors kept
     /// as replies).
     #[cfg_attr(
@@ -136,6 +146,26 @@ impl Target {
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.connect_within(self.connect_timeout)
+    }
+
+    /// A new connection that speaks RESP3 (pub/sub replies are pushes), within
+    /// the connect timeout; only a cluster node's target makes one, any other
+    /// target a plain connection.
+    pub(crate) fn connect_resp3(&self) -> RedisResult<redis::Connection> {
+        #[cfg(feature = "cluster")]
+        if let Target::Shard(client, _) = &self.target {
+            let info = client.get_connection_info().clone();
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_protocol(redis::ProtocolVersion::RESP3);
+            let client = redis::Client::open(info.set_redis_settings(settings))?;
+            let con = client.get_connection_with_timeout(self.connect_timeout)?;
+            con.set_read_timeout(Some(self.read_timeout))?;
+            con.set_write_timeout(Some(self.write_timeout))?;
+            return Ok(con);
+        }
+        self.connect_raw()
     }
 
     /// A new connection made within `timeout` (at most the connect timeout), with

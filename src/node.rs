@@ -112,6 +112,12 @@ impl Node {
         self.manager.connect_raw()
     }
 
+    /// A new RESP3 connection outside the pool (a sharded waiter's pub/sub
+    /// connection on a cluster node).
+    pub(crate) fn connect_resp3(&self) -> RedisResult<redis::Connection> {
+        self.manager.connect_resp3()
+    }
+
     /// A new connection outside the pool, made within `timeout` (at most the
     /// connect timeout), with the node's read and write timeouts.
     pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {

@@ -42,9 +42,16 @@ return {0, redis.call('PTTL', KEYS[1])}
 /// type (a hash, a list) from raising: it is someone else's lock, not an error.
 /// The `PUBLISH` is a `pcall` too: a user without channel permissions (Redis 7's
 /// default) has released the lock all the same, and its waiters poll.
-pub(crate) static TOKEN_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+pub(crate) static TOKEN_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&TOKEN_RELEASE_SOURCE.replace("SPUBLISH", "PUBLISH")));
+
+/// [`TOKEN_RELEASE`] publishing with `SPUBLISH` (Redis 7 sharded pub/sub): in a
+/// Redis Cluster the message goes to the key's shard only, not over the whole
+/// cluster bus. The channel is in the key's slot (`{key}:released`).
+pub(crate) static TOKEN_RELEASE_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(TOKEN_RELEASE_SOURCE));
+
+const TOKEN_RELEASE_SOURCE: &str = r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return 0 end
 if type(v) == 'table' then return -1 end
@@ -52,12 +59,10 @@ local ours = v == ARGV[1]
 for i = 3, #ARGV do ours = ours or v == ARGV[i] end
 if not ours then return -1 end
 redis.call('DEL', KEYS[1])
-local heard = redis.pcall('PUBLISH', ARGV[2], 'released')
+local heard = redis.pcall('SPUBLISH', ARGV[2], 'released')
 if type(heard) ~= 'number' then heard = 0 end
 return 1 + heard
-",
-    )
-});
+";
 
 /// Token extend (also the renewal): compare-and-pexpire.
 ///

@@ -47,10 +47,12 @@ pub(crate) fn tag(slot: u16) -> u32 {
 
 /// Where the connections of a cluster's nodes note what they learn about the slot
 /// map: a slot's new owner (`MOVED`), or that a node failed and the map should be
-/// asked for again. The topology looks at it before it routes a call.
+/// asked for again. The topology looks at it before it routes a call. It also
+/// tells the connections whether releases publish sharded (`SPUBLISH`).
 #[derive(Debug, Default)]
 pub(crate) struct Redirects {
     pending: AtomicBool,
+    sharded: AtomicBool,
     noted: Mutex<Noted>,
 }
 
@@ -64,6 +66,16 @@ pub(crate) struct Noted {
 }
 
 impl Redirects {
+    /// Whether releases publish with `SPUBLISH` (the cluster has sharded pub/sub).
+    pub(crate) fn sharded(&self) -> bool {
+        self.sharded.load(Ordering::Relaxed)
+    }
+
+    /// Sets what [`sharded`](Self::sharded) says.
+    pub(crate) fn set_sharded(&self, sharded: bool) {
+        self.sharded.store(sharded, Ordering::Relaxed);
+    }
+
     /// Notes a `MOVED slot host:port` answer (an error reply's code and detail).
     pub(crate) fn moved(&self, detail: &str) {
         let mut parts = detail.split_ascii_whitespace();

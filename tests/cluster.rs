@@ -20,6 +20,56 @@ fn increment(counter: &AtomicU64) {
     counter.store(n + 1, Ordering::SeqCst);
 }
 
+/// A client whose waits poll every 10 s: only a release message wakes them sooner.
+fn polling_rarely(urls: &[String]) -> LockClient {
+    LockClient::cluster(urls.to_vec())
+        .key_prefix("lock:")
+        .backoff(Duration::from_secs(10), Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// `holder` takes `key`, `waiter` waits for it; once the waiter's shard
+/// subscription is up (Redis 7: sharded pub/sub, on the master of the key's slot),
+/// the holder releases: how long until the waiter had it.
+fn woken_after_release(
+    cluster: &Cluster,
+    holder: &LockClient,
+    waiter: &LockClient,
+    key: &str,
+) -> Duration {
+    let guard = holder.lock(key).unwrap();
+    let channel = format!("{{lock:{key}}}:released");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.try_lock_for(key, Duration::from_secs(8)).unwrap();
+            (Instant::now(), got.map(|g| g.unlock().unwrap()))
+        });
+        let subscribed = support::eventually(Duration::from_secs(10), || {
+            cluster.nodes.iter().any(|n| {
+                let (_, count): (String, i64) =
+                    n.query(redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel));
+                count > 0
+            })
+        });
+        if !subscribed {
+            for n in &cluster.nodes {
+                let log: redis::Value = n.query(redis::cmd("ACL").arg("LOG"));
+                println!("ACL LOG {}: {log:?}", n.port());
+            }
+        }
+        assert!(
+            subscribed,
+            "{key}: the waiter never subscribed to its shard channel"
+        );
+        let at = Instant::now();
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+        let (got_at, got) = waiting.join().unwrap();
+        assert_eq!(got, Some(Release::Released), "{key}: not acquired");
+        got_at - at
+    })
+}
+
 fn client(cluster: &Cluster) -> LockClient {
     LockClient::cluster(cluster.urls())
         .key_prefix("lock:")
@@ -101,40 +151,17 @@ fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
 fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
     let cluster = Cluster::start(3, 0);
     let holder = client(&cluster);
-    // Polls every 10 s: only a release message explains a quick wake-up.
-    let waiter = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .backoff(Duration::from_secs(10), Duration::from_secs(10))
-        .build()
-        .unwrap();
-    for key in ["w:1", "w:2", "w:3"] {
-        let guard = holder.lock(key).unwrap();
-        let released = thread::scope(|s| {
-            let waiting = s.spawn(|| {
-                let got = waiter.try_lock_for(key, Duration::from_secs(8)).unwrap();
-                (Instant::now(), got.map(|g| g.unlock().unwrap()))
-            });
-            // The waiter is subscribed (on whichever node) before the release.
-            let channel = format!("{{lock:{key}}}:released");
-            let subscribed = support::eventually(Duration::from_secs(10), || {
-                cluster.nodes.iter().any(|n| {
-                    let (_, count): (String, i64) =
-                        n.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel));
-                    count > 0
-                })
-            });
-            assert!(subscribed, "the waiter never subscribed");
-            let at = Instant::now();
-            assert_eq!(guard.unlock().unwrap(), Release::Released);
-            let (got_at, got) = waiting.join().unwrap();
-            assert_eq!(got, Some(Release::Released), "{key}: not acquired");
-            got_at - at
-        });
+    let waiter = polling_rarely(&cluster.urls());
+    let mut masters = BTreeSet::new();
+    for key in ["w:1", "w:2", "w:3", "w:4", "w:5", "w:6"] {
+        masters.insert(cluster.owner(cluster.slot(&format!("lock:{key}"))));
+        let woken = woken_after_release(&cluster, &holder, &waiter, key);
         assert!(
-            released < Duration::from_secs(2),
-            "{key}: woken after {released:?}, i.e. by a poll"
+            woken < Duration::from_secs(2),
+            "{key}: woken after {woken:?}, i.e. by a poll"
         );
     }
+    assert!(masters.len() >= 2, "the keys must be on several masters");
 }
 
 #[test]
@@ -352,7 +379,11 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
                 .arg("+unsubscribe")
                 .arg("+punsubscribe")
                 .arg("+cluster|slots")
-                .arg("+asking"),
+                .arg("+asking")
+                .arg("+command|info")
+                .arg("+ssubscribe")
+                .arg("+sunsubscribe")
+                .arg("+spublish"),
         );
     }
     let urls: Vec<String> = cluster
@@ -360,7 +391,7 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
         .iter()
         .map(|u| u.replace("redis://", "redis://locker:pw@"))
         .collect();
-    let client = LockClient::cluster(urls)
+    let client = LockClient::cluster(urls.clone())
         .key_prefix("lock:")
         .build()
         .unwrap();
@@ -374,6 +405,13 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
         assert_eq!(guard.unlock().unwrap(), Release::Released);
     }
     assert_eq!(masters.len(), 3, "the keys must spread over every master");
+    // Its waiters are woken by sharded release messages (polling every 10 s).
+    let waiter = polling_rarely(&urls);
+    let woken = woken_after_release(&cluster, &client, &waiter, "acl:w");
+    assert!(
+        woken < Duration::from_secs(2),
+        "woken after {woken:?}: by a poll"
+    );
     // The same user without EVALSHA is refused at build, naming the command.
     for n in &cluster.nodes {
         let () = n.query(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Freed, Release};
-use crate::scripts::TOKEN_RELEASE;
+use crate::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::ttl_millis;
 
 /// Room for a script call's arguments and their bytes, so that adding them does
@@ -23,9 +23,19 @@ pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
 
 /// The token release, `TOKEN_RELEASE` on `key` for `value` (or one of `maybe`),
 /// publishing on `channel`: one command built in place, where a script invocation
-/// would copy every argument twice.
-pub(crate) fn release_cmd(key: &str, channel: &str, value: &str, maybe: &[String]) -> redis::Cmd {
-    let mut cmd = script_cmd(&TOKEN_RELEASE, 1);
+/// would copy every argument twice. `sharded`: publish with `SPUBLISH`.
+pub(crate) fn release_cmd(
+    key: &str,
+    channel: &str,
+    (value, maybe): (&str, &[String]),
+    sharded: bool,
+) -> redis::Cmd {
+    let script = if sharded {
+        &TOKEN_RELEASE_SHARDED
+    } else {
+        &TOKEN_RELEASE
+    };
+    let mut cmd = script_cmd(script, 1);
     cmd.arg(key).arg(value).arg(channel).arg(maybe);
     cmd
 }

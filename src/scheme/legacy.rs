@@ -14,7 +14,7 @@ use redis::{ErrorKind, RedisResult, Script};
 
 use super::{Acquire, Backend, Keys, Request, acquired, script_cmd, send_acquire};
 use crate::connection::Conn;
-use crate::scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE};
+use crate::scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::{MAX_TTL, ttl_millis};
 
 mod options;
@@ -39,7 +39,12 @@ struct Anchor {
     at: Instant,
 }
 
-static SCRIPTS: [&LazyLock<Script>; 3] = [&LEGACY_ACQUIRE, &TOKEN_RELEASE, &LEGACY_EXTEND];
+static SCRIPTS: [&LazyLock<Script>; 4] = [
+    &LEGACY_ACQUIRE,
+    &TOKEN_RELEASE,
+    &TOKEN_RELEASE_SHARDED,
+    &LEGACY_EXTEND,
+];
 
 /// Keys already warned about, shared by every backend so per-call schemes warn once too.
 static WARNED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);

@@ -162,15 +162,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         value: &str,
         maybe: &[String],
     ) -> RedisResult<Freed> {
+        let script = if conn.sharded() {
+            &crate::scripts::TOKEN_RELEASE_SHARDED
+        } else {
+            &crate::scripts::TOKEN_RELEASE
+        };
         let n: i64 = with_scripts(conn, self.scripts(), |c| {
-            c.run(|c| {
-                crate::scripts::TOKEN_RELEASE
-                    .key(key)
-                    .arg(value)
-                    .arg(channel)
-                    .arg(maybe)
-                    .invoke(c)
-            })
+            c.run(|c| script.key(key).arg(value).arg(channel).arg(maybe).invoke(c))
         })?;
         Ok(Freed::from_reply(n))
     }

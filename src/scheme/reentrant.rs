@@ -97,20 +97,28 @@ end
 /// (left untouched). The last hold deletes the key without decrementing it first.
 /// The `PUBLISH` is a `pcall`: a user without channel permissions has released
 /// the lock all the same.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&release_source().replace("SPUBLISH", "PUBLISH")));
+
+/// [`RELEASE`] publishing with `SPUBLISH`, as Redisson 3.22+ does on a Redis 7
+/// cluster: the message stays in the key's shard.
+static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| Script::new(&release_source()));
+
+fn release_source() -> String {
+    concat!(
         owner_count!(),
         r"if tonumber(count) > 1 then
   redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
   return 1
 end
 redis.call('DEL', KEYS[1])
-local heard = redis.pcall('PUBLISH', ARGV[2], 0)
+local heard = redis.pcall('SPUBLISH', ARGV[2], 0)
 if type(heard) ~= 'number' then heard = 0 end
 return 1 + heard
 ",
-    ))
-});
+    )
+    .to_owned()
+}
 
 /// Reentrant extend (also the renewal): `PEXPIRE` while the owner holds the key.
 ///
@@ -128,7 +136,7 @@ return 1
     ))
 });
 
-static SCRIPTS: [&LazyLock<Script>; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
+static SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND];
 
 /// Numbers this process's threads: a thread's number is drawn on its first
 /// reentrant lock and kept for its life (Redisson uses Java's thread id).
@@ -219,8 +227,13 @@ impl Backend for ReentrantBackend {
         _maybe: &[String],
     ) -> RedisResult<Freed> {
         // The owner field never changes, so there is never another value to accept.
+        let script = if conn.sharded() {
+            &RELEASE_SHARDED
+        } else {
+            &RELEASE
+        };
         let n = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| RELEASE.key(key).arg(value).arg(channel).invoke::<i64>(c))
+            c.run(|c| script.key(key).arg(value).arg(channel).invoke::<i64>(c))
         });
         // Released, found gone, or not known: the guard holding it is done with it.
         self.fences.ended(key, value);

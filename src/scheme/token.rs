@@ -14,14 +14,19 @@ use super::{
     with_scripts,
 };
 use crate::connection::Conn;
-use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE};
+use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::ttl_millis;
 
 /// The token scheme's commands.
 #[derive(Debug)]
 pub(crate) struct TokenBackend;
 
-static SCRIPTS: [&LazyLock<Script>; 3] = [&TOKEN_ACQUIRE_FENCED, &TOKEN_RELEASE, &TOKEN_EXTEND];
+static SCRIPTS: [&LazyLock<Script>; 4] = [
+    &TOKEN_ACQUIRE_FENCED,
+    &TOKEN_RELEASE,
+    &TOKEN_RELEASE_SHARDED,
+    &TOKEN_EXTEND,
+];
 
 impl Backend for TokenBackend {
     fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
@@ -83,7 +88,7 @@ impl Backend for TokenBackend {
         value: &str,
         maybe: &[String],
     ) -> RedisResult<Freed> {
-        let cmd = release_cmd(key, channel, value, maybe);
+        let cmd = release_cmd(key, channel, (value, maybe), conn.sharded());
         let n: i64 = with_scripts(conn, &SCRIPTS, |c| c.run(|c| cmd.query(c)))?;
         Ok(Freed::from_reply(n))
     }

@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::scheme::{Backend, Extend, Freed, Keys, Request};
-use crate::slots::{Redirects, slot, tag};
+use crate::slots::{Redirects, slot};
 
 /// How many redirections one call follows before it gives up.
 const MAX_HOPS: usize = 5;
@@ -48,6 +48,8 @@ pub(crate) struct Cluster {
     /// The masters known when the client was built: any of them carries every
     /// release message (classic pub/sub is broadcast over the cluster bus).
     subscribers: Vec<Arc<Node>>,
+    /// Whether releases publish with `SPUBLISH` (Redis 7 has sharded pub/sub).
+    sharded: bool,
     read_timeout: Duration,
 }
 
@@ -61,7 +63,7 @@ enum Hop {
 impl Cluster {
     /// Reads the slot map from the first of `seeds` that answers, opens every
     /// master (`open` makes a node's target), checks the user's rights with
-    /// `check` on one master (given a slot tag it serves), and starts the map
+    /// `check` on one master (given a range of slots it serves), and starts the map
     /// thread. The client keeps the returned thread handle (dropping it stops every
     /// thread of the cluster); also returns whether the waiter may subscribe.
     ///
@@ -73,7 +75,7 @@ impl Cluster {
         open: Opener,
         config: NodeConfig,
         counters: &Arc<Counters>,
-        check: impl Fn(&Node, u32) -> Result<bool>,
+        check: impl Fn(&Node, (u16, u16)) -> Result<bool>,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
         let ranges = first_map(seeds, &open, config)?;
         let threads = Arc::new(Mutex::new(Vec::new()));
@@ -92,14 +94,17 @@ impl Cluster {
         let first = &ranges[0];
         let subscribe = check(
             shared.at(&format!("{}:{}", first.host, first.port))?.node(),
-            tag(first.start),
+            (first.start, first.end),
         )?;
+        let spublish = has_sharded_pubsub(&subscribers[0]);
+        shared.redirects.set_sharded(spublish);
         let (nudge, map_io) = slot_map::spawn(Arc::clone(&shared))?;
         threads.lock().push(map_io);
         let cluster = Self {
             shared,
             nudge,
             subscribers,
+            sharded: spublish,
             read_timeout: config.read_timeout,
         };
         let registry = Arc::clone(&threads);
@@ -242,6 +247,19 @@ impl Topology for Cluster {
         &self.subscribers[i % self.subscribers.len()]
     }
 
+    fn sharded(&self) -> bool {
+        self.sharded
+    }
+
+    fn subscriber_for(&self, channel: &str) -> Option<usize> {
+        let master = self
+            .shared
+            .master(slot(channel.as_bytes()), &self.nudge)
+            .ok()?;
+        let node = master.node();
+        self.subscribers.iter().position(|n| Arc::ptr_eq(n, node))
+    }
+
     fn read_timeout(&self) -> Duration {
         self.read_timeout
     }
@@ -286,6 +304,20 @@ fn hop(e: &Error) -> Option<Hop> {
     } else {
         None
     }
+}
+
+/// Whether `node` knows `SPUBLISH` (Redis 7): `COMMAND INFO` answers a null for
+/// a command it does not have. A user who may not ask is given classic pub/sub.
+fn has_sharded_pubsub(node: &Node) -> bool {
+    let info = node.get().and_then(|mut c| {
+        Ok(c.run(|c| {
+            redis::cmd("COMMAND")
+                .arg("INFO")
+                .arg("SPUBLISH")
+                .query::<Vec<redis::Value>>(c)
+        })?)
+    });
+    matches!(info.as_deref(), Ok([first]) if *first != redis::Value::Nil)
 }
 
 /// The slot map from the first seed that answers `CLUSTER SLOTS`.

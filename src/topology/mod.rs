@@ -169,6 +169,21 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// pub/sub connection can carry the release messages.
     fn subscriber(&self, i: usize) -> &Arc<Node>;
 
+    /// Whether release messages travel by sharded pub/sub (`SPUBLISH`, a Redis 7
+    /// cluster): each subscriber node then carries the channels of its own slots
+    /// only, and a wait listens on the node [`subscriber_for`](Topology::subscriber_for)
+    /// names, with `SSUBSCRIBE`.
+    fn sharded(&self) -> bool {
+        false
+    }
+
+    /// The subscriber node that carries `channel`'s release messages when they
+    /// are sharded; `None` when none of them does now (a slot moved to a master
+    /// found later): the wait polls.
+    fn subscriber_for(&self, _channel: &str) -> Option<usize> {
+        Some(0)
+    }
+
     /// How long a call waits for a reply (the nodes' read timeout).
     fn read_timeout(&self) -> Duration;
 

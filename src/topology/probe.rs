@@ -47,7 +47,7 @@ const fn step(command: &'static str, script: &'static str) -> Step {
 /// Checks that the node's user may take, extend and release locks under `prefix`
 /// with `backend`'s commands, and, when `kick` (the waiter thread's own channel)
 /// is given, whether it may subscribe to it and to the release channels. In a
-/// Redis Cluster, `tag` puts the probe's key in a slot the node serves.
+/// Redis Cluster, `fits` says which lock keys the node serves.
 ///
 /// # Errors
 /// [`Error::Permission`] for a command or key the ACL refuses, [`Error::Redis`]
@@ -57,13 +57,18 @@ pub(crate) fn probe(
     backend: &dyn Backend,
     prefix: &str,
     kick: Option<&str>,
-    tag: Option<u32>,
+    fits: Option<&dyn Fn(&str) -> bool>,
 ) -> Result<Access> {
-    let mut name = format!("redlease:probe:{}", uuid::Uuid::new_v4());
-    if let Some(tag) = tag {
-        use std::fmt::Write as _;
-        let _ = write!(name, ":{{{tag}}}");
-    }
+    let base = format!("redlease:probe:{}", uuid::Uuid::new_v4());
+    // In a cluster, a name whose lock key the node serves, of the same shape as a
+    // user's (no hash tag), so that its channel is checked as theirs would be.
+    let name = fits
+        .and_then(|fits| {
+            (0..100_000)
+                .map(|n| format!("{base}:{n}"))
+                .find(|name| fits(&format!("{prefix}{name}")))
+        })
+        .unwrap_or(base);
     let keys = Keys::new(prefix, &name, backend)?;
     let mut conn = node.get()?;
     // Loaded again whenever the server lost them (restart, `SCRIPT FLUSH`).

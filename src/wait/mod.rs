@@ -27,6 +27,7 @@ use crate::topology::Topology;
 mod backoff;
 mod handoff;
 mod line;
+mod listen;
 mod shared;
 mod slot;
 mod thread;
@@ -125,7 +126,47 @@ enum Command {
     Shutdown,
 }
 
-/// The waiter thread's handle; dropping it stops and joins the thread.
+/// A client's waiter threads: one, or with sharded pub/sub one per subscriber
+/// node (a master of a cluster), each listening to the channels of its slots.
+pub(crate) struct Waiters {
+    lanes: Vec<Waiter>,
+    hub: Arc<Hub>,
+}
+
+impl Waiters {
+    pub(crate) fn spawn(hub: &Arc<Hub>) -> Result<Self> {
+        let lanes = if hub.topology.sharded() {
+            (0..hub.topology.subscribers())
+                .map(|i| Waiter::spawn(Arc::clone(hub), Some(i)))
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            vec![Waiter::spawn(Arc::clone(hub), None)?]
+        };
+        Ok(Self {
+            lanes,
+            hub: Arc::clone(hub),
+        })
+    }
+
+    /// The waiter thread that hears `channel`'s release messages, if one does.
+    pub(crate) fn for_channel(&self, channel: &str) -> Option<&Waiter> {
+        if let [one] = self.lanes.as_slice() {
+            return Some(one);
+        }
+        let i = self.hub.topology.subscriber_for(channel)?;
+        self.lanes.get(i)
+    }
+}
+
+impl std::fmt::Debug for Waiters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiters")
+            .field("lanes", &self.lanes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One waiter thread's handle; dropping it stops and joins the thread.
 pub(crate) struct Waiter {
     tx: Sender<Command>,
     shared: Arc<Shared>,
@@ -134,11 +175,16 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn spawn(hub: Arc<Hub>) -> Result<Self> {
+    /// A waiter thread; `lane` fixes the subscriber node it listens on (sharded
+    /// pub/sub), else it moves to the next when its node fails.
+    fn spawn(hub: Arc<Hub>, lane: Option<usize>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
+        if let Some(i) = lane {
+            shared.node.store(i, std::sync::atomic::Ordering::Release);
+        }
         let kick = format!("{KICK_PREFIX}{}", uuid::Uuid::new_v4());
-        let worker = Worker::new(rx, hub, Arc::clone(&shared), kick.clone());
+        let worker = Worker::new(rx, hub, Arc::clone(&shared), kick.clone(), lane);
         let handle = std::thread::Builder::new()
             .name("redlease-wait".into())
             .spawn(move || worker.run())

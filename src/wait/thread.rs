@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::listen::{Event, Listener};
 use super::{Command, Hub, Shared, Wake};
 
 /// How long the thread blocks on the socket before looking at its commands.
@@ -17,6 +18,9 @@ const TICK: Duration = Duration::from_millis(50);
 const LINGER: Duration = Duration::from_secs(2);
 /// The longest pause between two reconnection attempts.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(1);
+/// How long a shard channel whose subscription is not confirmed (refused: its
+/// slot is another master's) waits before it is asked for again; its waiters poll.
+const RESUBSCRIBE: Duration = Duration::from_secs(2);
 
 /// A channel the thread serves.
 #[derive(Default)]
@@ -24,6 +28,8 @@ struct Chan {
     /// Waiters by arrival order.
     queue: BTreeMap<u64, Sender<Wake>>,
     confirmed: bool,
+    /// When a shard subscription was sent and not confirmed yet.
+    requested: Option<Instant>,
     idle_since: Option<Instant>,
     /// When a release message came that no queued waiter took: a caller may have
     /// found the lock busy just before it and not be queued yet.
@@ -40,6 +46,10 @@ pub(super) struct Worker {
     shared: Arc<Shared>,
     kick: String,
     chans: HashMap<String, Chan>,
+    /// The subscriber node this thread keeps to (sharded pub/sub), if any.
+    lane: Option<usize>,
+    /// Whether release channels are shard channels (`SSUBSCRIBE`).
+    sharded: bool,
 }
 
 /// How [`Worker::serve`] ended.
@@ -58,13 +68,17 @@ impl Worker {
         hub: Arc<Hub>,
         shared: Arc<Shared>,
         kick: String,
+        lane: Option<usize>,
     ) -> Self {
+        let shard_channels = lane.is_some() && hub.topology.sharded();
         Self {
             rx,
             hub,
             shared,
             kick,
             chans: HashMap::new(),
+            lane,
+            sharded: shard_channels,
         }
     }
 
@@ -105,10 +119,11 @@ impl Worker {
         self.hub.topology.subscriber(i)
     }
 
-    /// Moves to the next subscriber node (a release publishes on each of them).
+    /// Moves to the next subscriber node (a release publishes on each of them);
+    /// a thread kept to one node (sharded pub/sub) stays.
     fn next_node(&self) {
         let n = self.hub.topology.subscribers();
-        if n > 1 {
+        if n > 1 && self.lane.is_none() {
             let i = self.shared.node.load(Ordering::Acquire);
             self.shared.node.store((i + 1) % n, Ordering::Release);
         }
@@ -116,20 +131,26 @@ impl Worker {
 
     /// Serves one connection until it breaks, or until shutdown.
     fn serve(&mut self) -> Served {
-        let Ok(mut con) = self.node().connect_raw() else {
+        let con = if self.sharded {
+            self.node().connect_resp3()
+        } else {
+            self.node().connect_raw()
+        };
+        let Ok(mut con) = con else {
             return if self.drain() {
                 Served::Failed
             } else {
                 Served::Stop
             };
         };
-        let mut ps = con.as_pubsub();
-        let kick = self.replies(&mut ps, |ps, kick| ps.subscribe(kick));
+        let mut ps = Listener::new(&mut con, self.sharded);
+        let kick = self.replies(&mut ps, Listener::subscribe_kick);
         if kick.is_err() {
             return Served::Failed;
         }
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
+            chan.requested = None;
         }
         self.shared.healthy.store(true, Ordering::Release);
         loop {
@@ -151,17 +172,21 @@ impl Worker {
             if self.subscribe_pending(&mut ps).is_err() {
                 return Served::Lost;
             }
-            match ps.get_message() {
-                Ok(msg) => {
+            match ps.next() {
+                Ok(event) => {
                     // Commands sent before this message was read go first, so a waiter
                     // that queued before the release is woken by it, and one that
                     // left is not.
                     if !self.drain() {
                         return Served::Stop;
                     }
-                    let channel = msg.get_channel_name();
-                    if channel != self.kick {
-                        self.dispatch(channel);
+                    match event {
+                        Event::Message(channel) if channel != self.kick => {
+                            self.dispatch(&channel);
+                        }
+                        Event::Confirmed(channel) => self.confirm(vec![channel]),
+                        Event::Dropped(channel) => self.dropped(&channel),
+                        Event::Message(_) | Event::Other => {}
                     }
                 }
                 Err(e) if e.is_timeout() => {}
@@ -251,48 +276,84 @@ impl Worker {
     /// Runs `f` (a command with a reply) under the client's read timeout, then goes
     /// back to the short tick for message reads, also when `f` failed (dropping the
     /// connection unsubscribes, and must not wait long for a silent server).
-    fn replies(
+    fn replies<'l, T>(
         &self,
-        ps: &mut redis::PubSub<'_>,
-        f: impl FnOnce(&mut redis::PubSub<'_>, &str) -> redis::RedisResult<()>,
-    ) -> redis::RedisResult<()> {
-        ps.set_read_timeout(Some(self.node().read_timeout()))?;
+        ps: &mut Listener<'l>,
+        f: impl FnOnce(&mut Listener<'l>, &str) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        ps.set_read_timeout(self.node().read_timeout())?;
         let out = f(ps, &self.kick);
-        ps.set_read_timeout(Some(TICK))?;
+        ps.set_read_timeout(TICK)?;
         out
     }
 
-    fn subscribe_pending(&mut self, ps: &mut redis::PubSub<'_>) -> redis::RedisResult<()> {
+    fn subscribe_pending(&mut self, ps: &mut Listener<'_>) -> redis::RedisResult<()> {
+        let now = Instant::now();
         let pending: Vec<String> = self
             .chans
             .iter()
             .filter(|(_, c)| !c.confirmed && !c.queue.is_empty())
+            .filter(|(_, c)| c.requested.is_none_or(|t| now - t >= RESUBSCRIBE))
             .map(|(name, _)| name.clone())
             .collect();
         if pending.is_empty() {
             return Ok(());
         }
         // One channel per command: each has exactly one reply, so a reply read
-        // is always the confirmation of the command just sent.
-        self.replies(ps, |ps, _| {
-            pending.iter().try_for_each(|name| ps.subscribe(name))
+        // is always the confirmation of the command just sent (classic); a shard
+        // subscription is confirmed later, among the messages.
+        let confirmed = self.replies(ps, |ps, _| {
+            let mut confirmed = Vec::new();
+            for name in &pending {
+                if ps.subscribe(name)? {
+                    confirmed.push(name.clone());
+                }
+            }
+            Ok(confirmed)
         })?;
+        for name in &pending {
+            if let Some(chan) = self.chans.get_mut(name) {
+                chan.requested = Some(now);
+            }
+        }
+        self.confirm(confirmed);
+        Ok(())
+    }
+
+    /// Marks `names` subscribed: their waiters try again (a release before the
+    /// subscription may have been missed) and callers may skip the handshake.
+    fn confirm(&mut self, names: Vec<String>) {
         let mut subscribed = self.shared.subscribed.write();
-        for name in pending {
+        for name in names {
             let Some(chan) = self.chans.get_mut(&name) else {
                 continue;
             };
             chan.confirmed = true;
-            // Waiters that queued before the subscription may have missed a release.
+            chan.requested = None;
             for tx in chan.queue.values() {
                 let _ = tx.send(Wake::Retry);
             }
             subscribed.insert(name);
         }
-        Ok(())
     }
 
-    fn unsubscribe_idle(&mut self, ps: &mut redis::PubSub<'_>) -> redis::RedisResult<()> {
+    /// The server ended a shard subscription (its slot moved): its waiters poll,
+    /// and it is asked for again after [`RESUBSCRIBE`].
+    fn dropped(&mut self, name: &str) {
+        let Some(chan) = self.chans.get_mut(name) else {
+            return;
+        };
+        if chan.confirmed {
+            chan.confirmed = false;
+            chan.requested = Some(Instant::now());
+            self.shared.subscribed.write().remove(name);
+            for tx in chan.queue.values() {
+                let _ = tx.send(Wake::Retry);
+            }
+        }
+    }
+
+    fn unsubscribe_idle(&mut self, ps: &mut Listener<'_>) -> redis::RedisResult<()> {
         let now = Instant::now();
         let idle: Vec<String> = self
             .chans
@@ -327,6 +388,7 @@ impl Worker {
         self.shared.subscribed.write().clear();
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
+            chan.requested = None;
             if was_up {
                 for tx in chan.queue.values() {
                     let _ = tx.send(Wake::Retry);
