@@ -271,14 +271,16 @@ impl LockClient {
         let hub = &*self.inner.hub;
         let plan = self.plan(opts)?;
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
-        let waiter = self
+        let waiters = self
             .inner
             .waiters
             .as_ref()
-            .filter(|_| plan.backend.publishes())
-            .and_then(|w| w.for_channel(&keys.channel));
+            .filter(|_| plan.backend.publishes());
+        // Which waiter thread hears the key's channel is looked up only for a
+        // caller that waits.
+        let waiter = || waiters.and_then(|w| w.for_channel(&keys.channel));
         // Only token locks can be handed over by a releasing guard.
-        let want = waiter.filter(|_| plan.takes_hand_off()).map(|_| Want {
+        let want = waiters.filter(|_| plan.takes_hand_off()).map(|_| Want {
             ttl: plan.ttl,
             fence: plan.fence,
             terms: plan.terms,
@@ -297,7 +299,7 @@ impl LockClient {
         let queue_first = fair && arrival.crowded() && !plan.backend.reentrant();
         if queue_first && deadline.is_none_or(|d| d > Instant::now()) {
             next = slot
-                .insert(WaitSlot::new(hub, waiter, &keys, cancel, want))
+                .insert(WaitSlot::new(hub, waiter(), &keys, cancel, want))
                 .first_turn(deadline)?;
         }
         loop {
@@ -339,7 +341,7 @@ impl LockClient {
                 return Ok(None);
             }
             next = slot
-                .get_or_insert_with(|| WaitSlot::new(hub, waiter, &keys, cancel, want))
+                .get_or_insert_with(|| WaitSlot::new(hub, waiter(), &keys, cancel, want))
                 .pause(remaining, deadline)?;
         }
     }
