@@ -1,16 +1,15 @@
 //! Pooled connections with every network call bounded by a timeout.
 
 use std::fmt;
-#[cfg(any(feature = "sentinel", feature = "cluster"))]
+#[cfg(feature = "cluster")]
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
+use redis::{ConnectionLike, RedisResult};
 
-#[cfg(feature = "sentinel")]
-use crate::sentinel::Master;
 #[cfg(feature = "cluster")]
 use crate::slots::Redirects;
+pub(crate) use crate::target::{Redacted, Target};
 
 /// The r2d2 pool of Redis connections.
 pub(crate) type Pool = r2d2::Pool<Manager>;
@@ -23,21 +22,6 @@ pub(crate) struct Manager {
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) write_timeout: Duration,
-}
-
-/// Where a manager's connections go.
-#[derive(Clone)]
-pub(crate) enum Target {
-    /// One server, always the same.
-    Server(Box<redis::Client>),
-    /// The current master of a Sentinel-managed group, asked of the sentinels at
-    /// every new connection, so connections made after a failover reach the new one.
-    #[cfg(feature = "sentinel")]
-    Sentinel(Arc<Master>),
-    /// A node of a Redis Cluster: its connections note the redirections and
-    /// failures they meet in `redirects`, where the topology picks them up.
-    #[cfg(feature = "cluster")]
-    Shard(Box<redis::Client>, Arc<Redirects>),
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -129,20 +113,6 @@ pub(crate) fn is_stale(e: &redis::RedisError) -> bool {
     (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout()
 }
 
-#[cfg(feature = "cluster")]
-impl Target {
-    /// The one server connections go to, when it is fixed.
-    pub(crate) fn info(&self) -> Option<&ConnectionInfo> {
-        match self {
-            Target::Server(client) => Some(client.get_connection_info()),
-            #[cfg(feature = "cluster")]
-            Target::Shard(client, _) => Some(client.get_connection_info()),
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel(_) => None,
-        }
-    }
-}
-
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.connect_within(self.connect_timeout)
@@ -216,70 +186,5 @@ impl fmt::Debug for Manager {
         f.debug_struct("Manager")
             .field("server", &self.target)
             .finish_non_exhaustive()
-    }
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-/// Where the connections go, without credentials.
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Server(client) => Redacted(Some(client.get_connection_info())).fmt(f),
-            #[cfg(feature = "cluster")]
-            Target::Shard(client, _) => Redacted(Some(client.get_connection_info())).fmt(f),
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel(master) => {
-                write!(f, "master {:?} of sentinels", master.name())?;
-                for (i, info) in master.sentinels().iter().enumerate() {
-                    let sep = if i == 0 { " " } else { ", " };
-                    write!(f, "{sep}{}", Redacted(Some(info)))?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Shows where a server is (host, port, database) and never its credentials.
-pub(crate) struct Redacted<'a>(pub(crate) Option<&'a ConnectionInfo>);
-
-impl fmt::Debug for Redacted<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-impl fmt::Display for Redacted<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Some(info) = self.0 else {
-            return f.write_str("<invalid url>");
-        };
-        let db = info.redis_settings().db();
-        match info.addr() {
-            ConnectionAddr::Tcp(host, port) => write!(f, "redis://{host}:{port}/{db}"),
-            ConnectionAddr::TcpTls { host, port, .. } => write!(f, "rediss://{host}:{port}/{db}"),
-            ConnectionAddr::Unix(path) => write!(f, "unix://{}?db={db}", path.display()),
-            _ => f.write_str("<redis server>"),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use redis::IntoConnectionInfo;
-
-    #[test]
-    fn redacted_hides_user_and_password() {
-        let info = "redis://alice:s3cret@10.0.0.1:7000/2"
-            .into_connection_info()
-            .unwrap();
-        let shown = Redacted(Some(&info)).to_string();
-        assert_eq!(shown, "redis://10.0.0.1:7000/2");
     }
 }

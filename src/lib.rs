@@ -231,6 +231,7 @@ mod connection;
 mod node;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+mod target;
 // storage formats
 mod scheme;
 // a held lease's shared state
