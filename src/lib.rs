@@ -101,11 +101,14 @@
 //!   round trip, and removes values an ambiguous acquire may have left, off the
 //!   caller's time. With Redlock, each node also has a `redlease-lane`, which sends
 //!   callers' commands to it, so every node is asked at once.
+//! - `redlease-map` (a cluster client) reads the slot map again when a master
+//!   stops answering, at most every 100 ms.
 //! - `redlease-notify` runs the `on_lost` callbacks, one after another: a slow or
 //!   panicking callback delays only the callbacks behind it, never a renewal or a
 //!   loss report.
 //! - `redlease-wait` holds one pub/sub connection and hands each release to one
-//!   waiting caller of this client, oldest first. Since most other clients release
+//!   waiting caller of this client, oldest first (on a Redis 7 cluster, one such
+//!   thread per master, each on the shard channels of its slots). Since most other clients release
 //!   without publishing, the oldest waiting caller of each key (the head of its
 //!   line) also polls on a capped, jittered step (the builder's `backoff`, never
 //!   past the holder's remaining TTL); the callers behind it send nothing, and the
