@@ -497,3 +497,38 @@ fn issue_13_a_cluster_over_mutual_tls() {
         .build();
     assert!(refused.is_err(), "a client without certificate was let in");
 }
+
+#[test]
+fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
+    use support::alone::{ALONE_ENV, finish, redlease_threads, spawn_self};
+    const TEST: &str = "issue_13_dropping_a_cluster_client_joins_every_thread_it_started";
+    if std::env::var_os(ALONE_ENV).is_none() {
+        // Other tests' clients live in this process: count in a process of our own.
+        finish(
+            spawn_self(TEST, &[(ALONE_ENV, "1".to_owned())]),
+            Duration::from_secs(60),
+        );
+        return;
+    }
+    let cluster = Cluster::start(3, 0);
+    let client = client(&cluster);
+    // One I/O thread per master, the map thread, one waiter per master (sharded
+    // pub/sub on Redis 7), the renewal and callback threads.
+    let named = support::eventually(Duration::from_secs(5), || {
+        let names = redlease_threads();
+        let count = |n: &str| names.iter().filter(|t| *t == n).count();
+        count("redlease-io") == 3
+            && count("redlease-map") == 1
+            && count("redlease-wait") == 3
+            && count("redlease-renew") == 1
+            && count("redlease-notify") == 1
+    });
+    assert!(named, "{:?}", redlease_threads());
+    let outliving = client.lock("outlives").unwrap();
+    drop(client);
+    let gone = support::eventually(Duration::from_secs(5), || redlease_threads().is_empty());
+    assert!(gone, "threads left: {:?}", redlease_threads());
+    // The guard that outlived its client still releases, on its own thread.
+    assert_eq!(outliving.unlock().unwrap(), Release::Released);
+    assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
+}

@@ -4,7 +4,7 @@ mod support;
 // processes), every acquire / release / extend outcome, fences, bad input, `Drop`.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Child;
 use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use redlease::{
     Error, LockClient, LockClientBuilder, LockOptions, LossReason, MAX_TTL, Release, Renewal,
 };
+use support::alone::{ALONE_ENV, finish, redlease_threads, spawn_self};
 use support::counter::increment;
 use support::{RedisServer, eventually, stress_factor};
 
 /// Set in a re-executed copy of this test binary: the `url rounds` of a counter worker.
 const WORKER_ENV: &str = "REDLEASE_TEST_WORKER";
 /// Set in a re-executed copy of this test binary that runs one test alone.
-const ALONE_ENV: &str = "REDLEASE_TEST_ALONE";
 /// Slack on top of a wait's duration: scheduling on a loaded 2-core machine.
 const SLACK: Duration = Duration::from_millis(80);
 
@@ -58,53 +58,6 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
 
 fn set(server: &RedisServer, key: &str, value: &str) {
     let () = server.query(redis::cmd("SET").arg(key).arg(value));
-}
-
-/// Re-executes this test binary running only `test`, with `env` set.
-fn spawn_self(test: &str, env: &[(&str, String)]) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Waits (bounded) for a child started by [`spawn_self`]; panics with its output unless it
-/// exited 0 having run exactly one test.
-fn finish(mut child: Child, timeout: Duration) -> Output {
-    let exited = eventually(timeout, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-    }
-    let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        exited && out.status.success() && stdout.contains("1 passed"),
-        "child (exited in time: {exited}, {}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    out
-}
-
-/// Names of this process's threads that start with `redlease-`.
-fn redlease_threads() -> Vec<String> {
-    let mut names = Vec::new();
-    for task in std::fs::read_dir("/proc/self/task").unwrap() {
-        let comm = task.unwrap().path().join("comm");
-        // A thread may exit between the listing and the read.
-        if let Ok(name) = std::fs::read_to_string(comm) {
-            let name = name.trim_end().to_owned();
-            if name.starts_with("redlease-") {
-                names.push(name);
-            }
-        }
-    }
-    names.sort();
-    names
 }
 
 // ---- mutual exclusion ----

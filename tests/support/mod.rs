@@ -6,6 +6,7 @@
 //! without sharing keys. The binary is `$REDLEASE_REDIS_SERVER`, else `redis-server` from
 //! `PATH`; a missing binary fails the test, it never skips it.
 
+pub mod alone;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;

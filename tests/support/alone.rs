@@ -1,0 +1,57 @@
+//! Tests that must count their process's threads run in a process of their own:
+//! the test binary re-executes itself running just that test.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use super::eventually;
+
+/// Set in the re-executed process: the test runs there, alone.
+pub const ALONE_ENV: &str = "REDLEASE_TEST_ALONE";
+
+/// Re-executes this test binary running only `test`, with `env` set.
+pub fn spawn_self(test: &str, env: &[(&str, String)]) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (bounded) for a child started by [`spawn_self`]; panics with its output unless it
+/// exited 0 having run exactly one test.
+pub fn finish(mut child: Child, timeout: Duration) -> Output {
+    let exited = eventually(timeout, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        exited && out.status.success() && stdout.contains("1 passed"),
+        "child (exited in time: {exited}, {}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    out
+}
+
+/// Names of this process's threads that start with `redlease-`.
+pub fn redlease_threads() -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let comm = task.unwrap().path().join("comm");
+        // A thread may exit between the listing and the read.
+        if let Ok(name) = std::fs::read_to_string(comm) {
+            let name = name.trim_end().to_owned();
+            if name.starts_with("redlease-") {
+                names.push(name);
+            }
+        }
+    }
+    names.sort();
+    names
+}
