@@ -70,6 +70,20 @@ fn woken_after_release(
     })
 }
 
+/// Fenced lock + unlock on 12 keys named `<name>:<i>`, which land on every master.
+fn fenced_locks_on_every_master(cluster: &Cluster, client: &LockClient, name: &str) {
+    let opts = LockOptions::new().fencing(true);
+    let mut masters = BTreeSet::new();
+    for i in 0..12 {
+        let key = format!("{name}:{i}");
+        masters.insert(cluster.owner(cluster.slot(&format!("lock:{key}"))));
+        let guard = client.lock_with(&key, &opts).unwrap().unwrap();
+        assert!(guard.fence().is_some());
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    }
+    assert_eq!(masters.len(), 3, "the keys must spread over every master");
+}
+
 fn client(cluster: &Cluster) -> LockClient {
     LockClient::cluster(cluster.urls())
         .key_prefix("lock:")
@@ -395,16 +409,7 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
         .key_prefix("lock:")
         .build()
         .unwrap();
-    let opts = LockOptions::new().fencing(true);
-    let mut masters = BTreeSet::new();
-    for i in 0..12 {
-        let key = format!("acl:{i}");
-        masters.insert(cluster.owner(cluster.slot(&format!("lock:{key}"))));
-        let guard = client.lock_with(&key, &opts).unwrap().unwrap();
-        assert!(guard.fence().is_some());
-        assert_eq!(guard.unlock().unwrap(), Release::Released);
-    }
-    assert_eq!(masters.len(), 3, "the keys must spread over every master");
+    fenced_locks_on_every_master(&cluster, &client, "acl");
     // Its waiters are woken by sharded release messages (polling every 10 s).
     let waiter = polling_rarely(&urls);
     let woken = woken_after_release(&cluster, &client, &waiter, "acl:w");
@@ -481,16 +486,7 @@ fn issue_13_a_cluster_over_mutual_tls() {
         .key_prefix("lock:")
         .build()
         .unwrap();
-    let opts = LockOptions::new().fencing(true);
-    let mut masters = BTreeSet::new();
-    for i in 0..12 {
-        let key = format!("tls:{i}");
-        masters.insert(cluster.owner(cluster.slot(&format!("lock:{key}"))));
-        let guard = client.lock_with(&key, &opts).unwrap().unwrap();
-        assert!(guard.fence().is_some());
-        assert_eq!(guard.unlock().unwrap(), Release::Released);
-    }
-    assert_eq!(masters.len(), 3, "the keys must spread over every master");
+    fenced_locks_on_every_master(&cluster, &client, "tls");
     // Without the client certificate the servers refuse the handshake.
     let refused = LockClient::cluster(seeds)
         .tls(redlease::TlsCertificates::new().root_cert(ca.pem()))
