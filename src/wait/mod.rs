@@ -134,14 +134,24 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
+    /// Starts the threads and waits (at most a read timeout) until each has its
+    /// connection up or failed, so that the client's first waits are woken by
+    /// release messages rather than found by polling.
     pub(crate) fn spawn(hub: &Arc<Hub>) -> Result<Self> {
+        let (ready, readied) = crossbeam_channel::unbounded();
         let lanes = if hub.topology.sharded() {
             (0..hub.topology.subscribers())
-                .map(|i| Waiter::spawn(Arc::clone(hub), Some(i)))
+                .map(|i| Waiter::spawn(Arc::clone(hub), Some(i), ready.clone()))
                 .collect::<Result<Vec<_>>>()?
         } else {
-            vec![Waiter::spawn(Arc::clone(hub), None)?]
+            vec![Waiter::spawn(Arc::clone(hub), None, ready)?]
         };
+        let until = Instant::now() + hub.topology.read_timeout();
+        for _ in &lanes {
+            if readied.recv_deadline(until).is_err() {
+                break;
+            }
+        }
         Ok(Self {
             lanes,
             hub: Arc::clone(hub),
@@ -177,14 +187,14 @@ pub(crate) struct Waiter {
 impl Waiter {
     /// A waiter thread; `lane` fixes the subscriber node it listens on (sharded
     /// pub/sub), else it moves to the next when its node fails.
-    fn spawn(hub: Arc<Hub>, lane: Option<usize>) -> Result<Self> {
+    fn spawn(hub: Arc<Hub>, lane: Option<usize>, ready: Sender<()>) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
         if let Some(i) = lane {
             shared.node.store(i, std::sync::atomic::Ordering::Release);
         }
         let kick = format!("{KICK_PREFIX}{}", uuid::Uuid::new_v4());
-        let worker = Worker::new(rx, hub, Arc::clone(&shared), kick.clone(), lane);
+        let worker = Worker::new(rx, hub, Arc::clone(&shared), kick.clone(), (lane, ready));
         let handle = std::thread::Builder::new()
             .name("redlease-wait".into())
             .spawn(move || worker.run())

@@ -50,6 +50,8 @@ pub(super) struct Worker {
     lane: Option<usize>,
     /// Whether release channels are shard channels (`SSUBSCRIBE`).
     sharded: bool,
+    /// Told once, when the first connection is up or has failed.
+    ready: Option<Sender<()>>,
 }
 
 /// How [`Worker::serve`] ended.
@@ -68,7 +70,7 @@ impl Worker {
         hub: Arc<Hub>,
         shared: Arc<Shared>,
         kick: String,
-        lane: Option<usize>,
+        (lane, ready): (Option<usize>, Sender<()>),
     ) -> Self {
         let shard_channels = lane.is_some() && hub.topology.sharded();
         Self {
@@ -79,13 +81,16 @@ impl Worker {
             chans: HashMap::new(),
             lane,
             sharded: shard_channels,
+            ready: Some(ready),
         }
     }
 
     pub(super) fn run(mut self) {
         let mut delay = Duration::ZERO;
         loop {
-            match self.serve() {
+            let served = self.serve();
+            self.announce();
+            match served {
                 Served::Stop => return,
                 Served::Lost => {
                     delay = Duration::ZERO;
@@ -110,6 +115,13 @@ impl Worker {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => return,
             }
+        }
+    }
+
+    /// Tells the client the first connection is up (or failed), once.
+    fn announce(&mut self) {
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(());
         }
     }
 
@@ -153,6 +165,7 @@ impl Worker {
             chan.requested = None;
         }
         self.shared.healthy.store(true, Ordering::Release);
+        self.announce();
         loop {
             // Acquire: the `Wait` of every caller that skipped its kick because
             // of the flag is visible to the drain below.
