@@ -718,3 +718,29 @@ fn help_lists_the_exit_codes() {
         );
     }
 }
+
+#[test]
+fn cluster_runs_a_fenced_command_on_the_keys_master() {
+    use support::cluster::Cluster;
+    let cluster = Cluster::start(3, 0);
+    let mut args = vec!["run".to_owned(), "--cluster".to_owned()];
+    for u in &cluster.urls()[..2] {
+        args.extend(["--url".to_owned(), u.clone()]);
+    }
+    let owner = &cluster.nodes[cluster.owner(cluster.slot("job:7"))];
+    // While the command runs, the key is held on the master of its slot, with a fence.
+    let script = format!(
+        "test \"$(redis-cli -p {} exists job:7)\" = 1 && test \"$REDLEASE_FENCE\" = 1",
+        owner.port()
+    );
+    let mut run = args.clone();
+    run.extend(["--fence", "job:7", "--", "sh", "-c", &script].map(str::to_owned));
+    let out = output(redlease(&run));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let left: i64 = owner.query(redis::cmd("EXISTS").arg("job:7"));
+    assert_eq!(left, 0, "the lock was released");
+    // Commands that read one server's keys refuse a cluster plainly.
+    let url = cluster.urls()[0].clone();
+    let out = output(redlease(["inspect", "--cluster", "--url", &url, "job:7"]));
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+}

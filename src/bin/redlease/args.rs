@@ -26,6 +26,9 @@ pub(crate) struct ServerArgs {
         action = ArgAction::Append,
     )]
     url: Vec<String>,
+    /// The --url servers are seed nodes of a Redis Cluster, not a Redlock quorum
+    #[arg(long)]
+    cluster: bool,
     /// Prepended to KEY, as the library's key prefix
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub(crate) prefix: String,
@@ -38,11 +41,17 @@ pub(crate) enum Servers {
     One(String),
     /// Independent masters: a Redlock quorum.
     Quorum(Vec<String>),
+    /// Seed nodes of a Redis Cluster.
+    Cluster(Vec<String>),
 }
 
 impl ServerArgs {
-    /// The servers to use: one URL is one server, several are a Redlock quorum.
+    /// The servers to use: one URL is one server, several are a Redlock quorum;
+    /// with `--cluster`, seeds of a cluster.
     pub(crate) fn servers(&self) -> Servers {
+        if self.cluster {
+            return Servers::Cluster(self.url.clone());
+        }
         match self.url.as_slice() {
             [] => Servers::One(DEFAULT_URL.to_owned()),
             [one] => Servers::One(one.clone()),
@@ -54,8 +63,8 @@ impl ServerArgs {
     pub(crate) fn one_server(&self, what: &str) -> Result<String, Failure> {
         match self.servers() {
             Servers::One(url) => Ok(url),
-            Servers::Quorum(_) => Err(Failure::usage(format!(
-                "{what} works on one server: give one --url (once per Redlock node)"
+            Servers::Quorum(_) | Servers::Cluster(_) => Err(Failure::usage(format!(
+                "{what} works on one server: give one --url, without --cluster"
             ))),
         }
     }

@@ -29,6 +29,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
             let first = urls[0].clone();
             (LockClient::redlock(urls.iter().map(String::as_str)), first)
         }
+        Servers::Cluster(urls) => {
+            let first = urls.first().cloned().unwrap_or_default();
+            (LockClient::cluster(urls.iter().map(String::as_str)), first)
+        }
     };
     let server = server_name(&url);
     let cancel = CancelToken::new();
