@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use redlease::LockClient;
 use support::cluster::Cluster;
+use support::pin::pin;
 
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -59,22 +60,6 @@ impl Floor {
         assert_ne!(set, redis::Value::Nil, "floor key busy");
         let _: i64 = self.release.key(key).arg(&token).invoke(con).unwrap();
     }
-}
-
-fn pin(cluster: &Cluster) {
-    if std::env::var_os("REDLEASE_BENCH_PIN").is_none() {
-        return;
-    }
-    let set = |core: &str, pid: u32| {
-        std::process::Command::new("taskset")
-            .args(["-apc", core, &pid.to_string()])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let servers = cluster.nodes.iter().all(|n| set("0", n.pid()));
-    let ok = servers && set("1", std::process::id());
-    println!("PIN redis-servers on core 0, benchmark on core 1: {ok}");
 }
 
 fn median(v: &mut [Duration]) -> Duration {
@@ -154,12 +139,12 @@ fn aggregate(cluster: &Cluster, masters: usize) -> (f64, f64) {
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read.
     let three = Cluster::start(3, 0);
-    pin(&three);
+    pin(&three.nodes);
     lock_unlock(&three);
     let (o3, b3) = aggregate(&three, 3);
     drop(three);
     let one = Cluster::start(1, 0);
-    pin(&one);
+    pin(&one.nodes);
     let (o1, b1) = aggregate(&one, 1);
     println!(
         "RATIO cluster 8 threads x 64 keys, 3 masters: redlease {o3:.0} ops/s / floor {b3:.0} ops/s = {:.3}x",

@@ -39,6 +39,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use crossbeam_channel::{Receiver, Sender};
 use redlease::{LockClient, Scheme};
+use support::pin::pin;
 use support::redisson;
 use support::{Masters, RedisServer};
 
@@ -189,7 +190,7 @@ fn uncontended(c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
-    pin(&server);
+    pin([&server]);
     let lc = client(&server);
     let mut floor = Floor::new(&server);
     let mut g = c.benchmark_group("uncontended");
@@ -268,7 +269,7 @@ fn parallel_8_keys(_c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
-    pin(&server);
+    pin([&server]);
     let lc = client(&server);
     let mut ours = Vec::new();
     let mut base = Vec::new();
@@ -412,23 +413,6 @@ struct Contention {
     cmds_per_acq: f64,
 }
 
-/// Pins `server` to core 0 and this process to core 1 when `REDLEASE_BENCH_PIN` is
-/// set (and `taskset` is there); says what it did.
-fn pin(server: &RedisServer) {
-    if std::env::var_os("REDLEASE_BENCH_PIN").is_none() {
-        return;
-    }
-    let set = |core: &str, pid: u32| {
-        std::process::Command::new("taskset")
-            .args(["-apc", core, &pid.to_string()])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let ok = set("0", server.pid()) && set("1", std::process::id());
-    println!("PIN redis-server on core 0, benchmark on core 1: {ok}");
-}
-
 /// Runs `make()`'s closure on 8 threads: each call takes the lock, runs the critical
 /// section (first argument), marks the release (second) right before releasing.
 fn contend(
@@ -499,7 +483,7 @@ fn contention(_c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
-    pin(&server);
+    pin([&server]);
     let lc = client(&server);
     // Default options (renewed leases), as a plain-threaded service locks.
     let ours = contend(&server, 3.0, || {
@@ -545,7 +529,7 @@ fn reentrant(c: &mut Criterion) {
         return;
     }
     let server = RedisServer::start();
-    pin(&server);
+    pin([&server]);
     let lc = LockClient::builder(server.url())
         .scheme(Scheme::Reentrant)
         .build()
@@ -674,9 +658,7 @@ fn redlock(c: &mut Criterion) {
     let mut g = c.benchmark_group("redlock");
     for n in [3, 5] {
         let masters = Masters::start(n);
-        for server in &masters.servers {
-            pin(server);
-        }
+        pin(&masters.servers);
         let lc = LockClient::redlock(masters.urls()).build().unwrap();
         let mut floor = FanOut::new(&masters);
         g.bench_function(format!("redlease_{n}_nodes_lock_unlock"), |b| {

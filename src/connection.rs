@@ -33,7 +33,8 @@ pub(crate) struct Conn {
     pub(crate) con: redis::Connection,
     pub(crate) broken: bool,
     /// Whether each command is preceded by `ASKING` (a cluster slot being
-    /// imported by this node: its keys are served only after it).
+    /// imported by this node: its keys are served only after it). Set by the call
+    /// that needs it; cleared when the connection is given back.
     pub(crate) asking: bool,
     #[cfg(feature = "cluster")]
     redirects: Option<Arc<Redirects>>,

@@ -107,6 +107,18 @@ impl Node {
         }
     }
 
+    /// `PUBLISH channel message` on a pooled connection (a waiter thread's wake-up).
+    pub(crate) fn publish(&self, channel: &str, message: &str) -> Result<()> {
+        let mut conn = self.get()?;
+        let published = conn.run(|c| {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .query::<i64>(c)
+        });
+        Ok(published.map(drop)?)
+    }
+
     /// A new connection outside the pool (the waiter's pub/sub connection).
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.manager.connect_raw()

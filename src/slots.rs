@@ -81,9 +81,14 @@ impl Redirects {
         let mut parts = detail.split_ascii_whitespace();
         let slot = parts.next().and_then(|s| s.parse::<u16>().ok());
         if let (Some(slot), Some(addr)) = (slot, parts.next()) {
-            self.noted.lock().moved.push((slot, addr.to_owned()));
-            self.pending.store(true, Ordering::Release);
+            self.moved_to(slot, addr);
         }
+    }
+
+    /// Notes that `slot` is now served by the master at `addr`.
+    fn moved_to(&self, slot: u16, addr: &str) {
+        self.noted.lock().moved.push((slot, addr.to_owned()));
+        self.pending.store(true, Ordering::Release);
     }
 
     /// Notes that a node failed: the map should be asked for again.
@@ -106,7 +111,7 @@ impl Redirects {
     pub(crate) fn note(&self, e: &redis::RedisError) {
         if e.kind() == redis::ServerErrorKind::Moved.into() {
             if let Some((addr, slot)) = e.redirect_node() {
-                self.moved(&format!("{slot} {addr}"));
+                self.moved_to(slot, addr);
             }
         } else if e.is_io_error()
             || e.is_connection_refusal()

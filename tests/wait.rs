@@ -867,15 +867,13 @@ fn issue_4_a_wake_up_taken_by_a_waiter_that_gives_up_goes_to_the_next() {
     }
 }
 
-#[test]
-fn issue_10_the_head_waiter_probes_a_lock_freed_without_a_release_message() {
-    let server = RedisServer::start();
-    let backoff_max = Duration::from_millis(100);
-    let client = builder(&server)
+/// A client polling every 4 ms up to `backoff_max`, and a foreign holder of the
+/// key with a long TTL, which will release without publishing.
+fn polling_behind_a_foreign_holder(server: &RedisServer, backoff_max: Duration) -> LockClient {
+    let client = builder(server)
         .backoff(4 * MS, backoff_max)
         .build()
         .unwrap();
-    // A foreign holder with a long TTL, which will release without publishing.
     let () = server.query(
         redis::cmd("SET")
             .arg(LOCK_KEY)
@@ -883,6 +881,14 @@ fn issue_10_the_head_waiter_probes_a_lock_freed_without_a_release_message() {
             .arg("PX")
             .arg(30_000),
     );
+    client
+}
+
+#[test]
+fn issue_10_the_head_waiter_probes_a_lock_freed_without_a_release_message() {
+    let server = RedisServer::start();
+    let backoff_max = Duration::from_millis(100);
+    let client = polling_behind_a_foreign_holder(&server, backoff_max);
     thread::scope(|s| {
         let head = s.spawn(|| {
             let g = client.try_lock_for(KEY, Duration::from_secs(20)).unwrap();
@@ -920,17 +926,7 @@ fn issue_10_the_head_waiter_probes_a_lock_freed_without_a_release_message() {
 fn issue_10_when_the_head_gives_up_the_next_waiter_probes() {
     let server = RedisServer::start();
     let backoff_max = Duration::from_millis(100);
-    let client = builder(&server)
-        .backoff(4 * MS, backoff_max)
-        .build()
-        .unwrap();
-    let () = server.query(
-        redis::cmd("SET")
-            .arg(LOCK_KEY)
-            .arg("x")
-            .arg("PX")
-            .arg(30_000),
-    );
+    let client = polling_behind_a_foreign_holder(&server, backoff_max);
     thread::scope(|s| {
         let short = s.spawn(|| {
             client

@@ -70,10 +70,12 @@ impl Idle {
         })
     }
 
-    /// Keeps a healthy connection for the next call; one that failed (its replies
+    /// Keeps a healthy connection for the next call, plain again; one that failed (its replies
     /// may be out of step with its requests) or was closed goes to the pool, which
     /// discards it.
-    fn give_back(&self, conn: Pooled) {
+    fn give_back(&self, mut conn: Pooled) {
+        // `ASKING` is for the call that set it (a cluster slot being imported).
+        conn.asking = false;
         if conn.broken || !conn.con.is_open() {
             return;
         }

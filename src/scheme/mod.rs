@@ -19,6 +19,7 @@ mod reentrant;
 mod replicas;
 mod token;
 
+use call::release_cmd;
 pub(crate) use call::{acquired, fixed_extend_cmd, script_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
@@ -162,14 +163,8 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         value: &str,
         maybe: &[String],
     ) -> RedisResult<Freed> {
-        let script = if conn.sharded() {
-            &crate::scripts::TOKEN_RELEASE_SHARDED
-        } else {
-            &crate::scripts::TOKEN_RELEASE
-        };
-        let n: i64 = with_scripts(conn, self.scripts(), |c| {
-            c.run(|c| script.key(key).arg(value).arg(channel).arg(maybe).invoke(c))
-        })?;
+        let cmd = release_cmd(key, channel, (value, maybe), conn.sharded());
+        let n: i64 = with_scripts(conn, self.scripts(), |c| c.run(|c| cmd.query(c)))?;
         Ok(Freed::from_reply(n))
     }
     /// The command that extends the lock holding `value` (or one of `maybe`) to

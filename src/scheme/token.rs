@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::call::release_cmd;
 use super::{
-    Acquire, Backend, Freed, Keys, Request, acquired, fixed_extend_cmd, script_cmd, send_acquire,
-    with_scripts,
+    Acquire, Backend, Keys, Request, acquired, fixed_extend_cmd, script_cmd, send_acquire,
 };
 use crate::connection::Conn;
 use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
@@ -78,19 +76,6 @@ impl Backend for TokenBackend {
         }
         let pttl: i64 = conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?;
         Ok(busy(pttl))
-    }
-
-    fn release(
-        &self,
-        conn: &mut Conn,
-        key: &str,
-        channel: &str,
-        value: &str,
-        maybe: &[String],
-    ) -> RedisResult<Freed> {
-        let cmd = release_cmd(key, channel, (value, maybe), conn.sharded());
-        let n: i64 = with_scripts(conn, &SCRIPTS, |c| c.run(|c| cmd.query(c)))?;
-        Ok(Freed::from_reply(n))
     }
 
     fn extend_cmd(

@@ -29,6 +29,7 @@ use super::single::Single;
 use super::slot_map::{self, Opener, Range, Shared};
 use super::worker::IoThread;
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::connection::Manager;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
@@ -124,7 +125,8 @@ impl Cluster {
         mut call: impl FnMut(&Single, bool) -> T,
     ) -> Result<T> {
         let slot = slot(key.as_bytes());
-        let until = Instant::now() + self.read_timeout;
+        // Set by the first TRYAGAIN: no clock read on the common path.
+        let mut until = None;
         // Where the next send goes when not by the map: a node that answered ASK
         // (with `ASKING`), or the one that answered TRYAGAIN.
         let mut next: Option<(Arc<Single>, bool)> = None;
@@ -146,7 +148,10 @@ impl Cluster {
                     hops += 1;
                     next = Some((self.shared.at(&addr)?, true));
                 }
-                Some(Hop::TryAgain) if Instant::now() + TRY_AGAIN < until => {
+                Some(Hop::TryAgain)
+                    if Instant::now() + TRY_AGAIN
+                        < *until.get_or_insert_with(|| Instant::now() + self.read_timeout) =>
+                {
                     std::thread::sleep(TRY_AGAIN);
                     next = Some((single, asking));
                 }
@@ -265,16 +270,7 @@ impl Topology for Cluster {
     }
 
     fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()> {
-        let node = self.subscriber(i);
-        let mut conn = node.get()?;
-        Ok(conn
-            .run(|c| {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg(message)
-                    .query::<i64>(c)
-            })
-            .map(drop)?)
+        self.subscriber(i).publish(channel, message)
     }
 }
 
@@ -324,10 +320,16 @@ fn has_sharded_pubsub(node: &Node) -> bool {
 fn first_map(seeds: &[(String, u16)], open: &Opener, config: NodeConfig) -> Result<Vec<Range>> {
     let mut failure = None;
     for (host, port) in seeds {
-        let node = Node::open(open(host, *port, Arc::new(Redirects::default()))?, config);
-        let answer = node
+        // One connection, no pool: the seed may not even be a master.
+        let seed = Manager {
+            target: open(host, *port, Arc::new(Redirects::default()))?,
+            connect_timeout: config.connect_timeout,
+            read_timeout: config.read_timeout,
+            write_timeout: config.write_timeout,
+        };
+        let answer = seed
             .connect_raw()
-            .and_then(|mut con| slot_map::read_slots(&mut con, &node));
+            .and_then(|mut con| slot_map::read_slots(&mut con, Some(host)));
         match answer {
             Ok(ranges) if !ranges.is_empty() => return Ok(ranges),
             Ok(_) => {

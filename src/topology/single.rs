@@ -7,10 +7,10 @@ use crossbeam_channel::Sender;
 
 use super::worker::{Cleanup, IoThread, Job, Worker};
 use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
-use crate::connection::{Conn, is_stale};
+use crate::connection::is_stale;
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
-use crate::node::{Node, NodeConn};
+use crate::node::Node;
 use crate::scheme::{
     Acquire, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
     acquire_confirmed, with_scripts,
@@ -75,7 +75,9 @@ impl Single {
     ) -> Result<Attempt> {
         let mut retried = false;
         loop {
-            let mut conn = Asking::new(self.node.get()?, ask);
+            let mut conn = self.node.get()?;
+            // Reset when the connection is given back.
+            conn.asking = ask;
             // Near the end of the caller's wait, wait for this reply only until the
             // call must return (at least a floor): one more timeout would stack.
             let read = self.node.read_timeout();
@@ -149,9 +151,8 @@ impl Single {
         // Compare-and-delete is idempotent, so a connection that died while idle
         // may be retried.
         self.node.with_retry(|conn| {
-            asking(conn, ask, |conn| {
-                backend.release(conn, key, channel, value, maybe)
-            })
+            conn.asking = ask;
+            backend.release(conn, key, channel, value, maybe)
         })
     }
 
@@ -166,9 +167,8 @@ impl Single {
         let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
         let sent = Instant::now();
         let reply = self.node.with_retry(|conn| {
-            asking(conn, ask, |conn| {
-                with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
-            })
+            conn.asking = ask;
+            with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
         });
         let outcome = reply.and_then(|v| Ok(backend.extend_reply(&v)?));
         (new_value, sent, outcome)
@@ -178,18 +178,17 @@ impl Single {
     pub(crate) fn hand_off_asking(&self, keys: &Keys, h: HandOff<'_>, ask: bool) -> Result<Handed> {
         let fence_key = keys.fence();
         let reply: Result<(i64, i64)> = self.node.with_retry(|conn| {
-            asking(conn, ask, |conn| {
-                with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
-                    c.run(|c| {
-                        TOKEN_HANDOFF
-                            .key(&keys.lock)
-                            .key(&fence_key)
-                            .arg(h.ours)
-                            .arg(h.value)
-                            .arg(ttl_millis(h.ttl))
-                            .arg(if h.fence { "1" } else { "0" })
-                            .invoke(c)
-                    })
+            conn.asking = ask;
+            with_scripts(conn, &[&TOKEN_HANDOFF], |c| {
+                c.run(|c| {
+                    TOKEN_HANDOFF
+                        .key(&keys.lock)
+                        .key(&fence_key)
+                        .arg(h.ours)
+                        .arg(h.value)
+                        .arg(ttl_millis(h.ttl))
+                        .arg(if h.fence { "1" } else { "0" })
+                        .invoke(c)
                 })
             })
         });
@@ -256,52 +255,6 @@ impl Topology for Single {
     }
 
     fn publish(&self, _: usize, channel: &str, message: &str) -> Result<()> {
-        let mut conn = self.node.get()?;
-        Ok(conn
-            .run(|c| {
-                redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg(message)
-                    .query::<i64>(c)
-            })
-            .map(drop)?)
+        self.node.publish(channel, message)
     }
-}
-
-/// A pooled connection whose commands are preceded by `ASKING` while it is
-/// checked out for a slot being imported; back in the pool, it is plain again.
-struct Asking<'a>(NodeConn<'a>);
-
-impl<'a> Asking<'a> {
-    fn new(mut conn: NodeConn<'a>, ask: bool) -> Self {
-        conn.asking = ask;
-        Self(conn)
-    }
-}
-
-impl std::ops::Deref for Asking<'_> {
-    type Target = Conn;
-    fn deref(&self) -> &Conn {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Asking<'_> {
-    fn deref_mut(&mut self) -> &mut Conn {
-        &mut self.0
-    }
-}
-
-impl Drop for Asking<'_> {
-    fn drop(&mut self) {
-        self.0.asking = false;
-    }
-}
-
-/// Runs `f` on `conn` with `ASKING` before each command when `ask`.
-fn asking<T>(conn: &mut Conn, ask: bool, f: impl FnOnce(&mut Conn) -> T) -> T {
-    conn.asking = ask;
-    let out = f(conn);
-    conn.asking = false;
-    out
 }

@@ -167,10 +167,10 @@ impl Shared {
     fn refresh(&self) {
         for single in self.masters() {
             let node = single.node();
-            match node
-                .get()
-                .and_then(|mut c| Ok(c.run(|c| read_slots(c, node))?))
-            {
+            match node.get().and_then(|mut c| {
+                let host = node.address().info().and_then(host_of);
+                Ok(c.run(|c| read_slots(c, host.as_deref()))?)
+            }) {
                 Ok(ranges) if !ranges.is_empty() => {
                     if let Err(e) = self.apply(&ranges) {
                         log::warn!("cluster map not taken in: {e}");
@@ -218,16 +218,16 @@ fn run(shared: &Shared, nudged: &Receiver<()>, stopped: &Receiver<()>) {
     }
 }
 
-/// `CLUSTER SLOTS` on `con`; a master named by an empty host is on `node`'s host.
+/// `CLUSTER SLOTS` on `con`; a master named by an empty host is on `host`, the
+/// asked node's.
 pub(super) fn read_slots(
     con: &mut redis::Connection,
-    node: &Node,
+    host: Option<&str>,
 ) -> redis::RedisResult<Vec<Range>> {
     let reply: Vec<Vec<Value>> = redis::cmd("CLUSTER").arg("SLOTS").query(con)?;
-    let fallback = node.address().info().and_then(host_of);
     Ok(reply
         .iter()
-        .filter_map(|entry| parse_range(entry, fallback.as_deref()))
+        .filter_map(|entry| parse_range(entry, host))
         .collect())
 }
 

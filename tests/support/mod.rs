@@ -10,6 +10,7 @@ pub mod alone;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
+pub mod pin;
 pub mod proxy;
 pub mod redisson;
 pub mod sentinel;
