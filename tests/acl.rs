@@ -90,7 +90,12 @@ fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wake
         .fencing(true)
         .build()
         .unwrap();
-    let b = builder(&server, "locker").fencing(true).build().unwrap();
+    // Polls only every 10 s: a quick wake-up below is the release message.
+    let b = builder(&server, "locker")
+        .fencing(true)
+        .backoff(Duration::from_secs(10), Duration::from_secs(10))
+        .build()
+        .unwrap();
     no_password(&format!("{a:?}"));
 
     let guard = a.lock("k").unwrap();
@@ -111,9 +116,12 @@ fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wake
             let g = b.try_lock_for("k", Duration::from_secs(20)).unwrap();
             (g.map(|g| (g.fence(), g.unlock().unwrap())), Instant::now())
         });
+        // Subscribed, and past the attempt its subscription's confirmation makes
+        // (which would otherwise race the release for the lock).
         assert!(eventually(Duration::from_secs(10), || subscribers(
             &server, "lock:k"
-        ) >= 1));
+        ) >= 1
+            && b.metrics().attempts >= 2));
         let released = Instant::now();
         assert_eq!(guard.unlock().unwrap(), Release::Released);
         let (got, at) = waiter.join().unwrap();

@@ -145,13 +145,15 @@ fn woken_on_the_new_master(other: &LockClient, fresh: LockGuard, new: &support::
             (got.is_some(), other.metrics().wakeups)
         });
         ready.wait();
-        // Queued, and its key's release channel subscribed on the new master.
+        // Queued, its key's release channel subscribed on the new master, and past
+        // the attempt the subscription's confirmation makes (which would race the
+        // release for the lock).
         let queued = eventually(Duration::from_secs(5), || {
             let cmd = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
                 .arg("{fresh}:released")
                 .clone();
-            other.metrics().attempts > before
+            other.metrics().attempts >= before + 2
                 && try_query::<(String, i64)>(new, &cmd).is_some_and(|(_, n)| n >= 1)
         });
         assert!(queued);
