@@ -12,7 +12,7 @@ use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
-use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme};
+use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
 
@@ -324,7 +324,11 @@ impl LockClient {
                 ttl: plan.ttl,
                 fence: plan.fence,
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
-                remaining: will_wait && slot.as_ref().is_none_or(WaitSlot::needs_remaining),
+                wait: match (will_wait, &slot) {
+                    (false, _) => Waiting::No,
+                    (true, Some(s)) if !s.needs_remaining() => Waiting::Poll,
+                    (true, _) => Waiting::First,
+                },
                 replicas: plan.replicas,
                 return_by,
             };

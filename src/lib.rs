@@ -115,6 +115,12 @@
 //!   next one takes over when the head leaves. Callers of one client that arrive
 //!   together queue behind each other instead of racing to Redis.
 //!
+//! A token release publishes only when someone waits for it: a caller about to
+//! wait marks a redlease holder's token (`rl1:<32 hex>` becomes `rl1:<32 hex>+`,
+//! TTL kept; the acquire's `SET … NX PX … GET` names the holder, so each new holder
+//! is marked once), and a client publishes too when its own callers wait for the
+//! key. Values other clients wrote are never marked.
+//!
 //! Within a client, a releasing guard of a token lock hands it to the oldest waiting
 //! caller: the lease itself when the caller asked for the same terms (no round
 //! trip), or its token swapped for the caller's in one atomic script. Every 8 hand-offs in a

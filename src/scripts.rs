@@ -8,16 +8,62 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The mark a waiter leaves on a redlease token: the holder's release then
+/// publishes its release message. Appended to the token, so a marked value is
+/// `<token>+`.
+pub(crate) const MARK: char = '+';
+
+/// The prefix of a redlease token (`rl1:` and 32 hex digits). Only values with it
+/// are marked: a value another client wrote must stay byte for byte as it is, or
+/// that client's compare-and-delete would no longer find it.
+pub(crate) const TOKEN_PREFIX: &str = "rl1:";
+
+/// The length of a redlease token: [`TOKEN_PREFIX`] and a UUID's 32 hex digits.
+pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
+
+/// Marks the holder's value of KEYS[1] as waited for, if it is an unmarked
+/// redlease token ([`TOKEN_PREFIX`], [`TOKEN_LEN`] bytes) with a TTL, keeping that
+/// TTL to the millisecond; returns the key's `PTTL`. A Lua function for the
+/// scripts below.
+static MARK_FN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        r"
+local function mark()
+  local t = redis.call('PTTL', KEYS[1])
+  if t <= 0 then return t end
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'string' and #v == {TOKEN_LEN} and string.sub(v, 1, {p}) == '{TOKEN_PREFIX}' then
+    redis.call('SET', KEYS[1], v .. '{MARK}', 'PX', t)
+  end
+  return t
+end
+",
+        p = TOKEN_PREFIX.len()
+    )
+});
+
+/// Marks a redlease holder's token as waited for; returns the lock's `PTTL`.
+///
+/// KEYS[1] lock key. For a caller that found the lock busy and will wait: the
+/// holder's release then publishes its release message. Any other value (another
+/// client's, a marked token, another type) is left as it is.
+pub(crate) static TOKEN_MARK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&format!("{}return mark()\n", *MARK_FN)));
+
 /// Token acquire with a fencing token.
 ///
-/// KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] token, ARGV[2] TTL in ms.
+/// KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] token, ARGV[2] TTL in ms,
+/// ARGV[3] `1` to mark a redlease holder's token when busy (the caller will wait,
+/// see [`TOKEN_MARK`]).
 /// Returns `{1, fence}` when acquired, `{0, pttl}` when busy (`pttl` is the holder's
 /// remaining time, -1 when the key has no TTL). The `INCR` runs in the same atomic
 /// step as the `SET`, so fences are strictly increasing in acquisition order. A
 /// failed `INCR` (an ACL that denies it) deletes the token again before the error
 /// is returned: a script is not rolled back, and nobody would release that lock.
 pub(crate) static TOKEN_ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{}{}",
+        *MARK_FN,
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
@@ -27,20 +73,27 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
+if ARGV[3] == '1' then return {0, mark()} end
 return {0, redis.call('PTTL', KEYS[1])}
-",
-    )
+"
+    ))
 });
 
-/// Token release: compare-and-delete, then wake one waiter per client.
+/// Token release: compare-and-delete, then wake one waiter per client if any waits.
 ///
-/// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel, ARGV[3..] other values
-/// that are ours too (a timestamp an unanswered renewal may have written).
+/// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] `1` to publish
+/// whatever the value says (the releaser's client has callers waiting, or the
+/// scheme's waiters cannot mark its values), ARGV[4..] other values that are ours
+/// too (a timestamp an unanswered renewal may have written).
 /// Returns 1 + the number of clients the release message reached when released, 0
 /// the key was gone (expired), -1 someone else's value or a value of another type is
 /// there (left untouched). `pcall` keeps a key of another
 /// type (a hash, a list) from raising: it is someone else's lock, not an error.
-/// The `PUBLISH` is a `pcall` too: a user without channel permissions (Redis 7's
+///
+/// The release message is sent only when someone may wait for it: a waiter of
+/// another client marked the value (`<token>+`, see [`TOKEN_MARK`]), or ARGV[3]
+/// asks. A release nobody waits for costs what a bare compare-and-delete costs.
+/// The `PUBLISH` is a `pcall`: a user without channel permissions (Redis 7's
 /// default) has released the lock all the same, and its waiters poll.
 pub(crate) static TOKEN_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(&TOKEN_RELEASE_SOURCE.replace("SPUBLISH", "PUBLISH")));
@@ -55,10 +108,15 @@ const TOKEN_RELEASE_SOURCE: &str = r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return 0 end
 if type(v) == 'table' then return -1 end
-local ours = v == ARGV[1]
-for i = 3, #ARGV do ours = ours or v == ARGV[i] end
-if not ours then return -1 end
+local publish = ARGV[3] == '1'
+if v ~= ARGV[1] then
+  local ours = v == ARGV[1] .. '+'
+  publish = publish or ours
+  for i = 4, #ARGV do ours = ours or v == ARGV[i] end
+  if not ours then return -1 end
+end
 redis.call('DEL', KEYS[1])
+if not publish then return 1 end
 local heard = redis.pcall('SPUBLISH', ARGV[2], 'released')
 if type(heard) ~= 'number' then heard = 0 end
 return 1 + heard
@@ -67,13 +125,14 @@ return 1 + heard
 /// Token extend (also the renewal): compare-and-pexpire.
 ///
 /// KEYS[1] lock key. ARGV[1] token, ARGV[2] new TTL in ms.
-/// Returns 1 extended, 0 gone, -1 someone else's.
+/// Returns 1 extended, 0 gone, -1 someone else's. The token may carry a waiter's
+/// mark; the value is left as it is.
 pub(crate) static TOKEN_EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return 0 end
-if type(v) == 'table' or v ~= ARGV[1] then return -1 end
+if type(v) == 'table' or (v ~= ARGV[1] and v ~= ARGV[1] .. '+') then return -1 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ",
@@ -156,15 +215,22 @@ return 1
 /// else's value is there. Compare and replace are one atomic step, so the lock is
 /// held by exactly one of the two tokens at every moment. The fence is taken before
 /// the write, so a failed `INCR` (an ACL that denies it) leaves the lock as it was.
+/// A waiter's mark on our token passes to the new one: that waiter still waits.
 pub(crate) static TOKEN_HANDOFF: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return {0, 0} end
-if type(v) == 'table' or v ~= ARGV[1] then return {-1, 0} end
+if type(v) == 'table' then return {-1, 0} end
+local new = ARGV[2]
+if v == ARGV[1] .. '+' then
+  new = new .. '+'
+elseif v ~= ARGV[1] then
+  return {-1, 0}
+end
 local fence = 0
 if ARGV[4] == '1' then fence = redis.call('INCR', KEYS[2]) end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
 return {1, fence}
 ",
     )

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{Acquire, Freed, Release};
+use super::{Acquire, Announce, Freed, Release};
 use crate::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::ttl_millis;
 
@@ -22,11 +22,11 @@ pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
 }
 
 /// The token release, `TOKEN_RELEASE` on `key` for `value` (or one of `maybe`),
-/// publishing on `channel`: one command built in place, where a script invocation
-/// would copy every argument twice. `sharded`: publish with `SPUBLISH`.
+/// publishing as `announce` says: one command built in place, where a script
+/// invocation would copy every argument twice. `sharded`: publish with `SPUBLISH`.
 pub(crate) fn release_cmd(
     key: &str,
-    channel: &str,
+    announce: Announce<'_>,
     (value, maybe): (&str, &[String]),
     sharded: bool,
 ) -> redis::Cmd {
@@ -36,7 +36,11 @@ pub(crate) fn release_cmd(
         &TOKEN_RELEASE
     };
     let mut cmd = script_cmd(script, 1);
-    cmd.arg(key).arg(value).arg(channel).arg(maybe);
+    cmd.arg(key)
+        .arg(value)
+        .arg(announce.channel)
+        .arg(if announce.always { "1" } else { "0" })
+        .arg(maybe);
     cmd
 }
 

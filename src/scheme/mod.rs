@@ -26,7 +26,7 @@ pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
-pub(crate) use token::TokenBackend;
+pub(crate) use token::{TokenBackend, new_token};
 
 /// How a lock is stored in Redis.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -117,15 +117,51 @@ pub(crate) struct Request {
     pub(crate) ttl: Duration,
     /// Whether to take a fencing token.
     pub(crate) fence: bool,
-    /// Whether a busy reply should say how long the holder has left (only callers
-    /// about to wait need it).
-    pub(crate) remaining: bool,
+    /// Whether the caller waits if the lock is busy.
+    pub(crate) wait: Waiting,
     /// Replicas that must acknowledge the write (`WAIT`, in the same round trip).
     pub(crate) replicas: Option<Replicas>,
     /// When the caller's call must return by, if it has a bound: the caller's
     /// deadline or, if later, one read timeout after the call began. An attempt
     /// made near it waits for its reply until then (but at least [`REPLY_FLOOR`]).
     pub(crate) return_by: Option<Instant>,
+}
+
+/// Whether the caller of an acquire attempt waits if the lock is busy.
+///
+/// A caller that waits marks a redlease holder's token, so that its release
+/// publishes the message that wakes the caller, and needs the holder's remaining
+/// TTL (it bounds the wait) unless it knows it already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// It returns at once (`try_lock`, a deadline already past).
+    No,
+    /// It waits, and needs the holder's remaining TTL: its first attempt, or the
+    /// holder's TTL last seen has run out.
+    First,
+    /// It waits, and knows how long the holder has left.
+    Poll,
+}
+
+/// Where a release announces itself, and whether it must.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Announce<'a> {
+    /// The key's release channel.
+    pub(crate) channel: &'a str,
+    /// Publish even when no waiter marked the value: callers of the releasing
+    /// client wait for the key (they may not have marked the current value), or
+    /// the value is no redlease token.
+    pub(crate) always: bool,
+}
+
+impl<'a> Announce<'a> {
+    /// On `channel`, whatever the value says.
+    pub(crate) fn always(channel: &'a str) -> Self {
+        Self {
+            channel,
+            always: true,
+        }
+    }
 }
 
 /// The shortest wait for a reply an attempt gets near the end of its caller's wait,
@@ -159,11 +195,15 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         &self,
         conn: &mut Conn,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         maybe: &[String],
     ) -> RedisResult<Freed> {
-        let cmd = release_cmd(key, channel, (value, maybe), conn.sharded());
+        let announce = Announce {
+            always: announce.always || !self.marked(),
+            ..announce
+        };
+        let cmd = release_cmd(key, announce, (value, maybe), conn.sharded());
         let n: i64 = with_scripts(conn, self.scripts(), |c| c.run(|c| cmd.query(c)))?;
         Ok(Freed::from_reply(n))
     }
@@ -185,6 +225,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// Whether its releases publish on the key's channel, so waiters can sleep until
     /// a release message instead of polling.
     fn publishes(&self) -> bool;
+    /// Whether its waiters mark the holder's value, and a release publishes only
+    /// for a marked one (or when told to by [`Announce::always`]).
+    fn marked(&self) -> bool {
+        false
+    }
     /// The channel its releases publish on for the lock key `lock`.
     fn channel(&self, lock: &str) -> String {
         companion(lock, "released")

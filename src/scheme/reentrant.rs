@@ -31,7 +31,7 @@ use redis::{RedisResult, Script, Value};
 
 use super::token::busy;
 use super::{
-    Acquire, Backend, Freed, Keys, Request, fixed_extend_cmd, script_cmd, send_acquire,
+    Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, script_cmd, send_acquire,
     with_scripts,
 };
 use crate::connection::Conn;
@@ -222,18 +222,25 @@ impl Backend for ReentrantBackend {
         &self,
         conn: &mut Conn,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         _maybe: &[String],
     ) -> RedisResult<Freed> {
         // The owner field never changes, so there is never another value to accept.
+        // Redisson's release always publishes: its waiters mark nothing.
         let script = if conn.sharded() {
             &RELEASE_SHARDED
         } else {
             &RELEASE
         };
         let n = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| script.key(key).arg(value).arg(channel).invoke::<i64>(c))
+            c.run(|c| {
+                script
+                    .key(key)
+                    .arg(value)
+                    .arg(announce.channel)
+                    .invoke::<i64>(c)
+            })
         });
         // Released, found gone, or not known: the guard holding it is done with it.
         self.fences.ended(key, value);

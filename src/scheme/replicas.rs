@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use super::{Acquire, Backend, Keys, Request, with_scripts};
+use super::{Acquire, Announce, Backend, Keys, Request, with_scripts};
 use crate::connection::Conn;
 use crate::error::{Error, Result};
 use crate::time::{MAX_TTL, MIN_TTL, ttl_millis};
@@ -125,7 +125,13 @@ pub(crate) fn acquire_confirmed(
             acked: Some(acked), ..
         } if acked < r.count => {
             // Whatever it finds (gone already, say), the lock is not ours now.
-            let _ = backend.release(conn, &keys.lock, &keys.channel, value, &[])?;
+            let _ = backend.release(
+                conn,
+                &keys.lock,
+                Announce::always(&keys.channel),
+                value,
+                &[],
+            )?;
             Ok(Err(Unreplicated {
                 acked,
                 required: r.count,

@@ -2,25 +2,36 @@
 //!
 //! The same wire format as redis-py's `Lock`, redsync, node-redlock and redlock-rs,
 //! so those clients and redlease exclude each other on the same key.
+//!
+//! A redlease token is `rl1:` and a UUID v4 in 32 hex digits. A caller about to
+//! wait marks a redlease holder's token (`<token>+`, in the same script that finds
+//! the lock busy), and only a marked lock's release publishes its release message:
+//! a release nobody waits for costs what a bare compare-and-delete costs.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
 use super::{
-    Acquire, Backend, Keys, Request, acquired, fixed_extend_cmd, script_cmd, send_acquire,
+    Acquire, Backend, Keys, Replicas, Request, Waiting, acquired, fixed_extend_cmd, script_cmd,
+    send_acquire, with_scripts,
 };
 use crate::connection::Conn;
-use crate::scripts::{TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
+use crate::scripts::{
+    TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_LEN, TOKEN_MARK, TOKEN_PREFIX, TOKEN_RELEASE,
+    TOKEN_RELEASE_SHARDED,
+};
 use crate::time::ttl_millis;
 
 /// The token scheme's commands.
 #[derive(Debug)]
 pub(crate) struct TokenBackend;
 
-static SCRIPTS: [&LazyLock<Script>; 4] = [
+static SCRIPTS: [&LazyLock<Script>; 5] = [
     &TOKEN_ACQUIRE_FENCED,
+    &TOKEN_MARK,
     &TOKEN_RELEASE,
     &TOKEN_RELEASE_SHARDED,
     &TOKEN_EXTEND,
@@ -28,10 +39,7 @@ static SCRIPTS: [&LazyLock<Script>; 4] = [
 
 impl Backend for TokenBackend {
     fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
-        // Encoded into a buffer of its own length: one allocation, no formatter.
-        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
-        let token = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
-        Ok(token.to_owned())
+        Ok(new_token())
     }
 
     fn acquire(
@@ -44,37 +52,49 @@ impl Backend for TokenBackend {
         let Request {
             ttl,
             fence,
-            remaining,
+            wait,
             replicas,
             ..
         } = req;
         let ms = ttl_millis(ttl);
         if fence {
             let mut cmd = script_cmd(&TOKEN_ACQUIRE_FENCED, 2);
-            cmd.arg(&keys.lock).arg(keys.fence()).arg(value).arg(ms);
+            cmd.arg(&keys.lock)
+                .arg(keys.fence())
+                .arg(value)
+                .arg(ms)
+                .arg(if wait == Waiting::No { "0" } else { "1" });
             let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, replicas)?;
             return Ok(acquired(reply, true, acked)?.unwrap_or_else(busy));
         }
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
-        // command as the hand-written floor. Only a caller about to wait asks for the
-        // holder's `PTTL`, in a second round trip on that slow path.
-        // Sized up front: six arguments, so building it costs one allocation.
-        let data = keys.lock.len() + value.len() + 32;
-        let mut set = redis::Cmd::with_capacity(6, data);
-        set.arg("SET")
-            .arg(&keys.lock)
-            .arg(value)
-            .arg("NX")
-            .arg("PX")
-            .arg(ms);
-        let (set, acked) = send_acquire(conn, &[], set, replicas)?;
-        if !matches!(set, Value::Nil) {
-            return Ok(Acquire::Acquired { fence: None, acked });
-        }
-        if !remaining {
+        // command as the hand-written floor, with `GET` so that a busy reply names
+        // the holder.
+        let holder = match set_nx(conn, &keys.lock, value, ms, replicas)? {
+            Set::Won(acked) => return Ok(Acquire::Acquired { fence: None, acked }),
+            Set::Busy(holder) => holder,
+        };
+        if wait == Waiting::No {
             return Ok(Acquire::Busy { remaining: None });
         }
-        let pttl: i64 = conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?;
+        // A caller that waits marks a redlease holder's token, once per holder (a
+        // marked one shows its mark), learning its `PTTL` in the same round trip;
+        // when the holder is unknown (a server without `SET NX GET`, a key of
+        // another type) the script looks. Otherwise it asks the `PTTL` only when
+        // the holder's TTL is not known yet. Either is a second round trip on this
+        // slow path only.
+        let mark = holder
+            .as_deref()
+            .map_or(wait == Waiting::First, is_unmarked_token);
+        let pttl: i64 = if mark {
+            with_scripts(conn, &SCRIPTS, |c| {
+                c.run(|c| TOKEN_MARK.key(&keys.lock).invoke(c))
+            })?
+        } else if wait == Waiting::First {
+            conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?
+        } else {
+            return Ok(Acquire::Busy { remaining: None });
+        };
         Ok(busy(pttl))
     }
 
@@ -93,6 +113,10 @@ impl Backend for TokenBackend {
         true
     }
 
+    fn marked(&self) -> bool {
+        true
+    }
+
     fn hands_over(&self) -> bool {
         true
     }
@@ -100,6 +124,73 @@ impl Backend for TokenBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
+}
+
+/// A new redlease token: [`TOKEN_PREFIX`] and a UUID v4 in 32 hex digits.
+pub(crate) fn new_token() -> String {
+    // Encoded into a buffer of its own length: one allocation, no formatter.
+    let mut token = String::with_capacity(TOKEN_LEN);
+    let mut buf = [0u8; uuid::fmt::Simple::LENGTH];
+    token.push_str(TOKEN_PREFIX);
+    token.push_str(uuid::Uuid::new_v4().simple().encode_lower(&mut buf));
+    token
+}
+
+/// Whether servers take `SET … NX GET` (Redis 7.0 and later). Cleared for good by
+/// the first server that calls it a syntax error (6.2 and older), which is then
+/// asked without `GET`.
+static NX_GET: AtomicBool = AtomicBool::new(true);
+
+/// What a `SET NX PX` found.
+enum Set {
+    /// The lock is ours (replicas that acknowledged, when asked).
+    Won(Option<u32>),
+    /// Someone holds it: their value, when the server said.
+    Busy(Option<String>),
+}
+
+/// `SET key value NX PX ms GET`: one command, which takes the lock or names its
+/// holder. A key of another type is busy, holder unknown (`GET` makes it an error).
+fn set_nx(
+    conn: &mut Conn,
+    key: &str,
+    value: &str,
+    ms: u64,
+    replicas: Option<Replicas>,
+) -> RedisResult<Set> {
+    let get = NX_GET.load(Ordering::Relaxed);
+    // Sized up front: seven arguments, so building it costs one allocation.
+    let data = key.len() + value.len() + 32;
+    let mut set = redis::Cmd::with_capacity(7, data);
+    set.arg("SET")
+        .arg(key)
+        .arg(value)
+        .arg("NX")
+        .arg("PX")
+        .arg(ms);
+    if get {
+        set.arg("GET");
+    }
+    let (reply, acked) = match send_acquire(conn, &[], set, replicas) {
+        Err(e) if get && e.code() == Some("WRONGTYPE") => return Ok(Set::Busy(None)),
+        Err(e) if get && e.code() == Some("ERR") && e.to_string().contains("syntax") => {
+            log::debug!("the server has no `SET NX GET` ({e}); asking without `GET`");
+            NX_GET.store(false, Ordering::Relaxed);
+            return set_nx(conn, key, value, ms, replicas);
+        }
+        other => other?,
+    };
+    Ok(match reply {
+        Value::Nil if get => Set::Won(acked),
+        Value::Nil => Set::Busy(None),
+        Value::BulkString(holder) => Set::Busy(Some(String::from_utf8_lossy(&holder).into_owned())),
+        _ => Set::Won(acked),
+    })
+}
+
+/// Whether `value` is a redlease token no waiter has marked yet.
+fn is_unmarked_token(value: &str) -> bool {
+    value.len() == TOKEN_LEN && value.starts_with(TOKEN_PREFIX)
 }
 
 /// A busy reply: `pttl` ≥ 0 bounds the wait, -2 (gone since) means retry now,

@@ -33,7 +33,7 @@ use crate::connection::Manager;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
-use crate::scheme::{Backend, Extend, Freed, Keys, Request};
+use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request};
 use crate::slots::{Redirects, slot};
 
 /// How many redirections one call follows before it gives up.
@@ -179,12 +179,12 @@ impl Topology for Cluster {
         &self,
         backend: &dyn Backend,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
         self.routed(key, error_of, |single, ask| {
-            single.release_asking(backend, key, channel, value, maybe, ask)
+            single.release_asking(backend, key, announce, value, maybe, ask)
         })?
     }
 

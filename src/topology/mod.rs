@@ -15,7 +15,7 @@ use crossbeam_channel::Sender;
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
-use crate::scheme::{Backend, Extend, Freed, Keys, Release, Request, Scheme};
+use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme};
 
 mod ballot;
 mod batch;
@@ -122,12 +122,12 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt>;
 
     /// Deletes the lock `key` if it still holds `value` (or one of `maybe`), waking
-    /// waiters on `channel`.
+    /// waiters as `announce` says.
     fn release(
         &self,
         backend: &dyn Backend,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         maybe: &[String],
     ) -> Result<Freed>;

@@ -14,7 +14,7 @@ use redis::{RedisError, RedisResult, Value};
 
 use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::scheme::{Acquire, Backend, Keys, Request, with_scripts};
+use crate::scheme::{Acquire, Announce, Backend, Keys, Request, Waiting, with_scripts};
 
 /// The TTL of the probe's own lock: far longer than the probe, and all that a
 /// probe which could not delete it leaves behind.
@@ -76,14 +76,20 @@ pub(crate) fn probe(
         check(conn.run(|c| script.load(c)), &LOAD)?;
     }
     let release = |conn: &mut _, value: &str, maybe: &[String]| {
-        backend.release(conn, &keys.lock, &keys.channel, value, maybe)
+        backend.release(
+            conn,
+            &keys.lock,
+            Announce::always(&keys.channel),
+            value,
+            maybe,
+        )
     };
     let _gone = check(release(&mut conn, "", &[]), &RELEASE)?;
     let value = check(backend.new_value(&mut conn, PROBE_TTL), &CLOCK)?;
     let req = Request {
         ttl: PROBE_TTL,
         fence: false,
-        remaining: false,
+        wait: Waiting::No,
         return_by: None,
         replicas: None,
     };

@@ -17,7 +17,7 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
-use crate::scheme::{Backend, Keys, Scheme, TokenBackend};
+use crate::scheme::{Announce, Backend, Keys, Scheme, TokenBackend};
 
 /// The nodes of a quorum.
 pub(super) struct Quorum {
@@ -197,7 +197,13 @@ impl Quorum {
                 }
                 let Cleanup { backend, keys, .. } = &cleanup;
                 let delete = |c: &mut Conn| {
-                    backend.release(c, &keys.lock, &keys.channel, &cleanup.value, &[])
+                    backend.release(
+                        c,
+                        &keys.lock,
+                        Announce::always(&keys.channel),
+                        &cleanup.value,
+                        &[],
+                    )
                 };
                 if link.call(Instant::now() + wait, wait, delete).is_err() {
                     send(&worker, cleanup);

@@ -24,7 +24,8 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
 use crate::scheme::{
-    Acquire, Backend, Extend, Freed, Keys, Release, Request, Scheme, with_scripts,
+    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, Waiting, new_token,
+    with_scripts,
 };
 use crate::time::validity_end;
 
@@ -94,7 +95,7 @@ impl Topology for Redlock {
         }
         let mut round = 1;
         loop {
-            let value = uuid::Uuid::new_v4().to_string();
+            let value = new_token();
             bump(&self.counters.attempts, 1);
             let op = {
                 let (backend, keys, value) = (Arc::clone(backend), keys.clone(), value.clone());
@@ -134,7 +135,7 @@ impl Topology for Redlock {
             // the round can end before the caller must return.
             let pause = jitter(RETRY_MAX);
             let past = |t: Instant| Instant::now() + pause + wait > t;
-            if !req.remaining || round >= ROUNDS || req.return_by.is_some_and(past) {
+            if req.wait != Waiting::First || round >= ROUNDS || req.return_by.is_some_and(past) {
                 let (count, failures) = if count.won() {
                     log::debug!("acquire of `{}` took longer than its validity", keys.lock);
                     late(count, answers, &self.quorum, &keys.lock, wait)
@@ -155,13 +156,14 @@ impl Topology for Redlock {
         &self,
         _backend: &dyn Backend,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
+        let always = announce.always;
         let keys = Keys {
             lock: key.to_owned(),
-            channel: channel.to_owned(),
+            channel: announce.channel.to_owned(),
             // It only names the fence counter, which a release never touches.
             prefix: 0,
             slot_tag: None,
@@ -169,7 +171,13 @@ impl Topology for Redlock {
         let op = {
             let (backend, keys) = (Arc::clone(self.quorum.token()), keys.clone());
             let (value, maybe) = (value.to_owned(), maybe.to_vec());
-            move |c: &mut Conn| backend.release(c, &keys.lock, &keys.channel, &value, &maybe)
+            move |c: &mut Conn| {
+                let announce = Announce {
+                    channel: &keys.channel,
+                    always,
+                };
+                backend.release(c, &keys.lock, announce, &value, &maybe)
+            }
         };
         // Each lane counts its node, and hands a failed delete to the node's I/O
         // thread: the caller returns as soon as a majority decided.

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
 use crate::scheme::{
-    Acquire, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
+    Acquire, Announce, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
     acquire_confirmed, with_scripts,
 };
 use crate::scripts::TOKEN_HANDOFF;
@@ -143,7 +143,7 @@ impl Single {
         &self,
         backend: &dyn Backend,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         maybe: &[String],
         ask: bool,
@@ -152,7 +152,7 @@ impl Single {
         // may be retried.
         self.node.with_retry(|conn| {
             conn.asking = ask;
-            backend.release(conn, key, channel, value, maybe)
+            backend.release(conn, key, announce, value, maybe)
         })
     }
 
@@ -209,11 +209,11 @@ impl Topology for Single {
         &self,
         backend: &dyn Backend,
         key: &str,
-        channel: &str,
+        announce: Announce<'_>,
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
-        self.release_asking(backend, key, channel, value, maybe, false)
+        self.release_asking(backend, key, announce, value, maybe, false)
     }
 
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {

@@ -20,7 +20,7 @@ use super::{Renew, Renewed};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::Node;
-use crate::scheme::{Backend, Keys, Release};
+use crate::scheme::{Announce, Backend, Keys, Release};
 
 /// The first pause before a failed release is tried again; it doubles up to
 /// [`MAX_RETRY`].
@@ -268,7 +268,13 @@ impl Io<'_> {
             ..
         } = cleanup;
         let delete = |conn: &mut crate::connection::Conn| {
-            backend.release(conn, &keys.lock, &keys.channel, value, &[])
+            backend.release(
+                conn,
+                &keys.lock,
+                Announce::always(&keys.channel),
+                value,
+                &[],
+            )
         };
         let answer = match &mut self.link {
             Some((link, bound)) => link.call(Instant::now() + *bound, *bound, delete),

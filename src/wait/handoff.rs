@@ -28,7 +28,7 @@ use super::{Hub, Wake};
 use crate::error::Result;
 use crate::lease::{LeaseState, Terms};
 use crate::metrics::bump;
-use crate::scheme::Release;
+use crate::scheme::{Announce, Release};
 use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
@@ -198,9 +198,15 @@ fn release_for_real(
     value: &str,
     maybe: &[String],
 ) -> Result<Release> {
+    // Callers of this client waiting for the key may not have marked the value
+    // (only the head of a line attempts): the release publishes for them.
+    let announce = Announce {
+        channel: &state.channel,
+        always: hub.lines.busy(&state.channel),
+    };
     let freed = hub
         .topology
-        .release(&*state.backend, &state.key, &state.channel, value, maybe)?;
+        .release(&*state.backend, &state.key, announce, value, maybe)?;
     // Our own waiter thread is one of the listeners when we have waiters.
     if freed.listeners > 1 {
         hub.lines.hold_off(&state.channel, YIELD);

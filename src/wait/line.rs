@@ -93,6 +93,12 @@ impl Lines {
         }
     }
 
+    /// Whether callers of this client are acquiring or waiting for `channel`'s key
+    /// (or a key of its bucket): one atomic load.
+    pub(crate) fn busy(&self, channel: &str) -> bool {
+        self.buckets[bucket(channel)].load(Ordering::Acquire) != 0
+    }
+
     /// Takes `channel`'s line out of the map, and out of its bucket's count.
     fn remove(&self, map: &mut HashMap<String, Line>, channel: &str) {
         if map.remove(channel).is_some() {

@@ -14,7 +14,7 @@ use crate::cancel::{CancelToken, Watch};
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::metrics::bump;
-use crate::scheme::{Keys, TokenBackend};
+use crate::scheme::{Keys, TokenBackend, new_token};
 
 /// How long a caller behind the head sleeps before it looks at the line again on
 /// its own, in units of the longest polling step. It sends nothing when it wakes.
@@ -267,10 +267,7 @@ impl<'a> WaitSlot<'a> {
         let Some(want) = self.want else {
             return false;
         };
-        let value = self
-            .offer_value
-            .get_or_insert_with(|| uuid::Uuid::new_v4().to_string())
-            .clone();
+        let value = self.offer_value.get_or_insert_with(new_token).clone();
         // A fresh claim for each offer: the last one was withdrawn or settled.
         self.claim = Arc::new(AtomicU8::new(OPEN));
         self.hub.offers.post(

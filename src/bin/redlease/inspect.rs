@@ -60,6 +60,9 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot) -> String {
     let mut out = format!("key:     {key}\n");
     let holder = match &s.holder {
         Holder::Absent => "none: the key does not exist".to_owned(),
+        Holder::Token(value) if value.starts_with("rl1:") && value.ends_with('+') => {
+            format!("token lock, value {value} (redlease; callers wait for its release)")
+        }
         Holder::Token(value) => format!("token lock, value {value}"),
         Holder::LegacyMillis(at) => format!("legacy timestamp lock (ms), expiry {at}"),
         Holder::LegacySeconds(at) => format!("legacy timestamp lock (s), expiry {at}"),

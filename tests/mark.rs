@@ -1,0 +1,206 @@
+//! Release messages only for locks someone waits for, against a real `redis-server`:
+//! a caller about to wait marks a redlease holder's token (`<token>+`), and only a
+//! marked lock's release publishes. A release nobody waits for sends no `PUBLISH`;
+//! a waiter of another client is still woken by a message; values other clients
+//! wrote are never touched; a marked lock extends, renews, passes on and releases
+//! as an unmarked one does.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use redlease::{LockClient, LockClientBuilder, LockOptions, Release};
+use support::{RedisServer, eventually};
+
+const KEY: &str = "job";
+const LOCK_KEY: &str = "mark:job";
+/// Long enough that neither a TTL running out nor a polling step explains a wait
+/// that ends on a loaded machine.
+const LONG: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(10);
+
+fn builder(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder(server.url()).key_prefix("mark:")
+}
+
+/// A client whose polling could never end a wait of this test: its waits end by a
+/// release message or a hand-off.
+fn never_polling(server: &RedisServer) -> LockClient {
+    builder(server)
+        .ttl(LONG)
+        .backoff(LONG, LONG)
+        .build()
+        .unwrap()
+}
+
+fn value(server: &RedisServer) -> Option<String> {
+    server.query(redis::cmd("GET").arg(LOCK_KEY))
+}
+
+fn marked(server: &RedisServer) -> bool {
+    value(server).is_some_and(|v| v.ends_with('+'))
+}
+
+fn is_token(v: &str) -> bool {
+    v.len() == 36
+        && v.starts_with("rl1:")
+        && v[4..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[test]
+fn a_release_nobody_waits_for_publishes_nothing() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    let fenced = builder(&server).fencing(true).build().unwrap();
+    server.reset_stats();
+    for c in [&client, &fenced] {
+        for _ in 0..50 {
+            let guard = c.lock(KEY).unwrap();
+            let v = value(&server).expect("the lock is stored");
+            assert!(is_token(&v), "not a redlease token: {v:?}");
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
+        }
+    }
+    assert_eq!(value(&server), None);
+    assert_eq!(server.command_calls("publish"), 0);
+    assert_eq!(server.command_calls("del"), 100);
+}
+
+#[test]
+fn a_waiter_of_another_client_marks_the_holder_and_its_release_wakes_it() {
+    let server = RedisServer::start();
+    let holder = builder(&server).ttl(LONG).build().unwrap();
+    let waiter = never_polling(&server);
+    for fence in [false, true] {
+        let opts = LockOptions::new().fencing(fence).wait(BOUND);
+        let guard = holder.lock(KEY).unwrap();
+        let token = value(&server).unwrap();
+        assert!(!marked(&server));
+        let before = waiter.metrics().wakeups;
+        thread::scope(|s| {
+            let waiting = s.spawn(|| waiter.lock_with(KEY, &opts));
+            assert!(
+                eventually(BOUND, || marked(&server)),
+                "the waiter never marked the holder's token"
+            );
+            assert_eq!(value(&server), Some(format!("{token}+")));
+            assert!(guard.is_held());
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
+            let got = waiting.join().unwrap().unwrap().expect("acquired");
+            assert_eq!(got.fence().is_some(), fence);
+            assert_eq!(got.unlock().unwrap(), Release::Released);
+        });
+        // Woken by the release message, not by a poll (it polls every 30 s).
+        assert_eq!(waiter.metrics().wakeups, before + 1);
+    }
+}
+
+#[test]
+fn values_other_clients_wrote_are_never_marked() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    // redis-py's token, a hyphenated UUID (many hand-written locks), redsync's
+    // base64, a value that only looks like ours, and an older redlease token.
+    let foreign = [
+        "1c6bd1d2a1b511ef8c0d0242ac120002",
+        "7c9e6679-7425-40de-944b-e07fc1f90ae7",
+        "kW3y0sZ2vX7l9QmHn4Rt1A==",
+        "rl1:not-a-token",
+        "rl1:0123456789abcdef0123456789abcdef-extra",
+    ];
+    for v in foreign {
+        let _: () = server.query(redis::cmd("SET").arg(LOCK_KEY).arg(v).arg("PX").arg(60_000));
+        let got = client
+            .try_lock_for(KEY, Duration::from_millis(300))
+            .unwrap();
+        assert!(got.is_none(), "took a lock held as {v:?}");
+        assert_eq!(value(&server).as_deref(), Some(v));
+    }
+    let _: () = server.query(redis::cmd("DEL").arg(LOCK_KEY));
+}
+
+#[test]
+fn a_marked_lock_extends_renews_and_releases_as_its_holder_s() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(1);
+    let holder = builder(&server).ttl(ttl).build().unwrap();
+    let waiter = never_polling(&server);
+    let guard = holder.lock(KEY).unwrap();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| waiter.try_lock_for(KEY, LONG));
+        assert!(eventually(BOUND, || marked(&server)));
+        // The renewal thread renews every third of the TTL: after three TTLs
+        // the lock is still ours, so renewals of the marked value went through.
+        let renewed = holder.metrics().renewals;
+        assert!(eventually(BOUND, || holder.metrics().renewals >= renewed + 6));
+        assert!(guard.is_held());
+        guard.check().unwrap();
+        guard.extend(LONG).unwrap();
+        let pttl: i64 = server.query(redis::cmd("PTTL").arg(LOCK_KEY));
+        assert!(pttl > 20_000, "extend left a PTTL of {pttl} ms");
+        assert!(marked(&server), "the extend dropped the mark");
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+        let got = waiting.join().unwrap().unwrap().expect("acquired");
+        assert_eq!(got.unlock().unwrap(), Release::Released);
+    });
+    assert_eq!(holder.metrics().leases_lost, 0);
+    assert_eq!(waiter.metrics().wakeups, 1);
+}
+
+#[test]
+fn a_mark_survives_a_hand_off_to_a_caller_of_the_holder_s_client() {
+    let server = RedisServer::start();
+    let holder = never_polling(&server);
+    let other = never_polling(&server);
+    // A fence makes the hand-off a script that replaces the token, not the lease
+    // passed on as it is.
+    let fenced = LockOptions::new().fencing(true).wait(LONG);
+    // A local caller not yet asleep on its offer when the holder releases (a
+    // stalled machine) gets a real release instead: that round shows nothing, and
+    // another is made.
+    let handed = (0..10).any(|_| {
+        let (handoffs, wakeups) = (holder.metrics().handoffs, other.metrics().wakeups);
+        let first = holder.lock(KEY).unwrap();
+        thread::scope(|s| {
+            // Each waiter tries once, then once more when subscribed: then it waits.
+            let before = holder.metrics().attempts;
+            let local = s.spawn(|| holder.lock_with(KEY, &fenced).unwrap().expect("acquired"));
+            assert!(eventually(BOUND, || holder.metrics().attempts >= before + 2));
+            let before = other.metrics().attempts;
+            let remote = s.spawn(|| {
+                let guard = other.try_lock_for(KEY, LONG).unwrap().expect("acquired");
+                assert_eq!(guard.unlock().unwrap(), Release::Released);
+            });
+            assert!(eventually(BOUND, || other.metrics().attempts >= before + 2));
+            let token = value(&server).unwrap();
+            assert!(token.ends_with('+'), "waiters left no mark: {token:?}");
+            assert_eq!(first.unlock().unwrap(), Release::Released);
+            let second = local.join().unwrap();
+            if holder.metrics().handoffs == handoffs {
+                assert_eq!(second.unlock().unwrap(), Release::Released);
+                remote.join().unwrap();
+                return false;
+            }
+            assert!(second.fence().is_some());
+            let after = value(&server).unwrap();
+            assert_ne!(after, token, "the token was not replaced");
+            assert!(
+                after.ends_with('+'),
+                "the hand-off dropped the mark: {after:?}"
+            );
+            // The other client's waiter is woken by the release message that the
+            // mark asks for.
+            assert_eq!(second.unlock().unwrap(), Release::Released);
+            remote.join().unwrap();
+            assert_eq!(other.metrics().wakeups, wakeups + 1);
+            true
+        })
+    });
+    assert!(
+        handed,
+        "no release was handed to the local caller in 10 rounds"
+    );
+}
