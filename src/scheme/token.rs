@@ -68,24 +68,20 @@ impl Backend for TokenBackend {
             return Ok(acquired(reply, true, acked)?.unwrap_or_else(busy));
         }
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
-        // command as the hand-written floor, with `GET` so that a busy reply names
-        // the holder.
-        let holder = match set_nx(conn, &keys.lock, value, ms, replicas)? {
+        // command as the hand-written floor; for a caller that waits, with `GET`,
+        // so that a busy reply says whether the holder is a token to mark.
+        let markable = match set_nx(conn, &keys.lock, value, ms, (wait != Waiting::No, replicas))? {
             Set::Won(acked) => return Ok(Acquire::Acquired { fence: None, acked }),
-            Set::Busy(holder) => holder,
+            Set::Busy(_) if wait == Waiting::No => return Ok(Acquire::Busy { remaining: None }),
+            Set::Busy(markable) => markable,
         };
-        if wait == Waiting::No {
-            return Ok(Acquire::Busy { remaining: None });
-        }
         // A caller that waits marks a redlease holder's token, once per holder (a
         // marked one shows its mark), learning its `PTTL` in the same round trip;
         // when the holder is unknown (a server without `SET NX GET`, a key of
         // another type) the script looks. Otherwise it asks the `PTTL` only when
         // the holder's TTL is not known yet. Either is a second round trip on this
         // slow path only.
-        let mark = holder
-            .as_deref()
-            .map_or(wait == Waiting::First, is_unmarked_token);
+        let mark = markable.unwrap_or(wait == Waiting::First);
         let pttl: i64 = if mark {
             with_scripts(conn, &SCRIPTS, |c| {
                 c.run(|c| TOKEN_MARK.key(&keys.lock).invoke(c))
@@ -145,20 +141,22 @@ static NX_GET: AtomicBool = AtomicBool::new(true);
 enum Set {
     /// The lock is ours (replicas that acknowledged, when asked).
     Won(Option<u32>),
-    /// Someone holds it: their value, when the server said.
-    Busy(Option<String>),
+    /// Someone holds it: whether its value is a redlease token no waiter has
+    /// marked yet, when the server said.
+    Busy(Option<bool>),
 }
 
-/// `SET key value NX PX ms GET`: one command, which takes the lock or names its
-/// holder. A key of another type is busy, holder unknown (`GET` makes it an error).
+/// `SET key value NX PX ms`, with `GET` when `get` asks and the server can: one
+/// command, which takes the lock or names its holder. A key of another type is
+/// busy, holder unknown (`GET` makes it an error).
 fn set_nx(
     conn: &mut Conn,
     key: &str,
     value: &str,
     ms: u64,
-    replicas: Option<Replicas>,
+    (get, replicas): (bool, Option<Replicas>),
 ) -> RedisResult<Set> {
-    let get = NX_GET.load(Ordering::Relaxed);
+    let get = get && NX_GET.load(Ordering::Relaxed);
     // Sized up front: seven arguments, so building it costs one allocation.
     let data = key.len() + value.len() + 32;
     let mut set = redis::Cmd::with_capacity(7, data);
@@ -176,21 +174,21 @@ fn set_nx(
         Err(e) if get && e.code() == Some("ERR") && e.to_string().contains("syntax") => {
             log::debug!("the server has no `SET NX GET` ({e}); asking without `GET`");
             NX_GET.store(false, Ordering::Relaxed);
-            return set_nx(conn, key, value, ms, replicas);
+            return set_nx(conn, key, value, ms, (false, replicas));
         }
         other => other?,
     };
     Ok(match reply {
         Value::Nil if get => Set::Won(acked),
         Value::Nil => Set::Busy(None),
-        Value::BulkString(holder) => Set::Busy(Some(String::from_utf8_lossy(&holder).into_owned())),
+        Value::BulkString(holder) => Set::Busy(Some(is_unmarked_token(&holder))),
         _ => Set::Won(acked),
     })
 }
 
 /// Whether `value` is a redlease token no waiter has marked yet.
-fn is_unmarked_token(value: &str) -> bool {
-    value.len() == TOKEN_LEN && value.starts_with(TOKEN_PREFIX)
+fn is_unmarked_token(value: &[u8]) -> bool {
+    value.len() == TOKEN_LEN && value.starts_with(TOKEN_PREFIX.as_bytes())
 }
 
 /// A busy reply: `pttl` ≥ 0 bounds the wait, -2 (gone since) means retry now,
