@@ -81,18 +81,20 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// Token release: compare-and-delete, then wake one waiter per client if any waits.
 ///
-/// KEYS[1] lock key. ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] `1` to publish
-/// whatever the value says (the releaser's client has callers waiting, or the
-/// scheme's waiters cannot mark its values), ARGV[4..] other values that are ours
-/// too (a timestamp an unanswered renewal may have written).
+/// KEYS[1] lock key. ARGV[1] token; ARGV[2], when given, a channel to publish the
+/// release message on whatever the value says (the releaser's client has callers
+/// waiting, or the scheme's waiters cannot mark its values); ARGV[3..] other
+/// values that are ours too (a timestamp an unanswered renewal may have written).
 /// Returns 1 + the number of clients the release message reached when released, 0
 /// the key was gone (expired), -1 someone else's value or a value of another type is
 /// there (left untouched). `pcall` keeps a key of another
 /// type (a hash, a list) from raising: it is someone else's lock, not an error.
 ///
-/// The release message is sent only when someone may wait for it: a waiter of
-/// another client marked the value (`<token>+`, see [`TOKEN_MARK`]), or ARGV[3]
-/// asks. A release nobody waits for costs what a bare compare-and-delete costs.
+/// Without ARGV[2] the release message is sent only when a waiter of another
+/// client marked the value (`<token>+`, see [`TOKEN_MARK`]), on the key's release
+/// channel (`{key}:released`, or `key:released` for a key with a `}`, as
+/// `scheme::companion` names it). A release nobody waits for is then the same call,
+/// with the same arguments, as a bare compare-and-delete, and costs Redis as much.
 /// The `PUBLISH` is a `pcall`: a user without channel permissions (Redis 7's
 /// default) has released the lock all the same, and its waiters poll.
 pub(crate) static TOKEN_RELEASE: LazyLock<Script> =
@@ -105,21 +107,31 @@ pub(crate) static TOKEN_RELEASE_SHARDED: LazyLock<Script> =
     LazyLock::new(|| Script::new(TOKEN_RELEASE_SOURCE));
 
 const TOKEN_RELEASE_SOURCE: &str = r"
+local function publish(channel)
+  local heard = redis.pcall('SPUBLISH', channel, 'released')
+  if type(heard) ~= 'number' then return 1 end
+  return 1 + heard
+end
+local function channel()
+  if string.find(KEYS[1], '}', 1, true) then return KEYS[1] .. ':released' end
+  return '{' .. KEYS[1] .. '}:released'
+end
 local v = redis.pcall('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] then return publish(ARGV[2]) end
+  return 1
+end
 if v == false then return 0 end
 if type(v) == 'table' then return -1 end
-local publish = ARGV[3] == '1'
-if v ~= ARGV[1] then
-  local ours = v == ARGV[1] .. '+'
-  publish = publish or ours
-  for i = 4, #ARGV do ours = ours or v == ARGV[i] end
-  if not ours then return -1 end
-end
+local marked = v == ARGV[1] .. '+'
+local ours = marked
+for i = 3, #ARGV do ours = ours or v == ARGV[i] end
+if not ours then return -1 end
 redis.call('DEL', KEYS[1])
-if not publish then return 1 end
-local heard = redis.pcall('SPUBLISH', ARGV[2], 'released')
-if type(heard) ~= 'number' then heard = 0 end
-return 1 + heard
+if ARGV[2] then return publish(ARGV[2]) end
+if marked then return publish(channel()) end
+return 1
 ";
 
 /// Token extend (also the renewal): compare-and-pexpire.

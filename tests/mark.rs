@@ -74,19 +74,28 @@ fn a_waiter_of_another_client_marks_the_holder_and_its_release_wakes_it() {
     let server = RedisServer::start();
     let holder = builder(&server).ttl(LONG).build().unwrap();
     let waiter = never_polling(&server);
-    for fence in [false, true] {
+    // The release script names the channel itself: for plain keys, keys with a
+    // hash tag and keys with a stray brace alike, it must be the one waited on.
+    // A key per round, so each wait starts with its channel not yet subscribed.
+    for (key, fence) in [
+        ("job", false),
+        ("fenced", true),
+        ("job{7}", false),
+        ("o}dd", false),
+    ] {
+        let stored = format!("mark:{key}");
+        let value = || -> Option<String> { server.query(redis::cmd("GET").arg(&stored)) };
         let opts = LockOptions::new().fencing(fence).wait(BOUND);
-        let guard = holder.lock(KEY).unwrap();
-        let token = value(&server).unwrap();
-        assert!(!marked(&server));
-        let before = waiter.metrics().wakeups;
+        let guard = holder.lock(key).unwrap();
+        let token = value().unwrap();
+        assert!(is_token(&token), "not a redlease token: {token:?}");
+        let (before, attempts) = (waiter.metrics().wakeups, waiter.metrics().attempts);
         thread::scope(|s| {
-            let waiting = s.spawn(|| waiter.lock_with(KEY, &opts));
-            assert!(
-                eventually(BOUND, || marked(&server)),
-                "the waiter never marked the holder's token"
-            );
-            assert_eq!(value(&server), Some(format!("{token}+")));
+            let waiting = s.spawn(|| waiter.lock_with(key, &opts));
+            // It tries once (and marks), then once more when subscribed: then it
+            // waits for the release message.
+            assert!(eventually(BOUND, || waiter.metrics().attempts >= attempts + 2));
+            assert_eq!(value(), Some(format!("{token}+")));
             assert!(guard.is_held());
             assert_eq!(guard.unlock().unwrap(), Release::Released);
             let got = waiting.join().unwrap().unwrap().expect("acquired");
@@ -94,7 +103,7 @@ fn a_waiter_of_another_client_marks_the_holder_and_its_release_wakes_it() {
             assert_eq!(got.unlock().unwrap(), Release::Released);
         });
         // Woken by the release message, not by a poll (it polls every 30 s).
-        assert_eq!(waiter.metrics().wakeups, before + 1);
+        assert_eq!(waiter.metrics().wakeups, before + 1, "key {key:?}");
     }
 }
 
@@ -131,7 +140,9 @@ fn a_marked_lock_extends_renews_and_releases_as_its_holder_s() {
     let guard = holder.lock(KEY).unwrap();
     thread::scope(|s| {
         let waiting = s.spawn(|| waiter.try_lock_for(KEY, LONG));
-        assert!(eventually(BOUND, || marked(&server)));
+        // Marked at its first attempt, subscribed before its second.
+        assert!(eventually(BOUND, || waiter.metrics().attempts >= 2));
+        assert!(marked(&server));
         // The renewal thread renews every third of the TTL: after three TTLs
         // the lock is still ours, so renewals of the marked value went through.
         let renewed = holder.metrics().renewals;

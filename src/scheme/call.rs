@@ -36,11 +36,14 @@ pub(crate) fn release_cmd(
         &TOKEN_RELEASE
     };
     let mut cmd = script_cmd(script, 1);
-    cmd.arg(key)
-        .arg(value)
-        .arg(announce.channel)
-        .arg(if announce.always { "1" } else { "0" })
-        .arg(maybe);
+    cmd.arg(key).arg(value);
+    // Without the channel the script publishes only for a marked value, and the
+    // call is the floor's own compare-and-delete. Values that may be ours follow
+    // the channel, so they force it (only the legacy scheme has them, and it
+    // publishes always).
+    if announce.always || !maybe.is_empty() {
+        cmd.arg(announce.channel).arg(maybe);
+    }
     cmd
 }
 
