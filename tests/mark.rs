@@ -215,3 +215,48 @@ fn a_mark_survives_a_hand_off_to_a_caller_of_the_holder_s_client() {
         "no release was handed to the local caller in 10 rounds"
     );
 }
+
+#[test]
+fn a_redlock_waiter_marks_the_holder_on_each_master_and_is_woken_by_its_release() {
+    let masters = support::Masters::start(3);
+    let urls = masters.urls();
+    let redlock = || {
+        LockClient::redlock(urls.iter().map(String::as_str))
+            .key_prefix("mark:")
+            .ttl(LONG)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (redlock(), redlock());
+    let marked_on = || {
+        masters
+            .servers
+            .iter()
+            .filter(|s| {
+                let v: Option<String> = s.query(redis::cmd("GET").arg(LOCK_KEY));
+                v.is_some_and(|v| v.ends_with('+'))
+            })
+            .count()
+    };
+    // A Redlock waiter also retries within 500 ms: over several rounds, most must
+    // end by the release message.
+    let rounds = 5;
+    for _ in 0..rounds {
+        let guard = holder.lock(KEY).unwrap();
+        let attempts = waiter.metrics().attempts;
+        thread::scope(|s| {
+            let waiting = s.spawn(|| waiter.try_lock_for(KEY, LONG));
+            assert!(eventually(BOUND, || waiter.metrics().attempts >= attempts + 2));
+            // Marked wherever the waiter's attempt found the holder: a majority.
+            assert!(marked_on() >= 2, "marked on {} of 3 masters", marked_on());
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
+            let got = waiting.join().unwrap().unwrap().expect("acquired");
+            assert_eq!(got.unlock().unwrap(), Release::Released);
+        });
+    }
+    let woken = waiter.metrics().wakeups;
+    assert!(
+        woken >= rounds - 1,
+        "only {woken} of {rounds} waits ended by a message"
+    );
+}
