@@ -15,13 +15,11 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::sync::Barrier;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::LockClient;
 use support::cluster::Cluster;
-use support::pin::pin;
+use support::pin::{eight_threads, pin};
 
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -91,27 +89,6 @@ fn lock_unlock(cluster: &Cluster) {
     );
 }
 
-/// 8 threads, each cycling over its 8 of `keys`, for `per_thread` lock+unlocks;
-/// ops/s.
-fn spread(per_thread: usize, work: impl Fn(usize) -> Box<dyn FnMut(usize) + Send> + Sync) -> f64 {
-    let barrier = Barrier::new(9);
-    let start = thread::scope(|s| {
-        for t in 0..8 {
-            let mut op = work(t);
-            let barrier = &barrier;
-            s.spawn(move || {
-                barrier.wait();
-                for i in 0..per_thread {
-                    op(t * 8 + i % 8);
-                }
-            });
-        }
-        barrier.wait();
-        Instant::now()
-    });
-    f64::from(u32::try_from(8 * per_thread).unwrap_or(u32::MAX)) / start.elapsed().as_secs_f64()
-}
-
 fn aggregate(cluster: &Cluster, masters: usize) -> (f64, f64) {
     let client = LockClient::cluster(cluster.urls()).build().unwrap();
     let keys: Vec<String> = (0..64).map(|i| format!("bench:s{i}")).collect();
@@ -121,14 +98,21 @@ fn aggregate(cluster: &Cluster, masters: usize) -> (f64, f64) {
         .collect();
     let (mut ours, mut base) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        ours.push(spread(1000, |_| {
+        // Each thread cycles over its own 8 of the keys.
+        ours.push(eight_threads(1000, |t| {
             let (client, keys) = (client.clone(), keys.clone());
-            Box::new(move |k| assert!(client.lock(&keys[k]).unwrap().unlock().unwrap().was_held()))
+            Box::new(move |i| {
+                let key = &keys[t * 8 + i % 8];
+                assert!(client.lock(key).unwrap().unlock().unwrap().was_held());
+            })
         }));
-        base.push(spread(1000, |_| {
+        base.push(eight_threads(1000, |t| {
             let mut floor = Floor::new(cluster, masters);
             let (keys, owners) = (keys.clone(), owners.clone());
-            Box::new(move |k| floor.lock_unlock(&format!("{{{}}}:f", keys[k]), owners[k]))
+            Box::new(move |i| {
+                let k = t * 8 + i % 8;
+                floor.lock_unlock(&format!("{{{}}}:f", keys[k]), owners[k]);
+            })
         }));
     }
     ours.sort_by(f64::total_cmp);

@@ -31,15 +31,15 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use crossbeam_channel::{Receiver, Sender};
 use redlease::{LockClient, Scheme};
-use support::pin::pin;
+use support::pin::{eight_threads, pin};
 use support::redisson;
 use support::{Masters, RedisServer};
 
@@ -244,26 +244,6 @@ fn try_lock_held(c: &mut Criterion) {
     report("try_lock on a held key", ours, base);
 }
 
-/// Runs `work(thread, key)` on 8 threads for `per_thread` rounds each; returns ops/s.
-fn parallel(per_thread: usize, work: impl Fn(usize) -> Box<dyn FnMut() + Send> + Sync) -> f64 {
-    let barrier = Barrier::new(9);
-    let start = thread::scope(|s| {
-        for t in 0..8 {
-            let mut op = work(t);
-            let barrier = &barrier;
-            s.spawn(move || {
-                barrier.wait();
-                for _ in 0..per_thread {
-                    op();
-                }
-            });
-        }
-        barrier.wait();
-        Instant::now()
-    });
-    (8 * per_thread) as f64 / start.elapsed().as_secs_f64()
-}
-
 fn parallel_8_keys(_c: &mut Criterion) {
     if !wanted("parallel_8_keys") {
         return;
@@ -274,15 +254,15 @@ fn parallel_8_keys(_c: &mut Criterion) {
     let mut ours = Vec::new();
     let mut base = Vec::new();
     for _ in 0..5 {
-        ours.push(parallel(1000, |t| {
+        ours.push(eight_threads(1000, |t| {
             let lc = lc.clone();
             let key = format!("bench:p{t}");
-            Box::new(move || assert!(lc.lock(&key).unwrap().unlock().unwrap().was_held()))
+            Box::new(move |_| assert!(lc.lock(&key).unwrap().unlock().unwrap().was_held()))
         }));
-        base.push(parallel(1000, |t| {
+        base.push(eight_threads(1000, |t| {
             let mut floor = Floor::new(&server);
             let key = format!("bench:q{t}");
-            Box::new(move || floor.lock_unlock(&key))
+            Box::new(move |_| floor.lock_unlock(&key))
         }));
     }
     ours.sort_by(f64::total_cmp);

@@ -3,15 +3,14 @@
 //!
 //! Each script runs atomically on the server: no other command interleaves between
 //! its compare and its write, which is what makes release and renewal safe.
+//!
+//! A waiter's mark on a redlease token is a `+` appended to it ([`TOKEN_MARK`]): the
+//! token scripts accept `<token>` and `<token>+` alike, and only a marked lock's
+//! release publishes its release message.
 
 use std::sync::LazyLock;
 
 use redis::Script;
-
-/// The mark a waiter leaves on a redlease token: the holder's release then
-/// publishes its release message. Appended to the token, so a marked value is
-/// `<token>+`.
-pub(crate) const MARK: char = '+';
 
 /// The prefix of a redlease token (`rl1:` and 32 hex digits). Only values with it
 /// are marked: a value another client wrote must stay byte for byte as it is, or
@@ -33,7 +32,7 @@ local function mark()
   if t <= 0 then return t end
   local v = redis.pcall('GET', KEYS[1])
   if type(v) == 'string' and #v == {TOKEN_LEN} and string.sub(v, 1, {p}) == '{TOKEN_PREFIX}' then
-    redis.call('SET', KEYS[1], v .. '{MARK}', 'PX', t)
+    redis.call('SET', KEYS[1], v .. '+', 'PX', t)
   end
   return t
 end

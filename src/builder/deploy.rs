@@ -73,13 +73,7 @@ impl LockClient {
         I: IntoIterator,
         I::Item: IntoConnectionInfo,
     {
-        let urls = urls
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info);
-        LockClientBuilder {
-            servers: Servers::Quorum(urls.collect()),
-            ..LockClientBuilder::new("redis://127.0.0.1/")
-        }
+        LockClientBuilder::over(Servers::Quorum(infos(urls)))
     }
 }
 
@@ -118,13 +112,7 @@ impl LockClient {
         sentinels: impl IntoIterator<Item = U>,
         master: impl Into<String>,
     ) -> LockClientBuilder {
-        let sentinels = sentinels
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info);
-        LockClientBuilder {
-            servers: Servers::Sentinel(sentinels.collect(), master.into()),
-            ..LockClientBuilder::new("redis://127.0.0.1/")
-        }
+        LockClientBuilder::over(Servers::Sentinel(infos(sentinels), master.into()))
     }
 }
 
@@ -137,9 +125,10 @@ impl LockClient {
     /// given, so redis-py, redsync or Redisson clients locking the same key on the
     /// same cluster exclude redlease and are excluded by it; what redlease adds
     /// lands in the key's slot: the fence counter is one per slot
-    /// (`<prefix>redlease:fence:{t}`, `t` a short tag of the slot), and the
-    /// release channel is classic pub/sub, which the cluster broadcasts to every
-    /// node. Every node is reached with the user, password and TLS mode of the
+    /// (`<prefix>redlease:fence:{t}`, `t` a short tag of the slot), and so does the
+    /// release channel (`{key}:released`), published with `SPUBLISH` on Redis 7
+    /// (sharded pub/sub: the message stays on the key's shard) and with classic
+    /// `PUBLISH`, which the cluster broadcasts to every node, before. Every node is reached with the user, password and TLS mode of the
     /// first seed URL (and the builder's [`tls`](LockClientBuilder::tls)
     /// certificates); database 0 only, as Redis Cluster has no other.
     ///
@@ -153,8 +142,10 @@ impl LockClient {
     /// - **Renewal** sends one pipeline per master per tick. A renewal that meets
     ///   a migration (`ASK`) counts as failed, and is tried again at the next
     ///   tick; a slot migration that outlasts a lease's TTL loses it (reported).
-    /// - **Waiting** listens for release messages on one master (the next when it
-    ///   fails) and polls, as on one server.
+    /// - **Waiting** listens for release messages with one waiter thread per
+    ///   master on Redis 7 (each on the shard channels of its slots; one on one
+    ///   master before, moving to the next when it fails), and polls, as on one
+    ///   server.
     ///
     /// A failover of a shard's master can lose a lock as on one server with
     /// replicas (asynchronous replication): see
@@ -179,17 +170,30 @@ impl LockClient {
         I: IntoIterator,
         I::Item: IntoConnectionInfo,
     {
-        let seeds = seeds
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info);
-        LockClientBuilder {
-            servers: Servers::Cluster(seeds.collect()),
-            ..LockClientBuilder::new("redis://127.0.0.1/")
-        }
+        LockClientBuilder::over(Servers::Cluster(infos(seeds)))
     }
 }
 
+/// The connection infos of `urls`; a bad one is reported by `build()`.
+fn infos<I>(urls: I) -> Vec<redis::RedisResult<ConnectionInfo>>
+where
+    I: IntoIterator,
+    I::Item: IntoConnectionInfo,
+{
+    urls.into_iter()
+        .map(IntoConnectionInfo::into_connection_info)
+        .collect()
+}
+
 impl LockClientBuilder {
+    /// A builder over `servers`, every other setting at its default.
+    fn over(servers: Servers) -> Self {
+        LockClientBuilder {
+            servers,
+            ..LockClientBuilder::new("redis://127.0.0.1/")
+        }
+    }
+
     /// Certificates for `rediss://` URLs: a CA to trust instead of the system's,
     /// a client certificate for mutual TLS; for every node of the client. A
     /// `rediss://` URL without this uses the system's trust store. Defaults to none.

@@ -78,11 +78,14 @@ const FENCE: &str = "redlease:fence";
 /// A name next to `key` that Redis Cluster hashes to the same slot: a key with a
 /// hash tag keeps it (`a{x}b` → `a{x}b:fence`), any other key becomes the tag
 /// (`a` → `{a}:fence`).
+///
+/// The token release script names the release channel by the same rule (it is
+/// not sent the channel when nobody waits): keep the two in step.
 pub(crate) fn companion(key: &str, suffix: &str) -> String {
     let mut name = String::with_capacity(key.len() + suffix.len() + 3);
-    // With a tag the suffix keeps the slot; a stray `}` cannot be wrapped safely,
-    // so such keys get the suffix alone (same node without Cluster).
-    let wrap = !(has_hash_tag(key) || key.contains('}'));
+    // A key with a `}` keeps its name: a hash tag then keeps the slot, and a stray
+    // `}` cannot be wrapped safely (same node without Cluster).
+    let wrap = !key.contains('}');
     if wrap {
         name.push('{');
     }
@@ -93,14 +96,6 @@ pub(crate) fn companion(key: &str, suffix: &str) -> String {
     name.push(':');
     name.push_str(suffix);
     name
-}
-
-/// Whether Redis Cluster would hash only part of `key`: a `{` followed later by a
-/// `}` with at least one byte between them.
-fn has_hash_tag(key: &str) -> bool {
-    key.find('{')
-        .and_then(|open| key[open + 1..].find('}'))
-        .is_some_and(|len| len > 0)
 }
 
 #[cfg(test)]

@@ -1,8 +1,12 @@
 //! Core pinning for the benchmarks, as a user's machine with a busy server sees
 //! it: when `REDLEASE_BENCH_PIN` is set (and `taskset` is there), the given
-//! `redis-server`s go to core 0 and this process to core 1.
+//! `redis-server`s go to core 0 and this process to core 1. And the benchmarks'
+//! 8-thread throughput driver.
 
 use std::process::{Command, Stdio};
+use std::sync::Barrier;
+use std::thread;
+use std::time::Instant;
 
 use super::RedisServer;
 
@@ -22,4 +26,28 @@ pub fn pin<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) {
     let servers = servers.into_iter().all(|s| set("0", s.pid()));
     let ok = servers && set("1", std::process::id());
     println!("PIN redis-server on core 0, benchmark on core 1: {ok}");
+}
+
+/// Runs `work(thread)`'s closure on 8 threads, started together, `per_thread` times
+/// each (passing the round number); returns calls per second.
+pub fn eight_threads(
+    per_thread: usize,
+    work: impl Fn(usize) -> Box<dyn FnMut(usize) + Send> + Sync,
+) -> f64 {
+    let barrier = Barrier::new(9);
+    let start = thread::scope(|s| {
+        for t in 0..8 {
+            let mut op = work(t);
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                for i in 0..per_thread {
+                    op(i);
+                }
+            });
+        }
+        barrier.wait();
+        Instant::now()
+    });
+    f64::from(u32::try_from(8 * per_thread).unwrap_or(u32::MAX)) / start.elapsed().as_secs_f64()
 }
