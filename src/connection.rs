@@ -36,6 +36,8 @@ pub(crate) struct Conn {
     /// imported by this node: its keys are served only after it). Set by the call
     /// that needs it; cleared when the connection is given back.
     pub(crate) asking: bool,
+    /// The buffer a hand-packed command is written into (`resp`), kept for the next.
+    pub(crate) packed: Vec<u8>,
     #[cfg(feature = "cluster")]
     redirects: Option<Arc<Redirects>>,
 }
@@ -47,6 +49,7 @@ impl Conn {
             con,
             broken: false,
             asking: false,
+            packed: Vec::new(),
             #[cfg(feature = "cluster")]
             redirects: None,
         }

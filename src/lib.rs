@@ -238,6 +238,7 @@ mod tls;
 // connection, node
 mod connection;
 mod node;
+mod resp;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod target;

@@ -5,6 +5,8 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Announce, Freed, Release};
+use crate::connection::Conn;
+use crate::resp::{self, Arg};
 use crate::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::ttl_millis;
 
@@ -22,29 +24,40 @@ pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
 }
 
 /// The token release, `TOKEN_RELEASE` on `key` for `value` (or one of `maybe`),
-/// publishing as `announce` says: one command built in place, where a script
-/// invocation would copy every argument twice. `sharded`: publish with `SPUBLISH`.
-pub(crate) fn release_cmd(
+/// publishing as `announce` says; its reply. Sent as the floor's own
+/// compare-and-delete when nobody waits: `EVALSHA <sha> 1 key value`.
+pub(crate) fn release(
+    conn: &mut Conn,
     key: &str,
     announce: Announce<'_>,
     (value, maybe): (&str, &[String]),
-    sharded: bool,
-) -> redis::Cmd {
-    let script = if sharded {
+) -> RedisResult<i64> {
+    let script = if conn.sharded() {
         &TOKEN_RELEASE_SHARDED
     } else {
         &TOKEN_RELEASE
     };
-    let mut cmd = script_cmd(script, 1);
-    cmd.arg(key).arg(value);
-    // Without the channel the script publishes only for a marked value, and the
-    // call is the floor's own compare-and-delete. Values that may be ours follow
-    // the channel, so they force it (only the legacy scheme has them, and it
-    // publishes always).
-    if announce.always || !maybe.is_empty() {
-        cmd.arg(announce.channel).arg(maybe);
-    }
-    cmd
+    let args = [
+        Arg::from("EVALSHA"),
+        script.get_hash().into(),
+        1.into(),
+        key.into(),
+        value.into(),
+        announce.channel.into(),
+    ];
+    // Without the channel the script publishes only for a marked value. Values
+    // that may be ours follow the channel, so they force it (only the legacy
+    // scheme has them, and it publishes always).
+    let reply = match maybe {
+        [] if announce.always => conn.request(&args)?,
+        [] => conn.request(&args[..5])?,
+        _ => {
+            let mut cmd = resp::cmd(&args);
+            cmd.arg(maybe);
+            conn.run(|c| cmd.query(c))?
+        }
+    };
+    Ok(redis::from_redis_value(reply)?)
 }
 
 /// The extend of a scheme whose value never changes: `script` with KEYS[1] the lock

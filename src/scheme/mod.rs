@@ -19,7 +19,6 @@ mod reentrant;
 mod replicas;
 mod token;
 
-use call::release_cmd;
 pub(crate) use call::{acquired, fixed_extend_cmd, script_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
@@ -203,8 +202,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
             always: announce.always || !self.marked(),
             ..announce
         };
-        let cmd = release_cmd(key, announce, (value, maybe), conn.sharded());
-        let n: i64 = with_scripts(conn, self.scripts(), |c| c.run(|c| cmd.query(c)))?;
+        let n = with_scripts(conn, self.scripts(), |c| {
+            call::release(c, key, announce, (value, maybe))
+        })?;
         Ok(Freed::from_reply(n))
     }
     /// The command that extends the lock holding `value` (or one of `maybe`) to

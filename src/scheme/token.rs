@@ -3,10 +3,13 @@
 //! The same wire format as redis-py's `Lock`, redsync, node-redlock and redlock-rs,
 //! so those clients and redlease exclude each other on the same key.
 //!
-//! A redlease token is `rl1:` and a UUID v4 in 32 hex digits. A caller about to
-//! wait marks a redlease holder's token (`<token>+`, in the same script that finds
-//! the lock busy), and only a marked lock's release publishes its release message:
-//! a release nobody waits for costs what a bare compare-and-delete costs.
+//! A redlease token is `rl1:` and a UUID v4 in 32 hex digits. A caller that waits
+//! marks a redlease holder's token (`<token>+`: the fenced acquire's script when it
+//! finds the lock busy, else the mark script after its `SET … NX GET` named the
+//! holder), and only a marked lock's release publishes its release message: a
+//! release nobody waits for costs what a bare compare-and-delete costs. The two
+//! commands of an uncontended lock and unlock are packed by hand (`resp`): `SET NX
+//! PX` (with `GET` for a caller that may wait) and `EVALSHA <release> 1 key token`.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +22,7 @@ use super::{
     send_acquire, with_scripts,
 };
 use crate::connection::Conn;
+use crate::resp::{self, Arg};
 use crate::scripts::{
     TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_LEN, TOKEN_MARK, TOKEN_PREFIX, TOKEN_RELEASE,
     TOKEN_RELEASE_SHARDED,
@@ -157,19 +161,21 @@ fn set_nx(
     (get, replicas): (bool, Option<Replicas>),
 ) -> RedisResult<Set> {
     let get = get && NX_GET.load(Ordering::Relaxed);
-    // Sized up front: seven arguments, so building it costs one allocation.
-    let data = key.len() + value.len() + 32;
-    let mut set = redis::Cmd::with_capacity(7, data);
-    set.arg("SET")
-        .arg(key)
-        .arg(value)
-        .arg("NX")
-        .arg("PX")
-        .arg(ms);
-    if get {
-        set.arg("GET");
-    }
-    let (reply, acked) = match send_acquire(conn, &[], set, replicas) {
+    let args = [
+        Arg::from("SET"),
+        key.into(),
+        value.into(),
+        "NX".into(),
+        "PX".into(),
+        ms.into(),
+        "GET".into(),
+    ];
+    let args = if get { &args[..] } else { &args[..6] };
+    let sent = match replicas {
+        None => conn.request(args).map(|reply| (reply, None)),
+        Some(_) => send_acquire(conn, &[], resp::cmd(args), replicas),
+    };
+    let (reply, acked) = match sent {
         Err(e) if get && e.code() == Some("WRONGTYPE") => return Ok(Set::Busy(None)),
         Err(e) if get && e.code() == Some("ERR") && e.to_string().contains("syntax") => {
             log::debug!("the server has no `SET NX GET` ({e}); asking without `GET`");
