@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use redlease::LockClient;
 use support::cluster::Cluster;
-use support::pin::{eight_threads, pin};
+use support::pin::{eight_threads, floor_token, pin};
 
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -28,7 +28,6 @@ const RELEASE: &str =
 struct Floor {
     cons: Vec<redis::Connection>,
     release: redis::Script,
-    n: u64,
 }
 
 impl Floor {
@@ -39,13 +38,11 @@ impl Floor {
                 .map(support::RedisServer::conn)
                 .collect(),
             release: redis::Script::new(RELEASE),
-            n: 0,
         }
     }
 
     fn lock_unlock(&mut self, key: &str, owner: usize) {
-        self.n += 1;
-        let token = format!("floor-{}", self.n);
+        let token = floor_token();
         let con = &mut self.cons[owner];
         let set: redis::Value = redis::cmd("SET")
             .arg(key)

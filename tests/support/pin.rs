@@ -51,3 +51,10 @@ pub fn eight_threads(
     });
     f64::from(u32::try_from(8 * per_thread).unwrap_or(u32::MAX)) / start.elapsed().as_secs_f64()
 }
+
+/// A floor client's lock token: 32 random hex digits, what redis-py and
+/// node-redlock send (a counter would not be unique across processes, so no
+/// correct client could send one).
+pub fn floor_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
