@@ -324,11 +324,11 @@ impl LockClient {
                 ttl: plan.ttl,
                 fence: plan.fence,
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
-                wait: match (will_wait, &slot) {
-                    (false, _) => Waiting::No,
-                    (true, Some(s)) if !s.needs_remaining() => Waiting::Poll,
-                    (true, _) => Waiting::First,
-                },
+                wait: Waiting::of(
+                    will_wait,
+                    slot.as_ref().map(|s| !s.needs_remaining()),
+                    || !arrival.crowded() && waiters.is_none_or(Waiters::quiet),
+                ),
                 replicas: plan.replicas,
                 return_by,
             };
@@ -401,10 +401,7 @@ impl LockClient {
         let ttl = opts.ttl.unwrap_or(s.ttl);
         check_ttl("ttl", ttl)?;
         let interval = match opts.renew_interval.or(s.renew_interval) {
-            Some(every) => {
-                check_interval(every, ttl)?;
-                every
-            }
+            Some(every) => check_interval(every, ttl).map(|()| every)?,
             None => (ttl / 3).max(Duration::from_millis(1)),
         };
         let max_hold = opts.max_hold.or(s.max_hold);

@@ -117,8 +117,8 @@
 //!
 //! A token release publishes only when someone waits for it: a caller about to
 //! wait marks a redlease holder's token (`rl1:<32 hex>` becomes `rl1:<32 hex>+`,
-//! TTL kept; the acquire's `SET … NX PX … GET` names the holder, so each new holder
-//! is marked once), and a client publishes too when its own callers wait for the
+//! TTL kept; once a caller of the client waits, the acquire's `SET … NX PX … GET`
+//! names the holder, so each new holder is marked once), and a client publishes too when its own callers wait for the
 //! key. Values other clients wrote are never marked.
 //!
 //! Within a client, a releasing guard of a token lock hands it to the oldest waiting

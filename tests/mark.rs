@@ -92,10 +92,13 @@ fn a_waiter_of_another_client_marks_the_holder_and_its_release_wakes_it() {
         let (before, attempts) = (waiter.metrics().wakeups, waiter.metrics().attempts);
         thread::scope(|s| {
             let waiting = s.spawn(|| waiter.lock_with(key, &opts));
-            // It tries once (and marks), then once more when subscribed: then it
-            // waits for the release message.
-            assert!(eventually(BOUND, || waiter.metrics().attempts >= attempts + 2));
-            assert_eq!(value(), Some(format!("{token}+")));
+            // It tries once, then once more when subscribed (an unfenced caller
+            // marks then; a fenced one marked at its first): then it waits for
+            // the release message.
+            let marked = Some(format!("{token}+"));
+            assert!(eventually(BOUND, || {
+                waiter.metrics().attempts >= attempts + 2 && value() == marked
+            }));
             assert!(guard.is_held());
             assert_eq!(guard.unlock().unwrap(), Release::Released);
             let got = waiting.join().unwrap().unwrap().expect("acquired");
@@ -140,9 +143,10 @@ fn a_marked_lock_extends_renews_and_releases_as_its_holder_s() {
     let guard = holder.lock(KEY).unwrap();
     thread::scope(|s| {
         let waiting = s.spawn(|| waiter.try_lock_for(KEY, LONG));
-        // Marked at its first attempt, subscribed before its second.
-        assert!(eventually(BOUND, || waiter.metrics().attempts >= 2));
-        assert!(marked(&server));
+        // Marked by its poll once subscribed.
+        assert!(eventually(BOUND, || {
+            waiter.metrics().attempts >= 2 && marked(&server)
+        }));
         // The renewal thread renews every third of the TTL: after three TTLs
         // the lock is still ours, so renewals of the marked value went through.
         let renewed = holder.metrics().renewals;
@@ -185,9 +189,10 @@ fn a_mark_survives_a_hand_off_to_a_caller_of_the_holder_s_client() {
                 let guard = other.try_lock_for(KEY, LONG).unwrap().expect("acquired");
                 assert_eq!(guard.unlock().unwrap(), Release::Released);
             });
-            assert!(eventually(BOUND, || other.metrics().attempts >= before + 2));
+            assert!(eventually(BOUND, || {
+                other.metrics().attempts >= before + 2 && marked(&server)
+            }));
             let token = value(&server).unwrap();
-            assert!(token.ends_with('+'), "waiters left no mark: {token:?}");
             assert_eq!(first.unlock().unwrap(), Release::Released);
             let second = local.join().unwrap();
             if holder.metrics().handoffs == handoffs {
@@ -246,9 +251,10 @@ fn a_redlock_waiter_marks_the_holder_on_each_master_and_is_woken_by_its_release(
         let attempts = waiter.metrics().attempts;
         thread::scope(|s| {
             let waiting = s.spawn(|| waiter.try_lock_for(KEY, LONG));
-            assert!(eventually(BOUND, || waiter.metrics().attempts >= attempts + 2));
-            // Marked wherever the waiter's attempt found the holder: a majority.
-            assert!(marked_on() >= 2, "marked on {} of 3 masters", marked_on());
+            // Marked wherever the waiter's poll found the holder: a majority.
+            assert!(eventually(BOUND, || {
+                waiter.metrics().attempts >= attempts + 2 && marked_on() >= 2
+            }));
             assert_eq!(guard.unlock().unwrap(), Release::Released);
             let got = waiting.join().unwrap().unwrap().expect("acquired");
             assert_eq!(got.unlock().unwrap(), Release::Released);
@@ -259,4 +265,64 @@ fn a_redlock_waiter_marks_the_holder_on_each_master_and_is_woken_by_its_release(
         woken >= rounds - 1,
         "only {woken} of {rounds} waits ended by a message"
     );
+}
+
+/// The commands Redis runs, as `MONITOR` shows them, one line each.
+struct Monitor(std::io::BufReader<std::net::TcpStream>);
+
+impl Monitor {
+    fn start(server: &RedisServer) -> Monitor {
+        use std::io::{BufRead, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+        stream.set_read_timeout(Some(BOUND)).unwrap();
+        stream.write_all(b"MONITOR\r\n").unwrap();
+        let mut monitor = Monitor(std::io::BufReader::new(stream));
+        let mut ok = String::new();
+        monitor.0.read_line(&mut ok).unwrap();
+        assert_eq!(ok.trim_end(), "+OK");
+        monitor
+    }
+
+    /// The next command line that sets the lock key (each read bounded).
+    fn next_set(&mut self) -> String {
+        use std::io::BufRead;
+        loop {
+            let mut line = String::new();
+            assert!(self.0.read_line(&mut line).unwrap() > 0, "MONITOR ended");
+            if line.contains(r#""SET" "mark:job""#) {
+                return line;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_lone_callers_first_attempt_is_the_floor_s_set_and_a_waiting_client_s_names_the_holder() {
+    let server = RedisServer::start();
+    let client = builder(&server).ttl(LONG).build().unwrap();
+    let holder = builder(&server).ttl(LONG).build().unwrap();
+    let mut monitor = Monitor::start(&server);
+    // No channel subscribed, nobody else acquiring: the floor's own command.
+    assert_eq!(
+        client.lock(KEY).unwrap().unlock().unwrap(),
+        Release::Released
+    );
+    let set = monitor.next_set();
+    assert!(!set.contains(r#""GET""#), "{set}");
+    // While a caller of the client waits (for another key), a caller that may
+    // wait asks who holds the lock, so that a busy reply names the holder.
+    let other = holder.lock("other").unwrap();
+    thread::scope(|s| {
+        let attempts = client.metrics().attempts;
+        let waiting = s.spawn(|| client.try_lock_for("other", LONG));
+        // Its try once subscribed: the subscription is counted by then.
+        assert!(eventually(BOUND, || client.metrics().attempts >= attempts + 2));
+        let got = client.lock(KEY).unwrap();
+        let set = monitor.next_set();
+        assert!(set.contains(r#""GET""#), "{set}");
+        assert_eq!(got.unlock().unwrap(), Release::Released);
+        assert_eq!(other.unlock().unwrap(), Release::Released);
+        let took = waiting.join().unwrap().unwrap().expect("acquired");
+        assert_eq!(took.unlock().unwrap(), Release::Released);
+    });
 }

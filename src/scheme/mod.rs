@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
@@ -17,6 +17,7 @@ mod keys;
 mod legacy;
 mod reentrant;
 mod replicas;
+mod request;
 mod token;
 
 pub(crate) use call::{acquired, fixed_extend_cmd, script_cmd};
@@ -25,6 +26,7 @@ pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
+pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
 pub(crate) use token::{TokenBackend, new_token};
 
 /// How a lock is stored in Redis.
@@ -108,64 +110,6 @@ pub(crate) enum Acquire {
     /// e.g. a key without TTL).
     Busy { remaining: Option<Duration> },
 }
-
-/// What one acquire attempt asks for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Request {
-    /// The lease's TTL.
-    pub(crate) ttl: Duration,
-    /// Whether to take a fencing token.
-    pub(crate) fence: bool,
-    /// Whether the caller waits if the lock is busy.
-    pub(crate) wait: Waiting,
-    /// Replicas that must acknowledge the write (`WAIT`, in the same round trip).
-    pub(crate) replicas: Option<Replicas>,
-    /// When the caller's call must return by, if it has a bound: the caller's
-    /// deadline or, if later, one read timeout after the call began. An attempt
-    /// made near it waits for its reply until then (but at least [`REPLY_FLOOR`]).
-    pub(crate) return_by: Option<Instant>,
-}
-
-/// Whether the caller of an acquire attempt waits if the lock is busy.
-///
-/// A caller that waits marks a redlease holder's token, so that its release
-/// publishes the message that wakes the caller, and needs the holder's remaining
-/// TTL (it bounds the wait) unless it knows it already.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waiting {
-    /// It returns at once (`try_lock`, a deadline already past).
-    No,
-    /// It waits, and needs the holder's remaining TTL: its first attempt, or the
-    /// holder's TTL last seen has run out.
-    First,
-    /// It waits, and knows how long the holder has left.
-    Poll,
-}
-
-/// Where a release announces itself, and whether it must.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Announce<'a> {
-    /// The key's release channel.
-    pub(crate) channel: &'a str,
-    /// Publish even when no waiter marked the value: callers of the releasing
-    /// client wait for the key (they may not have marked the current value), or
-    /// the value is no redlease token.
-    pub(crate) always: bool,
-}
-
-impl<'a> Announce<'a> {
-    /// On `channel`, whatever the value says.
-    pub(crate) fn always(channel: &'a str) -> Self {
-        Self {
-            channel,
-            always: true,
-        }
-    }
-}
-
-/// The shortest wait for a reply an attempt gets near the end of its caller's wait,
-/// so that a merely slow server does not turn a busy lock into a timeout.
-pub(crate) const REPLY_FLOOR: Duration = Duration::from_millis(200);
 
 /// The result of one extend or renewal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

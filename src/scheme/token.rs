@@ -9,7 +9,8 @@
 //! holder), and only a marked lock's release publishes its release message: a
 //! release nobody waits for costs what a bare compare-and-delete costs. The two
 //! commands of an uncontended lock and unlock are packed by hand (`resp`): `SET NX
-//! PX` (with `GET` for a caller that may wait) and `EVALSHA <release> 1 key token`.
+//! PX` and `EVALSHA <release> 1 key token`, the floor's own. A caller that may wait
+//! adds `GET` once its client has a channel subscribed (see `Waiting::FirstAlone`).
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,8 +74,12 @@ impl Backend for TokenBackend {
         }
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
         // command as the hand-written floor; for a caller that waits, with `GET`,
-        // so that a busy reply says whether the holder is a token to mark.
-        let markable = match set_nx(conn, &keys.lock, value, ms, (wait != Waiting::No, replicas))? {
+        // so that a busy reply says whether the holder is a token to mark. A lone
+        // caller's first attempt leaves it out: its try after subscribing names the
+        // holder (unless the server cannot: then this attempt marks, as `First`).
+        let alone = wait == Waiting::FirstAlone && NX_GET.load(Ordering::Relaxed);
+        let get = wait != Waiting::No && !alone;
+        let markable = match set_nx(conn, &keys.lock, value, ms, (get, replicas))? {
             Set::Won(acked) => return Ok(Acquire::Acquired { fence: None, acked }),
             Set::Busy(_) if wait == Waiting::No => return Ok(Acquire::Busy { remaining: None }),
             Set::Busy(markable) => markable,
@@ -85,12 +90,12 @@ impl Backend for TokenBackend {
         // another type) the script looks. Otherwise it asks the `PTTL` only when
         // the holder's TTL is not known yet. Either is a second round trip on this
         // slow path only.
-        let mark = markable.unwrap_or(wait == Waiting::First);
+        let mark = markable.unwrap_or(wait.first() && !alone);
         let pttl: i64 = if mark {
             with_scripts(conn, &SCRIPTS, |c| {
                 c.run(|c| TOKEN_MARK.key(&keys.lock).invoke(c))
             })?
-        } else if wait == Waiting::First {
+        } else if wait.first() {
             conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?
         } else {
             return Ok(Acquire::Busy { remaining: None });

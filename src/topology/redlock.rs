@@ -24,7 +24,7 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
 use crate::scheme::{
-    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, Waiting, new_token,
+    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,
     with_scripts,
 };
 use crate::time::validity_end;
@@ -135,7 +135,7 @@ impl Topology for Redlock {
             // the round can end before the caller must return.
             let pause = jitter(RETRY_MAX);
             let past = |t: Instant| Instant::now() + pause + wait > t;
-            if req.wait != Waiting::First || round >= ROUNDS || req.return_by.is_some_and(past) {
+            if !req.wait.first() || round >= ROUNDS || req.return_by.is_some_and(past) {
                 let (count, failures) = if count.won() {
                     log::debug!("acquire of `{}` took longer than its validity", keys.lock);
                     late(count, answers, &self.quorum, &keys.lock, wait)

@@ -13,6 +13,7 @@
 //! [`Shared`] view (is the connection up, which channels are subscribed).
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -158,6 +159,14 @@ impl Waiters {
         })
     }
 
+    /// Whether no channel is subscribed: no caller of this client waits, nor has
+    /// waited lately, for any key.
+    pub(crate) fn quiet(&self) -> bool {
+        self.lanes
+            .iter()
+            .all(|w| w.shared.channels.load(Ordering::Acquire) == 0)
+    }
+
     /// The waiter thread that hears `channel`'s release messages, if one does.
     pub(crate) fn for_channel(&self, channel: &str) -> Option<&Waiter> {
         if let [one] = self.lanes.as_slice() {
@@ -191,7 +200,7 @@ impl Waiter {
         let (tx, rx) = crossbeam_channel::unbounded();
         let shared = Arc::new(Shared::default());
         if let Some(i) = lane {
-            shared.node.store(i, std::sync::atomic::Ordering::Release);
+            shared.node.store(i, Ordering::Release);
         }
         let kick = format!("{KICK_PREFIX}{}", uuid::Uuid::new_v4());
         let worker = Worker::new(rx, hub, Arc::clone(&shared), kick.clone(), (lane, ready));

@@ -14,6 +14,9 @@ pub(super) struct Shared {
     /// Channels whose subscription Redis has confirmed. The thread removes a channel
     /// here before unsubscribing, so a caller that sees it may skip the handshake.
     pub(super) subscribed: RwLock<HashSet<String>>,
+    /// How many channels `subscribed` holds, stored under its write lock: one
+    /// atomic load tells an acquiring caller that no channel is subscribed.
+    pub(super) channels: AtomicUsize,
     /// Set by the caller that publishes a kick, cleared by the thread before it
     /// reads its commands: one kick wakes the thread for every caller behind it.
     pub(super) kicked: AtomicBool,

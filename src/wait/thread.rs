@@ -11,6 +11,8 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use super::listen::{Event, Listener};
 use super::{Command, Hub, Shared, Wake};
 
+mod subscriptions;
+
 /// How long the thread blocks on the socket before looking at its commands.
 const TICK: Duration = Duration::from_millis(50);
 /// How long a channel stays subscribed after its last waiter left, so a busy key
@@ -300,105 +302,12 @@ impl Worker {
         out
     }
 
-    fn subscribe_pending(&mut self, ps: &mut Listener<'_>) -> redis::RedisResult<()> {
-        let now = Instant::now();
-        let pending: Vec<String> = self
-            .chans
-            .iter()
-            .filter(|(_, c)| !c.confirmed && !c.queue.is_empty())
-            .filter(|(_, c)| c.requested.is_none_or(|t| now - t >= RESUBSCRIBE))
-            .map(|(name, _)| name.clone())
-            .collect();
-        if pending.is_empty() {
-            return Ok(());
-        }
-        // One channel per command: each has exactly one reply, so a reply read
-        // is always the confirmation of the command just sent (classic); a shard
-        // subscription is confirmed later, among the messages.
-        let confirmed = self.replies(ps, |ps, _| {
-            let mut confirmed = Vec::new();
-            for name in &pending {
-                if ps.subscribe(name)? {
-                    confirmed.push(name.clone());
-                }
-            }
-            Ok(confirmed)
-        })?;
-        for name in &pending {
-            if let Some(chan) = self.chans.get_mut(name) {
-                chan.requested = Some(now);
-            }
-        }
-        self.confirm(confirmed);
-        Ok(())
-    }
-
-    /// Marks `names` subscribed: their waiters try again (a release before the
-    /// subscription may have been missed) and callers may skip the handshake.
-    fn confirm(&mut self, names: Vec<String>) {
-        let mut subscribed = self.shared.subscribed.write();
-        for name in names {
-            let Some(chan) = self.chans.get_mut(&name) else {
-                continue;
-            };
-            chan.confirmed = true;
-            chan.requested = None;
-            for tx in chan.queue.values() {
-                let _ = tx.send(Wake::Retry);
-            }
-            subscribed.insert(name);
-        }
-    }
-
-    /// The server ended a shard subscription (its slot moved): its waiters poll,
-    /// and it is asked for again after [`RESUBSCRIBE`].
-    fn dropped(&mut self, name: &str) {
-        let Some(chan) = self.chans.get_mut(name) else {
-            return;
-        };
-        if chan.confirmed {
-            chan.confirmed = false;
-            chan.requested = Some(Instant::now());
-            self.shared.subscribed.write().remove(name);
-            for tx in chan.queue.values() {
-                let _ = tx.send(Wake::Retry);
-            }
-        }
-    }
-
-    fn unsubscribe_idle(&mut self, ps: &mut Listener<'_>) -> redis::RedisResult<()> {
-        let now = Instant::now();
-        let idle: Vec<String> = self
-            .chans
-            .iter()
-            .filter(|(_, c)| c.queue.is_empty() && c.idle_since.is_some_and(|t| now - t >= LINGER))
-            .map(|(name, _)| name.clone())
-            .collect();
-        if idle.is_empty() {
-            return Ok(());
-        }
-        let mut confirmed = Vec::new();
-        {
-            // Out of the shared view first: a caller that still sees it has queued
-            // already, and is told to retry once the thread has resubscribed.
-            let mut subscribed = self.shared.subscribed.write();
-            for name in idle {
-                subscribed.remove(&name);
-                if self.chans.remove(&name).is_some_and(|c| c.confirmed) {
-                    confirmed.push(name);
-                }
-            }
-        }
-        self.replies(ps, |ps, _| {
-            confirmed.iter().try_for_each(|name| ps.unsubscribe(name))
-        })
-    }
-
     /// The connection is gone: waiters poll until it is back (a release may be
     /// missed meanwhile), and the thread resubscribes in the background.
     fn set_down(&mut self) {
         let was_up = self.shared.healthy.swap(false, Ordering::AcqRel);
         self.shared.subscribed.write().clear();
+        self.shared.channels.store(0, Ordering::Release);
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
             chan.requested = None;
