@@ -59,24 +59,24 @@ pub(crate) fn cmd(args: &[Arg<'_>]) -> redis::Cmd {
 /// Writes `args` as one RESP array of bulk strings into `buf`, replacing what it
 /// held.
 fn pack(buf: &mut Vec<u8>, args: &[Arg<'_>]) {
+    let (mut len, mut int) = (itoa::Buffer::new(), itoa::Buffer::new());
     buf.clear();
-    header(buf, b'*', args.len());
-    let mut digits = itoa::Buffer::new();
+    header(buf, b'*', len.format(args.len()));
     for arg in args {
         let bytes = match *arg {
             Arg::Bytes(b) => b,
-            Arg::Int(i) => digits.format(i).as_bytes(),
+            Arg::Int(i) => int.format(i).as_bytes(),
         };
-        header(buf, b'$', bytes.len());
+        header(buf, b'$', len.format(bytes.len()));
         buf.extend_from_slice(bytes);
         buf.extend_from_slice(b"\r\n");
     }
 }
 
-/// `*<n>\r\n` or `$<n>\r\n`.
-fn header(buf: &mut Vec<u8>, kind: u8, n: usize) {
+/// `*<n>\r\n` or `$<n>\r\n`, `n` written in decimal.
+fn header(buf: &mut Vec<u8>, kind: u8, n: &str) {
     buf.push(kind);
-    buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    buf.extend_from_slice(n.as_bytes());
     buf.extend_from_slice(b"\r\n");
 }
 

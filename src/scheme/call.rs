@@ -16,8 +16,8 @@ const CALL_ARGS: usize = 8;
 const CALL_BYTES: usize = 256;
 
 /// `EVALSHA <script's hash> <numkeys>`: a script call to complete with its keys and
-/// arguments, for a pipeline (a renewal batch, an acquire with `WAIT`).
-pub(crate) fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
+/// arguments, for a pipeline (a renewal batch) or a guard's extend.
+fn script_cmd(script: &Script, numkeys: usize) -> redis::Cmd {
     let mut cmd = redis::Cmd::with_capacity(CALL_ARGS, CALL_BYTES);
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
     cmd

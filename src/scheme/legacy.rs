@@ -12,8 +12,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redis::{ErrorKind, RedisResult, Script};
 
-use super::{Acquire, Backend, Keys, Request, acquired, script_cmd, send_acquire};
+use super::{Acquire, Backend, Keys, Request, acquired, send_acquire};
 use crate::connection::Conn;
+use crate::resp::Arg;
 use crate::scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::{MAX_TTL, ttl_millis};
 
@@ -101,14 +102,19 @@ impl Backend for LegacyBackend {
         };
         // `now` is the clock reading `new_value` made the value from.
         let now = ours.saturating_sub(ttl_units(req.ttl, unit) + 1);
-        let mut cmd = script_cmd(&LEGACY_ACQUIRE, 2);
-        cmd.arg(&keys.lock)
-            .arg(keys.fence())
-            .arg(value)
-            .arg(now)
-            .arg(self.server_ttl(ours, now))
-            .arg(if req.fence { "1" } else { "0" });
-        let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, req.replicas)?;
+        let fence = keys.fence();
+        let args = [
+            Arg::from("EVALSHA"),
+            LEGACY_ACQUIRE.get_hash().into(),
+            2.into(),
+            keys.lock.as_str().into(),
+            fence.as_str().into(),
+            value.into(),
+            now.into(),
+            self.server_ttl(ours, now).into(),
+            (if req.fence { "1" } else { "0" }).into(),
+        ];
+        let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
         let n = match acquired(reply, req.fence, acked)? {
             Ok(won) => return Ok(won),
             Err(n) => n,

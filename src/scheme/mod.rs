@@ -20,7 +20,7 @@ mod replicas;
 mod request;
 mod token;
 
-pub(crate) use call::{acquired, fixed_extend_cmd, script_cmd};
+pub(crate) use call::{acquired, fixed_extend_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};

@@ -31,10 +31,10 @@ use redis::{RedisResult, Script, Value};
 
 use super::token::busy;
 use super::{
-    Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, script_cmd, send_acquire,
-    with_scripts,
+    Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
 };
 use crate::connection::Conn;
+use crate::resp::Arg;
 use crate::time::ttl_millis;
 
 /// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).
@@ -189,15 +189,20 @@ impl Backend for ReentrantBackend {
         req: Request,
     ) -> RedisResult<Acquire> {
         // The fence counter is named only when a fence is asked for.
-        let mut cmd = script_cmd(&ACQUIRE, if req.fence { 2 } else { 1 });
-        cmd.arg(&keys.lock);
-        if req.fence {
-            cmd.arg(keys.fence());
-        }
-        cmd.arg(ttl_millis(req.ttl))
-            .arg(value)
-            .arg(if req.fence { "1" } else { "0" });
-        let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, req.replicas)?;
+        let fence = req.fence.then(|| keys.fence());
+        let mut args = vec![
+            Arg::from("EVALSHA"),
+            ACQUIRE.get_hash().into(),
+            (if req.fence { 2 } else { 1 }).into(),
+            keys.lock.as_str().into(),
+        ];
+        args.extend(fence.as_deref().map(Arg::from));
+        args.extend::<[Arg<'_>; 3]>([
+            ttl_millis(req.ttl).into(),
+            value.into(),
+            (if req.fence { "1" } else { "0" }).into(),
+        ]);
+        let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
         let fence = match reply {
             Value::Int(pttl) => return Ok(busy(pttl)),
             Value::Nil => {

@@ -16,6 +16,7 @@ use redis::{RedisResult, Value};
 use super::{Acquire, Announce, Backend, Keys, Request, with_scripts};
 use crate::connection::Conn;
 use crate::error::{Error, Result};
+use crate::resp::{self, Arg};
 use crate::time::{MAX_TTL, MIN_TTL, ttl_millis};
 
 /// How many replicas must acknowledge an acquisition, and how long to wait for them.
@@ -52,8 +53,8 @@ pub(crate) struct Unreplicated {
     pub(crate) required: u32,
 }
 
-/// Sends one acquire command and, when `replicas` is set, `WAIT` behind it in one
-/// pipeline. Returns the acquire's reply and how many replicas acknowledged this
+/// Sends one acquire command, `args` (packed by hand, see `resp`), and, when
+/// `replicas` is set, `WAIT` behind it in one pipeline. Returns the acquire's reply and how many replicas acknowledged this
 /// connection's writes (`None` without `replicas`). Loads `scripts` and sends again
 /// after `NOSCRIPT`.
 ///
@@ -62,16 +63,16 @@ pub(crate) struct Unreplicated {
 pub(crate) fn send_acquire(
     conn: &mut Conn,
     scripts: &[&std::sync::LazyLock<redis::Script>],
-    cmd: redis::Cmd,
+    args: &[Arg<'_>],
     replicas: Option<Replicas>,
 ) -> RedisResult<(Value, Option<u32>)> {
     let Some(r) = replicas else {
-        let reply = with_scripts(conn, scripts, |c| c.run(|c| cmd.query::<Value>(c)))?;
+        let reply = with_scripts(conn, scripts, |c| c.request(args))?;
         return Ok((reply, None));
     };
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
-        .add_command(cmd)
+        .add_command(resp::cmd(args))
         .cmd("WAIT")
         .arg(r.count)
         .arg(ttl_millis(r.timeout));

@@ -19,11 +19,11 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::{
-    Acquire, Backend, Keys, Replicas, Request, Waiting, acquired, fixed_extend_cmd, script_cmd,
-    send_acquire, with_scripts,
+    Acquire, Backend, Keys, Replicas, Request, Waiting, acquired, fixed_extend_cmd, send_acquire,
+    with_scripts,
 };
 use crate::connection::Conn;
-use crate::resp::{self, Arg};
+use crate::resp::Arg;
 use crate::scripts::{
     TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_LEN, TOKEN_MARK, TOKEN_PREFIX, TOKEN_RELEASE,
     TOKEN_RELEASE_SHARDED,
@@ -63,13 +63,18 @@ impl Backend for TokenBackend {
         } = req;
         let ms = ttl_millis(ttl);
         if fence {
-            let mut cmd = script_cmd(&TOKEN_ACQUIRE_FENCED, 2);
-            cmd.arg(&keys.lock)
-                .arg(keys.fence())
-                .arg(value)
-                .arg(ms)
-                .arg(if wait == Waiting::No { "0" } else { "1" });
-            let (reply, acked) = send_acquire(conn, &SCRIPTS, cmd, replicas)?;
+            let fence = keys.fence();
+            let args = [
+                Arg::from("EVALSHA"),
+                TOKEN_ACQUIRE_FENCED.get_hash().into(),
+                2.into(),
+                keys.lock.as_str().into(),
+                fence.as_str().into(),
+                value.into(),
+                ms.into(),
+                (if wait == Waiting::No { "0" } else { "1" }).into(),
+            ];
+            let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, replicas)?;
             return Ok(acquired(reply, true, acked)?.unwrap_or_else(busy));
         }
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
@@ -77,8 +82,9 @@ impl Backend for TokenBackend {
         // so that a busy reply says whether the holder is a token to mark. A lone
         // caller's first attempt leaves it out: its try after subscribing names the
         // holder (unless the server cannot: then this attempt marks, as `First`).
-        let alone = wait == Waiting::FirstAlone && NX_GET.load(Ordering::Relaxed);
-        let get = wait != Waiting::No && !alone;
+        let nx_get = NX_GET.load(Ordering::Relaxed);
+        let alone = wait == Waiting::FirstAlone && nx_get;
+        let get = wait != Waiting::No && !alone && nx_get;
         let markable = match set_nx(conn, &keys.lock, value, ms, (get, replicas))? {
             Set::Won(acked) => return Ok(Acquire::Acquired { fence: None, acked }),
             Set::Busy(_) if wait == Waiting::No => return Ok(Acquire::Busy { remaining: None }),
@@ -155,7 +161,7 @@ enum Set {
     Busy(Option<bool>),
 }
 
-/// `SET key value NX PX ms`, with `GET` when `get` asks and the server can: one
+/// `SET key value NX PX ms`, with `GET` when `get` asks (the server can): one
 /// command, which takes the lock or names its holder. A key of another type is
 /// busy, holder unknown (`GET` makes it an error).
 fn set_nx(
@@ -165,7 +171,6 @@ fn set_nx(
     ms: u64,
     (get, replicas): (bool, Option<Replicas>),
 ) -> RedisResult<Set> {
-    let get = get && NX_GET.load(Ordering::Relaxed);
     let args = [
         Arg::from("SET"),
         key.into(),
@@ -176,11 +181,7 @@ fn set_nx(
         "GET".into(),
     ];
     let args = if get { &args[..] } else { &args[..6] };
-    let sent = match replicas {
-        None => conn.request(args).map(|reply| (reply, None)),
-        Some(_) => send_acquire(conn, &[], resp::cmd(args), replicas),
-    };
-    let (reply, acked) = match sent {
+    let (reply, acked) = match send_acquire(conn, &[], args, replicas) {
         Err(e) if get && e.code() == Some("WRONGTYPE") => return Ok(Set::Busy(None)),
         Err(e) if get && e.code() == Some("ERR") && e.to_string().contains("syntax") => {
             log::debug!("the server has no `SET NX GET` ({e}); asking without `GET`");

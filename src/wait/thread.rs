@@ -306,8 +306,7 @@ impl Worker {
     /// missed meanwhile), and the thread resubscribes in the background.
     fn set_down(&mut self) {
         let was_up = self.shared.healthy.swap(false, Ordering::AcqRel);
-        self.shared.subscribed.write().clear();
-        self.shared.channels.store(0, Ordering::Release);
+        self.shared.subscribed_mut(std::collections::HashSet::clear);
         for chan in self.chans.values_mut() {
             chan.confirmed = false;
             chan.requested = None;

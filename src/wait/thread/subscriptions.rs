@@ -1,7 +1,6 @@
 //! The waiter thread's subscriptions: asking for the channels its waiters need,
 //! confirming them to the callers, and leaving those nobody waits on any more.
 
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::{LINGER, RESUBSCRIBE, Wake, Worker};
@@ -45,12 +44,9 @@ impl Worker {
     /// subscription may have been missed) and callers may skip the handshake.
     pub(super) fn confirm(&mut self, mut names: Vec<String>) {
         names.retain(|name| self.chans.contains_key(name));
-        let mut subscribed = self.shared.subscribed.write();
-        subscribed.extend(names.iter().cloned());
         // Counted before the retries: a caller's client is not quiet from then on.
         self.shared
-            .channels
-            .store(subscribed.len(), Ordering::Release);
+            .subscribed_mut(|s| s.extend(names.iter().cloned()));
         for name in &names {
             if let Some(chan) = self.chans.get_mut(name) {
                 chan.confirmed = true;
@@ -71,12 +67,7 @@ impl Worker {
         if chan.confirmed {
             chan.confirmed = false;
             chan.requested = Some(Instant::now());
-            let mut subscribed = self.shared.subscribed.write();
-            subscribed.remove(name);
-            self.shared
-                .channels
-                .store(subscribed.len(), Ordering::Release);
-            drop(subscribed);
+            self.shared.subscribed_mut(|s| s.remove(name));
             for tx in chan.queue.values() {
                 let _ = tx.send(Wake::Retry);
             }
@@ -95,20 +86,16 @@ impl Worker {
             return Ok(());
         }
         let mut confirmed = Vec::new();
-        {
-            // Out of the shared view first: a caller that still sees it has queued
-            // already, and is told to retry once the thread has resubscribed.
-            let mut subscribed = self.shared.subscribed.write();
+        // Out of the shared view first: a caller that still sees it has queued
+        // already, and is told to retry once the thread has resubscribed.
+        self.shared.subscribed_mut(|subscribed| {
             for name in idle {
                 subscribed.remove(&name);
                 if self.chans.remove(&name).is_some_and(|c| c.confirmed) {
                     confirmed.push(name);
                 }
             }
-            self.shared
-                .channels
-                .store(subscribed.len(), Ordering::Release);
-        }
+        });
         self.replies(ps, |ps, _| {
             confirmed.iter().try_for_each(|name| ps.unsubscribe(name))
         })
