@@ -146,15 +146,18 @@
 //!
 //! Data flows one way: caller → topology → scheme → Redis; renewal thread →
 //! topology → Redis; Redis → waiter thread → caller. No module imports one above
-//! it (`python3 ../shared/tools/modgraph.py src` checks there is no circle):
+//! it, and no two files import each other in a ring (`python3
+//! ../shared/tools/modgraph.py src` and `… src --files` check both):
 //!
 //! ```text
 //! facade      builder, options, client (LockClient), guard (LockGuard)
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
-//! topology    the seam: where a lock lives   single (one server; its node I/O thread)
-//!             redlock (a quorum: per-node lanes, a ballot counting renewals)
-//!             cluster (a single per master, the slot map, its redlease-map thread)
-//!             probe (what the Redis user may do, checked by build)
+//! topology    the seam (topology/mod.rs): where a lock lives, a folder per deployment
+//!             single/  one server
+//!             redlock/ a quorum: the vote, per-node lanes, a ballot counting renewals
+//!             cluster/ a single per master, the slot map, its redlease-map thread
+//!             io/      shared by all: a node's I/O thread, the renewal batch, a link
+//!             probe    what the Redis user may do, checked by build
 //! lease       a held lease's shared state: validity, loss, callback
 //! scheme      the seam: how a lock is stored   token, legacy, reentrant, replicas
 //! node        one Redis server: its pool

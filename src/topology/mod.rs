@@ -17,27 +17,21 @@ use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme};
 
-mod ballot;
-mod batch;
 #[cfg(feature = "cluster")]
 mod cluster;
-mod lane;
+mod io;
 mod probe;
-mod quorum;
 pub(crate) mod redlock;
 mod single;
-#[cfg(feature = "cluster")]
-mod slot_map;
-mod worker;
 
 #[cfg(feature = "cluster")]
 pub(crate) use cluster::Cluster;
+#[cfg(feature = "cluster")]
+pub(crate) use cluster::Opener;
+pub(crate) use io::IoThread;
 pub(crate) use probe::probe;
 pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;
-#[cfg(feature = "cluster")]
-pub(crate) use slot_map::Opener;
-pub(crate) use worker::IoThread;
 
 /// The outcome of one acquire attempt that got an answer.
 #[derive(Debug)]

@@ -17,6 +17,8 @@
 //! whole map again, so a crashed master's slots move to the replica that took
 //! over. Renewals go in one pipeline per master per tick.
 
+mod slot_map;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,16 +27,17 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::single::Single;
-use super::slot_map::{self, Opener, Range, Shared};
-use super::worker::IoThread;
-use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+pub(crate) use self::slot_map::Opener;
+use self::slot_map::{Range, Shared};
 use crate::connection::Manager;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request};
 use crate::slots::{Redirects, slot};
+use crate::topology::io::IoThread;
+use crate::topology::single::Single;
+use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 
 /// How many redirections one call follows before it gives up.
 const MAX_HOPS: usize = 5;

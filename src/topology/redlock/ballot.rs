@@ -14,18 +14,18 @@ use std::time::Instant;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
-use super::Renewed;
-use super::batch::{Flight, Reply};
 use crate::lease::LossReason;
+use crate::topology::Renewed;
+use crate::topology::io::batch::{Flight, Reply};
 
 /// The majority of `n` nodes.
-pub(super) fn quorum(n: usize) -> usize {
+pub(crate) fn quorum(n: usize) -> usize {
     n / 2 + 1
 }
 
 /// How one node's answer counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Vote {
+pub(crate) enum Vote {
     /// Granted: acquired, released, extended.
     Yes,
     /// A definite no: held by someone else, or gone.
@@ -36,15 +36,15 @@ pub(super) enum Vote {
 
 /// The answers of `n` nodes to one question, so far.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Count {
-    pub(super) n: usize,
-    pub(super) yes: usize,
-    pub(super) no: usize,
-    pub(super) failed: usize,
+pub(crate) struct Count {
+    pub(crate) n: usize,
+    pub(crate) yes: usize,
+    pub(crate) no: usize,
+    pub(crate) failed: usize,
 }
 
 impl Count {
-    pub(super) fn new(n: usize) -> Self {
+    pub(crate) fn new(n: usize) -> Self {
         Self {
             n,
             yes: 0,
@@ -53,7 +53,7 @@ impl Count {
         }
     }
 
-    pub(super) fn add(&mut self, vote: Vote) {
+    pub(crate) fn add(&mut self, vote: Vote) {
         match vote {
             Vote::Yes => self.yes += 1,
             Vote::No => self.no += 1,
@@ -61,46 +61,46 @@ impl Count {
         }
     }
 
-    pub(super) fn quorum(&self) -> usize {
+    pub(crate) fn quorum(&self) -> usize {
         quorum(self.n)
     }
 
     /// Nodes that have not answered yet.
-    pub(super) fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.n - self.yes - self.no - self.failed
     }
 
     /// A majority said yes.
-    pub(super) fn won(&self) -> bool {
+    pub(crate) fn won(&self) -> bool {
         self.yes >= self.quorum()
     }
 
     /// A majority can no longer say yes.
-    pub(super) fn lost(&self) -> bool {
+    pub(crate) fn lost(&self) -> bool {
         self.yes + self.pending() < self.quorum()
     }
 
     /// So many said no that no majority can have said yes, whatever the failures
     /// hide: the answer is a definite no.
-    pub(super) fn refused(&self) -> bool {
+    pub(crate) fn refused(&self) -> bool {
         self.no + self.quorum() > self.n
     }
 
     /// An acquire may stop listening: won, or lost with enough answers to call it
     /// busy (`yes + no` a majority: someone else may hold a majority). A failure
     /// waits for every node (or the node timeout), so its error names them all.
-    pub(super) fn acquire_settled(&self) -> bool {
+    pub(crate) fn acquire_settled(&self) -> bool {
         self.won() || (self.lost() && self.answered_live())
     }
 
     /// The nodes that answered yes or no are a majority.
-    pub(super) fn answered_live(&self) -> bool {
+    pub(crate) fn answered_live(&self) -> bool {
         self.yes + self.no >= self.quorum()
     }
 }
 
 /// One renewal tick of leases held on a quorum, counted as the nodes answer.
-pub(super) struct Ballot {
+pub(crate) struct Ballot {
     nodes: usize,
     /// Taken before any node was asked: validity counts from here.
     sent: Instant,
@@ -118,7 +118,7 @@ struct Seat {
 impl Ballot {
     /// A ballot over `nodes` nodes for `flights` (mutexes held), whose renewals are
     /// sent after `sent`; answers go to `done`.
-    pub(super) fn new(
+    pub(crate) fn new(
         nodes: usize,
         sent: Instant,
         flights: Vec<Flight>,
@@ -142,7 +142,7 @@ impl Ballot {
 
     /// Counts one node's replies, one per lease in order, and answers every lease
     /// they settle. Each node counts exactly once.
-    pub(super) fn count(&self, replies: &[Reply]) {
+    pub(crate) fn count(&self, replies: &[Reply]) {
         let mut answers = Vec::new();
         {
             let mut seats = self.seats.lock();

@@ -9,18 +9,19 @@ use std::time::{Duration, Instant};
 use redis::RedisResult;
 
 use super::ballot::{Ballot, Count, Vote};
-use super::batch::{Reply, Spec};
-use super::lane::{Call, Lane, Link, timed_out};
-use super::worker::{Cleanup, IoThread, Job, Worker};
+use super::lane::{Call, Lane};
 use crate::connection::{Conn, Target};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::scheme::{Announce, Backend, Keys, Scheme, TokenBackend};
+use crate::topology::io::batch::{Reply, Spec};
+use crate::topology::io::{Cleanup, IoThread, Job, Worker};
+use crate::topology::io::{Link, timed_out};
 
 /// The nodes of a quorum.
-pub(super) struct Quorum {
+pub(crate) struct Quorum {
     members: Vec<Member>,
     /// The token scheme, the only one a quorum serves: releases and extends run on
     /// the lanes after the caller may have returned, so they own their backend.
@@ -61,7 +62,7 @@ impl Quorum {
     /// [`Error::NoQuorum`] when fewer than a majority answered the `PING`, the
     /// error of `check` when it refuses a node's user (for instance
     /// [`Error::Permission`]).
-    pub(super) fn connect(
+    pub(crate) fn connect(
         targets: Vec<Target>,
         config: NodeConfig,
         wait: Wait,
@@ -126,7 +127,7 @@ impl Quorum {
     }
 
     /// How long a call for a lease of `ttl` waits for each node.
-    pub(super) fn node_wait(&self, ttl: Option<Duration>) -> Duration {
+    pub(crate) fn node_wait(&self, ttl: Option<Duration>) -> Duration {
         let Wait { fixed, default } = self.wait;
         let by_ttl = ttl.map_or(default, |t| t / 20);
         fixed
@@ -139,7 +140,7 @@ impl Quorum {
     /// `wait` has passed (nodes not answered by then: timeouts). Each lane passes
     /// its node's answer to `then` (node index, answer, that node's I/O thread)
     /// before sending it back, also after the caller has stopped listening.
-    pub(super) fn ask<T: Send + 'static>(
+    pub(crate) fn ask<T: Send + 'static>(
         &self,
         wait: Duration,
         op: impl Fn(&mut Conn) -> RedisResult<T> + Send + Sync + 'static,
@@ -186,7 +187,7 @@ impl Quorum {
     /// first on each node's lane, behind the acquire's own `SET` (a delete that
     /// overtook it would leave the value to its TTL), then, where that failed, by
     /// the node's I/O thread, retried until `until`, when it expires anyway.
-    pub(super) fn take_back(&self, keys: &Keys, value: &str, until: Instant) {
+    pub(crate) fn take_back(&self, keys: &Keys, value: &str, until: Instant) {
         let wait = self.node_wait(None);
         for m in &self.members {
             let cleanup = self.cleanup(keys, value, until);
@@ -216,7 +217,7 @@ impl Quorum {
     }
 
     /// What a node's I/O thread needs to delete `value` in the background.
-    pub(super) fn cleanup(&self, keys: &Keys, value: &str, until: Instant) -> Cleanup {
+    pub(crate) fn cleanup(&self, keys: &Keys, value: &str, until: Instant) -> Cleanup {
         Cleanup {
             backend: Arc::clone(&self.token),
             keys: keys.clone(),
@@ -227,7 +228,7 @@ impl Quorum {
 
     /// The failures among `answers`, each with its node, naming the call `op` on
     /// `key` and the node timeout `wait`.
-    pub(super) fn failures<T>(
+    pub(crate) fn failures<T>(
         &self,
         answers: Vec<Result<T>>,
         op: Operation,
@@ -242,7 +243,7 @@ impl Quorum {
     }
 
     /// Node `i`'s failure `e`, naming the call `op` on `key` and the node timeout.
-    pub(super) fn failure(
+    pub(crate) fn failure(
         &self,
         i: usize,
         e: Error,
@@ -259,23 +260,23 @@ impl Quorum {
     }
 
     /// How many nodes there are.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.members.len()
     }
 
     /// The token scheme's backend.
-    pub(super) fn token(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn token(&self) -> &Arc<dyn Backend> {
         &self.token
     }
 
     /// Node `i`, counted modulo the number of nodes.
-    pub(super) fn node(&self, i: usize) -> &Arc<Node> {
+    pub(crate) fn node(&self, i: usize) -> &Arc<Node> {
         &self.members[i % self.members.len()].node
     }
 
     /// Runs `call` on node `i`'s lane (modulo the number of nodes), not waiting for
     /// it; `false` once the lane has stopped.
-    pub(super) fn on(&self, i: usize, call: Call) -> bool {
+    pub(crate) fn on(&self, i: usize, call: Call) -> bool {
         self.members[i % self.members.len()]
             .lane
             .send(call)
@@ -284,7 +285,7 @@ impl Quorum {
 
     /// Sends one renewal tick's `specs` to every node's I/O thread, each of which
     /// counts its replies into `ballot`.
-    pub(super) fn vote(
+    pub(crate) fn vote(
         &self,
         specs: &Arc<[Spec]>,
         report_by: Option<Instant>,
@@ -315,7 +316,7 @@ impl std::fmt::Debug for Quorum {
 }
 
 /// Queues `cleanup` on a node's I/O thread.
-pub(super) fn send(worker: &Worker, cleanup: Cleanup) {
+pub(crate) fn send(worker: &Worker, cleanup: Cleanup) {
     if let Err(Job::Release(c)) = worker.send(Job::Release(cleanup)) {
         log::warn!(
             "value of `{}` left to expire: client shut down",
@@ -324,7 +325,7 @@ pub(super) fn send(worker: &Worker, cleanup: Cleanup) {
     }
 }
 
-pub(super) fn no_quorum(count: &Count, failures: Vec<NodeFailure>) -> Error {
+pub(crate) fn no_quorum(count: &Count, failures: Vec<NodeFailure>) -> Error {
     Error::NoQuorum {
         acquired: count.yes,
         required: count.quorum(),
@@ -367,7 +368,7 @@ pub(crate) fn no_replicas() -> Error {
     )
 }
 
-pub(super) fn no_fencing() -> Error {
+pub(crate) fn no_fencing() -> Error {
     Error::config(
         "fencing",
         "redlock has no single counter to take fences from; use one master with `WAIT`",

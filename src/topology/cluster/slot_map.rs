@@ -11,13 +11,13 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 use redis::Value;
 
-use super::single::Single;
-use super::worker::IoThread;
 use crate::connection::Target;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::slots::{Redirects, SLOTS};
+use crate::topology::io::IoThread;
+use crate::topology::single::Single;
 
 /// The fewest time between two full reads of the map: failures come in bursts.
 const REFRESH_GAP: Duration = Duration::from_millis(100);
@@ -29,9 +29,9 @@ const NONE: u16 = u16::MAX;
 pub(crate) type Opener = Box<dyn Fn(&str, u16, Arc<Redirects>) -> Result<Target> + Send + Sync>;
 
 /// What the topology and the map thread share.
-pub(super) struct Shared {
+pub(crate) struct Shared {
     map: RwLock<Map>,
-    pub(super) redirects: Arc<Redirects>,
+    pub(crate) redirects: Arc<Redirects>,
     open: Opener,
     config: NodeConfig,
     counters: Arc<Counters>,
@@ -54,17 +54,17 @@ struct Master {
 
 /// One `CLUSTER SLOTS` range: `start..=end` served by the master at `host:port`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Range {
-    pub(super) start: u16,
-    pub(super) end: u16,
-    pub(super) host: String,
-    pub(super) port: u16,
+pub(crate) struct Range {
+    pub(crate) start: u16,
+    pub(crate) end: u16,
+    pub(crate) host: String,
+    pub(crate) port: u16,
 }
 
 impl Shared {
     /// A map of the cluster as `ranges` describe it; the masters' I/O threads go
     /// into `threads`.
-    pub(super) fn new(
+    pub(crate) fn new(
         ranges: &[Range],
         open: Opener,
         config: NodeConfig,
@@ -89,7 +89,7 @@ impl Shared {
     /// The master serving `slot`, after taking in what connections noted; asks
     /// `nudge` for a full read of the map when a node failed or the slot has no
     /// known master.
-    pub(super) fn master(&self, slot: u16, nudge: &Sender<()>) -> Result<Arc<Single>> {
+    pub(crate) fn master(&self, slot: u16, nudge: &Sender<()>) -> Result<Arc<Single>> {
         if let Some(noted) = self.redirects.take() {
             for (slot, addr) in noted.moved {
                 // A master we cannot reach is learned again on the next MOVED.
@@ -113,13 +113,13 @@ impl Shared {
     }
 
     /// The master at `addr` (`host:port`), opened if it is new.
-    pub(super) fn at(&self, addr: &str) -> Result<Arc<Single>> {
+    pub(crate) fn at(&self, addr: &str) -> Result<Arc<Single>> {
         let i = self.index_of(addr)?;
         Ok(Arc::clone(&self.map.read().masters[usize::from(i)].single))
     }
 
     /// Every master known now.
-    pub(super) fn masters(&self) -> Vec<Arc<Single>> {
+    pub(crate) fn masters(&self) -> Vec<Arc<Single>> {
         let map = self.map.read();
         map.masters.iter().map(|m| Arc::clone(&m.single)).collect()
     }
@@ -187,7 +187,7 @@ impl Shared {
 
 /// Starts the `redlease-map` thread: it reads the map again when nudged, at most
 /// once per [`REFRESH_GAP`], until the client drops its handle.
-pub(super) fn spawn(shared: Arc<Shared>) -> Result<(Sender<()>, IoThread)> {
+pub(crate) fn spawn(shared: Arc<Shared>) -> Result<(Sender<()>, IoThread)> {
     let (nudge, nudged) = crossbeam_channel::bounded(1);
     let (stop, stopped) = crossbeam_channel::bounded::<()>(1);
     let handle = thread::Builder::new()
@@ -220,7 +220,7 @@ fn run(shared: &Shared, nudged: &Receiver<()>, stopped: &Receiver<()>) {
 
 /// `CLUSTER SLOTS` on `con`; a master named by an empty host is on `host`, the
 /// asked node's.
-pub(super) fn read_slots(
+pub(crate) fn read_slots(
     con: &mut redis::Connection,
     host: Option<&str>,
 ) -> redis::RedisResult<Vec<Range>> {

@@ -12,29 +12,29 @@ use std::time::{Duration, Instant};
 use parking_lot::{ArcMutexGuard, RawMutex};
 use redis::{RedisResult, Value};
 
-use super::lane::Link;
-use super::{Renew, Renewed};
+use super::Link;
 use crate::connection::Conn;
 use crate::lease::{Held, LeaseState, LossReason};
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
 use crate::scheme::{Backend, Extend};
+use crate::topology::{Renew, Renewed};
 
 /// The shortest timeout a round trip gets, however close a lease is to its end.
 const MIN_BUDGET: Duration = Duration::from_millis(1);
 
 /// A lease of a batch, with its mutex held: no release or extend runs on it until
 /// this is dropped.
-pub(super) struct Flight {
-    pub(super) id: u64,
-    pub(super) state: Arc<LeaseState>,
-    pub(super) held: ArcMutexGuard<RawMutex, Held>,
-    pub(super) ttl: Duration,
+pub(crate) struct Flight {
+    pub(crate) id: u64,
+    pub(crate) state: Arc<LeaseState>,
+    pub(crate) held: ArcMutexGuard<RawMutex, Held>,
+    pub(crate) ttl: Duration,
 }
 
 /// What one node answered to one renewal, not yet applied to the lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reply {
+pub(crate) enum Reply {
     Extended,
     Gone,
     Taken,
@@ -47,11 +47,11 @@ pub(super) enum Reply {
 /// One lease's renewal for a node that is not the only one holding the lock: the
 /// values it renews, copied out of the lease so each node's thread can send them.
 /// (Only the token scheme runs on a quorum; its value never changes.)
-pub(super) struct Spec {
-    pub(super) backend: Arc<dyn Backend>,
-    pub(super) key: String,
-    pub(super) value: String,
-    pub(super) ttl: Duration,
+pub(crate) struct Spec {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) key: String,
+    pub(crate) value: String,
+    pub(crate) ttl: Duration,
 }
 
 /// One renewal command as a node's pipeline carries it, built again after a
@@ -96,7 +96,7 @@ impl<'a> Item<'a> {
 /// Takes each lease's mutex without waiting. A lease whose release or extend is
 /// running (mutex busy), or that is released or lost, is answered `Skipped` and
 /// looked at again shortly by the renewal thread.
-pub(super) fn hold(batch: Vec<Renew>) -> (Vec<Flight>, Vec<(u64, Renewed)>) {
+pub(crate) fn hold(batch: Vec<Renew>) -> (Vec<Flight>, Vec<(u64, Renewed)>) {
     let mut flights = Vec::with_capacity(batch.len());
     let mut skipped = Vec::new();
     for Renew { id, state, ttl } in batch {
@@ -137,7 +137,7 @@ fn budget(node: &Node, report_by: Option<Instant>) -> Duration {
 /// shortly): a guard's `extend`, which holds a connection while it waits for the
 /// mutex, cannot stall the batch even with a pool of one. Every wait is bounded by
 /// the earliest end of validity in the batch.
-pub(super) fn renew(
+pub(crate) fn renew(
     node: &Node,
     counters: &Counters,
     batch: Vec<Renew>,
@@ -203,7 +203,7 @@ fn apply(mut f: Flight, sent: Instant, reply: Reply, new_value: String) -> Renew
 /// `NOSCRIPT`) on the thread's own connection, and returns the raw replies, one
 /// per spec. Nothing is sent once `report_by` (the earliest end of validity among
 /// the specs' leases) has passed: no answer could count then.
-pub(super) fn vote(
+pub(crate) fn vote(
     link: &mut Link,
     counters: &Counters,
     specs: &[Spec],
@@ -257,7 +257,7 @@ fn nanos_since(t: Instant) -> u64 {
 
 /// The hashes of the scripts the node's I/O thread has loaded on the server: each is
 /// loaded before its first use, so renewals do not meet `NOSCRIPT` in the normal case.
-pub(super) type Loaded = HashSet<&'static str>;
+pub(crate) type Loaded = HashSet<&'static str>;
 
 /// Sends the batch's renewals in one pipeline; one reply per lease, `None` where
 /// no reply came (the failure is logged once for the batch). Every read and write

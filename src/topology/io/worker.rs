@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use super::Link;
 use super::batch::{self, Loaded, Reply, Spec};
-use super::lane::Link;
-use super::{Renew, Renewed};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::Node;
 use crate::scheme::{Announce, Backend, Keys, Release};
+use crate::topology::{Renew, Renewed};
 
 /// The first pause before a failed release is tried again; it doubles up to
 /// [`MAX_RETRY`].
@@ -32,7 +32,7 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 const SETTLE: Duration = Duration::from_secs(1);
 
 /// Work for a node's I/O thread.
-pub(super) enum Job {
+pub(crate) enum Job {
     /// Renew these leases, answer on `done`.
     Renew {
         batch: Vec<Renew>,
@@ -54,17 +54,17 @@ pub(super) enum Job {
 
 /// A value to take out of Redis, tried until it expires by itself at `until`.
 #[derive(Clone)]
-pub(super) struct Cleanup {
-    pub(super) backend: Arc<dyn Backend>,
-    pub(super) keys: Keys,
-    pub(super) value: String,
-    pub(super) until: Instant,
+pub(crate) struct Cleanup {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) keys: Keys,
+    pub(crate) value: String,
+    pub(crate) until: Instant,
 }
 
 /// The sending end of a node's I/O thread, kept by the topology (which guards
 /// share): it never keeps the thread alive.
 #[derive(Clone)]
-pub(super) struct Worker {
+pub(crate) struct Worker {
     tx: Sender<Job>,
 }
 
@@ -77,7 +77,7 @@ pub(crate) struct IoThread {
 
 impl IoThread {
     /// The handle of the thread `handle`, which `stop` tells to end.
-    pub(super) fn new(handle: JoinHandle<()>, stop: impl Fn() + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(handle: JoinHandle<()>, stop: impl Fn() + Send + Sync + 'static) -> Self {
         Self {
             stop: Box::new(stop),
             handle: Some(handle),
@@ -89,7 +89,7 @@ impl IoThread {
 impl IoThread {
     /// A handle with no thread of its own whose drop runs `stop` (which drops
     /// the handles of a group of threads).
-    pub(super) fn group(stop: impl Fn() + Send + Sync + 'static) -> Self {
+    pub(crate) fn group(stop: impl Fn() + Send + Sync + 'static) -> Self {
         Self {
             stop: Box::new(stop),
             handle: None,
@@ -99,14 +99,14 @@ impl IoThread {
 
 impl Worker {
     /// The I/O thread of the one node holding the locks: it uses the node's pool.
-    pub(super) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<(Self, IoThread)> {
+    pub(crate) fn spawn(node: Arc<Node>, counters: Arc<Counters>) -> Result<(Self, IoThread)> {
         Self::start(node, counters, None)
     }
 
     /// The I/O thread of a node of a quorum: it uses a connection of its own, and
     /// gives each background release at most `bound` (the node timeout) before
     /// trying again later, so a silent node holds up its other work only briefly.
-    pub(super) fn spawn_linked(
+    pub(crate) fn spawn_linked(
         node: Arc<Node>,
         counters: Arc<Counters>,
         bound: Duration,
@@ -135,7 +135,7 @@ impl Worker {
     }
 
     /// Queues `job`; never blocks. Returns the job when the thread is gone.
-    pub(super) fn send(&self, job: Job) -> std::result::Result<(), Job> {
+    pub(crate) fn send(&self, job: Job) -> std::result::Result<(), Job> {
         self.tx.send(job).map_err(|e| e.0)
     }
 }

@@ -5,8 +5,6 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use super::worker::{Cleanup, IoThread, Job, Worker};
-use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 use crate::connection::is_stale;
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
@@ -17,6 +15,8 @@ use crate::scheme::{
 };
 use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
+use crate::topology::io::{Cleanup, IoThread, Job, Worker};
+use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 
 /// One Redis server holds every lock: each call is one command or script on it.
 pub(crate) struct Single {

@@ -1,11 +1,15 @@
 //! [`Redlock`]: every lock on a quorum of N independent Redis masters.
 //!
-//! Each call asks every node at once, through the node's lane (a thread of its own,
-//! made with the client), and waits for each node at most the node timeout; it
-//! counts the answers by the majority rule of [`Count`]. An acquire is one token,
+//! Each call asks every node at once, through the node's lane (a thread of its own),
+//! waits for each at most the node timeout, and counts the answers by the majority
+//! rule of [`Count`] (`quorum.rs` sends, `ballot.rs` counts). An acquire is one token,
 //! the same `SET NX PX` on every node; it holds when a majority granted it while
-//! its validity (`sent + ttl - drift`) is still ahead. Anything else is taken out
-//! again on every node, off the caller's time, by the nodes' I/O threads.
+//! its validity (`sent + ttl - drift`) is still ahead; anything else is taken out
+//! again, off the caller's time, by the nodes' I/O threads.
+
+mod ballot;
+mod lane;
+mod quorum;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,12 +17,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use redis::Value;
 
-use super::ballot::{Ballot, Count, Vote};
-use super::batch::{self, Spec};
-use super::lane::{Link, timed_out};
-use super::quorum::{Quorum, no_fencing, no_quorum, send};
-use super::worker::{IoThread, Worker};
-use super::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use self::ballot::{Ballot, Count, Vote};
+use self::quorum::{Quorum, no_fencing, no_quorum, send};
 use crate::connection::{Conn, Target};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
@@ -28,8 +28,12 @@ use crate::scheme::{
     with_scripts,
 };
 use crate::time::validity_end;
+use crate::topology::io::batch::{self, Spec};
+use crate::topology::io::{IoThread, Worker};
+use crate::topology::io::{Link, timed_out};
+use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 
-pub(crate) use super::quorum::{Wait, no_replicas, refuse};
+pub(crate) use self::quorum::{Wait, no_replicas, refuse};
 
 /// Rounds an acquire makes when failures, not other holders, kept it from a
 /// majority (only for callers that will wait; `try_lock` makes one).

@@ -1,0 +1,10 @@
+//! The per-node I/O machinery every deployment shares: a node's I/O thread
+//! ([`Worker`], kept alive by an [`IoThread`]), the pipelined renewal batch it
+//! sends, and a thread's own connection to a node ([`Link`]).
+
+pub(crate) mod batch;
+mod link;
+mod worker;
+
+pub(crate) use link::{Link, timed_out};
+pub(crate) use worker::{Cleanup, IoThread, Job, Worker};
