@@ -29,8 +29,7 @@ use crate::scheme::{
 };
 use crate::time::validity_end;
 use crate::topology::io::batch::{self, Spec};
-use crate::topology::io::{IoThread, Worker};
-use crate::topology::io::{Link, timed_out};
+use crate::topology::io::{IoThread, Link, Worker, timed_out};
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 
 pub(crate) use self::quorum::{Wait, no_replicas, refuse};
