@@ -30,8 +30,10 @@ impl fmt::Display for Operation {
 /// happened on, the limit that ran out, and the underlying error as
 /// [`source`](std::error::Error::source).
 ///
-/// Displays as, for example, `acquiring lock "jobs:7": no reply from redis within 1s`
-/// or `releasing lock "jobs:7": no connection available within 2s`. Neither
+/// Displays as, for example, `acquiring lock "jobs:7": no reply from redis within 1s`,
+/// `releasing lock "jobs:7": no connection available within 2s`, or, for an error
+/// reply, its code and message: `acquiring lock "jobs:7": redis replied NOPERM: …`.
+/// Neither
 /// `Display` nor `Debug` ever shows a password.
 #[derive(Debug)]
 pub struct RedisFailure {
@@ -147,12 +149,21 @@ impl fmt::Display for RedisFailure {
                 Some(limit) => write!(f, "no reply from redis within {limit:?}"),
                 None => f.write_str("no reply from redis in time"),
             },
-            (Cause::Redis(e), _) if e.code() == Some("NOPERM") => {
-                f.write_str("redis user lacks the permission")
-            }
+            // The server's own words: an operator tells `TRYAGAIN` from `NOPERM`
+            // or a script's error by them.
+            (Cause::Redis(e), _) if e.code().is_some() => reply(f, e),
             _ if self.is_connection_error() => f.write_str("redis connection failed"),
             _ => f.write_str("redis command failed"),
         }
+    }
+}
+
+/// An error reply as `redis replied <code>: <message>`.
+fn reply(f: &mut fmt::Formatter<'_>, e: &redis::RedisError) -> fmt::Result {
+    let code = e.code().unwrap_or("ERR");
+    match e.detail() {
+        Some(detail) => write!(f, "redis replied {code}: {detail}"),
+        None => write!(f, "redis replied {code}"),
     }
 }
 
@@ -162,5 +173,58 @@ impl std::error::Error for RedisFailure {
             Cause::Redis(e) => Some(e),
             Cause::Pool(e) => Some(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    const LIMITS: Limits = Limits {
+        reply: Duration::from_secs(1),
+        checkout: Duration::from_secs(2),
+    };
+
+    /// The error `redis` makes of the error reply `line` (`-CODE message`).
+    fn replied(line: &str) -> redis::RedisError {
+        let value = redis::parse_redis_value(format!("{line}\r\n").as_bytes()).unwrap();
+        value.extract_error().unwrap_err()
+    }
+
+    #[test]
+    fn an_error_reply_is_quoted_with_its_code_and_message() {
+        let e = Error::from(replied(
+            "-TRYAGAIN Multiple keys request during rehashing of slot",
+        ))
+        .during(Operation::Acquire, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"acquiring lock "k": redis replied TRYAGAIN: Multiple keys request during rehashing of slot"#
+        );
+        let e = Error::from(replied("-ASK 3999 127.0.0.1:6381"));
+        assert_eq!(e.to_string(), "redis replied ASK: 3999 127.0.0.1:6381");
+        let e = Error::from(replied("-ERR Error running script (call to f_1): boom")).during(
+            Operation::Release,
+            "k",
+            LIMITS,
+        );
+        assert_eq!(
+            e.to_string(),
+            r#"releasing lock "k": redis replied ERR: Error running script (call to f_1): boom"#
+        );
+        let e = Error::from(replied(
+            "-NOPERM this user has no permissions to run the 'evalsha' command",
+        ));
+        assert!(
+            e.to_string().starts_with("redis replied NOPERM: this user"),
+            "{e}"
+        );
+        // An error reply is not a connection failure, and names no limit.
+        assert!(!e.is_connection_error() && !e.is_timeout());
+        let Error::Redis(f) = e.during(Operation::Extend, "k", LIMITS) else {
+            panic!("not a redis error");
+        };
+        assert_eq!(f.limit(), None);
     }
 }
