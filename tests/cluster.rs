@@ -4,7 +4,7 @@
 //! SETSLOT` and `MIGRATE` while locks are held and taken.
 mod support;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -527,4 +527,190 @@ fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
     // The guard that outlived its client still releases, on its own thread.
     assert_eq!(outliving.unlock().unwrap(), Release::Released);
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
+}
+
+/// What the workers of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]
+/// saw.
+#[derive(Default)]
+struct Tally {
+    /// Acquire calls started on the moving key (progress the mover waits for).
+    started: AtomicU64,
+    acquired: AtomicU64,
+    moving_acquired: AtomicU64,
+    gave_up: AtomicU64,
+    overlaps: AtomicU64,
+    errors: parking_lot::Mutex<Vec<String>>,
+}
+
+/// `INFO errorstats` summed over `nodes`: how many `code` replies they sent.
+fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
+    let prefix = format!("errorstat_{code}:count=");
+    nodes
+        .iter()
+        .map(|n| {
+            let info: String = n.query(redis::cmd("INFO").arg("errorstats"));
+            info.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Issue 23: six clients (as six processes would) lock three keys with fences
+/// (TTL 5 s, 2 ms sections) while the first key's slot, which holds its fence
+/// counter too, is moved from master to master: `SETSLOT IMPORTING / MIGRATING`,
+/// `MIGRATE` in batches of 100, `SETSLOT NODE` on every master. No acquire or
+/// release may fail, no two holders overlap, fences rise per key.
+#[test]
+fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
+    const WORKERS: usize = 6;
+    let cluster = Cluster::start(3, 0);
+    let keys = ["i:alpha", "i:beta", "i:gamma"];
+    let slot = cluster.slot("bar:i:alpha");
+    let moves = 4 * support::stress_factor();
+    let clients: Vec<LockClient> = (0..WORKERS)
+        .map(|_| {
+            LockClient::cluster(cluster.urls())
+                .key_prefix("bar:")
+                .ttl(Duration::from_secs(5))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let opts = LockOptions::new()
+        .fencing(true)
+        .wait(Duration::from_secs(30));
+    let tally = Tally::default();
+    let held: [AtomicBool; 3] = Default::default();
+    let fences: [AtomicU64; 3] = Default::default();
+    let stop = AtomicBool::new(false);
+    let mut owners = vec![cluster.owner(slot)];
+    thread::scope(|s| {
+        for (t, client) in clients.iter().enumerate() {
+            let (tally, held, fences, stop, opts) = (&tally, &held, &fences, &stop, &opts);
+            s.spawn(move || {
+                // Every other call on the moving key.
+                for r in 0..100_000usize {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let k = if r % 2 == 0 { 0 } else { 1 + (t + r / 2) % 2 };
+                    if k == 0 {
+                        tally.started.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let guard = match client.lock_with(keys[k], opts) {
+                        Ok(Some(guard)) => guard,
+                        Ok(None) => {
+                            tally.gave_up.fetch_add(1, Ordering::SeqCst);
+                            continue;
+                        }
+                        Err(e) => {
+                            tally.errors.lock().push(format!("{e}"));
+                            continue;
+                        }
+                    };
+                    if held[k].swap(true, Ordering::SeqCst) {
+                        tally.overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let fence = guard.fence().unwrap();
+                    let before = fences[k].swap(fence, Ordering::SeqCst);
+                    assert!(fence > before, "{}: fence {fence} after {before}", keys[k]);
+                    tally.acquired.fetch_add(1, Ordering::SeqCst);
+                    if k == 0 {
+                        tally.moving_acquired.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // The section: 2 ms of work.
+                    thread::sleep(Duration::from_millis(2));
+                    held[k].store(false, Ordering::SeqCst);
+                    match guard.unlock() {
+                        Ok(Release::Released) => {}
+                        Ok(other) => tally.errors.lock().push(format!("released: {other:?}")),
+                        Err(e) => tally.errors.lock().push(format!("{e}")),
+                    }
+                }
+            });
+        }
+        // Each step of a move waits until the workers started a few more calls
+        // on the moving key, or met `TRYAGAIN` a few more times (a free lock's
+        // fenced acquire meets it until the slot has moved), so every state of
+        // the slot meets some.
+        let started = || tally.started.load(Ordering::SeqCst);
+        let progress = || {
+            let (at, met) = (started(), error_replies(&cluster.nodes, "TRYAGAIN"));
+            let mut polls = 0u32;
+            support::eventually(Duration::from_secs(5), || {
+                polls += 1;
+                started() >= at + 12
+                    || (polls % 10 == 0 && error_replies(&cluster.nodes, "TRYAGAIN") >= met + 12)
+            });
+        };
+        progress();
+        for m in 0..moves {
+            let from = *owners.last().unwrap();
+            let to = (from + 1) % 3;
+            // The first move holds both mid-migration states for longer than one
+            // attempt may take (a read timeout, 2 s): waiting callers wait it out.
+            let hold = || {
+                if m == 0 {
+                    thread::sleep(Duration::from_millis(2500));
+                }
+            };
+            cluster.begin_migration(slot, from, to);
+            progress();
+            hold();
+            assert!(
+                cluster.move_keys(slot, from, to) > 0,
+                "the slot held no key"
+            );
+            progress();
+            hold();
+            cluster.finish_migration(slot, from, to);
+            progress();
+            owners.push(to);
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let errors = tally.errors.lock().clone();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &errors {
+        *kinds.entry(e.as_str()).or_default() += 1;
+    }
+    let (acquired, moving) = (
+        tally.acquired.load(Ordering::SeqCst),
+        tally.moving_acquired.load(Ordering::SeqCst),
+    );
+    println!(
+        "issue 23: {moves} moves of slot {slot} (masters {owners:?}); {acquired} acquisitions \
+         ({moving} of the moving key), {} errors, {} gave up, {} overlaps; the masters replied \
+         ASK {}, TRYAGAIN {}, MOVED {}",
+        errors.len(),
+        tally.gave_up.load(Ordering::SeqCst),
+        tally.overlaps.load(Ordering::SeqCst),
+        error_replies(&cluster.nodes, "ASK"),
+        error_replies(&cluster.nodes, "TRYAGAIN"),
+        error_replies(&cluster.nodes, "MOVED"),
+    );
+    assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
+    assert_eq!(
+        tally.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+    assert_eq!(
+        tally.gave_up.load(Ordering::SeqCst),
+        0,
+        "a wait of 30 s ran out"
+    );
+    assert!(moving > 20, "only {moving} sections of the moving key");
+    // The fence counter moved with its slot: it is on the last owner.
+    let last = &cluster.nodes[*owners.last().unwrap()];
+    let in_slot: Vec<String> =
+        last.query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10));
+    assert!(
+        in_slot
+            .iter()
+            .any(|k| k.starts_with("bar:redlease:fence:{")),
+        "no fence counter in slot {slot}: {in_slot:?}"
+    );
 }
