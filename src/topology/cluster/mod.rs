@@ -257,12 +257,10 @@ impl Topology for Cluster {
 
     fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
         let keys = keys.clone().in_cluster();
-        let out = self.routed(
-            &keys.lock,
-            error_of,
-            Patience::Resend(None),
-            |single, ask| single.hand_off_asking(&keys, h, ask),
-        );
+        // `TRYAGAIN`: ours is released the usual way (one key, never split).
+        let out = self.routed(&keys.lock, error_of, Patience::Return, |s, ask| {
+            s.hand_off_asking(&keys, h, ask)
+        });
         Some(out.and_then(|r| r))
     }
 
