@@ -716,3 +716,77 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
         "no fence counter in slot {slot}: {in_slot:?}"
     );
 }
+
+/// Issue 23: while a slot is mid-migration, a free lock's fenced acquire meets
+/// `TRYAGAIN` (its two keys, lock and fence counter, are never both on the master
+/// asked) until the slot has moved. A caller that does not wait has it resent
+/// for one read timeout, then gets it quoted; one that waits waits it out as for a
+/// busy lock, up to its deadline; an unfenced lock (one key) is taken through
+/// `ASK` at once.
+#[test]
+fn issue_23_a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
+    let cluster = Cluster::start(3, 0);
+    let read_timeout = Duration::from_millis(600);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .read_timeout(read_timeout)
+        .build()
+        .unwrap();
+    let fenced = LockOptions::new().fencing(true);
+    let key = "{mid}:fenced";
+    let slot = cluster.slot("lock:{mid}:fenced");
+    let (from, to) = (cluster.owner(slot), (cluster.owner(slot) + 1) % 3);
+    // Makes the fence counter.
+    let first = client.lock_with(key, &fenced).unwrap().unwrap();
+    let fence = first.fence().unwrap();
+    assert_eq!(first.unlock().unwrap(), Release::Released);
+    cluster.begin_migration(slot, from, to);
+
+    let at = Instant::now();
+    let tried = client.lock_with(key, &fenced.clone().wait(Duration::ZERO));
+    let took = at.elapsed();
+    let e = tried.err().expect("a try mid-migration is an error");
+    assert!(
+        e.to_string()
+            .starts_with(r#"acquiring lock "lock:{mid}:fenced": redis replied TRYAGAIN: "#),
+        "{e}"
+    );
+    assert!(
+        took >= read_timeout / 2 && took < read_timeout + Duration::from_secs(2),
+        "resent for {took:?}"
+    );
+
+    let at = Instant::now();
+    let waited = client.lock_with(key, &fenced.clone().wait(Duration::from_secs(1)));
+    assert!(waited.unwrap().is_none(), "the slot is still mid-migration");
+    assert!(at.elapsed() >= Duration::from_secs(1), "{:?}", at.elapsed());
+
+    // One key only: routed by `ASK` to the importing master, taken at once.
+    let plain = client.try_lock("{mid}:plain").unwrap().expect("free");
+    assert_eq!(plain.unlock().unwrap(), Release::Released);
+
+    let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
+    thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            started.store(true, Ordering::SeqCst);
+            let got = client.lock_with(key, &fenced.clone().wait(Duration::from_secs(20)));
+            done.store(true, Ordering::SeqCst);
+            got
+        });
+        assert!(support::eventually(Duration::from_secs(5), || {
+            started.load(Ordering::SeqCst)
+        }));
+        // Longer than its attempts' bound (the read timeout), it still waits.
+        let waiting = !support::eventually(read_timeout * 3, || done.load(Ordering::SeqCst));
+        assert!(waiting, "the waiting caller returned mid-migration");
+        assert!(cluster.move_keys(slot, from, to) > 0, "the counter moved");
+        cluster.finish_migration(slot, from, to);
+        let guard = waiter.join().unwrap().unwrap().expect("taken once moved");
+        assert!(guard.fence().unwrap() > fence, "fence rose across the move");
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    });
+    assert!(
+        cluster.nodes[to].command_calls("asking") > 0,
+        "no call reached the importing master"
+    );
+}
