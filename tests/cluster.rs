@@ -542,6 +542,15 @@ struct Tally {
     errors: parking_lot::Mutex<Vec<String>>,
 }
 
+/// Sets its flag when dropped.
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// `INFO errorstats` summed over `nodes`: how many `code` replies they sent.
 fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
     let prefix = format!("errorstat_{code}:count=");
@@ -582,9 +591,12 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
     let opts = LockOptions::new()
         .fencing(true)
         .wait(Duration::from_secs(30));
+    // The fence counter exists before the first move, so the slot has a key.
+    let first = clients[0].lock_with(keys[0], &opts).unwrap().unwrap();
+    let fences: [AtomicU64; 3] = [AtomicU64::new(first.fence().unwrap()), 0.into(), 0.into()];
+    assert_eq!(first.unlock().unwrap(), Release::Released);
     let tally = Tally::default();
     let held: [AtomicBool; 3] = Default::default();
-    let fences: [AtomicU64; 3] = Default::default();
     let stop = AtomicBool::new(false);
     let mut owners = vec![cluster.owner(slot)];
     thread::scope(|s| {
@@ -647,6 +659,8 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
                     || (polls % 10 == 0 && error_replies(&cluster.nodes, "TRYAGAIN") >= met + 12)
             });
         };
+        // Set however the mover ends (a failed assertion too): workers stop.
+        let _stop = Stop(&stop);
         progress();
         for m in 0..moves {
             let from = *owners.last().unwrap();
@@ -671,7 +685,6 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
             progress();
             owners.push(to);
         }
-        stop.store(true, Ordering::SeqCst);
     });
     let errors = tally.errors.lock().clone();
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
