@@ -180,7 +180,8 @@
 //! [`Error`] is `#[non_exhaustive]`; busy is never an error. Use
 //! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries. A
 //! Redis failure, [`Error::Redis`], says what was done to which lock and which limit
-//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — and its
+//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — or quotes
+//! the server's error reply (`redis replied TRYAGAIN: …`); its
 //! [`RedisFailure`] carries the [`Operation`], key and limit as fields, the error from
 //! `redis` or `r2d2` as [`source`](std::error::Error::source). [`Error::Permission`]
 //! names what a Redis ACL refuses; `build()` checks that before any lock is taken
