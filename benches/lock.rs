@@ -14,6 +14,9 @@
 //!   the nodes in parallel by one thread per node (`SET NX PX`, then
 //!   compare-and-delete, on every node, each step done once a majority answered,
 //!   as redlease does), and 5 nodes vs 3;
+//! - `fleet`: four processes of four threads on one key, 1 ms sections, vs the
+//!   same fleet on raw connections retrying with no sleep: sections per process
+//!   and their min/max, turns, each client's counters, sections/s;
 //! - `reentrant`: `Scheme::Reentrant` lock + unlock, and a nested lock + unlock
 //!   under a held one, vs Redisson's own scripts (`EVALSHA` tryLock + unlock) on
 //!   one raw connection; the token scheme's lock + unlock beside them.
@@ -28,6 +31,8 @@
     reason = "counts shown as rates stay far below 2^52"
 )]
 
+#[path = "lock/fleet.rs"]
+mod fleet;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -686,16 +691,26 @@ fn redlock(c: &mut Criterion) {
     );
 }
 
+fn fleet_group(_c: &mut Criterion) {
+    if wanted("fleet") {
+        fleet::bench();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant
+    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant, fleet_group
 }
 
 fn main() {
+    if let Ok(job) = std::env::var(fleet::FLEET_ENV) {
+        fleet::worker(&job);
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -209,6 +209,7 @@ fn release_for_real(
         .release(&*state.backend, &state.key, announce, value, maybe)?;
     // Our own waiter thread is one of the listeners when we have waiters.
     if freed.listeners > 1 {
+        bump(&hub.counters.yields, 1);
         hub.lines.hold_off(&state.channel, YIELD);
     }
     Ok(freed.outcome)
