@@ -258,9 +258,12 @@ pub fn bench() {
                     let [attempts, handoffs, wakeups, yields, released] = w.counters;
                     println!(
                         "FLEET   process {i}: {} sections in {} turns (after {:?}), \
-                         {attempts} attempts, {handoffs} hand-offs, {released} real releases, \
+                         {attempts} attempts, {handoffs} hand-offs, {} real releases, \
                          {yields} yields, {wakeups} wake-ups",
-                        w.sections, t[i], after[i]
+                        w.sections,
+                        t[i],
+                        after[i],
+                        released - handoffs
                     );
                 }
             }

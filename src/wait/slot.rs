@@ -214,6 +214,12 @@ impl<'a> WaitSlot<'a> {
                     if self.hub.lines.held_off(&self.keys.channel).is_none() {
                         return Ok(Next::Attempt);
                     }
+                    // Queue again to hear the next release message, which may end
+                    // the hold-off; this one was used by it, not passed on.
+                    self.turn = Turn::Waiting;
+                    if let Some(w) = self.healthy_waiter() {
+                        self.enqueue(w);
+                    }
                 }
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;
