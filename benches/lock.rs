@@ -31,6 +31,8 @@
     reason = "counts shown as rates stay far below 2^52"
 )]
 
+#[path = "lock/cost.rs"]
+mod cost;
 #[path = "lock/fleet.rs"]
 mod fleet;
 #[path = "../tests/support/mod.rs"]
@@ -220,6 +222,56 @@ fn uncontended(c: &mut Criterion) {
         "RATIO uncontended lock+unlock p99: redlease {:?} / floor {:?} = {ratio:.3}x",
         p99.0, p99.1
     );
+    uncontended_rounds(&server, &lc, &mut floor);
+}
+
+/// Rounds of paired cycles (`REDLEASE_UNCONTENDED_ROUNDS`, 7): the median of the
+/// rounds' p50 ratios, and what each side costs per cycle, here and in
+/// `redis-server` (CPU and context switches, from `/proc`), in blocks of cycles
+/// of one side alternating with the other's.
+fn uncontended_rounds(server: &RedisServer, lc: &LockClient, floor: &mut Floor) {
+    const CYCLES: u32 = 4000;
+    let rounds: usize = std::env::var("REDLEASE_UNCONTENDED_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let ours = || assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+    let (mut ratios, mut costs) = (Vec::new(), [[cost::Cost::default(); 2]; 2]);
+    for _ in 0..rounds {
+        let (a, b) = paired_p50(CYCLES as usize, ours, || floor.lock_unlock("bench:f"));
+        ratios.push(a.as_secs_f64() / b.as_secs_f64());
+        for side in 0..2 {
+            let (me, redis) = (cost::cost(None), cost::cost(Some(server.pid())));
+            for _ in 0..CYCLES {
+                if side == 0 {
+                    ours();
+                } else {
+                    floor.lock_unlock("bench:f");
+                }
+            }
+            costs[side][0] += cost::cost(None) - me;
+            costs[side][1] += cost::cost(Some(server.pid())) - redis;
+        }
+    }
+    let all = ratios.clone();
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "RATIO uncontended lock+unlock p50, median of {rounds} rounds of {CYCLES} paired \
+         cycles: {:.3}x (rounds {all:.3?})",
+        ratios[rounds / 2]
+    );
+    let n = f64::from(CYCLES) * rounds as f64;
+    for (side, name) in ["redlease", "floor"].iter().enumerate() {
+        let [me, redis] = costs[side];
+        println!(
+            "COST uncontended {name} per cycle: client {:.2} us CPU, {:.3} context switches; \
+             redis-server {:.2} us CPU, {:.3} context switches",
+            me.cpu_ns as f64 / n / 1e3,
+            me.switches as f64 / n,
+            redis.cpu_ns as f64 / n / 1e3,
+            redis.switches as f64 / n
+        );
+    }
 }
 
 fn try_lock_held(c: &mut Criterion) {
