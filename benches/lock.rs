@@ -197,6 +197,20 @@ fn uncontended(c: &mut Criterion) {
     pin([&server]);
     let lc = client(&server);
     let mut floor = Floor::new(&server);
+    if let Ok(side) = std::env::var("REDLEASE_BENCH_SIDE") {
+        // One side alone, for a profiler: `ours` or `floor`, 40,000 cycles.
+        let before = cost::cost(None);
+        for _ in 0..40_000 {
+            if side == "ours" {
+                assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+            } else {
+                floor.lock_unlock("bench:f");
+            }
+        }
+        let spent = cost::cost(None) - before;
+        println!("COST {side} alone: {:.2} us CPU per cycle", spent.cpu_ns as f64 / 4e7);
+        return;
+    }
     let mut g = c.benchmark_group("uncontended");
     g.bench_function("redlease_lock_unlock", |b| {
         b.iter(|| lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
