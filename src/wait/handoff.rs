@@ -38,8 +38,14 @@ use crate::topology::{HandOff, Handed};
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 8;
 /// How long at most this client's waiters hold off after a real release, per
-/// other client that heard it (when the others release sooner, sooner).
+/// other client that heard it, when the length of this client's turn is not known
+/// (when the others release sooner, sooner).
 pub(crate) const YIELD: Duration = Duration::from_millis(20);
+/// The bound per other client otherwise: twice this client's own turn (its run
+/// of hand-offs), within these limits. Another client that stopped waiting but
+/// still listens (a channel lingers subscribed) costs a gap of this at most.
+const YIELD_PER_TURN: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_millis(200));
 /// Other clients counted at most in a hold-off's bound.
 const MAX_OTHERS: u64 = 8;
 
@@ -99,6 +105,8 @@ pub(crate) struct Offers {
 struct Queue {
     offers: BTreeMap<u64, Offer>,
     streak: u32,
+    /// When the streak's first hand-off was made: this client's turn, nearly.
+    turn_from: Option<Instant>,
 }
 
 impl Offers {
@@ -144,8 +152,20 @@ impl Offers {
             return None;
         }
         let (_, offer) = queue.offers.pop_first()?;
+        if queue.streak == 0 {
+            queue.turn_from = Some(Instant::now());
+        }
         queue.streak += 1;
         Some(offer)
+    }
+
+    /// How long this client's turn on `channel` has lasted: from its first
+    /// hand-off, with one more section for the holder before it (the streak's
+    /// hand-offs are [`STREAK`] at most); `None` when it made none.
+    fn turn(&self, channel: &str) -> Option<Duration> {
+        let mut map = self.by_channel.lock();
+        let from = map.get_mut(channel)?.turn_from.take()?;
+        Some(from.elapsed() * (STREAK + 1) / STREAK)
     }
 }
 
@@ -223,7 +243,10 @@ fn release_for_real(
     if freed.listeners > 1 {
         bump(&hub.counters.yields, 1);
         let others = freed.listeners - 1;
-        let bound = YIELD * u32::try_from(others.min(MAX_OTHERS)).unwrap_or(1);
+        let per_other = hub.offers.turn(&state.channel).map_or(YIELD, |turn| {
+            (turn * 2).clamp(YIELD_PER_TURN.0, YIELD_PER_TURN.1)
+        });
+        let bound = per_other * u32::try_from(others.min(MAX_OTHERS)).unwrap_or(1);
         hub.lines.hold_off(&state.channel, others, heard, bound);
     }
     Ok(freed.outcome)
