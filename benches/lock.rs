@@ -219,7 +219,10 @@ fn uncontended(c: &mut Criterion) {
             }
         }
         let spent = cost::cost(None) - before;
-        println!("COST {side} alone: {:.2} us CPU per cycle", spent.cpu_ns as f64 / 4e7);
+        println!(
+            "COST {side} alone: {:.2} us CPU per cycle",
+            spent.cpu_ns as f64 / 4e7
+        );
         return;
     }
     let mut g = c.benchmark_group("uncontended");

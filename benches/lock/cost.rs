@@ -31,7 +31,10 @@ impl std::ops::AddAssign for Cost {
 
 /// The cost so far of process `pid` (`None`: this process).
 pub fn cost(pid: Option<u32>) -> Cost {
-    let dir = pid.map_or_else(|| "/proc/self/task".to_owned(), |p| format!("/proc/{p}/task"));
+    let dir = pid.map_or_else(
+        || "/proc/self/task".to_owned(),
+        |p| format!("/proc/{p}/task"),
+    );
     let mut total = Cost::default();
     let Ok(tasks) = fs::read_dir(dir) else {
         return total;

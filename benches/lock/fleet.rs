@@ -162,7 +162,11 @@ fn fleet(server: &RedisServer, kind: &str, run: usize, secs: f64) -> Run {
         .collect();
     let workers: Vec<Worker> = children
         .into_iter()
-        .map(|c| parse(&String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout)))
+        .map(|c| {
+            parse(&String::from_utf8_lossy(
+                &c.wait_with_output().unwrap().stdout,
+            ))
+        })
         .collect();
     let total: u64 = workers.iter().map(|w| w.sections).sum();
     Run {

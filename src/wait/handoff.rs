@@ -44,8 +44,7 @@ pub(crate) const YIELD: Duration = Duration::from_millis(20);
 /// The bound per other client otherwise: twice this client's own turn (its run
 /// of hand-offs), within these limits. Another client that stopped waiting but
 /// still listens (a channel lingers subscribed) costs a gap of this at most.
-const YIELD_PER_TURN: (Duration, Duration) =
-    (Duration::from_millis(1), Duration::from_millis(200));
+const YIELD_PER_TURN: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(200));
 /// Other clients counted at most in a hold-off's bound.
 const MAX_OTHERS: u64 = 8;
 
@@ -371,5 +370,21 @@ mod tests {
             }
         }
         assert_eq!(taken, STREAK);
+    }
+
+    #[test]
+    fn a_turn_is_timed_from_its_first_hand_off_and_read_once() {
+        let offers = Offers::default();
+        assert_eq!(offers.turn("c"), None, "no hand-off, no turn");
+        let (o, _rx) = offer();
+        offers.post("c", o);
+        let before = Instant::now();
+        assert!(offers.take("c").is_some());
+        let (mut o, _rx) = offer();
+        o.seq = 2;
+        offers.post("c", o);
+        let turn = offers.turn("c").expect("a streak began");
+        assert!(turn <= before.elapsed() * (STREAK + 1) / STREAK);
+        assert_eq!(offers.turn("c"), None, "read once");
     }
 }

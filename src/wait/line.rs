@@ -282,7 +282,10 @@ mod tests {
             assert!(lines.held_off("c").is_some());
         }
         lines.hear("c");
-        assert!(lines.held_off("c").is_none(), "each of the three had a turn");
+        assert!(
+            lines.held_off("c").is_none(),
+            "each of the three had a turn"
+        );
         // The bound ends a hold-off whose other clients never release.
         lines.hold_off("c", 3, lines.heard("c"), Duration::ZERO);
         assert!(lines.held_off("c").is_none());

@@ -214,8 +214,7 @@ impl<'a> WaitSlot<'a> {
                     if self.hub.lines.held_off(&self.keys.channel).is_none() {
                         return Ok(Next::Attempt);
                     }
-                    // Queue again to hear the next release message, which may end
-                    // the hold-off; this one was used by it, not passed on.
+                    // Queued again for the next message, which may end the hold-off.
                     self.turn = Turn::Waiting;
                     if let Some(w) = self.healthy_waiter() {
                         self.enqueue(w);
