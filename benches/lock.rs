@@ -271,7 +271,7 @@ fn uncontended_rounds(server: &RedisServer, lc: &LockClient, floor: &mut Floor) 
         ratios.push(a.as_secs_f64() / b.as_secs_f64());
         let (a, b) = paired_p50(CYCLES as usize, ours, || floor.lock_unlock_long("bench:f"));
         long.push(a.as_secs_f64() / b.as_secs_f64());
-        for side in 0..2 {
+        for (side, spent) in costs.iter_mut().enumerate() {
             let (me, redis) = (cost::cost(None), cost::cost(Some(server.pid())));
             for _ in 0..CYCLES {
                 if side == 0 {
@@ -280,8 +280,8 @@ fn uncontended_rounds(server: &RedisServer, lc: &LockClient, floor: &mut Floor) 
                     floor.lock_unlock("bench:f");
                 }
             }
-            costs[side][0] += cost::cost(None) - me;
-            costs[side][1] += cost::cost(Some(server.pid())) - redis;
+            spent[0] += cost::cost(None) - me;
+            spent[1] += cost::cost(Some(server.pid())) - redis;
         }
     }
     let all = ratios.clone();

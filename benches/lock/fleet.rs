@@ -226,14 +226,14 @@ fn min_max(v: &[u64]) -> f64 {
 /// The group: `REDLEASE_FLEET_ROUNDS` (3) paired rounds of `REDLEASE_FLEET_SECS`
 /// (5) seconds, ours and the floor's fleet alternating which goes first.
 pub fn bench() {
-    let env = |name: &str, default: f64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
-    let rounds = env("REDLEASE_FLEET_ROUNDS", 3.0) as usize;
-    let secs = env("REDLEASE_FLEET_SECS", 5.0);
+    let rounds: usize = std::env::var("REDLEASE_FLEET_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let secs: f64 = std::env::var("REDLEASE_FLEET_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5.0);
     let server = RedisServer::start();
     let (mut fair, mut speed) = (Vec::new(), Vec::new());
     for round in 0..rounds {
