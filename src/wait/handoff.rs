@@ -15,7 +15,7 @@
 //! released for real once, so callers of other processes get their turn: when the
 //! release message reaches N other clients, this client's waiters hold off until
 //! they have heard a release message from each of them (N more messages), or for
-//! N × [`YIELD`] at most. The others do the same, so turns go round: the client
+//! N times two turns at most (see `Lines::hold_off`). The others do the same, so turns go round: the client
 //! that waited longest is the only one trying when a turn ends, instead of
 //! whichever hears the message first (Redis writes a message to its subscribers
 //! in the same order every time, and the last one lost most draws).
@@ -37,17 +37,6 @@ use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 8;
-/// How long at most this client's waiters hold off after a real release, per
-/// other client that heard it, when the length of this client's turn is not known
-/// (when the others release sooner, sooner).
-pub(crate) const YIELD: Duration = Duration::from_millis(20);
-/// The bound per other client otherwise: twice this client's own turn (its run
-/// of hand-offs), within these limits. Another client that stopped waiting but
-/// still listens (a channel lingers subscribed) costs a gap of this at most.
-const YIELD_PER_TURN: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(200));
-/// Other clients counted at most in a hold-off's bound.
-const MAX_OTHERS: u64 = 8;
-
 /// What a waiting caller wants of the lock it may be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Want {
@@ -104,8 +93,6 @@ pub(crate) struct Offers {
 struct Queue {
     offers: BTreeMap<u64, Offer>,
     streak: u32,
-    /// When the streak's first hand-off was made: this client's turn, nearly.
-    turn_from: Option<Instant>,
 }
 
 impl Offers {
@@ -151,20 +138,8 @@ impl Offers {
             return None;
         }
         let (_, offer) = queue.offers.pop_first()?;
-        if queue.streak == 0 {
-            queue.turn_from = Some(Instant::now());
-        }
         queue.streak += 1;
         Some(offer)
-    }
-
-    /// How long this client's turn on `channel` has lasted: from its first
-    /// hand-off, with one more section for the holder before it (the streak's
-    /// hand-offs are [`STREAK`] at most); `None` when it made none.
-    fn turn(&self, channel: &str) -> Option<Duration> {
-        let mut map = self.by_channel.lock();
-        let from = map.get_mut(channel)?.turn_from.take()?;
-        Some(from.elapsed() * (STREAK + 1) / STREAK)
     }
 }
 
@@ -241,12 +216,8 @@ fn release_for_real(
     // Our own waiter thread is one of the listeners when we have waiters.
     if freed.listeners > 1 {
         bump(&hub.counters.yields, 1);
-        let others = freed.listeners - 1;
-        let per_other = hub.offers.turn(&state.channel).map_or(YIELD, |turn| {
-            (turn * 2).clamp(YIELD_PER_TURN.0, YIELD_PER_TURN.1)
-        });
-        let bound = per_other * u32::try_from(others.min(MAX_OTHERS)).unwrap_or(1);
-        hub.lines.hold_off(&state.channel, others, heard, bound);
+        hub.lines
+            .hold_off(&state.channel, freed.listeners - 1, heard);
     }
     Ok(freed.outcome)
 }
@@ -370,21 +341,5 @@ mod tests {
             }
         }
         assert_eq!(taken, STREAK);
-    }
-
-    #[test]
-    fn a_turn_is_timed_from_its_first_hand_off_and_read_once() {
-        let offers = Offers::default();
-        assert_eq!(offers.turn("c"), None, "no hand-off, no turn");
-        let (o, _rx) = offer();
-        offers.post("c", o);
-        let before = Instant::now();
-        assert!(offers.take("c").is_some());
-        let (mut o, _rx) = offer();
-        o.seq = 2;
-        offers.post("c", o);
-        let turn = offers.turn("c").expect("a streak began");
-        assert!(turn <= before.elapsed() * (STREAK + 1) / STREAK);
-        assert_eq!(offers.turn("c"), None, "read once");
     }
 }

@@ -40,6 +40,15 @@ pub(crate) struct Lines {
 /// One line in a bucket's word.
 const LINE: u64 = 1 << 32;
 
+/// A hold-off's bound per other client, before any turn was seen.
+const YIELD: Duration = Duration::from_millis(20);
+/// A hold-off's bound per other client otherwise: two turns (the mean time
+/// between release messages), within these limits. Another client that stopped
+/// waiting but still listens (a channel lingers subscribed) costs this at most.
+const YIELD_TURNS: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(200));
+/// Other clients counted at most in a hold-off's bound.
+const MAX_OTHERS: u32 = 8;
+
 /// One key's waiting callers.
 #[derive(Default)]
 struct Line {
@@ -48,6 +57,9 @@ struct Line {
     holder_until: Option<Instant>,
     /// Release messages heard on the key's channel since the line was made.
     heard: u64,
+    /// When the last one was heard, and the mean time between them (a turn).
+    last_heard: Option<Instant>,
+    turn: Option<Duration>,
     /// While set, this client lets other clients' waiters go first.
     hold_off: Option<HoldOff>,
 }
@@ -178,21 +190,35 @@ impl Lines {
     pub(crate) fn hear(&self, channel: &str) {
         if let Some(line) = self.map.lock().get_mut(channel) {
             line.heard += 1;
+            let now = Instant::now();
+            if let Some(last) = line.last_heard {
+                let gap = now - last;
+                line.turn = Some(line.turn.map_or(gap, |t| (t * 7 + gap) / 8));
+            }
+            line.last_heard = Some(now);
         }
     }
 
     /// Gives the key's turn away after a real release that `others` other clients
     /// heard: the head tries again once it has heard a release by each of them
     /// (`from` is [`heard`](Self::heard) before the release was sent), or after
-    /// `bound` at the latest.
-    pub(crate) fn hold_off(&self, channel: &str, others: u64, from: Option<u64>, bound: Duration) {
-        if let Some(line) = self.map.lock().get_mut(channel) {
-            line.hold_off = Instant::now().checked_add(bound).map(|until| HoldOff {
+    /// two turns per other client at the latest.
+    pub(crate) fn hold_off(&self, channel: &str, others: u64, from: Option<u64>) {
+        let mut map = self.map.lock();
+        let Some(line) = map.get_mut(channel) else {
+            return;
+        };
+        let per_other = line
+            .turn
+            .map_or(YIELD, |t| (t * 2).clamp(YIELD_TURNS.0, YIELD_TURNS.1));
+        let n = u32::try_from(others).unwrap_or(MAX_OTHERS).min(MAX_OTHERS);
+        line.hold_off = Instant::now()
+            .checked_add(per_other * n)
+            .map(|until| HoldOff {
                 until,
                 others,
-                from: from.unwrap_or(0).min(line.heard),
+                from: from.map_or(line.heard, |f| f.min(line.heard)),
             });
-        }
     }
 
     /// Until when the head of `channel`'s line must not try, if it must wait.
@@ -276,7 +302,7 @@ mod tests {
         let from = lines.heard("c");
         assert_eq!(from, Some(1));
         // Three other clients heard our release; our own message comes first.
-        lines.hold_off("c", 3, from, Duration::from_secs(60));
+        lines.hold_off("c", 3, from);
         for _ in 0..3 {
             lines.hear("c");
             assert!(lines.held_off("c").is_some());
@@ -286,9 +312,11 @@ mod tests {
             lines.held_off("c").is_none(),
             "each of the three had a turn"
         );
-        // The bound ends a hold-off whose other clients never release.
-        lines.hold_off("c", 3, lines.heard("c"), Duration::ZERO);
-        assert!(lines.held_off("c").is_none());
+        // Two turns per other client bound a hold-off: messages came here far
+        // faster than 1 ms apart, so the bound is 3 ms at most.
+        lines.hold_off("c", 3, lines.heard("c"));
+        let until = lines.held_off("c").expect("held off");
+        assert!(until <= Instant::now() + Duration::from_millis(3));
     }
 
     #[test]
