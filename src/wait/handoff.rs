@@ -16,9 +16,9 @@
 //! release message reaches N other clients, this client's waiters hold off until
 //! they have heard a release message from each of them (N more messages), or for
 //! N times two turns at most (see `Lines::hold_off`). The others do the same, so turns go round: the client
-//! that waited longest is the only one trying when a turn ends, instead of
-//! whichever hears the message first (Redis writes a message to its subscribers
-//! in the same order every time, and the last one lost most draws).
+//! that waited longest is the only one trying when a turn ends, instead of a
+//! race to Redis that one process of several kept losing (it won half the turns
+//! of the others, with turns as long and as many wake-ups).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
