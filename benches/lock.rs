@@ -16,7 +16,8 @@
 //!   as redlease does), and 5 nodes vs 3;
 //! - `fleet`: four processes of four threads on one key, 1 ms sections, vs the
 //!   same fleet on raw connections retrying with no sleep: sections per process
-//!   and their min/max, turns, each client's counters, sections/s;
+//!   and their min/max, turns, each client's counters, sections/s
+//!   (`REDLEASE_FLEET_MONITOR=1`: also the order the processes subscribed in);
 //! - `reentrant`: `Scheme::Reentrant` lock + unlock, and a nested lock + unlock
 //!   under a held one, vs Redisson's own scripts (`EVALSHA` tryLock + unlock) on
 //!   one raw connection; the token scheme's lock + unlock beside them.

@@ -17,6 +17,9 @@ use redlease::{LockClient, Release};
 
 use super::support::{RedisServer, connect, eventually, pin::floor_token};
 
+#[path = "monitor.rs"]
+mod monitor;
+
 /// Set in a worker process: `<ours|floor> <url> <index> <run id> <seconds>`.
 pub const FLEET_ENV: &str = "REDLEASE_BENCH_FLEET";
 const PROCESSES: usize = 4;
@@ -148,6 +151,8 @@ impl FloorLock {
 /// Starts the four worker processes of `kind` and reads their reports.
 fn fleet(server: &RedisServer, kind: &str, run: usize, secs: f64) -> Run {
     let exe = std::env::current_exe().unwrap();
+    let watch = (kind == "ours" && std::env::var_os("REDLEASE_FLEET_MONITOR").is_some())
+        .then(|| monitor::Monitor::start(server));
     let children: Vec<Child> = (0..PROCESSES)
         .map(|i| {
             let job = format!("{kind} {} {i} {run} {secs}", server.url());
@@ -160,6 +165,11 @@ fn fleet(server: &RedisServer, kind: &str, run: usize, secs: f64) -> Run {
                 .unwrap()
         })
         .collect();
+    if let Some(m) = watch {
+        let pids: Vec<u32> = children.iter().map(Child::id).collect();
+        thread::sleep(Duration::from_secs_f64(secs / 2.0));
+        m.report(server, &pids);
+    }
     let workers: Vec<Worker> = children
         .into_iter()
         .map(|c| {
