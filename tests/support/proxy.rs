@@ -34,6 +34,7 @@ pub struct Proxy {
 struct Shared {
     shutdown: AtomicBool,
     blackhole: AtomicBool,
+    discard: AtomicBool,
     refuse: AtomicBool,
     delay_micros: AtomicU64,
     /// Bumped by `drop_connections`; a pump whose connection is older exits.
@@ -89,6 +90,13 @@ impl Proxy {
     /// once turned off. Takes effect for every byte not yet being written when it returns.
     pub fn blackhole(&self, on: bool) {
         self.shared.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, every byte is read and thrown away in both directions, as on a network
+    /// that loses every packet: connections stay open, the client sees a silent server,
+    /// and nothing sent meanwhile ever arrives (a handshake begun then is never answered).
+    pub fn discard(&self, on: bool) {
+        self.shared.discard.store(on, Ordering::SeqCst);
     }
 
     /// Holds each forwarded chunk for `delay` before writing it, in both directions, so a
@@ -216,6 +224,9 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, id: u64, genera
             Err(e) if is_tick(&e) => continue,
             Err(_) => break,
         };
+        if shared.discard.load(Ordering::SeqCst) {
+            continue;
+        }
         if !hold(shared, generation) || to.write_all(&buf[..n]).is_err() {
             break;
         }
