@@ -122,6 +122,21 @@ impl Manager {
         self.connect_within(self.connect_timeout)
     }
 
+    /// A new connection for the pool or for one call, made within `timeout` (at
+    /// most the connect and the read timeout).
+    pub(crate) fn open(&self, timeout: Duration) -> RedisResult<Conn> {
+        let con = self.connect_within(timeout);
+        #[cfg(feature = "cluster")]
+        if let Target::Shard(_, redirects) = &self.target {
+            // A node that cannot be reached may have been replaced: the map is
+            // asked for again.
+            let mut conn = Conn::new(con.inspect_err(|e| redirects.note(e))?);
+            conn.redirects = Some(Arc::clone(redirects));
+            return Ok(conn);
+        }
+        Ok(Conn::new(con?))
+    }
+
     /// A new connection that speaks RESP3 (pub/sub replies are pushes), within
     /// the connect timeout; only a cluster node's target makes one, any other
     /// target a plain connection.
@@ -134,7 +149,7 @@ impl Manager {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3);
             let client = redis::Client::open(info.set_redis_settings(settings))?;
-            let con = client.get_connection_with_timeout(self.connect_timeout)?;
+            let con = within(&client, self.connect_timeout.min(self.read_timeout))?;
             con.set_read_timeout(Some(self.read_timeout))?;
             con.set_write_timeout(Some(self.write_timeout))?;
             return Ok(con);
@@ -142,16 +157,17 @@ impl Manager {
         self.connect_raw()
     }
 
-    /// A new connection made within `timeout` (at most the connect timeout), with
-    /// the read and write timeouts set.
+    /// A new connection made within `timeout`, at most the connect or the read
+    /// timeout, whichever is shorter, handshake included: one nobody answers (sent
+    /// while the network was dark) ends as soon as a reply would have.
     pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
-        let timeout = timeout.min(self.connect_timeout);
+        let timeout = timeout.min(self.connect_timeout).min(self.read_timeout);
         let con = match &self.target {
-            Target::Server(client) => client.get_connection_with_timeout(timeout)?,
+            Target::Server(client) => within(client, timeout)?,
             #[cfg(feature = "sentinel")]
             Target::Sentinel(master) => master.connect(timeout, self.read_timeout)?,
             #[cfg(feature = "cluster")]
-            Target::Shard(client, _) => client.get_connection_with_timeout(timeout)?,
+            Target::Shard(client, _) => within(client, timeout)?,
         };
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
@@ -159,21 +175,24 @@ impl Manager {
     }
 }
 
+/// A connection to `client`'s server within `timeout` in all. `redis` gives the
+/// TCP connect and then each reply of the handshake (`HELLO` or `AUTH`, `SELECT`,
+/// two `CLIENT SETINFO`) what is left of the limit it is given, and waits for every
+/// reply even after one timed out: each step gets its share.
+fn within(client: &redis::Client, timeout: Duration) -> RedisResult<redis::Connection> {
+    let s = client.get_connection_info().redis_settings();
+    let steps = u32::from(s.protocol().supports_resp3() || s.password().is_some())
+        + u32::from(s.db() != 0)
+        + if s.skip_set_lib_name() { 0 } else { 2 };
+    client.get_connection_with_timeout(timeout / steps.max(1))
+}
+
 impl r2d2::ManageConnection for Manager {
     type Connection = Conn;
     type Error = redis::RedisError;
 
     fn connect(&self) -> RedisResult<Conn> {
-        let con = self.connect_raw();
-        #[cfg(feature = "cluster")]
-        if let Target::Shard(_, redirects) = &self.target {
-            // A node that cannot be reached may have been replaced: the map is
-            // asked for again.
-            let mut conn = Conn::new(con.inspect_err(|e| redirects.note(e))?);
-            conn.redirects = Some(Arc::clone(redirects));
-            return Ok(conn);
-        }
-        Ok(Conn::new(con?))
+        self.open(self.connect_timeout)
     }
 
     fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {

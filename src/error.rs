@@ -129,6 +129,11 @@ impl From<r2d2::Error> for Error {
 }
 
 impl Error {
+    /// A connection made for one call, when the pool had none at hand, failed.
+    pub(crate) fn connect(e: redis::RedisError) -> Self {
+        Error::Redis(Box::new(RedisFailure::connect(e)))
+    }
+
     /// Whether a network call ran out of time (Redis slow, paused or unreachable),
     /// including a pool that could not hand out a connection in time, and a
     /// [`NoQuorum`](Error::NoQuorum) whose every failure is a timeout.

@@ -40,7 +40,9 @@ fn issue_23_the_first_call_after_a_healed_outage_succeeds() {
                 let client = &client;
                 s.spawn(move || {
                     for i in 0..2 {
+                        let t0 = Instant::now();
                         let r = client.try_lock(&format!("dark:{round}:{t}:{i}"));
+                        eprintln!("dark call {t} {i}: {:?} {r:?}", t0.elapsed());
                         assert!(r.is_err(), "a call in the dark returned {r:?}");
                     }
                 });
@@ -53,6 +55,7 @@ fn issue_23_the_first_call_after_a_healed_outage_succeeds() {
         thread::sleep(left);
         proxy.discard(false);
         let healed = Instant::now();
+        eprintln!("HEAL");
         let released = guard.unlock();
         let unlock_took = healed.elapsed();
         let again = client.try_lock("bk");
