@@ -121,6 +121,11 @@ impl Proxy {
         self.shared.refuse.store(on, Ordering::SeqCst);
     }
 
+    /// Number of connections forwarded since the start, closed ones included.
+    pub fn accepted(&self) -> u64 {
+        self.shared.next_id.load(Ordering::SeqCst)
+    }
+
     /// Number of connections currently being forwarded.
     pub fn connections(&self) -> usize {
         self.shared.conns.lock().len()
