@@ -9,9 +9,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{LockClient, LockClientBuilder, LockOptions, Release};
+use support::RedisServer;
 use support::eventually;
 use support::proxy::Proxy;
-use support::RedisServer;
 
 /// Read and write timeout of the clients (the issue's setting); connect timeout default.
 const READ: Duration = Duration::from_secs(1);
@@ -84,13 +84,19 @@ fn issue_23_the_first_calls_after_an_outage_heals_succeed() {
             "outage {round}: {} connections opened since it began; after the heal unlock \
              {released:?} at {unlocked:?}, try_lock {} at {locked:?}",
             proxy.accepted() - before,
-            if matches!(again, Ok(Some(_))) { "acquired" } else { "failed" },
+            if matches!(again, Ok(Some(_))) {
+                "acquired"
+            } else {
+                "failed"
+            },
         );
         assert!(
             matches!(released, Ok(Release::Expired | Release::Released)),
             "unlock after the heal: {released:?}"
         );
-        let guard = again.expect("try_lock after the heal").expect("nobody holds it");
+        let guard = again
+            .expect("try_lock after the heal")
+            .expect("nobody holds it");
         assert_eq!(guard.unlock().unwrap(), Release::Released);
         figures.push(unlocked);
     }
@@ -110,7 +116,7 @@ fn issue_23_a_call_on_idle_connections_that_all_died_retries_on_a_fresh_one() {
             s.spawn(move || {
                 let guard = client.lock(&format!("warm:{t}")).unwrap();
                 barrier.wait();
-                guard.unlock().unwrap();
+                assert_eq!(guard.unlock().unwrap(), Release::Released);
             });
         }
     });
@@ -124,5 +130,8 @@ fn issue_23_a_call_on_idle_connections_that_all_died_retries_on_a_fresh_one() {
     let again = again.unwrap().expect("nobody holds it");
     assert_eq!(again.unlock().unwrap(), Release::Released);
     eprintln!("cut connections: unlock in {unlocked:?}, then try_lock in {locked:?}");
-    assert!(unlocked < BOUND && locked < BOUND, "{unlocked:?} {locked:?}");
+    assert!(
+        unlocked < BOUND && locked < BOUND,
+        "{unlocked:?} {locked:?}"
+    );
 }
