@@ -149,10 +149,8 @@ impl Manager {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3);
             let client = redis::Client::open(info.set_redis_settings(settings))?;
-            let con = within(&client, self.connect_timeout.min(self.read_timeout))?;
-            con.set_read_timeout(Some(self.read_timeout))?;
-            con.set_write_timeout(Some(self.write_timeout))?;
-            return Ok(con);
+            let limit = self.connect_timeout.min(self.read_timeout);
+            return self.timed(crate::target::within(&client, limit)?);
         }
         self.connect_raw()
     }
@@ -162,29 +160,15 @@ impl Manager {
     /// while the network was dark) ends as soon as a reply would have.
     pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
         let timeout = timeout.min(self.connect_timeout).min(self.read_timeout);
-        let con = match &self.target {
-            Target::Server(client) => within(client, timeout)?,
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel(master) => master.connect(timeout, self.read_timeout)?,
-            #[cfg(feature = "cluster")]
-            Target::Shard(client, _) => within(client, timeout)?,
-        };
+        self.timed(self.target.connect(timeout, self.read_timeout)?)
+    }
+
+    /// `con` with the read and write timeouts set.
+    fn timed(&self, con: redis::Connection) -> RedisResult<redis::Connection> {
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
         Ok(con)
     }
-}
-
-/// A connection to `client`'s server within `timeout` in all. `redis` gives the
-/// TCP connect and then each reply of the handshake (`HELLO` or `AUTH`, `SELECT`,
-/// two `CLIENT SETINFO`) what is left of the limit it is given, and waits for every
-/// reply even after one timed out: each step gets its share.
-fn within(client: &redis::Client, timeout: Duration) -> RedisResult<redis::Connection> {
-    let s = client.get_connection_info().redis_settings();
-    let steps = u32::from(s.protocol().supports_resp3() || s.password().is_some())
-        + u32::from(s.db() != 0)
-        + if s.skip_set_lib_name() { 0 } else { 2 };
-    client.get_connection_with_timeout(timeout / steps.max(1))
 }
 
 impl r2d2::ManageConnection for Manager {

@@ -7,12 +7,11 @@
 //! discards connections: the stack holds only what the pool handed out, and a
 //! connection that failed is never kept.
 //!
-//! When neither the stack nor the pool has a connection at hand and the pool has
-//! room, the call makes one of its own, within its own time, and closes it after
-//! use; the pool is asked to grow meanwhile. Waiting on the pool's own connects
-//! instead would tie the call to them: one begun while the network was dark sends
-//! a handshake nobody answers, and holds the pool's connect thread until it times
-//! out, long after the network has healed.
+//! With none at hand in the stack or the pool, and room in the pool, a call makes
+//! its own connection within its own time and closes it after use, while the pool
+//! grows. It never waits on the pool's connects: one begun while the network was
+//! dark sends a handshake nobody answers, and holds a connect thread of the pool
+//! until it times out, long after the network healed (issue 23).
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -59,13 +58,6 @@ enum Held {
     Own(Box<Conn>),
 }
 
-/// What a checkout does when the stack is empty.
-enum Next {
-    Take(Pooled),
-    Make,
-    Wait,
-}
-
 impl Idle {
     /// An idle connection; else one the pool has at hand; else, if the pool has
     /// room, a new one made here within `timeout`; else one from the pool as soon as
@@ -85,29 +77,23 @@ impl Idle {
         if let Ok(conn) = pool.get_timeout(Duration::ZERO) {
             return Ok(self.held(Held::Pooled(Box::new(conn))));
         }
-        let next = {
-            let mut stack = self.stack.lock();
-            if let Some(conn) = stack.conns.pop() {
-                Next::Take(conn)
-            } else if pool.state().connections + stack.own < pool.max_size() {
-                stack.own += 1;
-                Next::Make
-            } else {
-                // Counted under the lock that `give_back` takes: a connection
-                // given back from now on goes to the pool, which wakes this caller.
-                stack.waiting += 1;
-                Next::Wait
-            }
-        };
-        match next {
-            Next::Take(conn) => Ok(self.held(Held::Pooled(conn))),
-            Next::Make => self.make(manager, timeout),
-            Next::Wait => {
-                let conn = pool.get_timeout(timeout);
-                self.stack.lock().waiting -= 1;
-                Ok(self.held(Held::Pooled(Box::new(conn?))))
-            }
+        let mut stack = self.stack.lock();
+        if let Some(conn) = stack.conns.pop() {
+            drop(stack);
+            return Ok(self.held(Held::Pooled(conn)));
         }
+        if pool.state().connections + stack.own < pool.max_size() {
+            stack.own += 1;
+            drop(stack);
+            return self.make(manager, timeout);
+        }
+        // Counted under the lock that `give_back` takes: a connection given back
+        // from now on goes to the pool, which wakes this caller.
+        stack.waiting += 1;
+        drop(stack);
+        let conn = pool.get_timeout(timeout);
+        self.stack.lock().waiting -= 1;
+        Ok(self.held(Held::Pooled(Box::new(conn?))))
     }
 
     /// A connection made now, within `timeout`, after the idle ones are dropped: the
