@@ -295,6 +295,30 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_made_for_the_call_that_times_out_says_no_connection_within_its_limit() {
+        let e = Error::connect(timeout()).during(Operation::Release, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"releasing lock "k": no connection available within 2s"#
+        );
+        assert!(e.is_timeout() && e.is_connection_error());
+        assert!(
+            e.source()
+                .unwrap()
+                .downcast_ref::<redis::RedisError>()
+                .is_some()
+        );
+        let refused: redis::RedisError =
+            io::Error::new(io::ErrorKind::ConnectionRefused, "refused").into();
+        let e = Error::connect(refused).during(Operation::Acquire, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"acquiring lock "k": redis connection failed"#
+        );
+        assert!(!e.is_timeout() && e.is_connection_error());
+    }
+
+    #[test]
     fn other_failures_say_what_failed_without_a_limit() {
         let refused: redis::RedisError =
             io::Error::new(io::ErrorKind::ConnectionRefused, "refused").into();

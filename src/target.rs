@@ -2,9 +2,9 @@
 //! node of a Redis Cluster; and how a server is shown without its credentials.
 
 use std::fmt;
-use std::time::Duration;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::{Connection, ConnectionAddr, ConnectionInfo, RedisResult};
 
