@@ -135,3 +135,42 @@ fn issue_23_a_call_on_idle_connections_that_all_died_retries_on_a_fresh_one() {
         "{unlocked:?} {locked:?}"
     );
 }
+
+#[test]
+fn issue_23_unlocks_after_the_heal_do_not_wait_out_a_renewal_batch_sent_in_the_dark() {
+    const LEASES: usize = 20;
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = builder(&proxy).build().unwrap();
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(3))
+        .wait(Duration::from_secs(5));
+    let guards: Vec<_> = (0..LEASES)
+        .map(|i| client.lock_with(&format!("b{i}"), &opts).unwrap().unwrap())
+        .collect();
+    let sent = client.metrics().renewal_round_trips;
+    proxy.discard(true);
+    // One pipeline renewing every lease goes out into the dark; its replies never come.
+    assert!(eventually(Duration::from_secs(5), || {
+        client.metrics().renewal_round_trips > sent
+    }));
+    proxy.discard(false);
+    let healed = Instant::now();
+    let mut took = Vec::new();
+    for guard in guards {
+        let (released, t) = timed(|| guard.unlock());
+        assert!(
+            matches!(released, Ok(Release::Released | Release::Expired)),
+            "{released:?}"
+        );
+        assert!(t < BOUND, "an unlock took {t:?}");
+        took.push(t);
+    }
+    let all = healed.elapsed();
+    eprintln!(
+        "{LEASES} unlocks after the heal: {all:?} in all, the first {:?}",
+        took[0]
+    );
+    // The batch waits for its first reply at most one read timeout, not one per lease.
+    assert!(all < BOUND * 2, "{all:?}");
+}
