@@ -148,11 +148,21 @@ fn issue_23_unlocks_after_the_heal_do_not_wait_out_a_renewal_batch_sent_in_the_d
     let guards: Vec<_> = (0..LEASES)
         .map(|i| client.lock_with(&format!("b{i}"), &opts).unwrap().unwrap())
         .collect();
+    // A renewal answered: the next one is due a third of the TTL later.
+    let valid = guards[0].valid_until();
+    assert!(eventually(Duration::from_secs(5), || guards[0]
+        .valid_until()
+        > valid));
     let sent = client.metrics().renewal_round_trips;
+    let dropped = proxy.discarded();
     proxy.discard(true);
-    // One pipeline renewing every lease goes out into the dark; its replies never come.
+    // One pipeline renewing every lease goes out into the dark; its replies never
+    // come.
     assert!(eventually(Duration::from_secs(5), || {
         client.metrics().renewal_round_trips > sent
+    }));
+    assert!(eventually(Duration::from_secs(5), || {
+        proxy.discarded() > dropped
     }));
     proxy.discard(false);
     let healed = Instant::now();

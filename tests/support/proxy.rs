@@ -35,6 +35,8 @@ struct Shared {
     shutdown: AtomicBool,
     blackhole: AtomicBool,
     discard: AtomicBool,
+    /// Bytes thrown away by `discard`.
+    discarded: AtomicU64,
     refuse: AtomicBool,
     delay_micros: AtomicU64,
     /// Bumped by `drop_connections`; a pump whose connection is older exits.
@@ -97,6 +99,11 @@ impl Proxy {
     /// and nothing sent meanwhile ever arrives (a handshake begun then is never answered).
     pub fn discard(&self, on: bool) {
         self.shared.discard.store(on, Ordering::SeqCst);
+    }
+
+    /// Bytes thrown away by [`discard`](Self::discard) since the start, both ways.
+    pub fn discarded(&self) -> u64 {
+        self.shared.discarded.load(Ordering::SeqCst)
     }
 
     /// Holds each forwarded chunk for `delay` before writing it, in both directions, so a
@@ -230,6 +237,7 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, id: u64, genera
             Err(_) => break,
         };
         if shared.discard.load(Ordering::SeqCst) {
+            shared.discarded.fetch_add(n as u64, Ordering::SeqCst);
             continue;
         }
         if !hold(shared, generation) || to.write_all(&buf[..n]).is_err() {
