@@ -47,6 +47,8 @@ pub struct RedisFailure {
 enum Cause {
     Redis(redis::RedisError),
     Pool(r2d2::Error),
+    /// A connection made for the call, when the pool had none at hand, failed.
+    Connect(redis::RedisError),
 }
 
 /// How long a node waits for a reply and for a pooled connection: the limits an
@@ -64,6 +66,10 @@ impl RedisFailure {
 
     pub(crate) fn pool(e: r2d2::Error) -> Self {
         Self::new(Cause::Pool(e))
+    }
+
+    pub(crate) fn connect(e: redis::RedisError) -> Self {
+        Self::new(Cause::Connect(e))
     }
 
     fn new(cause: Cause) -> Self {
@@ -85,8 +91,9 @@ impl RedisFailure {
         if self.limit.is_none() {
             self.limit = match &self.cause {
                 Cause::Pool(_) => Some(limits.checkout),
+                Cause::Connect(e) if e.is_timeout() => Some(limits.checkout),
                 Cause::Redis(e) if e.is_timeout() => Some(limits.reply),
-                Cause::Redis(_) => None,
+                Cause::Redis(_) | Cause::Connect(_) => None,
             };
         }
     }
@@ -102,7 +109,8 @@ impl RedisFailure {
     }
 
     /// The configured limit that ran out: the read timeout when no reply came, the
-    /// pool checkout limit when no connection was free. `None` for other failures.
+    /// checkout limit when no connection was free or could be made in time. `None`
+    /// for other failures.
     pub fn limit(&self) -> Option<Duration> {
         self.limit
     }
@@ -110,7 +118,7 @@ impl RedisFailure {
     /// The error from `redis`, when the failure is not a pool checkout.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match &self.cause {
-            Cause::Redis(e) => Some(e),
+            Cause::Redis(e) | Cause::Connect(e) => Some(e),
             Cause::Pool(_) => None,
         }
     }
@@ -118,7 +126,7 @@ impl RedisFailure {
     /// Whether no answer came in time: no reply, or no pooled connection.
     pub fn is_timeout(&self) -> bool {
         match &self.cause {
-            Cause::Redis(e) => e.is_timeout(),
+            Cause::Redis(e) | Cause::Connect(e) => e.is_timeout(),
             Cause::Pool(_) => true,
         }
     }
@@ -132,7 +140,7 @@ impl RedisFailure {
                     || e.is_connection_refusal()
                     || e.is_timeout()
             }
-            Cause::Pool(_) => true,
+            Cause::Pool(_) | Cause::Connect(_) => true,
         }
     }
 }
@@ -145,6 +153,9 @@ impl fmt::Display for RedisFailure {
         match (&self.cause, self.limit) {
             (Cause::Pool(_), Some(limit)) => write!(f, "no connection available within {limit:?}"),
             (Cause::Pool(_), None) => f.write_str("no redis connection available"),
+            (Cause::Connect(_), Some(limit)) => {
+                write!(f, "no connection available within {limit:?}")
+            }
             (Cause::Redis(e), limit) if e.is_timeout() => match limit {
                 Some(limit) => write!(f, "no reply from redis within {limit:?}"),
                 None => f.write_str("no reply from redis in time"),
@@ -170,7 +181,7 @@ fn reply(f: &mut fmt::Formatter<'_>, e: &redis::RedisError) -> fmt::Result {
 impl std::error::Error for RedisFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.cause {
-            Cause::Redis(e) => Some(e),
+            Cause::Redis(e) | Cause::Connect(e) => Some(e),
             Cause::Pool(e) => Some(e),
         }
     }
