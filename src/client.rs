@@ -247,7 +247,7 @@ impl LockClient {
     }
 
     /// Acquires `key`; a Redis failure names the call, the key and the limit.
-    fn acquire(
+    pub(crate) fn acquire(
         &self,
         key: &str,
         opts: &LockOptions,
@@ -350,6 +350,12 @@ impl LockClient {
         }
     }
 
+    /// What a semaphore handle uses: the hub, the key prefix, the client's UUID.
+    pub(crate) fn parts(&self) -> (&Arc<Hub>, &str, &str) {
+        let id = self.inner.reentrant.client_id().unwrap_or_default();
+        (&self.inner.hub, &self.inner.settings.key_prefix, id)
+    }
+
     /// Makes the guard for a lease a releasing guard of this client passed over as
     /// it is: already stored, renewed and counted by the renewal thread.
     fn take_over(&self, state: Arc<LeaseState>) -> LockGuard {
@@ -408,9 +414,10 @@ impl LockClient {
         if max_hold.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("max_hold", "must be above zero"));
         }
-        let backend = match &opts.scheme {
-            Some(Scheme::Reentrant) => Arc::clone(&self.inner.reentrant),
-            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
+        let backend = match (&opts.backend, &opts.scheme) {
+            (Some(backend), _) => Arc::clone(backend),
+            (_, Some(Scheme::Reentrant)) => Arc::clone(&self.inner.reentrant),
+            (_, Some(scheme)) if *scheme != s.scheme => scheme::backend(scheme),
             _ => Arc::clone(&self.inner.default_backend),
         };
         let fence = opts.fencing.unwrap_or(s.fencing);

@@ -75,6 +75,26 @@ pub enum Error {
         /// Replicas asked for.
         required: u32,
     },
+    /// A semaphore exists with another number of permits in all than asked for;
+    /// it was left as it is.
+    #[error("semaphore `{name}` has {existing} permits, not {requested}")]
+    PermitsMismatch {
+        /// The semaphore's name, with the client's prefix.
+        name: String,
+        /// The permits it has in all: free and held.
+        existing: i64,
+        /// The permits asked for.
+        requested: u32,
+    },
+    /// The name holds another format than the one asked for; nothing was written.
+    #[error("`{name}` holds {found}, not a semaphore")]
+    WrongFormat {
+        /// The name, with the client's prefix.
+        name: String,
+        /// What it holds: `a hash` (a reentrant lock), `a list`, `a string that is
+        /// no count` (a token lock), ...
+        found: &'static str,
+    },
     /// The client was closed while the call was waiting or starting.
     #[error("lock client is shut down")]
     Shutdown,

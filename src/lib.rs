@@ -264,6 +264,7 @@ mod builder;
 mod client;
 mod guard;
 mod options;
+mod semaphore;
 
 pub use builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
@@ -276,6 +277,7 @@ pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
+pub use semaphore::{PermitGuard, Permits, Semaphore};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
 pub use time::{MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls-rustls")]

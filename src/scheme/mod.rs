@@ -18,6 +18,7 @@ mod legacy;
 mod reentrant;
 mod replicas;
 mod request;
+mod semaphore;
 mod token;
 
 pub(crate) use call::{acquired, fixed_extend_cmd};
@@ -27,6 +28,7 @@ pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
+pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes};
 pub(crate) use token::{TokenBackend, new_token};
 
 /// How a lock is stored in Redis.
@@ -191,6 +193,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// owner may have locked again meanwhile.
     fn reentrant(&self) -> bool {
         false
+    }
+    /// The client id in the values it writes (the reentrant scheme's UUID).
+    fn client_id(&self) -> Option<&str> {
+        None
     }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];

@@ -40,7 +40,7 @@ use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request, Waiting};
 use crate::slots::{Redirects, slot};
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
-use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
 
 /// How many redirections one call follows before it gives up.
 const MAX_HOPS: usize = 5;
@@ -262,6 +262,12 @@ impl Topology for Cluster {
             s.hand_off_asking(&keys, h, ask)
         });
         Some(out.and_then(|r| r))
+    }
+
+    fn query(&self, key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
+        self.routed(key, error_of, |single, ask| {
+            single.query_asking(scripts, cmd, ask)
+        })?
     }
 
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
