@@ -277,8 +277,8 @@ pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
-pub use semaphore::{PermitGuard, Permits, Semaphore};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
+pub use semaphore::{PermitGuard, Permits, Semaphore};
 pub use time::{MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsCertificates;

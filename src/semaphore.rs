@@ -141,7 +141,11 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
-        self.take(&LockOptions::default(), Instant::now().checked_add(wait), true)
+        self.take(
+            &LockOptions::default(),
+            Instant::now().checked_add(wait),
+            true,
+        )
     }
 
     /// Takes a permit, waiting until `deadline` at most.
@@ -267,7 +271,11 @@ impl Semaphore {
         }
         let mut opts = opts.clone().fencing(false);
         opts.backend = Some(Arc::clone(&self.backend));
-        let deadline = if waits { deadline } else { Some(Instant::now()) };
+        let deadline = if waits {
+            deadline
+        } else {
+            Some(Instant::now())
+        };
         match self.client.acquire(&self.name, &opts, deadline, false) {
             Ok(guard) => Ok(guard.map(|g| PermitGuard::new(g, self.full.clone()))),
             // A value that is no count, or a key of another type: say what it is.

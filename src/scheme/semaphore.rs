@@ -277,7 +277,11 @@ pub(crate) fn id_bytes(id: &str) -> RedisResult<[u8; 16]> {
 /// `PUBLISH`, or `SPUBLISH` on a connection to a cluster with sharded pub/sub
 /// (Redisson's `getPublishCommand`).
 pub(crate) fn publish(conn: &Conn) -> &'static str {
-    if conn.sharded() { "SPUBLISH" } else { "PUBLISH" }
+    if conn.sharded() {
+        "SPUBLISH"
+    } else {
+        "PUBLISH"
+    }
 }
 
 /// The unix time in milliseconds, the clock of the expiry scores.
@@ -312,7 +316,12 @@ mod tests {
         for id in [a, c] {
             assert_eq!(id.len(), 32);
             assert!(id.starts_with("0123456789abcdef"));
-            assert_eq!(uuid::Uuid::from_bytes(id_bytes(&id).unwrap()).simple().to_string(), id);
+            assert_eq!(
+                uuid::Uuid::from_bytes(id_bytes(&id).unwrap())
+                    .simple()
+                    .to_string(),
+                id
+            );
         }
         assert!(id_bytes("xyz").is_err());
         assert!(id_bytes("0123456789abcdef-0123456789abcde").is_err());
