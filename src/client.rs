@@ -39,20 +39,20 @@ use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// What the client's clones share; dropping it stops and joins the threads (the
 /// renewal thread first: its last reports may queue callbacks for the notifier).
-struct Inner {
-    settings: Settings,
+pub(crate) struct Inner {
+    pub(crate) settings: Settings,
     default_backend: Arc<dyn Backend>,
     /// The reentrant scheme's backend: one client id in its owner fields, and one
     /// memory of outermost fences, for every call of this client.
-    reentrant: Arc<dyn Backend>,
+    pub(crate) reentrant: Arc<dyn Backend>,
     /// What guards and waiting callers share with the waiter thread. It holds no
     /// thread handle, so a guard holding it never keeps a thread alive.
-    hub: Arc<Hub>,
+    pub(crate) hub: Arc<Hub>,
     renewer: Renewer,
     /// The topology's I/O threads, one per node: stopped after the renewal thread.
     _io: Vec<IoThread>,
@@ -350,12 +350,6 @@ impl LockClient {
         }
     }
 
-    /// What a semaphore handle uses: the hub, the key prefix, the client's UUID.
-    pub(crate) fn parts(&self) -> (&Arc<Hub>, &str, &str) {
-        let id = self.inner.reentrant.client_id().unwrap_or_default();
-        (&self.inner.hub, &self.inner.settings.key_prefix, id)
-    }
-
     /// Makes the guard for a lease a releasing guard of this client passed over as
     /// it is: already stored, renewed and counted by the renewal thread.
     fn take_over(&self, state: Arc<LeaseState>) -> LockGuard {
@@ -414,11 +408,10 @@ impl LockClient {
         if max_hold.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("max_hold", "must be above zero"));
         }
-        let backend = match (&opts.backend, &opts.scheme) {
-            (Some(backend), _) => Arc::clone(backend),
-            (_, Some(Scheme::Reentrant)) => Arc::clone(&self.inner.reentrant),
-            (_, Some(scheme)) if *scheme != s.scheme => scheme::backend(scheme),
-            _ => Arc::clone(&self.inner.default_backend),
+        let backend = match &opts.scheme {
+            Some(Scheme::Reentrant) => Arc::clone(&self.inner.reentrant),
+            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
+            _ => (opts.backend.clone()).unwrap_or_else(|| Arc::clone(&self.inner.default_backend)),
         };
         let fence = opts.fencing.unwrap_or(s.fencing);
         let topology = &self.inner.hub.topology;

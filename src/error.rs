@@ -89,8 +89,8 @@ pub enum Error {
     /// The name holds another format than the one asked for; nothing was written.
     #[error("`{name}` holds {found}, not a semaphore")]
     WrongFormat {
-        /// The name, with the client's prefix.
-        name: String,
+        /// The name, with the client's prefix (boxed: the error stays small).
+        name: Box<str>,
         /// What it holds: `a hash` (a reentrant lock), `a list`, `a string that is
         /// no count` (a token lock), ...
         found: &'static str,

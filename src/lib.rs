@@ -264,6 +264,7 @@ mod builder;
 mod client;
 mod guard;
 mod options;
+mod permit;
 mod semaphore;
 
 pub use builder::{
@@ -277,8 +278,9 @@ pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
+pub use permit::PermitGuard;
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
-pub use semaphore::{PermitGuard, Permits, Semaphore};
+pub use semaphore::{Permits, Semaphore};
 pub use time::{MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsCertificates;

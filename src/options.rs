@@ -170,6 +170,7 @@ impl fmt::Debug for LockOptions {
             .field("cancel", &self.cancel)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
             .field("replicas", &self.replicas)
+            .field("backend", &self.backend)
             .finish()
     }
 }

@@ -1,17 +1,14 @@
-//! [`Semaphore`] and [`PermitGuard`]: N permits under one name, each permit a
-//! lease, in Redisson's `RPermitExpirableSemaphore` format.
+//! [`Semaphore`]: N permits under one name, each permit a lease, in Redisson's
+//! `RPermitExpirableSemaphore` format.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Receiver;
-
 use crate::client::LockClient;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::lease::LeaseLost;
 use crate::options::LockOptions;
+use crate::permit::PermitGuard;
 use crate::scheme::{
     Admin, Announce, Backend, Found, Release, Scheme, SemaphoreBackend, State, id_bytes,
 };
@@ -42,7 +39,8 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
-        let (hub, prefix, client_id) = self.parts();
+        let (hub, prefix) = (&self.inner.hub, &self.inner.settings.key_prefix);
+        let client_id = self.inner.reentrant.client_id().unwrap_or_default();
         if name.is_empty() {
             return Err(Error::InvalidKey {
                 reason: "the key is empty",
@@ -61,7 +59,7 @@ impl LockClient {
         };
         Ok(Semaphore {
             client: self.clone(),
-            name: name.to_owned(),
+            bare: name.to_owned(),
             full: format!("{prefix}{name}"),
             backend: Arc::new(SemaphoreBackend::new(&tag)),
         })
@@ -79,7 +77,7 @@ impl LockClient {
 pub struct Semaphore {
     client: LockClient,
     /// The name without the client's prefix, as the lock entry points take it.
-    name: String,
+    bare: String,
     /// The name with the client's prefix: the key of the free-permit count.
     full: String,
     backend: Arc<dyn Backend>,
@@ -248,7 +246,7 @@ impl Semaphore {
                 reason: "a permit id is 32 hex digits",
             });
         }
-        let (hub, _, _) = self.client.parts();
+        let hub = &self.client.inner.hub;
         let channel = self.backend.channel(&self.full);
         let announce = Announce::always(&channel);
         let freed = hub
@@ -276,7 +274,7 @@ impl Semaphore {
         } else {
             Some(Instant::now())
         };
-        match self.client.acquire(&self.name, &opts, deadline, false) {
+        match self.client.acquire(&self.bare, &opts, deadline, false) {
             Ok(guard) => Ok(guard.map(|g| PermitGuard::new(g, self.full.clone()))),
             // A value that is no count, or a key of another type: say what it is.
             Err(e @ Error::Redis(_)) => match self.admin(Admin::State) {
@@ -288,7 +286,7 @@ impl Semaphore {
     }
 
     fn admin(&self, op: Admin) -> Result<State> {
-        let (hub, _, _) = self.client.parts();
+        let hub = &self.client.inner.hub;
         let cmd = op.cmd(&self.full, hub.topology.sharded());
         let reply = hub
             .topology
@@ -296,7 +294,7 @@ impl Semaphore {
         match Admin::reply(&reply)? {
             Found::Semaphore(state) => Ok(state),
             Found::Other(kind) => Err(Error::WrongFormat {
-                name: self.full.clone(),
+                name: self.full.as_str().into(),
                 found: found(&kind),
             }),
         }
@@ -317,107 +315,6 @@ impl fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.full)
             .field("client", &self.client)
-            .finish_non_exhaustive()
-    }
-}
-
-/// A held permit of a [`Semaphore`]. Gives it back when dropped (also while
-/// unwinding from a panic).
-///
-/// Made by [`Semaphore::acquire`], [`try_acquire`](Semaphore::try_acquire),
-/// [`try_acquire_for`](Semaphore::try_acquire_for),
-/// [`try_acquire_until`](Semaphore::try_acquire_until) and
-/// [`acquire_with`](Semaphore::acquire_with). Its lease is renewed in the
-/// background like a lock's; [`is_held`](Self::is_held) and [`lost`](Self::lost)
-/// say when it ended.
-#[must_use = "if unused the permit is given back immediately"]
-#[clippy::has_significant_drop]
-pub struct PermitGuard {
-    guard: LockGuard,
-    id: String,
-    name: String,
-}
-
-impl PermitGuard {
-    fn new(guard: LockGuard, name: String) -> Self {
-        Self {
-            id: guard.value(),
-            guard,
-            name,
-        }
-    }
-
-    /// The permit id: 32 hex digits, the client's tag (16 hex of its UUID) and 16
-    /// random ones. Redisson's `release(permitId)` takes it.
-    pub fn permit_id(&self) -> &str {
-        &self.id
-    }
-
-    /// The semaphore's name, with the client's prefix.
-    pub fn semaphore(&self) -> &str {
-        &self.name
-    }
-
-    /// Whether the permit is still ours: not known lost, and within
-    /// [`valid_until`](Self::valid_until). A local check; never blocks.
-    pub fn is_held(&self) -> bool {
-        self.guard.is_held()
-    }
-
-    /// The instant until which the lease is surely valid (local monotonic
-    /// clock): the last confirmed acquire or renewal, plus the TTL, minus the
-    /// drift allowance.
-    pub fn valid_until(&self) -> Instant {
-        self.guard.valid_until()
-    }
-
-    /// A channel that receives one [`LeaseLost`] if the permit's lease is lost
-    /// (as [`LockGuard::lost`]).
-    pub fn lost(&self) -> &Receiver<LeaseLost> {
-        self.guard.lost()
-    }
-
-    /// [`is_held`](Self::is_held) as a `Result`.
-    ///
-    /// # Errors
-    /// [`Error::LockLost`] once the lease is lost or past its validity.
-    pub fn check(&self) -> Result<()> {
-        self.guard.check()
-    }
-
-    /// Sets the lease's remaining time to `ttl` from now, if still ours.
-    ///
-    /// # Errors
-    /// As [`LockGuard::extend`].
-    pub fn extend(&self, ttl: Duration) -> Result<()> {
-        self.guard.extend(ttl)
-    }
-
-    /// Gives the permit back and says what Redis found: [`Release::Expired`]
-    /// when its lease had ended first (it was counted back then, or now).
-    ///
-    /// # Errors
-    /// [`Error::Redis`] when the release got no answer; the lease then ends by
-    /// itself.
-    pub fn release(self) -> Result<Release> {
-        self.guard.unlock()
-    }
-
-    /// The same as [`release`](Self::release), named as [`LockGuard::unlock`].
-    ///
-    /// # Errors
-    /// As [`release`](Self::release).
-    pub fn unlock(self) -> Result<Release> {
-        self.release()
-    }
-}
-
-impl fmt::Debug for PermitGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PermitGuard")
-            .field("semaphore", &self.name)
-            .field("permit_id", &self.id)
-            .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
 }
