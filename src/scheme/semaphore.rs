@@ -26,7 +26,7 @@
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{RedisResult, Script};
+use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, send_acquire, with_scripts};
 use crate::connection::Conn;
@@ -34,14 +34,13 @@ use crate::resp::Arg;
 use crate::time::ttl_millis;
 
 mod admin;
+mod names;
 
 pub(crate) use admin::{Admin, Found, State};
+pub(crate) use names::{channel, id_bytes, timeouts};
 
 /// Redisson's score for a permit without lease (`nonExpirableTimeout`).
 pub(crate) const NO_LEASE: u64 = 922_337_203_685_477;
-
-/// Redisson's channel prefix (`RedissonPermitExpirableSemaphore.channelName`).
-const CHANNEL_PREFIX: &str = "redisson_sc";
 
 /// Takes one permit.
 ///
@@ -172,10 +171,16 @@ impl Backend for SemaphoreBackend {
             publish(conn).into(),
         ];
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
-        let reply: Vec<i64> = redis::from_redis_value(reply)?;
+        // `{1}` taken, `{0, ms}` busy until the first lease ends, `{0}` busy.
+        let Value::Array(reply) = reply else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "semaphore acquire: not an array",
+            )));
+        };
         Ok(match reply[..] {
-            [1, ..] => Acquire::Acquired { fence: None, acked },
-            [_, ms] => Acquire::Busy {
+            [Value::Int(1)] => Acquire::Acquired { fence: None, acked },
+            [_, Value::Int(ms)] => Acquire::Busy {
                 remaining: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
             },
             _ => Acquire::Busy { remaining: None },
@@ -192,19 +197,19 @@ impl Backend for SemaphoreBackend {
     ) -> RedisResult<Freed> {
         let id = id_bytes(value)?;
         let timeouts = timeouts(key);
-        let sharded = publish(conn);
-        let n = with_scripts(conn, &SCRIPTS, |c| {
-            c.run(|c| {
-                RELEASE
-                    .key(key)
-                    .key(&timeouts)
-                    .arg(&id[..])
-                    .arg(now_millis())
-                    .arg(announce.channel)
-                    .arg(sharded)
-                    .invoke::<i64>(c)
-            })
-        })?;
+        let args = [
+            Arg::from("EVALSHA"),
+            RELEASE.get_hash().into(),
+            2.into(),
+            key.into(),
+            timeouts.as_str().into(),
+            Arg::Bytes(&id),
+            now_millis().into(),
+            announce.channel.into(),
+            publish(conn).into(),
+        ];
+        let reply = with_scripts(conn, &SCRIPTS, |c| c.request(&args))?;
+        let n: i64 = redis::from_redis_value(reply)?;
         Ok(Freed::from_reply(n))
     }
 
@@ -240,40 +245,6 @@ impl Backend for SemaphoreBackend {
     }
 }
 
-/// Redisson's `prefixName("redisson_sc", name)`: the name in braces (its own hash
-/// tag), or as it is when it holds a `{`.
-pub(crate) fn channel(name: &str) -> String {
-    if name.contains('{') {
-        format!("{CHANNEL_PREFIX}:{name}")
-    } else {
-        format!("{CHANNEL_PREFIX}:{{{name}}}")
-    }
-}
-
-/// Redisson's `suffixName(name, "timeout")`: the permits' expiry set.
-pub(crate) fn timeouts(name: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:timeout")
-    } else {
-        format!("{{{name}}}:timeout")
-    }
-}
-
-/// A permit id's 16 bytes, as the expiry set stores them (Redisson's
-/// `decodeHexDump`); an error for anything but 32 hex digits.
-pub(crate) fn id_bytes(id: &str) -> RedisResult<[u8; 16]> {
-    let parsed = (id.len() == 32)
-        .then(|| uuid::Uuid::try_parse(id).ok())
-        .flatten();
-    parsed.map(|u| *u.as_bytes()).ok_or_else(|| {
-        redis::RedisError::from((
-            redis::ErrorKind::Client,
-            "a permit id is 32 hex digits",
-            id.to_owned(),
-        ))
-    })
-}
-
 /// `PUBLISH`, or `SPUBLISH` on a connection to a cluster with sharded pub/sub
 /// (Redisson's `getPublishCommand`).
 pub(crate) fn publish(conn: &Conn) -> &'static str {
@@ -299,14 +270,6 @@ fn expiry(now: u64, ttl: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_follow_redissons_prefix_and_suffix_rules() {
-        assert_eq!(channel("jobs"), "redisson_sc:{jobs}");
-        assert_eq!(channel("a:{b}"), "redisson_sc:a:{b}");
-        assert_eq!(timeouts("jobs"), "{jobs}:timeout");
-        assert_eq!(timeouts("a:{b}"), "a:{b}:timeout");
-    }
 
     #[test]
     fn permit_ids_are_the_client_tag_and_random_hex_and_round_trip_as_bytes() {
