@@ -386,3 +386,66 @@ fn redlock_refuses_a_semaphore() {
         })
     ));
 }
+
+#[test]
+fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
+    let server = RedisServer::start();
+    // The README's lock rule, then what a semaphore adds.
+    let rules = [
+        "~lock:*",
+        "&{lock:*",
+        "&redlease:waiter:*",
+        "+ping",
+        "+set",
+        "+get",
+        "+del",
+        "+pttl",
+        "+pexpire",
+        "+incr",
+        "+evalsha",
+        "+script|load",
+        "+publish",
+        "+subscribe",
+        "+unsubscribe",
+        "+punsubscribe",
+        "~{lock:*",
+        "&redisson_sc:{lock:*",
+        "+type",
+        "+incrby",
+        "+decr",
+        "+zadd",
+        "+zrem",
+        "+zscore",
+        "+zcard",
+        "+zcount",
+        "+zrange",
+        "+zrangebyscore",
+    ];
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("worker")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw")
+        .arg(&rules[..]);
+    let () = server.query(&cmd);
+    let url = format!("redis://worker:pw@127.0.0.1:{}/", server.port());
+    let worker = LockClient::builder(url.as_str())
+        .key_prefix("lock:")
+        .backoff(SLOW_MIN, SLOW_MAX)
+        .build()
+        .unwrap()
+        .semaphore(NAME)
+        .unwrap();
+    assert_eq!(worker.ensure_permits(1).unwrap().total(), 1);
+    let permit = worker.acquire().unwrap();
+    assert!(worker.try_acquire().unwrap().is_none());
+    assert_eq!(worker.available_permits().unwrap(), 0);
+    // The user's waiter is subscribed to the channel and woken by a release.
+    assert_woken_by(&server, &worker, "a release under the ACL", move || {
+        assert!(permit.release().unwrap().was_held());
+    });
+    assert_eq!(worker.add_permits(1).unwrap().total(), 2);
+    let log: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    assert!(log.is_empty(), "refused: {log:?}");
+}
