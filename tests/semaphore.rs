@@ -449,3 +449,70 @@ fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
     let log: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
     assert!(log.is_empty(), "refused: {log:?}");
 }
+
+#[cfg(feature = "cluster")]
+#[test]
+fn a_semaphore_on_a_cluster_lives_in_its_names_slot_and_wakes_its_waiters() {
+    use support::cluster::Cluster;
+    let cluster = Cluster::start(3, 0);
+    let client = |backoff: bool| {
+        let b = LockClient::cluster(cluster.urls()).key_prefix("lock:");
+        let b = if backoff {
+            b.backoff(SLOW_MIN, SLOW_MAX)
+        } else {
+            b
+        };
+        b.build().unwrap()
+    };
+    let (a, b) = (client(false), client(true));
+    for name in ["imports", "exports", "user:{7}:jobs"] {
+        let full = format!("lock:{name}");
+        let sem = a.semaphore(name).unwrap();
+        sem.ensure_permits(2).unwrap();
+        let (one, two) = (sem.acquire().unwrap(), sem.acquire().unwrap());
+        let waiter = b.semaphore(name).unwrap();
+        assert!(
+            waiter.try_acquire().unwrap().is_none(),
+            "{name}: a third of two"
+        );
+        let owner = &cluster.nodes[cluster.owner(cluster.slot(&full))];
+        let timeouts = if name.contains('{') {
+            format!("{full}:timeout")
+        } else {
+            format!("{{{full}}}:timeout")
+        };
+        let held: i64 = owner.query(redis::cmd("ZCARD").arg(&timeouts));
+        assert_eq!(held, 2, "{name}: both permits on the slot's master");
+        let channel = if name.contains('{') {
+            format!("redisson_sc:{full}")
+        } else {
+            format!("redisson_sc:{{{full}}}")
+        };
+        let wakeups = b.metrics().wakeups;
+        owner.reset_stats();
+        thread::scope(|s| {
+            let got = s.spawn(|| waiter.try_acquire_for(Duration::from_secs(10)));
+            // Asleep: two busy attempts (the first, and the one after subscribing)
+            // and, with sharded pub/sub (Redis 7), listening on the slot's master.
+            let listening = eventually(Duration::from_secs(5), || {
+                let (_, n): (String, i64) =
+                    owner.query(redis::cmd("PUBSUB").arg("SHARDNUMSUB").arg(&channel));
+                n >= 1 && owner.command_calls("evalsha") >= 2
+            });
+            assert!(listening, "{name}: nobody listens on {channel}");
+            assert!(one.release().unwrap().was_held());
+            let permit = got
+                .join()
+                .unwrap()
+                .unwrap()
+                .expect("a permit after the release");
+            assert!(permit.release().unwrap().was_held());
+        });
+        assert!(
+            b.metrics().wakeups > wakeups,
+            "{name}: not woken by a message"
+        );
+        drop(two);
+        assert_eq!(sem.available_permits().unwrap(), 2, "{name}");
+    }
+}
