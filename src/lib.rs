@@ -196,7 +196,9 @@
 //!
 //! The token scheme is the wire format of redis-py's `Lock`, redsync, node-redlock and
 //! redlock-rs, the reentrant scheme Redisson's `RLock`, so they and redlease exclude
-//! (and Redisson and redlease wake) each other on the same key. A key holding another
+//! (and Redisson and redlease wake) each other on the same key. A [`Semaphore`]
+//! ([`LockClient::semaphore`]) is Redisson's `RPermitExpirableSemaphore`: N permits
+//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A key holding another
 //! type or another scheme's value is treated as held, never overwritten.
 //! [`LockClientBuilder::replicas`] confirms acquisitions on replicas with `WAIT`.
 //!
