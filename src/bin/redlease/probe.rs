@@ -35,8 +35,9 @@ local fence = redis.pcall('GET', KEYS[2])
 if type(fence) == 'table' then fence = false end
 local held = redis.pcall('ZCARD', KEYS[3])
 if type(held) == 'table' then held = 0 end
-local expired = redis.call('ZCOUNT', KEYS[3], 0, ARGV[1])
-if held == 0 then expired = 0 end
+local expired = 0
+if held > 0 then expired = redis.pcall('ZCOUNT', KEYS[3], 0, ARGV[1]) end
+if type(expired) == 'table' then expired = 0 end
 return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired}
 ",
     )
