@@ -265,8 +265,8 @@ impl Topology for Cluster {
     }
 
     fn query(&self, key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
-        self.routed(key, error_of, |single, ask| {
-            single.query_asking(scripts, cmd, ask)
+        self.routed(key, error_of, Patience::Resend(None), |s, a| {
+            s.query_asking(scripts, cmd, a)
         })?
     }
 
@@ -274,10 +274,8 @@ impl Topology for Cluster {
         let mut groups: HashMap<*const Single, (Arc<Single>, Vec<Renew>)> = HashMap::new();
         let mut unrouted = Vec::new();
         for r in batch {
-            match self
-                .shared
-                .master(slot(r.state.key.as_bytes()), &self.nudge)
-            {
+            let at = slot(r.state.key.as_bytes());
+            match self.shared.master(at, &self.nudge) {
                 Ok(single) => {
                     let group = groups
                         .entry(Arc::as_ptr(&single))
@@ -308,10 +306,8 @@ impl Topology for Cluster {
     }
 
     fn subscriber_for(&self, channel: &str) -> Option<usize> {
-        let master = self
-            .shared
-            .master(slot(channel.as_bytes()), &self.nudge)
-            .ok()?;
+        let slot = slot(channel.as_bytes());
+        let master = self.shared.master(slot, &self.nudge).ok()?;
         let node = master.node();
         self.subscribers.iter().position(|n| Arc::ptr_eq(n, node))
     }
