@@ -228,3 +228,39 @@ fn a_lost_permit_stops_the_command_with_the_lost_code() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_killed_holders_permit_comes_back_when_its_lease_ends() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let (started, go) = (dir.file("started"), dir.file("go"));
+    let mut holder = run_sh(
+        &server,
+        &["--permits", "1", "--ttl", "2s"],
+        "imports",
+        &hold_until(&started, &go),
+    )
+    .spawn()
+    .unwrap();
+    assert!(eventually(STARTUP, || has_line(&started)));
+    // The holder dies without a word: no release, no renewal.
+    holder.kill().unwrap();
+    let _ = holder.wait();
+    let killed = std::time::Instant::now();
+    let next = output(run_sh(
+        &server,
+        &["--permits", "1", "--wait", "15s"],
+        "imports",
+        "true",
+    ));
+    let waited = killed.elapsed();
+    // Its command, orphaned, may stop now.
+    fs::write(&go, "").unwrap();
+    assert!(next.status.success(), "{}", stderr(&next));
+    assert!(
+        waited < Duration::from_secs(2) + Duration::from_millis(1500),
+        "the permit came back after {waited:?}"
+    );
+    let count: i64 = server.query(redis::cmd("GET").arg("imports"));
+    assert_eq!(count, 1);
+}
