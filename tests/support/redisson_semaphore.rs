@@ -1,5 +1,5 @@
 //! A Redisson client of `RPermitExpirableSemaphore`, speaking its own scripts on a
-//! raw connection (Redisson 3.2x+, permit ids sent as 16 raw bytes), for the
+//! raw connection (current Redisson 3.x, permit ids sent as 16 raw bytes), for the
 //! interop tests; the scripts also make the semaphore benchmark's floor.
 
 use std::time::{SystemTime, UNIX_EPOCH};
