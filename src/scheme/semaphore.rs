@@ -47,14 +47,15 @@ pub(crate) const NO_LEASE: u64 = 922_337_203_685_477;
 /// KEYS[1] permits, KEYS[2] timeouts. ARGV[1] the permit's expiry (unix ms),
 /// ARGV[2] now (unix ms), ARGV[3] the permit id (16 bytes), ARGV[4] the channel,
 /// ARGV[5] `PUBLISH` or `SPUBLISH`. Reclaims expired permits first (publishing
-/// the count, as Redisson's acquire does). Returns `{1}` taken, `{0, ms}` none free
+/// the count, as Redisson's acquire does). Returns 1 taken, `{0, ms}` none free
 /// and the first lease ends in `ms`, `{0}` none free and no lease ends (or the
-/// semaphore does not exist). A value that is no count is an error, left alone.
+/// semaphore does not exist). A value that is no number is an error, left alone
+/// (one that is no integer fails at `DECR`, before anything is written).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local value = redis.call('GET', KEYS[1])
-if value and not string.match(value, '^%-?%d+$') then
+if value and not tonumber(value) then
   return redis.error_reply('ERR not a semaphore count')
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], 0, ARGV[2])
@@ -68,7 +69,7 @@ if value and tonumber(value) >= 1 then
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
-  return {1}
+  return 1
 end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 if first[1] and tonumber(first[2]) < 922337203685477 then
@@ -171,19 +172,22 @@ impl Backend for SemaphoreBackend {
             publish(conn).into(),
         ];
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
-        // `{1}` taken, `{0, ms}` busy until the first lease ends, `{0}` busy.
-        let Value::Array(reply) = reply else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "semaphore acquire: not an array",
-            )));
-        };
-        Ok(match reply[..] {
-            [Value::Int(1)] => Acquire::Acquired { fence: None, acked },
-            [_, Value::Int(ms)] => Acquire::Busy {
-                remaining: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        // 1 taken, `{0, ms}` busy until the first lease ends, `{0}` busy.
+        Ok(match reply {
+            Value::Int(1) => Acquire::Acquired { fence: None, acked },
+            Value::Array(busy) => match busy[..] {
+                [_, Value::Int(ms)] => Acquire::Busy {
+                    remaining: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                },
+                _ => Acquire::Busy { remaining: None },
             },
-            _ => Acquire::Busy { remaining: None },
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "semaphore acquire: unexpected reply",
+                    format!("{other:?}"),
+                )));
+            }
         })
     }
 
