@@ -75,24 +75,22 @@ pub enum Error {
         /// Replicas asked for.
         required: u32,
     },
-    /// A semaphore exists with another number of permits in all than asked for;
-    /// it was left as it is.
+    /// A semaphore has another total than the one asked for; it was left as it is.
     #[error("semaphore `{name}` has {existing} permits, not {requested}")]
     PermitsMismatch {
         /// The semaphore's name, with the client's prefix.
         name: String,
-        /// The permits it has in all: free and held.
+        /// Its permits in all, free and held.
         existing: i64,
         /// The permits asked for.
         requested: u32,
     },
-    /// The name holds another format than the one asked for; nothing was written.
+    /// The name holds another format than a semaphore; nothing was written.
     #[error("`{name}` holds {found}, not a semaphore")]
     WrongFormat {
         /// The name, with the client's prefix (boxed: the error stays small).
         name: Box<str>,
-        /// What it holds: `a hash` (a reentrant lock), `a list`, `a string that is
-        /// no count` (a token lock), ...
+        /// What it holds: `a list`, `a hash (a reentrant or read-write lock?)`, ...
         found: &'static str,
     },
     /// The client was closed while the call was waiting or starting.
