@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::Link;
-use super::batch::{self, Loaded, Reply, Spec};
+use super::batch::{self, Reply, Spec};
+use super::pipeline::Loaded;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::Node;
