@@ -772,10 +772,17 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
     lc.flush();
     renewals_grow(&lc, 2 * N as u64);
     server.reset_stats();
-    // Behind the client's back: a token replaced, a token deleted, and the
-    // reentrant hash of one lock taken over by another owner.
+    // Behind the client's back: a token replaced, a token deleted, a token
+    // replaced by a hash, and the reentrant hash of one lock taken over by
+    // another owner.
     let _: () = server.query(redis::cmd("SET").arg("t:7").arg("other").arg("PX").arg(60_000));
     let _: () = server.query(redis::cmd("DEL").arg("t:9"));
+    let _: () = redis::pipe()
+        .atomic()
+        .del("t:11")
+        .hset("t:11", "f", 1)
+        .query(&mut server.conn())
+        .unwrap();
     let _: () = redis::pipe()
         .atomic()
         .del("r:5")
@@ -786,14 +793,16 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
     let reason = |g: &LockGuard| g.lost().recv_timeout(Duration::from_secs(3)).unwrap().reason;
     assert_eq!(reason(&tokens[7]), LossReason::Taken);
     assert_eq!(reason(&tokens[9]), LossReason::Expired);
+    assert_eq!(reason(&tokens[11]), LossReason::Taken);
     assert_eq!(reason(&holds[5]), LossReason::Taken);
     // Past twice the TTL every other lease is still held, in Redis too: renewed.
-    renewals_grow(&lc, 3 * (2 * N as u64 - 3));
+    let left = 2 * N as u64 - 4;
+    renewals_grow(&lc, 3 * left);
     assert!(eventually(Duration::from_secs(10), || acquired.elapsed() >= 2 * ttl));
-    renewals_grow(&lc, 2 * N as u64 - 3);
+    renewals_grow(&lc, left);
     let mut con = server.conn();
     for (i, g) in tokens.iter().enumerate().chain(holds.iter().enumerate()) {
-        let lost = (g.key() == "t:7") || (g.key() == "t:9") || (g.key() == "r:5");
+        let lost = ["t:7", "t:9", "t:11", "r:5"].contains(&g.key());
         assert_eq!(g.is_held(), !lost, "{} ({i})", g.key());
         if !lost {
             assert!(pttl(&mut con, g.key()) > 0, "{} not renewed", g.key());
@@ -808,7 +817,7 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
     // Each renewal ran its own compare and `PEXPIRE`, many to a script call.
     let (renewals, calls) = (lc.metrics().renewals, server.command_calls("evalsha"));
     assert!(calls > 0 && calls * 10 <= renewals, "{calls} calls, {renewals} renewals");
-    assert_eq!(lc.metrics().leases_lost, 3);
+    assert_eq!(lc.metrics().leases_lost, 4);
 }
 
 #[test]

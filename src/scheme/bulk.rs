@@ -4,8 +4,8 @@
 //!
 //! Every bulk script takes KEYS[1..n] the lock keys, ARGV[1] the TTL in ms (one for
 //! the call: the batch groups leases by TTL), ARGV[1 + i] the value of KEYS[i], and
-//! returns an array of n replies, the i-th what the scheme's own extend script
-//! would have answered for KEYS[i] alone (1 extended, 0 gone, -1 someone else's).
+//! answers for each key what the scheme's own extend script would have answered
+//! for it alone (see [`bulk_replies`]).
 //! Each key is compared and extended on its own, as by that script, inside one
 //! atomic call: a lease whose value changed is reported as such, the others are
 //! renewed. In a cluster every key of one call must hash to one slot; the batch
@@ -20,28 +20,27 @@ use redis::{Script, Value};
 use crate::time::ttl_millis;
 
 /// [`TOKEN_EXTEND`](crate::scripts::TOKEN_EXTEND) for many keys: the value may carry
-/// a waiter's mark (`<token>+`) and is left as it is.
+/// a waiter's mark (`<token>+`) and is left as it is. One `MGET` reads every value
+/// (a key of another type reads as nil; `EXISTS` then tells it from a gone one).
 pub(crate) static TOKEN_BULK_EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local ms = ARGV[1]
-local out = {}
+local call = redis.call
+local values = call('MGET', unpack(KEYS))
+local lost = {}
 for i = 1, #KEYS do
-  local v = redis.pcall('GET', KEYS[i])
+  local v = values[i]
   local want = ARGV[i + 1]
-  if v == want then
-    redis.call('PEXPIRE', KEYS[i], ms)
-    out[i] = 1
-  elseif v == false then
-    out[i] = 0
-  elseif type(v) == 'string' and v == want .. '+' then
-    redis.call('PEXPIRE', KEYS[i], ms)
-    out[i] = 1
+  if v == want or (v and v == want .. '+') then
+    call('PEXPIRE', KEYS[i], ms)
+  elseif v or call('EXISTS', KEYS[i]) == 1 then
+    lost[#lost + 1] = -i
   else
-    out[i] = -1
+    lost[#lost + 1] = i
   end
 end
-return out
+return lost
 ",
     )
 });
@@ -54,21 +53,21 @@ pub(crate) static REENTRANT_BULK_EXTEND: LazyLock<Script> = LazyLock::new(|| {
         r"
 local ms = ARGV[1]
 local n = tonumber(ms)
-local out = {}
+local call = redis.call
+local lost = {}
 for i = 1, #KEYS do
   local count = redis.pcall('HGET', KEYS[i], ARGV[i + 1])
   if type(count) == 'string' then
-    if tonumber(count) <= 1 or redis.call('PTTL', KEYS[i]) < n then
-      redis.call('PEXPIRE', KEYS[i], ms)
+    if tonumber(count) <= 1 or call('PTTL', KEYS[i]) < n then
+      call('PEXPIRE', KEYS[i], ms)
     end
-    out[i] = 1
-  elseif type(count) == 'table' or redis.call('EXISTS', KEYS[i]) == 1 then
-    out[i] = -1
+  elseif type(count) == 'table' or call('EXISTS', KEYS[i]) == 1 then
+    lost[#lost + 1] = -i
   else
-    out[i] = 0
+    lost[#lost + 1] = i
   end
 end
-return out
+return lost
 ",
     )
 });
@@ -94,11 +93,43 @@ pub(crate) fn bulk_extend_cmd<'a>(
     cmd
 }
 
-/// A bulk call's reply for `n` leases, one reply each; `Err` gives back a reply
-/// that is not such an array (an error: `NOSCRIPT`, a cluster redirection).
+/// A bulk call's reply for `n` leases, one reply each as the scheme's own extend
+/// gives it (1 extended, 0 gone, -1 someone else's): the call names only the
+/// leases it did not extend, `i` for a gone KEYS[i] and `-i` for one someone else
+/// holds. `Err` gives back a reply that is not such a list (an error: `NOSCRIPT`,
+/// a cluster redirection).
 pub(crate) fn bulk_replies(reply: Value, n: usize) -> Result<Vec<Value>, Value> {
-    match reply {
-        Value::Array(replies) if replies.len() == n => Ok(replies),
-        other => Err(other),
+    let Value::Array(lost) = reply else {
+        return Err(reply);
+    };
+    let mut each = vec![Value::Int(1); n];
+    for named in &lost {
+        let (i, found) = match *named {
+            Value::Int(i) if i > 0 => (i, 0),
+            Value::Int(i) if i < 0 => (-i, -1),
+            _ => return Err(Value::Array(lost)),
+        };
+        match usize::try_from(i - 1).ok().and_then(|i| each.get_mut(i)) {
+            Some(reply) => *reply = Value::Int(found),
+            None => return Err(Value::Array(lost)),
+        }
+    }
+    Ok(each)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bulk_reply_names_the_leases_not_extended() {
+        let reply = Value::Array(vec![Value::Int(2), Value::Int(-4)]);
+        let each: Vec<Value> = [1, 0, 1, -1].into_iter().map(Value::Int).collect();
+        assert_eq!(bulk_replies(reply, 4).unwrap(), each);
+        assert_eq!(bulk_replies(Value::Array(vec![]), 2).unwrap().len(), 2);
+        for bad in [Value::Int(5), Value::Int(0), Value::Nil] {
+            assert!(bulk_replies(Value::Array(vec![bad]), 4).is_err());
+        }
+        assert!(bulk_replies(Value::Okay, 1).is_err());
     }
 }
