@@ -22,19 +22,25 @@ use crate::time::ttl_millis;
 /// [`TOKEN_EXTEND`](crate::scripts::TOKEN_EXTEND) for many keys: the value may carry
 /// a waiter's mark (`<token>+`) and is left as it is. One `MGET` reads every value
 /// (a key of another type reads as nil; `EXISTS` then tells it from a gone one).
+/// The expiry is set as `PEXPIREAT` the server's `TIME` + the TTL: the same moment
+/// as `PEXPIRE`, without Redis rewriting each command into that form for its
+/// replicas (about a tenth of the script's cost). `replicate_commands` lets a
+/// server older than 5.0 write after `TIME` (on later ones it does nothing).
 pub(crate) static TOKEN_BULK_EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local ms = ARGV[1]
-local call = redis.call
-local values = call('MGET', unpack(KEYS))
+redis.replicate_commands()
+local call, keys, argv = redis.call, KEYS, ARGV
+local now = call('TIME')
+local at = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(argv[1]))
+local values = call('MGET', unpack(keys))
 local lost = {}
-for i = 1, #KEYS do
+for i = 1, #keys do
   local v = values[i]
-  local want = ARGV[i + 1]
+  local want = argv[i + 1]
   if v == want or (v and v == want .. '+') then
-    call('PEXPIRE', KEYS[i], ms)
-  elseif v or call('EXISTS', KEYS[i]) == 1 then
+    call('PEXPIREAT', keys[i], at)
+  elseif v or call('EXISTS', keys[i]) == 1 then
     lost[#lost + 1] = -i
   else
     lost[#lost + 1] = i
