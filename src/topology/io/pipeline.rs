@@ -26,9 +26,16 @@ use crate::time::ttl_millis;
 /// so no call holds up other clients long.
 pub(crate) const CHUNK: usize = 500;
 
-/// The hashes of the scripts the node's I/O thread has loaded on the server: each is
-/// loaded before its first use, so renewals do not meet `NOSCRIPT` in the normal case.
-pub(crate) type Loaded = HashSet<&'static str>;
+/// What a node's I/O thread knows of its server: the hashes of the scripts it has
+/// loaded there (each before its first use, so renewals do not meet `NOSCRIPT` in
+/// the normal case), and whether the bulk scripts were refused (an ACL user
+/// without `MGET`, `TIME`, `PEXPIREAT` or `EXISTS`): then it renews one command
+/// per lease, as its user may.
+#[derive(Debug, Default)]
+pub(crate) struct Loaded {
+    scripts: HashSet<&'static str>,
+    no_bulk: bool,
+}
 
 /// One lease's renewal as the pipeline carries it. Its own command is built only
 /// when it is sent alone (and again after a `NOSCRIPT`: a legacy value depends on
@@ -102,7 +109,7 @@ pub(super) fn exchange(
     slot: fn(&str) -> u16,
 ) -> Vec<Option<Value>> {
     let mut replies = vec![None; items.len()];
-    let units = plan(items, slot);
+    let units = plan(items, slot, loaded.no_bulk);
     let first = load_scripts(conn, counters, items.iter().map(|i| i.backend), loaded)
         .and_then(|()| round_trip(conn, counters, items, &units));
     let answers = match first {
@@ -129,6 +136,10 @@ pub(super) fn exchange(
                 }
                 Err(reply) => {
                     noscript |= is_noscript(&reply);
+                    if refused(&reply) && !loaded.no_bulk {
+                        log::warn!("renewing one command per lease from now on: {reply:?}");
+                        loaded.no_bulk = true;
+                    }
                     log::debug!("a renewal chunk of {} leases: {reply:?}", chunk.len());
                     again.extend(chunk);
                 }
@@ -139,7 +150,7 @@ pub(super) fn exchange(
         return replies;
     }
     if noscript {
-        loaded.clear();
+        loaded.scripts.clear();
     }
     let units: Vec<Unit> = again
         .iter()
@@ -166,15 +177,29 @@ fn is_noscript(reply: &Value) -> bool {
     matches!(reply, Value::ServerError(e) if e.code() == "NOSCRIPT")
 }
 
+/// Whether a script's error says its user may not run one of its commands: Redis
+/// 7.0 says "can't run this command", later ones `NOPERM … no permissions`.
+fn refused(reply: &Value) -> bool {
+    let Value::ServerError(e) = reply else {
+        return false;
+    };
+    let says = |d: &str| {
+        ["NOPERM", "no permissions", "can't run this command"]
+            .iter()
+            .any(|s| d.contains(s))
+    };
+    e.code() == "NOPERM" || e.details().is_some_and(says)
+}
+
 /// The pipeline's commands: the leases of each (scheme, TTL, slot) with a bulk
 /// script in chunks of at most [`CHUNK`], a chunk of one and every other lease
-/// alone (its command built here).
-fn plan(items: &mut [Item<'_>], slot: fn(&str) -> u16) -> Vec<Unit> {
+/// alone (its command built here); every lease alone when `no_bulk`.
+fn plan(items: &mut [Item<'_>], slot: fn(&str) -> u16, no_bulk: bool) -> Vec<Unit> {
     type Group = (&'static LazyLock<Script>, Vec<usize>);
     let mut groups: HashMap<(*const (), u64, u16), Group> = HashMap::new();
     let mut units = Vec::new();
     for (i, item) in items.iter().enumerate() {
-        if let Some(script) = item.backend.bulk_extend() {
+        if let Some(script) = item.backend.bulk_extend().filter(|_| !no_bulk) {
             let scheme = Arc::as_ptr(item.backend).cast::<()>();
             let group = (scheme, ttl_millis(item.ttl), slot(item.key));
             groups.entry(group).or_insert((script, Vec::new())).1.push(i);
@@ -214,10 +239,10 @@ fn load_scripts<'b>(
         }
         last = Some(backend);
         for script in backend.scripts() {
-            if !loaded.contains(script.get_hash()) {
+            if !loaded.scripts.contains(script.get_hash()) {
                 bump(&counters.renewal_round_trips, 1);
                 conn.run(|c| script.load(c))?;
-                loaded.insert(script.get_hash());
+                loaded.scripts.insert(script.get_hash());
             }
         }
     }

@@ -174,7 +174,7 @@ struct Io<'a> {
 
 fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(Link, Duration)>) {
     let mut io = Io { node, link };
-    let mut loaded = Loaded::new();
+    let mut loaded = Loaded::default();
     let mut pending: Vec<Pending> = Vec::new();
     loop {
         let next = pending.iter().map(|p| p.next).min();
