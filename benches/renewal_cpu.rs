@@ -101,7 +101,10 @@ fn ours(server: &RedisServer, n: usize, secs: u64) -> Cpu {
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
     });
     lc.flush();
     // Let the leases' first renewals fall due together, as in a steady fleet.

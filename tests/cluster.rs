@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, Release};
-use support::{RedisServer, eventually};
 use support::cluster::Cluster;
+use support::{RedisServer, eventually};
 
 /// One increment as a plain read, yield, write: two holders at once lose one.
 fn increment(counter: &AtomicU64) {
@@ -564,13 +564,21 @@ fn issue_23_a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_leas
         client.metrics().renewals >= renewals + N as u64
     }));
     let (source, target) = (&cluster.nodes[from], &cluster.nodes[to]);
-    assert!(source.command_calls("evalsha") < N as u64 / 2, "not in chunks");
+    assert!(
+        source.command_calls("evalsha") < N as u64 / 2,
+        "not in chunks"
+    );
     // Half the keys move: the chunk's script meets missing keys (TRYAGAIN) and
     // each lease is sent again alone (those still here renewed, the others ASK).
     cluster.begin_migration(slot, from, to);
     let half: Vec<String> = (0..N / 2).map(|i| format!("lock:{{mv}}:{i}")).collect();
     let mut migrate = redis::cmd("MIGRATE");
-    migrate.arg("127.0.0.1").arg(target.port()).arg("").arg(0).arg(5000);
+    migrate
+        .arg("127.0.0.1")
+        .arg(target.port())
+        .arg("")
+        .arg(0)
+        .arg(5000);
     let () = source.query(migrate.arg("KEYS").arg(&half));
     source.reset_stats();
     assert!(eventually(Duration::from_secs(10), || {

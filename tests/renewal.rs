@@ -444,8 +444,14 @@ fn ten_thousand_leases_are_renewed_in_one_round_trip_per_tick_for_thirty_seconds
         seen = (sent, pexpires, calls);
         sent == pexpires && lc.metrics().renewals == sent
     });
-    assert!(agree, "client renewals vs server expiries, evalsha: {seen:?}");
-    assert!(seen.2 * 100 <= seen.0, "renewals, expiries, evalsha: {seen:?}");
+    assert!(
+        agree,
+        "client renewals vs server expiries, evalsha: {seen:?}"
+    );
+    assert!(
+        seen.2 * 100 <= seen.0,
+        "renewals, expiries, evalsha: {seen:?}"
+    );
     let last = lc.metrics();
     let ticks = last.renewal_ticks - first.renewal_ticks;
     let trips = last.renewal_round_trips - first.renewal_round_trips;
@@ -753,7 +759,11 @@ fn extending_to_a_shorter_ttl_renews_on_the_new_schedule() {
 /// Locks `n` keys `<prefix>:<i>` with `opts`, each free.
 fn lock_many(lc: &LockClient, prefix: &str, n: usize, opts: &LockOptions) -> Vec<LockGuard> {
     (0..n)
-        .map(|i| lc.lock_with(&format!("{prefix}:{i}"), opts).unwrap().unwrap())
+        .map(|i| {
+            lc.lock_with(&format!("{prefix}:{i}"), opts)
+                .unwrap()
+                .unwrap()
+        })
         .collect()
 }
 
@@ -780,7 +790,13 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
     // Behind the client's back: a token replaced, a token deleted, a token
     // replaced by a hash, and the reentrant hash of one lock taken over by
     // another owner.
-    let _: () = server.query(redis::cmd("SET").arg("t:7").arg("other").arg("PX").arg(60_000));
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("t:7")
+            .arg("other")
+            .arg("PX")
+            .arg(60_000),
+    );
     let _: () = server.query(redis::cmd("DEL").arg("t:9"));
     let _: () = redis::pipe()
         .atomic()
@@ -795,7 +811,12 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
         .pexpire("r:5", 60_000)
         .query(&mut server.conn())
         .unwrap();
-    let reason = |g: &LockGuard| g.lost().recv_timeout(Duration::from_secs(3)).unwrap().reason;
+    let reason = |g: &LockGuard| {
+        g.lost()
+            .recv_timeout(Duration::from_secs(3))
+            .unwrap()
+            .reason
+    };
     assert_eq!(reason(&tokens[7]), LossReason::Taken);
     assert_eq!(reason(&tokens[9]), LossReason::Expired);
     assert_eq!(reason(&tokens[11]), LossReason::Taken);
@@ -821,7 +842,10 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
     assert_eq!(exists(&server, "t:9"), 0);
     // Each renewal ran its own compare and `PEXPIRE`, many to a script call.
     let (renewals, calls) = (lc.metrics().renewals, server.command_calls("evalsha"));
-    assert!(calls > 0 && calls * 10 <= renewals, "{calls} calls, {renewals} renewals");
+    assert!(
+        calls > 0 && calls * 10 <= renewals,
+        "{calls} calls, {renewals} renewals"
+    );
     assert_eq!(lc.metrics().leases_lost, 4);
 }
 
@@ -852,5 +876,8 @@ fn issue_23_renewal_chunks_survive_script_flush_between_ticks() {
     let calls = server.command_calls("evalsha");
     let pexpires = expiries(&server);
     assert!(pexpires >= 3 * N as u64, "{pexpires} expiries");
-    assert!(calls * 10 <= pexpires, "{calls} calls for {pexpires} renewals");
+    assert!(
+        calls * 10 <= pexpires,
+        "{calls} calls for {pexpires} renewals"
+    );
 }

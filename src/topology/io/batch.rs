@@ -222,7 +222,6 @@ fn nanos_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-
 /// Sends the batch's renewals in one pipeline; one reply per lease, `None` where
 /// no reply came (the failure is logged once for the batch). Every read and write
 /// on the connection is bounded by `budget`.

@@ -202,7 +202,11 @@ fn plan(items: &mut [Item<'_>], slot: fn(&str) -> u16, no_bulk: bool) -> Vec<Uni
         if let Some(script) = item.backend.bulk_extend().filter(|_| !no_bulk) {
             let scheme = Arc::as_ptr(item.backend).cast::<()>();
             let group = (scheme, ttl_millis(item.ttl), slot(item.key));
-            groups.entry(group).or_insert((script, Vec::new())).1.push(i);
+            groups
+                .entry(group)
+                .or_insert((script, Vec::new()))
+                .1
+                .push(i);
         } else {
             units.push(Unit::One(i));
         }
@@ -264,7 +268,7 @@ fn round_trip(
         match unit {
             Unit::One(i) => {
                 leases += 1;
-                pipe.add_command(items[*i].cmd.take().unwrap_or_else(redis::Cmd::new));
+                pipe.add_command(items[*i].cmd.take().unwrap_or_default());
             }
             Unit::Chunk(script, chunk) => {
                 leases += chunk.len();
