@@ -6,7 +6,8 @@
 //! schedstat`) over the same 9 s, each as a share of one core. The floor holds
 //! 10,000 keys the same way and renews them with what any client must send at
 //! least: one pipeline per second of one raw `PEXPIRE key 3000` per key, no
-//! compare at all.
+//! compare at all. For reference, the same keys renewed the way renewal went
+//! before chunks (one pipeline of one compare-and-`PEXPIRE` `EVALSHA` per key).
 //!
 //! Run: `cargo bench --bench renewal_cpu` (needs `redis-server` on PATH, Linux);
 //! `REDLEASE_BENCH_LEASES` (default 10000), `REDLEASE_BENCH_SECS` (default 9) and
@@ -128,37 +129,72 @@ fn ours(server: &RedisServer, n: usize, secs: u64) -> Cpu {
 
 /// The floor: `n` keys renewed by one raw pipeline of `PEXPIRE`s per second.
 fn floor(server: &RedisServer, n: usize, secs: u64) -> Cpu {
+    raw(server, n, secs, |key, _| {
+        let mut cmd = redis::cmd("PEXPIRE");
+        cmd.arg(key).arg(TTL_MS);
+        cmd
+    })
+}
+
+/// For reference, what renewal sent before chunks: one pipeline per second of one
+/// compare-and-`PEXPIRE` script call per key.
+fn per_lease(server: &RedisServer, n: usize, secs: u64) -> Cpu {
+    let script = redis::Script::new(PER_LEASE);
+    let () = script
+        .prepare_invoke()
+        .load(&mut server.conn())
+        .map(drop)
+        .unwrap();
+    let hash = script.get_hash().to_owned();
+    raw(server, n, secs, move |key, token| {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&hash).arg(1).arg(key).arg(token).arg(TTL_MS);
+        cmd
+    })
+}
+
+/// The token scheme's extend script, as each lease's renewal sent it before.
+const PER_LEASE: &str = r"
+local v = redis.pcall('GET', KEYS[1])
+if v == false then return 0 end
+if type(v) == 'table' or (v ~= ARGV[1] and v ~= ARGV[1] .. '+') then return -1 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
+/// `n` keys with a token each (TTL 3 s), renewed once a second by one raw pipeline
+/// of `renew(key, token)` per key for `secs`.
+fn raw(server: &RedisServer, n: usize, secs: u64, renew: impl Fn(&str, &str) -> redis::Cmd) -> Cpu {
     let mut con = server.conn();
-    let keys: Vec<String> = (0..n).map(|i| format!("floor:{i}")).collect();
+    let keys: Vec<(String, String)> = (0..n)
+        .map(|i| (format!("raw:{i}"), support::pin::floor_token()))
+        .collect();
     let mut set = redis::pipe();
-    for key in &keys {
+    for (key, token) in &keys {
         set.cmd("SET")
             .arg(key)
-            .arg(support::pin::floor_token())
+            .arg(token)
             .arg("PX")
             .arg(TTL_MS)
             .ignore();
     }
     let () = set.query(&mut con).unwrap();
-    let renew = |con: &mut redis::Connection| {
-        let mut pipe = redis::pipe();
-        for key in &keys {
-            pipe.cmd("PEXPIRE").arg(key).arg(TTL_MS);
-        }
-        let renewed: Vec<i64> = pipe.query(con).unwrap();
-        assert!(renewed.iter().all(|&r| r == 1), "a floor key expired");
-    };
     let mut next = Instant::now() + EVERY;
     let cpu = measure(server, secs, |end| {
         while next < end {
             thread::sleep(next.saturating_duration_since(Instant::now()));
-            renew(&mut con);
+            let mut pipe = redis::pipe();
+            for (key, token) in &keys {
+                pipe.add_command(renew(key, token));
+            }
+            let renewed: Vec<i64> = pipe.query(&mut con).unwrap();
+            assert!(renewed.iter().all(|&r| r == 1), "a key expired");
             next += EVERY;
         }
         thread::sleep(end.saturating_duration_since(Instant::now()));
     });
     let mut del = redis::pipe();
-    for key in &keys {
+    for (key, _) in &keys {
         del.del(key).ignore();
     }
     let () = del.query(&mut con).unwrap();
@@ -181,31 +217,41 @@ fn main() {
     let rounds = env("REDLEASE_BENCH_ROUNDS", 1).max(1);
     let server = RedisServer::start();
     pin([&server]);
-    let (mut us, mut base) = (Vec::new(), Vec::new());
+    let (mut us, mut base, mut before) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=rounds {
         let a = ours(&server, n, secs);
         let b = floor(&server, n, secs);
+        let c = per_lease(&server, n, secs);
         println!(
             "RENEWAL_CPU round {round}, {n} leases, TTL {TTL:?}, {secs} s: \
-             Redis {:.2} % of a core (floor {:.2} %, {:.2}x), \
-             client {:.2} % (floor {:.2} %, {:.2}x)",
+             Redis {:.2} % of a core (floor {:.2} %, {:.2}x; one script per lease {:.2} %), \
+             client {:.2} % (floor {:.2} %, {:.2}x; one script per lease {:.2} %)",
             a.redis,
             b.redis,
             a.redis / b.redis,
+            c.redis,
             a.client,
             b.client,
-            a.client / b.client
+            a.client / b.client,
+            c.client
         );
         us.push(a);
         base.push(b);
+        before.push(c);
     }
     let m = |v: &[Cpu], f: fn(&Cpu) -> f64| median(v.iter().map(f).collect());
-    let (r, rf) = (m(&us, |c| c.redis), m(&base, |c| c.redis));
+    let (r, rf, rb) = (
+        m(&us, |c| c.redis),
+        m(&base, |c| c.redis),
+        m(&before, |c| c.redis),
+    );
     let (c, cf) = (m(&us, |c| c.client), m(&base, |c| c.client));
     println!(
         "RATIO renewal CPU, {n} leases, median of {rounds}: Redis {r:.2} % vs floor \
-         {rf:.2} % ({:.2}x); client {c:.2} % vs floor {cf:.2} % ({:.2}x)",
+         {rf:.2} % ({:.2}x; one script per lease {rb:.2} %, {:.2}x of it); \
+         client {c:.2} % vs floor {cf:.2} % ({:.2}x)",
         r / rf,
+        r / rb,
         c / cf
     );
 }
