@@ -8,7 +8,8 @@
 //! leases whose command or chunk met `NOSCRIPT` (a restart, `SCRIPT FLUSH`: the
 //! scripts are loaded again first), and for a chunk that met any other error (a
 //! slot moving: `MOVED`, `ASK`, `TRYAGAIN`), so that each lease gets the answer it
-//! would get alone, as before chunks existed.
+//! would get alone, as before chunks existed. A user whose ACL refuses a bulk
+//! script's commands gets one command per lease from then on.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock};
