@@ -289,3 +289,44 @@ fn round_trip(
     }
     replies
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheme::{LegacyBackend, LegacyTimestamp, TokenBackend};
+
+    fn sizes(units: &[Unit]) -> Vec<usize> {
+        let mut sizes: Vec<usize> = units
+            .iter()
+            .map(|u| match u {
+                Unit::One(_) => 1,
+                Unit::Chunk(_, c) => c.len(),
+            })
+            .collect();
+        sizes.sort_unstable();
+        sizes
+    }
+
+    #[test]
+    fn leases_share_a_call_by_scheme_ttl_and_slot_in_bounded_chunks() {
+        let token: Arc<dyn Backend> = Arc::new(TokenBackend);
+        let legacy: Arc<dyn Backend> = Arc::new(LegacyBackend::new(LegacyTimestamp::new()));
+        let keys: Vec<String> = (0..1203).map(|i| format!("k{i}")).collect();
+        let (short, long) = (Duration::from_secs(3), Duration::from_secs(9));
+        let mut items: Vec<Item<'_>> = keys[..1201]
+            .iter()
+            .map(|k| Item::new(&token, k, "v", &[], short))
+            .collect();
+        items.push(Item::new(&token, &keys[1201], "v", &[], long));
+        items.push(Item::new(&legacy, &keys[1202], "1", &[], short));
+        let units = plan(&mut items, |_| 0, false);
+        assert_eq!(sizes(&units), [1, 1, 201, 500, 500]);
+        // Alone: a lease with a TTL of its own, and a legacy one (built here).
+        assert!(items[1201].cmd.is_some() && items[1202].cmd.is_some());
+        assert!(items[..1201].iter().all(|i| i.cmd.is_none()));
+        // On a cluster node, one call per slot; refused bulk scripts: all alone.
+        let units = plan(&mut items[..4], |k| u16::from(k == "k0"), false);
+        assert_eq!(sizes(&units), [1, 3]);
+        assert_eq!(plan(&mut items[..4], |_| 0, true).len(), 4);
+    }
+}
