@@ -98,8 +98,9 @@
 //!   [`LockGuard::is_held`] turns false, [`LockGuard::lost`] receives a [`LeaseLost`],
 //!   and the `on_lost` callback is queued.
 //! - `redlease-io` (one per Redis node) sends each tick's renewals in one pipelined
-//!   round trip, and removes values an ambiguous acquire may have left, off the
-//!   caller's time. With Redlock, each node also has a `redlease-lane`, which sends
+//!   round trip (one script call per chunk of up to 500 token or reentrant leases,
+//!   each compared on its own), and removes values an ambiguous acquire may have
+//!   left, off the caller's time. With Redlock, each node also has a `redlease-lane`, which sends
 //!   callers' commands to it, so every node is asked at once.
 //! - `redlease-map` (a cluster client) reads the slot map again when a master
 //!   stops answering, at most every 100 ms.

@@ -12,6 +12,7 @@ use redis::{RedisResult, Value};
 
 use crate::connection::Conn;
 
+mod bulk;
 mod call;
 mod keys;
 mod legacy;
@@ -21,6 +22,7 @@ mod request;
 mod semaphore;
 mod token;
 
+pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
@@ -167,6 +169,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// scripts answer 1 extended, 0 gone, -1 someone else's.
     fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
         tri_state(reply)
+    }
+    /// The script that renews many of its leases in one call (`bulk`), for a
+    /// scheme whose value never changes; each lease's reply reads as an
+    /// [`extend_cmd`](Backend::extend_cmd)'s. `None`: one command per lease.
+    fn bulk_extend(&self) -> Option<&'static std::sync::LazyLock<redis::Script>> {
+        None
     }
     /// Whether its releases publish on the key's channel, so waiters can sleep until
     /// a release message instead of polling.

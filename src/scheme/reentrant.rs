@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::bulk::REENTRANT_BULK_EXTEND as BULK;
 use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
@@ -136,7 +137,7 @@ return 1
     ))
 });
 
-static SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND];
+static SCRIPTS: [&LazyLock<Script>; 5] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND, &BULK];
 
 /// Numbers this process's threads: a thread's number is drawn on its first
 /// reentrant lock and kept for its life (Redisson uses Java's thread id).
@@ -260,6 +261,10 @@ impl Backend for ReentrantBackend {
         ttl: Duration,
     ) -> (redis::Cmd, String) {
         fixed_extend_cmd(&EXTEND, key, value, ttl)
+    }
+
+    fn bulk_extend(&self) -> Option<&'static LazyLock<Script>> {
+        Some(&BULK)
     }
 
     fn publishes(&self) -> bool {
