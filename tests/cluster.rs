@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, Release};
-use support::{RedisServer, eventually};
 use support::cluster::Cluster;
+use support::{RedisServer, eventually};
 
 /// One increment as a plain read, yield, write: two holders at once lose one.
 fn increment(counter: &AtomicU64) {
