@@ -334,7 +334,8 @@ impl LockClient {
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 Attempt::Acquired { value, sent, fence } => {
-                    if let Some(s) = &mut slot {
+                    // A shared hold passes its wake-up on to the next waiter.
+                    if let Some(s) = slot.as_mut().filter(|_| !plan.backend.shares()) {
                         s.acquired();
                     }
                     return Ok(Some(self.adopt(&plan, keys, value, sent, fence)));

@@ -93,6 +93,24 @@ pub enum Error {
         /// What it holds: `a list`, `a hash (a reentrant or read-write lock?)`, ...
         found: &'static str,
     },
+    /// The name holds another format than a read-write lock (a token lock, a
+    /// reentrant lock's hash without `mode`, a list, a semaphore); nothing was
+    /// written.
+    #[error("`{name}` holds {found}, not a read-write lock")]
+    NotReadWriteLock {
+        /// The name, with the client's prefix.
+        name: Box<str>,
+        /// What it holds: `a string (a token lock or a semaphore?)`, `a hash
+        /// without mode (a reentrant lock?)`, `a list`, ...
+        found: &'static str,
+    },
+    /// A thread holding a read lock asked for the write lock of the same name:
+    /// refused at once, as it would wait for its own read.
+    #[error("`{name}` is read-locked by this thread; a reader cannot upgrade to write")]
+    ReadHeld {
+        /// The name, with the client's prefix.
+        name: Box<str>,
+    },
     /// The client was closed while the call was waiting or starting.
     #[error("lock client is shut down")]
     Shutdown,

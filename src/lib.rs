@@ -268,6 +268,8 @@ mod client;
 mod guard;
 mod options;
 mod permit;
+mod rw_guard;
+mod rwlock;
 mod semaphore;
 
 pub use builder::{
@@ -282,6 +284,8 @@ pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
 pub use permit::PermitGuard;
+pub use rw_guard::{ReadGuard, WriteGuard};
+pub use rwlock::ReadWriteLock;
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
 pub use semaphore::{Permits, Semaphore};
 pub use time::{MAX_TTL, MIN_TTL};

@@ -19,6 +19,7 @@ mod legacy;
 mod reentrant;
 mod replicas;
 mod request;
+mod rwlock;
 mod semaphore;
 mod token;
 
@@ -30,6 +31,7 @@ pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
+pub(crate) use rwlock::{RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE};
 pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes};
 pub(crate) use token::{TokenBackend, new_token};
 
@@ -200,6 +202,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// unanswered acquire may have written cannot be taken out later, since the
     /// owner may have locked again meanwhile.
     fn reentrant(&self) -> bool {
+        false
+    }
+    /// Whether holders share it (a read lock): a waiter that got it passes the
+    /// release message it woke on to the next waiter, so a release wakes them all.
+    fn shares(&self) -> bool {
         false
     }
     /// The client id in the values it writes (the reentrant scheme's UUID).

@@ -162,6 +162,22 @@ pub(crate) struct RunArgs {
                 it has another number)"
     )]
     pub(crate) permits: Option<u32>,
+    /// Take the read lock of the read-write lock KEY (shared with other readers).
+    #[arg(
+        long,
+        conflicts_with_all = ["fence", "scheme", "permits", "exclusive"],
+        help = "Take the read lock of the read-write lock KEY, shared with other readers \
+                (Redisson's RReadWriteLock; like flock -s)"
+    )]
+    pub(crate) shared: bool,
+    /// Take the write lock of the read-write lock KEY (alone).
+    #[arg(
+        long,
+        conflicts_with_all = ["fence", "scheme", "permits"],
+        help = "Take the write lock of the read-write lock KEY, alone (Redisson's \
+                RReadWriteLock; like flock -x)"
+    )]
+    pub(crate) exclusive: bool,
     /// Time between SIGTERM and SIGKILL when the command must stop because the lock was lost
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,

@@ -77,7 +77,11 @@ impl Failure {
     /// may hold a password).
     pub(crate) fn from_lib(err: &Error, server: &str) -> Self {
         let code = match err {
-            Error::Config { .. } | Error::InvalidKey { .. } | Error::WrongFormat { .. } => USAGE,
+            Error::Config { .. }
+            | Error::InvalidKey { .. }
+            | Error::WrongFormat { .. }
+            | Error::NotReadWriteLock { .. }
+            | Error::ReadHeld { .. } => USAGE,
             Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,
             Error::LockLost { .. } => LOST,

@@ -3,7 +3,8 @@
 
 use crossbeam_channel::Receiver;
 use redlease::{
-    Error, LeaseLost, LockClient, LockGuard, LockOptions, PermitGuard, Release, Result,
+    Error, LeaseLost, LockClient, LockGuard, LockOptions, PermitGuard, ReadGuard, Release, Result,
+    WriteGuard,
 };
 
 use crate::exit::Failure;
@@ -12,6 +13,8 @@ use crate::exit::Failure;
 pub(crate) enum Held {
     Lock(LockGuard),
     Permit(PermitGuard),
+    Read(ReadGuard),
+    Write(WriteGuard),
 }
 
 impl Held {
@@ -45,11 +48,29 @@ impl Held {
         Ok(sem.acquire_with(opts).map(|p| p.map(Held::Permit)))
     }
 
+    /// The read (`write` false) or write lock of the read-write lock `name`, as
+    /// `opts` says; `Ok(None)` when not taken in time.
+    pub(crate) fn read_write(
+        client: &LockClient,
+        name: &str,
+        write: bool,
+        opts: &LockOptions,
+    ) -> Result<Option<Held>> {
+        let lock = client.read_write(name)?;
+        if write {
+            Ok(lock.write_with(opts)?.map(Held::Write))
+        } else {
+            Ok(lock.read_with(opts)?.map(Held::Read))
+        }
+    }
+
     /// What is held, for messages: ``lock on `k` `` or ``permit of `k` ``.
     pub(crate) fn what(&self) -> String {
         match self {
             Held::Lock(g) => format!("lock on `{}`", g.key()),
             Held::Permit(p) => format!("permit of `{}`", p.semaphore()),
+            Held::Read(g) => format!("read lock on `{}`", g.name()),
+            Held::Write(g) => format!("write lock on `{}`", g.name()),
         }
     }
 
@@ -67,6 +88,8 @@ impl Held {
                 ("REDLEASE_KEY", p.semaphore().to_owned()),
                 ("REDLEASE_PERMIT_ID", p.permit_id().to_owned()),
             ],
+            Held::Read(g) => vec![("REDLEASE_KEY", g.name().to_owned())],
+            Held::Write(g) => vec![("REDLEASE_KEY", g.name().to_owned())],
         }
     }
 
@@ -74,6 +97,8 @@ impl Held {
         match self {
             Held::Lock(g) => g.lost(),
             Held::Permit(p) => p.lost(),
+            Held::Read(g) => g.lost(),
+            Held::Write(g) => g.lost(),
         }
     }
 
@@ -81,6 +106,8 @@ impl Held {
         match self {
             Held::Lock(g) => g.is_held(),
             Held::Permit(p) => p.is_held(),
+            Held::Read(g) => g.is_held(),
+            Held::Write(g) => g.is_held(),
         }
     }
 
@@ -88,6 +115,8 @@ impl Held {
         match self {
             Held::Lock(g) => g.unlock(),
             Held::Permit(p) => p.release(),
+            Held::Read(g) => g.unlock(),
+            Held::Write(g) => g.unlock(),
         }
     }
 }

@@ -54,6 +54,15 @@ pub(crate) fn summary(snapshot: &Snapshot) -> String {
         Holder::Semaphore { free, held, .. } => {
             format!("a semaphore: {held} permit(s) held, {free} free")
         }
+        Holder::ReadWrite {
+            mode,
+            readers,
+            writers,
+        } => format!(
+            "a read-write lock in {mode} mode: {} reader(s), {} writer(s){left}",
+            readers.len(),
+            writers.len()
+        ),
         Holder::Other { kind, .. } => format!("holding a {kind} (no lock format){left}"),
     }
 }
@@ -85,6 +94,21 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot) -> String {
              ({expired} past their lease), {free} free, {} in all",
             free.saturating_add_unsigned(*held)
         ),
+        Holder::ReadWrite {
+            mode,
+            readers,
+            writers,
+        } => {
+            let mut text =
+                format!("read-write lock (Redisson's RReadWriteLock layout), mode {mode}");
+            for (field, count) in writers {
+                let _ = write!(text, "\n  writer {field}, held {count} time(s)");
+            }
+            for (field, count) in readers {
+                let _ = write!(text, "\n  reader {field}, held {count} time(s)");
+            }
+            text
+        }
         Holder::Other { kind, value: None } => format!("unknown: a {kind}"),
         Holder::Other {
             kind,
@@ -119,6 +143,7 @@ fn to_json(key: &str, fence_key: &str, s: &Snapshot) -> Value {
         Holder::LegacySeconds(_) => ("legacy-s", "string"),
         Holder::Reentrant(_) => ("reentrant", "hash"),
         Holder::Semaphore { .. } => ("semaphore", "string"),
+        Holder::ReadWrite { .. } => ("read-write", "hash"),
         Holder::Other { kind, .. } => ("other", kind.as_str()),
     };
     let mut out = json!({
@@ -153,6 +178,21 @@ fn to_json(key: &str, fence_key: &str, s: &Snapshot) -> Value {
             out["free"] = json!(free);
             out["held"] = json!(held);
             out["expired"] = json!(expired);
+        }
+        Holder::ReadWrite {
+            mode,
+            readers,
+            writers,
+        } => {
+            let list = |holds: &[(String, i64)]| -> Vec<Value> {
+                holds
+                    .iter()
+                    .map(|(field, count)| json!({ "field": field, "count": count }))
+                    .collect()
+            };
+            out["mode"] = json!(mode);
+            out["readers"] = json!(list(readers));
+            out["writers"] = json!(list(writers));
         }
         Holder::Absent | Holder::Other { value: None, .. } => {}
     }

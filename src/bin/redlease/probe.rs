@@ -60,6 +60,13 @@ pub(crate) enum Holder {
     /// (the count under the key), held (in its expiry set), and of those expired
     /// (given back by the next call on it).
     Semaphore { free: i64, held: u64, expired: u64 },
+    /// A read-write lock in Redisson's `RReadWriteLock` layout: its `mode`, and
+    /// `(field, hold count)` of its readers and of its writer.
+    ReadWrite {
+        mode: String,
+        readers: Vec<(String, i64)>,
+        writers: Vec<(String, i64)>,
+    },
     /// Anything else: the Redis type, and the value when it is a string.
     Other {
         /// The Redis type (`string`, `list`, `hash`, …).
@@ -170,6 +177,26 @@ fn classify_string(value: String) -> Holder {
 /// A hash: Redisson's reentrant lock if every field is `<id>:<thread id>` with an
 /// integer hold count.
 fn classify_hash(flat: &[String]) -> Holder {
+    if let Some(mode) = flat
+        .chunks(2)
+        .find(|p| p[0] == "mode")
+        .and_then(|p| p.get(1))
+    {
+        let (mut readers, mut writers) = (Vec::new(), Vec::new());
+        for pair in flat.chunks(2).filter(|p| p[0] != "mode" && p.len() == 2) {
+            let held = (pair[0].clone(), pair[1].parse().unwrap_or(0));
+            if pair[0].ends_with(":write") {
+                writers.push(held);
+            } else {
+                readers.push(held);
+            }
+        }
+        return Holder::ReadWrite {
+            mode: mode.clone(),
+            readers,
+            writers,
+        };
+    }
     let owners: Option<Vec<(String, i64)>> = flat
         .chunks(2)
         .map(|pair| match pair {

@@ -60,6 +60,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         .flatten();
     let acquired = match args.permits {
         Some(n) => Held::permit(&client, &args.key, n, &opts)?,
+        None if args.shared || args.exclusive => {
+            Held::read_write(&client, &args.key, args.exclusive, &opts)
+        }
         None => client
             .lock_with(&args.key, &opts)
             .map(|g| g.map(Held::Lock)),

@@ -1,0 +1,245 @@
+//! The read-write lock's Lua scripts: Redisson's `RedissonReadLock` and
+//! `RedissonWriteLock` scripts, with the changes `rwlock.rs` lists.
+//!
+//! Every key a script touches sits in the name's hash slot: KEYS[1] is the name,
+//! the others are Redisson's `suffixName` of it (`{name}:…`), and the per-hold
+//! timeout keys a script builds from a declared prefix are `{name}:…` too.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// The start of the acquire scripts: `mode` read, and a hash without one (a
+/// reentrant `RLock`, another hash) refused without a write.
+macro_rules! mode_or_refuse {
+    () => {
+        r"
+local mode = redis.call('HGET', KEYS[1], 'mode')
+if mode == false and redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('ERR not a read-write lock')
+end
+"
+    };
+}
+
+/// Read acquire: Redisson's read `tryLockInnerAsync`, and a redlease writer's
+/// waiting mark respected by new readers.
+///
+/// KEYS[1] the name, KEYS[2] this hold's timeout prefix
+/// (`{name}:<field>:rwlock_timeout`), KEYS[3] the writer-waiting mark. ARGV[1]
+/// TTL in ms, ARGV[2] the reader field `<uuid>:<thread>`, ARGV[3] the same
+/// thread's write field. Returns nil when held (one more hold: a timeout key
+/// `<prefix>:<n>` with the TTL, the name's TTL only lengthened), else the PTTL
+/// that bounds the wait: the name's, or the mark's while a writer waits and this
+/// thread holds no read yet (a thread already reading reads again, or it would
+/// wait for a writer that waits for it).
+pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        mode_or_refuse!(),
+        r"
+local mine = mode == 'read' and redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1
+if (mode == false or mode == 'read') and not mine then
+  local waiting = redis.call('PTTL', KEYS[3])
+  if waiting > 0 then return waiting end
+end
+if mode == false then
+  redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[2], 1)
+  redis.call('SET', KEYS[2] .. ':1', 1, 'PX', ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1) then
+  local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  redis.call('SET', KEYS[2] .. ':' .. n, 1, 'PX', ARGV[1])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  end
+  return nil
+end
+return redis.call('PTTL', KEYS[1])
+",
+    ))
+});
+
+/// Read release: Redisson's read `unlockInnerAsync` without its unlock latch.
+///
+/// KEYS[1] the name, KEYS[2] this hold's timeout prefix, KEYS[3] the name's
+/// timeout prefix (`{name}`). ARGV[1] the message (`0`, Redisson's
+/// `UNLOCK_MESSAGE`), ARGV[2] the reader field, ARGV[3] `PUBLISH` or `SPUBLISH`,
+/// ARGV[4] the channel (an argument, not a key as in Redisson's: an ACL user
+/// needs no key permission on it). Takes one hold off; when no other hold has a live timeout key (a
+/// dead reader's have run out) and no writer holds, deletes the name and
+/// publishes. Returns 1 + the clients reached when deleted, 1 when others still
+/// hold it, 0 when this hold was gone.
+pub(crate) static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local mode = redis.pcall('HGET', KEYS[1], 'mode')
+if type(mode) ~= 'string' then return 0 end
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return 0 end
+local counter = redis.call('HINCRBY', KEYS[1], ARGV[2], -1)
+if counter == 0 then redis.call('HDEL', KEYS[1], ARGV[2]) end
+redis.call('DEL', KEYS[2] .. ':' .. (counter + 1))
+if redis.call('HLEN', KEYS[1]) > 1 then
+  local remain = -3
+  for _, key in ipairs(redis.call('HKEYS', KEYS[1])) do
+    local n = tonumber(redis.call('HGET', KEYS[1], key))
+    if type(n) == 'number' then
+      for i = n, 1, -1 do
+        remain = math.max(remain, redis.call('PTTL', KEYS[3] .. ':' .. key .. ':rwlock_timeout:' .. i))
+      end
+    end
+  end
+  if remain > 0 then
+    redis.call('PEXPIRE', KEYS[1], remain)
+    return 1
+  end
+  if mode == 'write' then return 1 end
+end
+redis.call('DEL', KEYS[1])
+local heard = redis.pcall(ARGV[3], ARGV[4], ARGV[1])
+if type(heard) ~= 'number' then heard = 0 end
+return 1 + heard
+",
+    )
+});
+
+/// Read renewal: Redisson's read `renewExpirationAsync` for this holder's holds.
+///
+/// KEYS[1] the name, KEYS[2] this holder's timeout prefix. ARGV[1] TTL in ms,
+/// ARGV[2] the reader field. Sets every timeout key of the holder to the TTL and
+/// lengthens the name's. Returns 1 renewed, 0 this holder's holds are gone, -1
+/// the name holds another type.
+pub(crate) static READ_EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local count = redis.pcall('HGET', KEYS[1], ARGV[2])
+if type(count) == 'table' then return -1 end
+if not count then return 0 end
+for i = tonumber(count), 1, -1 do
+  redis.call('SET', KEYS[2] .. ':' .. i, 1, 'PX', ARGV[1])
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return 1
+",
+    )
+});
+
+/// Write acquire: Redisson's write `tryLockInnerAsync`; a reader of the same
+/// thread refused, and a waiting writer's mark.
+///
+/// KEYS[1] the name, KEYS[2] the writer-waiting mark. ARGV[1] TTL in ms, ARGV[2]
+/// the write field `<uuid>:<thread>:write`, ARGV[3] the same thread's reader
+/// field, ARGV[4] `1` when the caller waits, ARGV[5] the mark's TTL in ms.
+/// Returns nil when held (a first hold deletes the mark; one more hold only
+/// lengthens the TTL), `upgrade` when this thread holds a read, else the name's
+/// PTTL, after setting the mark for a caller that waits.
+pub(crate) static WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        mode_or_refuse!(),
+        r"
+if mode == false then
+  redis.call('HSET', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[2])
+  return nil
+end
+if mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  end
+  return nil
+end
+if mode == 'read' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
+  return redis.status_reply('upgrade')
+end
+if ARGV[4] == '1' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5]) end
+return redis.call('PTTL', KEYS[1])
+",
+    ))
+});
+
+/// Write release: Redisson's write `unlockInnerAsync` without its unlock latch.
+///
+/// KEYS[1] the name. ARGV[1] the message (`1`, Redisson's `READ_UNLOCK_MESSAGE`),
+/// ARGV[2] the write field, ARGV[3] `PUBLISH` or `SPUBLISH`, ARGV[4] the channel. Takes one hold off; the last deletes the name, or leaves it in
+/// read mode for this thread's reads, and publishes either way (readers may
+/// join then). Returns 1 + the clients reached when the write hold ended, 1 for
+/// a hold taken off with more left, 0 gone, -1 another holder's.
+pub(crate) static WRITE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local mode = redis.pcall('HGET', KEYS[1], 'mode')
+if type(mode) == 'table' then return -1 end
+if mode == false then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  return -1
+end
+if mode ~= 'write' or redis.call('HEXISTS', KEYS[1], ARGV[2]) == 0 then return -1 end
+if redis.call('HINCRBY', KEYS[1], ARGV[2], -1) > 0 then return 1 end
+redis.call('HDEL', KEYS[1], ARGV[2])
+if redis.call('HLEN', KEYS[1]) == 1 then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('HSET', KEYS[1], 'mode', 'read')
+end
+local heard = redis.pcall(ARGV[3], ARGV[4], ARGV[1])
+if type(heard) ~= 'number' then heard = 0 end
+return 1 + heard
+",
+    )
+});
+
+/// Write renewal: `RedissonLock`'s renewal for the write field.
+///
+/// KEYS[1] the name. ARGV[1] the write field, ARGV[2] TTL in ms. Returns 1
+/// renewed (the TTL only lengthened), 0 gone, -1 another holder's.
+pub(crate) static WRITE_EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) == 'table' then return -1 end
+if not count then
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+  return -1
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1
+",
+    )
+});
+
+/// What a name holds, read-only: `{type, mode, pttl, writers, readers}` with the
+/// holder fields and counts flattened (`{field, count, …}`), for the typed error
+/// of a name of another format and for `inspect`.
+///
+/// KEYS[1] the name.
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local mode = false
+local writers, readers = {}, {}
+if kind == 'hash' then
+  mode = redis.call('HGET', KEYS[1], 'mode')
+  local flat = redis.call('HGETALL', KEYS[1])
+  for i = 1, #flat, 2 do
+    local f = flat[i]
+    if f ~= 'mode' then
+      if string.sub(f, -6) == ':write' then
+        table.insert(writers, f); table.insert(writers, flat[i + 1])
+      else
+        table.insert(readers, f); table.insert(readers, flat[i + 1])
+      end
+    end
+  end
+end
+return {kind, mode, redis.call('PTTL', KEYS[1]), writers, readers}
+",
+    )
+});

@@ -1,0 +1,256 @@
+#![cfg(feature = "cli")]
+//! `redlease run --shared` / `--exclusive` and `inspect` of a read-write lock, run as processes
+//! against a real `redis-server` (in the style of `tests/cli.rs`).
+//!
+//! Synchronisation is by files the commands write, by the server's state and by
+//! process exit; every wait is bounded.
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{RedisServer, eventually};
+
+const HUNG: Duration = Duration::from_secs(20);
+const STARTUP: Duration = Duration::from_secs(10);
+const USAGE: i32 = 64;
+const NOT_ACQUIRED: i32 = 75;
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A scratch directory for the files commands write, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("redlease-rw-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn redlease(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// `redlease run --url <server> OPTS NAME -- sh -c SCRIPT`.
+fn run_sh(server: &RedisServer, opts: &[&str], name: &str, script: &str) -> Command {
+    let url = server.url();
+    let mut args = vec!["run", "--url", &url];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&[name, "--", "sh", "-c", script]);
+    redlease(&args)
+}
+
+fn finish(mut child: Child) -> Output {
+    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redlease did not exit within {HUNG:?}");
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn output(mut cmd: Command) -> Output {
+    finish(cmd.spawn().unwrap())
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn has_line(path: &Path) -> bool {
+    fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
+}
+
+/// Writes `$REDLEASE_KEY` to `started`, then waits for `go` to exist.
+fn hold_until(started: &Path, go: &Path) -> String {
+    format!(
+        "echo \"$REDLEASE_KEY\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    )
+}
+
+fn inspect_json(server: &RedisServer, name: &str) -> Value {
+    let out = output(redlease(&[
+        "inspect",
+        "--json",
+        "--url",
+        &server.url(),
+        name,
+    ]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn shared_commands_run_together_and_an_exclusive_one_waits_for_them() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let go = dir.file("go");
+    let readers: Vec<(PathBuf, Child)> = (0..2)
+        .map(|i| {
+            let started = dir.file(&format!("started-{i}"));
+            let script = hold_until(&started, &go);
+            let child = run_sh(&server, &["--shared"], "cfg", &script);
+            (started, { child }.spawn().unwrap())
+        })
+        .collect();
+    for (started, _) in &readers {
+        assert!(
+            eventually(STARTUP, || has_line(started)),
+            "a reader never ran"
+        );
+        assert_eq!(fs::read_to_string(started).unwrap().trim(), "cfg");
+    }
+    let shown = inspect_json(&server, "cfg");
+    assert_eq!(shown["format"], "read-write", "{shown}");
+    assert_eq!(shown["mode"], "read", "{shown}");
+    assert_eq!(
+        shown["readers"].as_array().map(Vec::len),
+        Some(2),
+        "{shown}"
+    );
+    let refused = output(run_sh(
+        &server,
+        &["--exclusive", "--wait", "0"],
+        "cfg",
+        "true",
+    ));
+    assert_eq!(
+        refused.status.code(),
+        Some(NOT_ACQUIRED),
+        "{}",
+        stderr(&refused)
+    );
+    let third = output(run_sh(&server, &["--shared", "--wait", "0"], "cfg", "true"));
+    assert!(
+        third.status.success(),
+        "a third reader joins: {}",
+        stderr(&third)
+    );
+    let marker = dir.file("wrote");
+    let writer = run_sh(
+        &server,
+        &["--exclusive", "--wait", "15s"],
+        "cfg",
+        &format!("echo done > {}", marker.display()),
+    )
+    .spawn()
+    .unwrap();
+    fs::write(&go, "").unwrap();
+    for (_, child) in readers {
+        let out = finish(child);
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let out = finish(writer);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(has_line(&marker), "the writer ran");
+    let exists: i64 = server.query(redis::cmd("EXISTS").arg("cfg"));
+    assert_eq!(exists, 0, "every hold released");
+}
+
+#[test]
+fn an_exclusive_command_runs_alone() {
+    let server = RedisServer::start();
+    let dir = Scratch::new();
+    let (started, go) = (dir.file("started"), dir.file("go"));
+    let writer = run_sh(&server, &["--exclusive"], "cfg", &hold_until(&started, &go))
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(STARTUP, || has_line(&started)),
+        "the writer never ran"
+    );
+    let shown = inspect_json(&server, "cfg");
+    assert_eq!(
+        (shown["format"].as_str(), shown["mode"].as_str()),
+        (Some("read-write"), Some("write"))
+    );
+    assert_eq!(
+        shown["writers"].as_array().map(Vec::len),
+        Some(1),
+        "{shown}"
+    );
+    for opts in [
+        &["--shared", "--wait", "0"][..],
+        &["--exclusive", "--wait", "0"][..],
+    ] {
+        let out = output(run_sh(&server, opts, "cfg", "true"));
+        assert_eq!(
+            out.status.code(),
+            Some(NOT_ACQUIRED),
+            "{opts:?}: {}",
+            stderr(&out)
+        );
+    }
+    let text = output(redlease(&["inspect", "--url", &server.url(), "cfg"]));
+    assert!(String::from_utf8_lossy(&text.stdout).contains("read-write lock"));
+    fs::write(&go, "").unwrap();
+    let out = finish(writer);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn conflicting_flags_and_a_key_of_another_format_are_bad_input() {
+    let server = RedisServer::start();
+    for opts in [
+        &["--shared", "--exclusive"][..],
+        &["--shared", "--fence"][..],
+        &["--exclusive", "--permits", "2"][..],
+        &["--shared", "--scheme", "reentrant"][..],
+    ] {
+        let out = output(run_sh(&server, opts, "cfg", "true"));
+        assert_eq!(out.status.code(), Some(USAGE), "{opts:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot be used with"),
+            "{opts:?}: {}",
+            stderr(&out)
+        );
+    }
+    let _: () = server.query(redis::cmd("SET").arg("tok").arg("rl1:0123456789abcdef"));
+    let _: () = server.query(redis::cmd("RPUSH").arg("queue").arg("job"));
+    for (name, says) in [("tok", "a string"), ("queue", "a list")] {
+        for flag in ["--shared", "--exclusive"] {
+            let out = output(run_sh(&server, &[flag], name, "true"));
+            assert_eq!(
+                out.status.code(),
+                Some(USAGE),
+                "{name} {flag}: {}",
+                stderr(&out)
+            );
+            let msg = stderr(&out);
+            assert!(msg.contains(name) && msg.contains(says), "{msg}");
+            assert!(msg.contains("not a read-write lock"), "{msg}");
+        }
+    }
+    let value: String = server.query(redis::cmd("GET").arg("tok"));
+    assert_eq!(value, "rl1:0123456789abcdef", "nothing written");
+    let len: i64 = server.query(redis::cmd("LLEN").arg("queue"));
+    assert_eq!(len, 1, "nothing written");
+}

@@ -1,0 +1,459 @@
+mod support;
+
+// The read-write lock (issue 22) against real `redis-server` processes: readers
+// share across clients, a writer excludes, Redisson's `RReadWriteLock` format in
+// both directions (spoken here with Redisson's own scripts through raw `EVAL`),
+// a write release waking every waiting reader at once, a writer not starved by
+// streaming readers, a reader asking to write, renewal, and bad input.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::{Error, LockClient, LockClientBuilder, LockOptions, ReadWriteLock, Release};
+use support::redisson_rwlock::RedissonRwLock;
+use support::{Masters, RedisServer, eventually};
+
+const NAME: &str = "cfg";
+/// `NAME` with the prefix of [`builder`], and its channel.
+const FULL: &str = "lock:cfg";
+const CHANNEL: &str = "redisson_rwlock:{lock:cfg}";
+/// Readers waiting for a write release.
+const READERS: usize = 4;
+
+fn builder(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder(server.url()).key_prefix("lock:")
+}
+
+fn rwlock(server: &RedisServer) -> ReadWriteLock {
+    builder(server).build().unwrap().read_write(NAME).unwrap()
+}
+
+fn mode(server: &RedisServer) -> Option<String> {
+    server.query(redis::cmd("HGET").arg(FULL).arg("mode"))
+}
+
+fn fields(server: &RedisServer) -> Vec<String> {
+    let mut f: Vec<String> = server.query(redis::cmd("HKEYS").arg(FULL));
+    f.retain(|f| f != "mode");
+    f
+}
+
+fn subscribers(server: &RedisServer) -> i64 {
+    let (_, n): (String, i64) = server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(CHANNEL));
+    n
+}
+
+#[test]
+fn readers_share_across_two_clients_and_a_writer_excludes() {
+    let server = RedisServer::start();
+    let (a, b) = (rwlock(&server), rwlock(&server));
+    let ra = a.try_read().unwrap().expect("a reads");
+    let rb = b.try_read().unwrap().expect("b reads beside a");
+    assert_eq!(mode(&server).as_deref(), Some("read"));
+    assert_eq!(fields(&server).len(), 2, "one field per reader");
+    let timeout_key = format!("{{{FULL}}}:{}:rwlock_timeout:1", ra.field());
+    let pttl: i64 = server.query(redis::cmd("PTTL").arg(&timeout_key));
+    assert!(pttl > 0, "{timeout_key}: {pttl}");
+    assert!(
+        matches!(b.try_write(), Err(Error::ReadHeld { .. })),
+        "b reads on this thread: no upgrade"
+    );
+    let other = thread::scope(|s| s.spawn(|| a.try_write().unwrap().is_none()).join().unwrap());
+    assert!(other, "another thread may not write while two read");
+    assert_eq!(ra.unlock().unwrap(), Release::Released);
+    assert_eq!(mode(&server).as_deref(), Some("read"), "b still reads");
+    drop(rb);
+    assert_eq!(mode(&server), None, "the last reader deletes the name");
+    let w = a.try_write().unwrap().expect("a writes when nobody reads");
+    assert!(w.field().ends_with(":write"));
+    assert_eq!(mode(&server).as_deref(), Some("write"));
+    let blocked = thread::scope(|s| {
+        s.spawn(|| b.try_read().unwrap().is_none() && b.try_write().unwrap().is_none())
+            .join()
+            .unwrap()
+    });
+    assert!(blocked, "a writer excludes readers and writers");
+    assert_eq!(w.unlock().unwrap(), Release::Released);
+    assert_eq!(mode(&server), None);
+}
+
+#[test]
+fn a_reader_asking_to_write_is_refused_at_once_and_a_writer_may_read() {
+    let server = RedisServer::start();
+    let lock = rwlock(&server);
+    let r = lock.read().unwrap();
+    let asked = Instant::now();
+    match lock.write() {
+        Err(Error::ReadHeld { name }) => assert_eq!(&*name, FULL),
+        other => panic!("expected ReadHeld, got {other:?}"),
+    }
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "at once, never a wait"
+    );
+    let again = lock.try_read().unwrap().expect("a reader reads again");
+    drop((r, again));
+    assert_eq!(mode(&server), None);
+    let w = lock.write().unwrap();
+    let nested_w = lock.try_write().unwrap().expect("a writer writes again");
+    let r = lock.try_read().unwrap().expect("a writer may read");
+    drop(nested_w);
+    assert_eq!(w.unlock().unwrap(), Release::Released);
+    assert_eq!(mode(&server).as_deref(), Some("read"), "its read remains");
+    assert_eq!(r.unlock().unwrap(), Release::Released);
+    assert_eq!(mode(&server), None);
+}
+
+#[test]
+fn redisson_readers_and_writers_share_exclude_and_wake_ours() {
+    let server = RedisServer::start();
+    let ours = rwlock(&server);
+    let mut java = RedissonRwLock::new(&server, FULL, 1);
+    // A Redisson reader: ours reads beside it, and may not write.
+    assert_eq!(java.read_lock(30_000), None);
+    let r = ours
+        .try_read()
+        .unwrap()
+        .expect("ours reads beside Redisson's reader");
+    assert!(thread::scope(|s| s
+        .spawn(|| ours.try_write().unwrap().is_none())
+        .join()
+        .unwrap()));
+    // Redisson's release leaves ours holding, TTL set from our timeout key.
+    assert_eq!(java.read_unlock(), Some(0));
+    assert_eq!(mode(&server).as_deref(), Some("read"));
+    assert!(
+        java.write_lock(30_000).is_some(),
+        "Redisson may not write while ours reads"
+    );
+    drop(r);
+    assert_eq!(mode(&server), None);
+    // A Redisson writer excludes ours; its release (message 1) wakes our reader.
+    assert_eq!(java.write_lock(30_000), None);
+    assert!(ours.try_read().unwrap().is_none());
+    let took = thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let g = ours
+                .try_read_for(Duration::from_secs(20))
+                .unwrap()
+                .expect("woken");
+            (Instant::now(), g.unlock().unwrap())
+        });
+        assert!(eventually(Duration::from_secs(5), || subscribers(&server) >= 1));
+        let released = Instant::now();
+        assert_eq!(java.write_unlock(), Some(1));
+        let (at, outcome) = reader.join().unwrap();
+        assert_eq!(outcome, Release::Released);
+        at - released
+    });
+    assert!(took < Duration::from_secs(5), "woken after {took:?}");
+    // Our writer excludes Redisson's reader and writer; our release frees it.
+    let w = ours.write().unwrap();
+    assert!(java.read_lock(30_000).is_some());
+    assert!(java.write_lock(30_000).is_some());
+    drop(w);
+    assert_eq!(java.write_lock(30_000), None, "Redisson writes after ours");
+    assert_eq!(java.write_unlock(), Some(1));
+    // Our reader beside a Redisson reader, released in either order.
+    assert_eq!(java.read_lock(30_000), None);
+    let r = ours.read().unwrap();
+    assert_eq!(r.unlock().unwrap(), Release::Released);
+    assert_eq!(
+        java.read_unlock(),
+        Some(1),
+        "Redisson's last release deletes"
+    );
+    assert_eq!(mode(&server), None);
+}
+
+#[test]
+fn a_write_release_wakes_every_waiting_reader_at_once() {
+    let server = RedisServer::start();
+    let writer = rwlock(&server);
+    // Polls so slow that only the release message explains a prompt wake-up.
+    let readers = builder(&server)
+        .backoff(Duration::from_secs(3), Duration::from_secs(6))
+        .build()
+        .unwrap()
+        .read_write(NAME)
+        .unwrap();
+    let w = writer.write().unwrap();
+    let holding = AtomicUsize::new(0);
+    let tried = AtomicUsize::new(0);
+    let (times, all_together) = thread::scope(|s| {
+        let handles: Vec<_> = (0..READERS)
+            .map(|_| {
+                s.spawn(|| {
+                    tried.fetch_add(1, Ordering::SeqCst);
+                    let g = readers
+                        .try_read_for(Duration::from_secs(30))
+                        .unwrap()
+                        .unwrap();
+                    let at = Instant::now();
+                    holding.fetch_add(1, Ordering::SeqCst);
+                    let together = eventually(Duration::from_secs(10), || {
+                        holding.load(Ordering::SeqCst) == READERS
+                    });
+                    assert!(g.is_held());
+                    (at, together)
+                })
+            })
+            .collect();
+        assert!(eventually(Duration::from_secs(5), || {
+            tried.load(Ordering::SeqCst) == READERS && subscribers(&server) >= 1
+        }));
+        // Each reader's attempt found the writer (the write lock's own is one).
+        assert!(eventually(Duration::from_secs(5), || {
+            server.command_calls("evalsha") > READERS as u64
+        }));
+        let released = Instant::now();
+        assert!(w.unlock().unwrap().was_held());
+        let got: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let times: Vec<_> = got.iter().map(|(at, _)| *at - released).collect();
+        (times, got.iter().all(|(_, t)| *t))
+    });
+    println!("readers held after the write release: {times:?}");
+    assert!(all_together, "the readers held the lock together");
+    let last = times.iter().max().unwrap();
+    assert!(
+        *last < Duration::from_millis(1500),
+        "the last reader after {last:?}"
+    );
+}
+
+#[test]
+fn a_waiting_writer_is_not_starved_by_streaming_readers() {
+    let server = RedisServer::start();
+    let readers = rwlock(&server);
+    let writer = rwlock(&server);
+    let stop = AtomicBool::new(false);
+    let reads = AtomicUsize::new(0);
+    let waited = thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !stop.load(Ordering::SeqCst) {
+                    let g = readers
+                        .try_read_for(Duration::from_secs(30))
+                        .unwrap()
+                        .unwrap();
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    // Work under the read lock: the three overlap.
+                    thread::sleep(Duration::from_millis(40));
+                    drop(g);
+                }
+            });
+        }
+        assert!(eventually(Duration::from_secs(5), || reads
+            .load(Ordering::SeqCst)
+            >= 6));
+        let asked = Instant::now();
+        let w = writer.try_write_for(Duration::from_secs(15)).unwrap();
+        let waited = asked.elapsed();
+        assert!(w.is_some(), "the writer got the lock");
+        assert_eq!(mode(&server).as_deref(), Some("write"));
+        drop(w);
+        let after = reads.load(Ordering::SeqCst);
+        assert!(
+            eventually(Duration::from_secs(10), || reads.load(Ordering::SeqCst)
+                > after),
+            "readers go on after the writer"
+        );
+        stop.store(true, Ordering::SeqCst);
+        waited
+    });
+    println!("the writer waited {waited:?} among streaming readers");
+    assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+}
+
+#[test]
+fn holds_are_renewed_past_their_ttl() {
+    let server = RedisServer::start();
+    let client = builder(&server)
+        .ttl(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let lock = client.read_write(NAME).unwrap();
+    let r = lock.read().unwrap();
+    let key = format!("{{{FULL}}}:{}:rwlock_timeout:1", r.field());
+    let start = Instant::now();
+    assert!(eventually(Duration::from_secs(10), || start.elapsed()
+        > Duration::from_secs(3)));
+    assert!(r.is_held(), "renewed past three TTLs");
+    let pttl: i64 = server.query(redis::cmd("PTTL").arg(&key));
+    assert!(pttl > 0, "the timeout key is renewed: {pttl}");
+    assert_eq!(r.unlock().unwrap(), Release::Released);
+    let w = lock.write().unwrap();
+    let start = Instant::now();
+    assert!(eventually(Duration::from_secs(10), || start.elapsed()
+        > Duration::from_secs(3)));
+    assert!(w.is_held());
+    assert_eq!(w.unlock().unwrap(), Release::Released);
+    // A hold that is not renewed ends with its TTL and is reported lost.
+    let r = lock
+        .read_with(&LockOptions::new().renewal(redlease::Renewal::None))
+        .unwrap()
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || !r.is_held()));
+    assert!(eventually(Duration::from_secs(10), || mode(&server).is_none()));
+}
+
+#[test]
+fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    let cases: [(&str, redis::Cmd, &str); 4] = [
+        (
+            "tok",
+            redis::cmd("SET").arg("lock:tok").arg("rl1:0123").clone(),
+            "a string",
+        ),
+        (
+            "lst",
+            redis::cmd("RPUSH").arg("lock:lst").arg("x").clone(),
+            "a list",
+        ),
+        (
+            "reent",
+            redis::cmd("HSET")
+                .arg("lock:reent")
+                .arg("uuid:1")
+                .arg(1)
+                .clone(),
+            "a hash without",
+        ),
+        (
+            "sem",
+            redis::cmd("SET").arg("lock:sem").arg(3).clone(),
+            "a string",
+        ),
+    ];
+    for (name, write, found) in cases {
+        let _: () = server.query(&write);
+        let dump: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
+        let lock = client.read_write(name).unwrap();
+        for result in [lock.try_read().map(|_| ()), lock.try_write().map(|_| ())] {
+            match result {
+                Err(Error::NotReadWriteLock { name: n, found: f }) => {
+                    assert_eq!(&*n, format!("lock:{name}"));
+                    assert!(f.starts_with(found), "{f}");
+                }
+                other => panic!("{name}: expected NotReadWriteLock, got {other:?}"),
+            }
+        }
+        let after: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
+        assert_eq!(dump, after, "{name} left as it was");
+    }
+    assert!(matches!(
+        client.read_write(""),
+        Err(Error::InvalidKey { .. })
+    ));
+    let lock = client.read_write(NAME).unwrap();
+    let fenced = LockOptions::new().fencing(true);
+    assert!(matches!(lock.read_with(&fenced), Err(Error::Config { .. })));
+    assert!(matches!(
+        lock.write_with(&fenced),
+        Err(Error::Config { .. })
+    ));
+}
+
+#[test]
+fn redlock_refuses_a_read_write_lock() {
+    let masters = Masters::start(3);
+    let client = LockClient::redlock(masters.urls()).build().unwrap();
+    assert!(matches!(client.read_write(NAME), Err(Error::Config { .. })));
+}
+
+#[test]
+fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
+    let server = RedisServer::start();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("rw")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw");
+    // The README's lock rule, and its read-write lock additions.
+    cmd.arg(
+        "~lock:* &{lock:* &redlease:waiter:* +ping +set +get +del +pttl +pexpire +incr \
+         +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
+         ~{lock:* &redisson_rwlock:* +exists +hget +hset +hincrby +hdel +hlen +hkeys \
+         +hexists +hgetall +type"
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+    );
+    let () = server.query(&cmd);
+    let url = format!("redis://rw:pw@127.0.0.1:{}/", server.port());
+    let slow = |url: &str| {
+        LockClient::builder(url)
+            .key_prefix("lock:")
+            .backoff(Duration::from_secs(10), Duration::from_secs(10))
+            .build()
+            .unwrap()
+            .read_write(NAME)
+            .unwrap()
+    };
+    let (a, b) = (slow(&url), slow(&url));
+    let r = a.read().unwrap();
+    let again = b.try_read().unwrap().expect("readers share");
+    drop(again);
+    let took = thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let w = b.try_write_for(Duration::from_secs(30)).unwrap().unwrap();
+            let at = Instant::now();
+            assert!(w.unlock().unwrap().was_held());
+            at
+        });
+        assert!(eventually(Duration::from_secs(5), || subscribers(&server) >= 1));
+        let released = Instant::now();
+        assert!(r.unlock().unwrap().was_held());
+        writer.join().unwrap() - released
+    });
+    assert!(
+        took < Duration::from_secs(5),
+        "woken by the message, not a poll: {took:?}"
+    );
+    let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
+}
+
+#[cfg(feature = "cluster")]
+#[test]
+fn a_cluster_serves_readers_and_a_woken_writer_on_the_names_slot() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let lock = || {
+        LockClient::cluster(cluster.urls())
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+            .read_write(NAME)
+            .unwrap()
+    };
+    let (a, b) = (lock(), lock());
+    let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
+    let r = a.read().unwrap();
+    let rb = b.try_read().unwrap().expect("readers share");
+    let timeout_key = format!("{{{FULL}}}:{}:rwlock_timeout:1", r.field());
+    let pttl: i64 = owner.query(redis::cmd("PTTL").arg(&timeout_key));
+    assert!(pttl > 0, "the timeout key sits on the name's node: {pttl}");
+    drop(rb);
+    let took = thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let w = b.try_write_for(Duration::from_secs(20)).unwrap().unwrap();
+            let at = Instant::now();
+            assert!(w.unlock().unwrap().was_held());
+            at
+        });
+        // The writer's mark on the name's node says it waits.
+        let mark = format!("{{{FULL}}}:redlease:write_wait");
+        assert!(eventually(Duration::from_secs(5), || {
+            owner.query::<i64>(redis::cmd("EXISTS").arg(&mark)) == 1
+        }));
+        let released = Instant::now();
+        assert!(r.unlock().unwrap().was_held());
+        writer.join().unwrap() - released
+    });
+    assert!(took < Duration::from_secs(5), "woken after {took:?}");
+    let exists: i64 = owner.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0);
+}

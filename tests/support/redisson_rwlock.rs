@@ -1,0 +1,255 @@
+//! A Redisson client of `RReadWriteLock`, speaking its own scripts on a raw
+//! connection (Redisson 3.2x+, `RedissonReadLock` / `RedissonWriteLock`, with
+//! their unlock latch), for the interop tests; the scripts also make the
+//! read-write lock benchmark's floor.
+
+use super::RedisServer;
+
+/// `RedissonReadLock.tryLockInnerAsync`. KEYS[1] name, KEYS[2] timeout prefix;
+/// ARGV[1] lease ms, ARGV[2] reader field, ARGV[3] write field. Nil or PTTL.
+pub const READ_LOCK: &str = "local mode = redis.call('hget', KEYS[1], 'mode'); \
+    if (mode == false) then \
+      redis.call('hset', KEYS[1], 'mode', 'read'); \
+      redis.call('hset', KEYS[1], ARGV[2], 1); \
+      redis.call('set', KEYS[2] .. ':1', 1); \
+      redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); \
+      redis.call('pexpire', KEYS[1], ARGV[1]); \
+      return nil; \
+    end; \
+    if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then \
+      local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+      local key = KEYS[2] .. ':' .. ind;\
+      redis.call('set', key, 1); \
+      redis.call('pexpire', key, ARGV[1]); \
+      local remainTime = redis.call('pttl', KEYS[1]); \
+      redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); \
+      return nil; \
+    end;\
+    return redis.call('pttl', KEYS[1]);";
+
+/// `RedissonReadLock.unlockInnerAsync`. KEYS[1] name, KEYS[2] channel, KEYS[3]
+/// timeout prefix, KEYS[4] key prefix, KEYS[5] unlock latch; ARGV[1] 0
+/// (`UNLOCK_MESSAGE`), ARGV[2] reader field, ARGV[3] publish command, ARGV[4]
+/// latch ms.
+pub const READ_UNLOCK: &str = "local val = redis.call('get', KEYS[5]); \
+    if val ~= false then return tonumber(val);end; \
+    local mode = redis.call('hget', KEYS[1], 'mode'); \
+    if (mode == false) then \
+      redis.call(ARGV[3], KEYS[2], ARGV[1]); \
+      redis.call('set', KEYS[5], 1, 'px', ARGV[4]); \
+      return 1; \
+    end; \
+    local lockExists = redis.call('hexists', KEYS[1], ARGV[2]); \
+    if (lockExists == 0) then return nil;end; \
+    local counter = redis.call('hincrby', KEYS[1], ARGV[2], -1); \
+    if (counter == 0) then redis.call('hdel', KEYS[1], ARGV[2]); end;\
+    redis.call('del', KEYS[3] .. ':' .. (counter+1)); \
+    if (redis.call('hlen', KEYS[1]) > 1) then \
+      local maxRemainTime = -3; \
+      local keys = redis.call('hkeys', KEYS[1]); \
+      for n, key in ipairs(keys) do \
+        counter = tonumber(redis.call('hget', KEYS[1], key)); \
+        if type(counter) == 'number' then \
+          for i=counter, 1, -1 do \
+            local remainTime = redis.call('pttl', KEYS[4] .. ':' .. key .. ':rwlock_timeout:' .. i); \
+            maxRemainTime = math.max(remainTime, maxRemainTime);\
+          end; \
+        end; \
+      end; \
+      if maxRemainTime > 0 then \
+        redis.call('pexpire', KEYS[1], maxRemainTime); \
+        redis.call('set', KEYS[5], 0, 'px', ARGV[4]); \
+        return 0; \
+      end;\
+      if mode == 'write' then \
+        redis.call('set', KEYS[5], 0, 'px', ARGV[4]); \
+        return 0;\
+      end; \
+    end; \
+    redis.call('del', KEYS[1]); \
+    redis.call(ARGV[3], KEYS[2], ARGV[1]); \
+    redis.call('set', KEYS[5], 1, 'px', ARGV[4]); \
+    return 1; ";
+
+/// `RedissonWriteLock.tryLockInnerAsync`. KEYS[1] name; ARGV[1] lease ms,
+/// ARGV[2] write field. Nil or PTTL.
+pub const WRITE_LOCK: &str = "local mode = redis.call('hget', KEYS[1], 'mode'); \
+    if (mode == false) then \
+      redis.call('hset', KEYS[1], 'mode', 'write'); \
+      redis.call('hset', KEYS[1], ARGV[2], 1); \
+      redis.call('pexpire', KEYS[1], ARGV[1]); \
+      return nil; \
+    end; \
+    if (mode == 'write') then \
+      if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+        redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+        local currentExpire = redis.call('pttl', KEYS[1]); \
+        redis.call('pexpire', KEYS[1], currentExpire + ARGV[1]); \
+        return nil; \
+      end; \
+    end;\
+    return redis.call('pttl', KEYS[1]);";
+
+/// `RedissonWriteLock.unlockInnerAsync`. KEYS[1] name, KEYS[2] channel, KEYS[3]
+/// unlock latch; ARGV[1] 1 (`READ_UNLOCK_MESSAGE`), ARGV[2] lease ms, ARGV[3]
+/// write field, ARGV[4] publish command, ARGV[5] latch ms.
+pub const WRITE_UNLOCK: &str = "local val = redis.call('get', KEYS[3]); \
+    if val ~= false then return tonumber(val);end; \
+    local mode = redis.call('hget', KEYS[1], 'mode'); \
+    if (mode == false) then \
+      redis.call(ARGV[4], KEYS[2], ARGV[1]); \
+      redis.call('set', KEYS[3], 1, 'px', ARGV[5]); \
+      return 1; \
+    end;\
+    if (mode == 'write') then \
+      local lockExists = redis.call('hexists', KEYS[1], ARGV[3]); \
+      if (lockExists == 0) then return nil;\
+      else \
+        local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+        if (counter > 0) then \
+          redis.call('pexpire', KEYS[1], ARGV[2]); \
+          redis.call('set', KEYS[3], 0, 'px', ARGV[5]); \
+          return 0; \
+        else \
+          redis.call('hdel', KEYS[1], ARGV[3]); \
+          if (redis.call('hlen', KEYS[1]) == 1) then \
+            redis.call('del', KEYS[1]); \
+            redis.call(ARGV[4], KEYS[2], ARGV[1]); \
+          else \
+            redis.call('hset', KEYS[1], 'mode', 'read'); \
+          end; \
+          redis.call('set', KEYS[3], 1, 'px', ARGV[5]); \
+          return 1; \
+        end; \
+      end; \
+    end; \
+    return nil;";
+
+/// `prefixName(prefix, name)`.
+fn prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// `suffixName(name, suffix)`.
+fn suffix_name(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// `redisson_rwlock:{name}`.
+pub fn channel(name: &str) -> String {
+    prefix_name("redisson_rwlock", name)
+}
+
+/// `{name}:<field>:rwlock_timeout` (`getReadWriteTimeoutNamePrefix`).
+pub fn timeout_prefix(name: &str, field: &str) -> String {
+    suffix_name(name, &format!("{field}:rwlock_timeout"))
+}
+
+/// One Redisson client (`uuid`) and thread (`thread`) of one read-write lock,
+/// on its own connection.
+pub struct RedissonRwLock {
+    pub con: redis::Connection,
+    pub name: String,
+    pub field: String,
+}
+
+impl RedissonRwLock {
+    pub fn new(server: &RedisServer, name: &str, thread: u64) -> Self {
+        Self {
+            con: server.conn(),
+            name: name.to_owned(),
+            field: format!("{}:{thread}", uuid::Uuid::new_v4()),
+        }
+    }
+
+    fn write_field(&self) -> String {
+        format!("{}:write", self.field)
+    }
+
+    /// `readLock().tryLock(0, lease)`: `None` when held, else the PTTL.
+    pub fn read_lock(&mut self, lease_ms: u64) -> Option<i64> {
+        redis::cmd("EVAL")
+            .arg(READ_LOCK)
+            .arg(2)
+            .arg(&self.name)
+            .arg(timeout_prefix(&self.name, &self.field))
+            .arg(lease_ms)
+            .arg(&self.field)
+            .arg(self.write_field())
+            .query(&mut self.con)
+            .unwrap()
+    }
+
+    /// `readLock().unlock()`: Redisson's reply (1 deleted and published, 0 left
+    /// to other holders, nil not held).
+    pub fn read_unlock(&mut self) -> Option<i64> {
+        let latch = format!(
+            "{}:{}",
+            prefix_name("redisson_unlock_latch", &self.name),
+            uuid::Uuid::new_v4()
+        );
+        let prefix = timeout_prefix(&self.name, &self.field);
+        let key_prefix = prefix
+            .split(&format!(":{}", self.field))
+            .next()
+            .unwrap()
+            .to_owned();
+        redis::cmd("EVAL")
+            .arg(READ_UNLOCK)
+            .arg(5)
+            .arg(&self.name)
+            .arg(channel(&self.name))
+            .arg(&prefix)
+            .arg(key_prefix)
+            .arg(latch)
+            .arg(0)
+            .arg(&self.field)
+            .arg("publish")
+            .arg(5000)
+            .query(&mut self.con)
+            .unwrap()
+    }
+
+    /// `writeLock().tryLock(0, lease)`: `None` when held, else the PTTL.
+    pub fn write_lock(&mut self, lease_ms: u64) -> Option<i64> {
+        redis::cmd("EVAL")
+            .arg(WRITE_LOCK)
+            .arg(1)
+            .arg(&self.name)
+            .arg(lease_ms)
+            .arg(self.write_field())
+            .query(&mut self.con)
+            .unwrap()
+    }
+
+    /// `writeLock().unlock()`: Redisson's reply (1 released, 0 one hold fewer,
+    /// nil not held).
+    pub fn write_unlock(&mut self) -> Option<i64> {
+        let latch = format!(
+            "{}:{}",
+            prefix_name("redisson_unlock_latch", &self.name),
+            uuid::Uuid::new_v4()
+        );
+        redis::cmd("EVAL")
+            .arg(WRITE_UNLOCK)
+            .arg(3)
+            .arg(&self.name)
+            .arg(channel(&self.name))
+            .arg(latch)
+            .arg(1)
+            .arg(30_000)
+            .arg(self.write_field())
+            .arg("publish")
+            .arg(5000)
+            .query(&mut self.con)
+            .unwrap()
+    }
+}
