@@ -10,6 +10,7 @@ use crate::guard::LockGuard;
 use crate::lease::{LeaseState, LostCallback, Terms};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
+use crate::owner::ClientId;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
@@ -46,6 +47,8 @@ pub struct LockClient {
 /// renewal thread first: its last reports may queue callbacks for the notifier).
 struct Inner {
     settings: Settings,
+    /// The client's UUID and tag, which its values carry.
+    id: ClientId,
     default_backend: Arc<dyn Backend>,
     /// The reentrant scheme's backend: one client id in its owner fields, and one
     /// memory of outermost fences, for every call of this client.
@@ -107,11 +110,13 @@ impl LockClient {
         io: Vec<IoThread>,
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
+        id: ClientId,
     ) -> Result<Self> {
         let hub = Arc::new(Hub::new(
             Arc::clone(&topology),
             Arc::clone(&counters),
             backoff,
+            id.tag(),
         ));
         let notifier = Notifier::spawn()?;
         let renewer = Renewer::spawn(topology, counters)?;
@@ -120,14 +125,15 @@ impl LockClient {
         } else {
             None
         };
-        let reentrant = scheme::backend(&Scheme::Reentrant);
+        let reentrant = scheme::backend(&Scheme::Reentrant, &id);
         Ok(Self {
             inner: Arc::new(Inner {
                 default_backend: if settings.scheme == Scheme::Reentrant {
                     Arc::clone(&reentrant)
                 } else {
-                    scheme::backend(&settings.scheme)
+                    scheme::backend(&settings.scheme, &id)
                 },
+                id,
                 reentrant,
                 settings,
                 hub,
@@ -410,7 +416,7 @@ impl LockClient {
         }
         let backend = match &opts.scheme {
             Some(Scheme::Reentrant) => Arc::clone(&self.inner.reentrant),
-            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
+            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme, &self.inner.id),
             _ => Arc::clone(&self.inner.default_backend),
         };
         let fence = opts.fencing.unwrap_or(s.fencing);

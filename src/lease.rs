@@ -325,7 +325,8 @@ mod tests {
     fn lease(
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
-        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token);
+        let id = crate::owner::ClientId::new();
+        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token, &id);
         let keys = Keys::new("", "k", &*backend).unwrap();
         let ttl = Duration::from_secs(10);
         let state = LeaseState::new(keys, backend, "v".into(), Instant::now(), ttl, on_lost);

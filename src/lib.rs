@@ -233,6 +233,7 @@ mod cancel;
 mod error;
 mod failure;
 mod metrics;
+mod owner;
 mod scripts;
 #[cfg(feature = "cluster")]
 mod slots;
@@ -272,6 +273,7 @@ pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
+pub use owner::{ClientTag, Owner, Session};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
 pub use time::{MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls-rustls")]

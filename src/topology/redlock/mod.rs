@@ -23,6 +23,7 @@ use crate::connection::{Conn, Target};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
+use crate::owner::ClientTag;
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,
     with_scripts,
@@ -52,6 +53,8 @@ pub(crate) struct Redlock {
     /// How long a background release is retried when the lease's TTL is unknown:
     /// the client's default TTL.
     ttl: Duration,
+    /// The client's tag, which its tokens carry.
+    tag: ClientTag,
 }
 
 impl Redlock {
@@ -67,14 +70,15 @@ impl Redlock {
         config: NodeConfig,
         wait: Wait,
         ttl: Duration,
-        counters: &Arc<Counters>,
+        (counters, tag): (&Arc<Counters>, ClientTag),
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
-        let (quorum, io, subscribe) = Quorum::connect(targets, config, wait, counters, check)?;
+        let (quorum, io, subscribe) = Quorum::connect(targets, config, wait, (counters, tag), check)?;
         let redlock = Self {
             quorum,
             counters: Arc::clone(counters),
             ttl,
+            tag,
         };
         Ok((redlock, io, subscribe))
     }
@@ -98,7 +102,7 @@ impl Topology for Redlock {
         }
         let mut round = 1;
         loop {
-            let value = new_token();
+            let value = new_token(self.tag);
             bump(&self.counters.attempts, 1);
             let op = {
                 let (backend, keys, value) = (Arc::clone(backend), keys.clone(), value.clone());

@@ -15,6 +15,7 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
+use crate::owner::ClientTag;
 use crate::scheme::{Announce, Backend, Keys, Scheme, TokenBackend};
 use crate::topology::io::batch::{Reply, Spec};
 use crate::topology::io::{Cleanup, IoThread, Job, Worker};
@@ -66,7 +67,7 @@ impl Quorum {
         targets: Vec<Target>,
         config: NodeConfig,
         wait: Wait,
-        counters: &Arc<Counters>,
+        (counters, tag): (&Arc<Counters>, ClientTag),
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
         let nodes: Vec<_> = targets
@@ -120,7 +121,7 @@ impl Quorum {
         }
         let quorum = Self {
             members,
-            token: Arc::new(TokenBackend),
+            token: Arc::new(TokenBackend::new(tag)),
             wait,
         };
         Ok((quorum, io, subscribe))
