@@ -12,8 +12,8 @@ use crate::connection::Redacted;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
-use crate::owner::ClientId;
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
+use crate::owner::ClientId;
 use crate::scheme::{self, Replicas, Scheme};
 use crate::tls::Tls;
 #[cfg(feature = "cluster")]
@@ -254,8 +254,14 @@ impl LockClientBuilder {
                     .into_iter()
                     .map(|info| self.target(info))
                     .collect::<Result<Vec<_>>>()?;
-                let (redlock, io, subscribe) =
-                    Redlock::connect(targets, config, wait, self.ttl, (&counters, id.tag()), check)?;
+                let (redlock, io, subscribe) = Redlock::connect(
+                    targets,
+                    config,
+                    wait,
+                    self.ttl,
+                    (&counters, id.tag()),
+                    check,
+                )?;
                 (Arc::new(redlock), io, subscribe)
             }
             #[cfg(feature = "sentinel")]

@@ -10,8 +10,8 @@ use crate::guard::LockGuard;
 use crate::lease::{LeaseState, LostCallback, Terms};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
-use crate::owner::ClientId;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
+use crate::owner::{ClientId, SessionWrite};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
 use crate::topology::{Attempt, IoThread, Topology};
@@ -119,7 +119,8 @@ impl LockClient {
             id.tag(),
         ));
         let notifier = Notifier::spawn()?;
-        let renewer = Renewer::spawn(topology, counters)?;
+        let session = SessionWrite::new(&settings.key_prefix, &id);
+        let renewer = Renewer::spawn(topology, counters, session)?;
         let waiters = if settings.pubsub {
             Some(Waiters::spawn(&hub)?)
         } else {

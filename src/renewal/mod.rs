@@ -13,6 +13,7 @@
 //! `schedule.rs` holds each lease's renewal policy and the deadline queue.
 
 mod schedule;
+mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,12 +25,14 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::lease::LossReason;
+use crate::lease::{LeaseState, LossReason};
 use crate::metrics::{Counters, bump};
+use crate::owner::SessionWrite;
 use crate::time::to_nanos;
 use crate::topology::{Renew, Renewed, Topology};
 pub(crate) use schedule::Lease;
 use schedule::{Due, EARLY_SHARE, Queue};
+use session::Refresh;
 
 /// What the renewal thread is told, on its channel.
 enum Command {
@@ -38,6 +41,8 @@ enum Command {
     Wake,
     /// Acknowledge once every earlier command is taken (for `flush`).
     Sync(Sender<()>),
+    /// Send every lease held now (for `LockClient::held`).
+    Held(Sender<Vec<Arc<LeaseState>>>),
     Shutdown,
 }
 
@@ -75,6 +80,7 @@ struct Thread {
     topology: Arc<dyn Topology>,
     counters: Arc<Counters>,
     queue: Queue,
+    session: Refresh,
     /// The earliest time a lease dropped from the inbox (released before the thread
     /// saw it) would have come due. The thread wakes then even with nothing queued,
     /// so that leases taken on the same terms later, due later still, find a wake-up
@@ -87,7 +93,12 @@ struct Thread {
 }
 
 impl Renewer {
-    pub(crate) fn spawn(topology: Arc<dyn Topology>, counters: Arc<Counters>) -> Result<Self> {
+    /// Starts the thread, once the session record `session` is written.
+    pub(crate) fn spawn(
+        topology: Arc<dyn Topology>,
+        counters: Arc<Counters>,
+        session: SessionWrite,
+    ) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let (reschedule, reschedule_rx) = crossbeam_channel::unbounded();
@@ -101,6 +112,7 @@ impl Renewer {
             wake_at: Arc::clone(&wake_at),
             answers_tx,
             answers,
+            session: Refresh::start(&*topology, session),
             topology,
             counters,
             queue: Queue::new(),
@@ -156,6 +168,15 @@ impl Renewer {
             let _ = rx.recv();
         }
     }
+
+    /// The leases held now (not released, not lost); empty once the thread stopped.
+    pub(crate) fn held(&self) -> Vec<Arc<LeaseState>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.tx.send(Command::Held(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.recv().unwrap_or_default()
+    }
 }
 
 impl Drop for Renewer {
@@ -167,19 +188,25 @@ impl Drop for Renewer {
     }
 }
 
-/// Applies a command; `false` on shutdown.
-fn apply(cmd: Command) -> bool {
-    match cmd {
-        Command::Wake => {}
-        Command::Sync(ack) => {
-            let _ = ack.send(());
-        }
-        Command::Shutdown => return false,
-    }
-    true
-}
-
 impl Thread {
+    /// Applies a command; `false` on shutdown.
+    fn apply(&self, cmd: Command) -> bool {
+        match cmd {
+            Command::Wake => {}
+            Command::Sync(ack) => {
+                let _ = ack.send(());
+            }
+            Command::Held(tx) => {
+                let queued = self.queue.heap.iter().map(|d| &d.0);
+                let leases = queued.chain(self.in_flight.values().map(|(l, _)| l));
+                let held = leases.filter(|l| !l.state.is_lost() && !l.released());
+                let _ = tx.send(held.map(|l| Arc::clone(&l.state)).collect());
+            }
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
     fn run(&mut self) {
         'run: loop {
             self.wake_at.store(0, AtomicOrdering::SeqCst);
@@ -192,7 +219,7 @@ impl Thread {
                 // cannot hold off a tick.
                 for _ in 0..self.rx.len() {
                     let Ok(cmd) = self.rx.try_recv() else { break };
-                    if !apply(cmd) {
+                    if !self.apply(cmd) {
                         break 'run;
                     }
                 }
@@ -202,7 +229,9 @@ impl Thread {
             let now = Instant::now();
             let dropped = self.dropped_due.take().filter(|d| *d > now);
             self.dropped_due = dropped;
-            let wake = [next, self.next_end(), dropped].into_iter().flatten().min();
+            let session = self.session.due(&*self.topology);
+            let wake = [next, self.next_end(), dropped, Some(session)];
+            let wake = wake.into_iter().flatten().min();
             self.wake_at
                 .store(wake.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
             fence(AtomicOrdering::SeqCst);
@@ -247,7 +276,7 @@ impl Thread {
                 Ok(cmd) => {
                     // Leases first: a flush may be about one of them.
                     self.take_inbox();
-                    apply(cmd)
+                    self.apply(cmd)
                 }
                 Err(_) => false,
             },

@@ -15,6 +15,7 @@ use crossbeam_channel::Sender;
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
+use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme};
 
 #[cfg(feature = "cluster")]
@@ -177,6 +178,12 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     fn subscriber_for(&self, _channel: &str) -> Option<usize> {
         Some(0)
     }
+
+    /// Writes the client's session record where a reader of its key looks: the
+    /// server, every master of a quorum, the master of the key's slot. Never
+    /// blocks: the node's I/O thread writes it, logs a failure, and sends `()` on
+    /// `done` once it has tried. Returns how many nodes it was sent to.
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize;
 
     /// How long a call waits for a reply (the nodes' read timeout).
     fn read_timeout(&self) -> Duration;

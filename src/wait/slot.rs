@@ -267,7 +267,10 @@ impl<'a> WaitSlot<'a> {
         let Some(want) = self.want else {
             return false;
         };
-        let value = self.offer_value.get_or_insert_with(|| new_token(self.hub.tag)).clone();
+        let value = self
+            .offer_value
+            .get_or_insert_with(|| new_token(self.hub.tag))
+            .clone();
         // A fresh claim for each offer: the last one was withdrawn or settled.
         self.claim = Arc::new(AtomicU8::new(OPEN));
         self.hub.offers.post(

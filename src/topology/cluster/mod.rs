@@ -33,6 +33,7 @@ use crate::connection::Manager;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
+use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request};
 use crate::slots::{Redirects, slot};
 use crate::topology::io::IoThread;
@@ -245,6 +246,11 @@ impl Topology for Cluster {
         for (single, group) in groups.into_values() {
             single.renew(group, done.clone());
         }
+    }
+
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize {
+        let master = self.shared.master(slot(write.key.as_bytes()), &self.nudge);
+        master.map_or(0, |single| single.write_session(write, done))
     }
 
     fn subscribers(&self) -> usize {

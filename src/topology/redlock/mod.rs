@@ -23,7 +23,7 @@ use crate::connection::{Conn, Target};
 use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
-use crate::owner::ClientTag;
+use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,
     with_scripts,
@@ -73,7 +73,8 @@ impl Redlock {
         (counters, tag): (&Arc<Counters>, ClientTag),
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
-        let (quorum, io, subscribe) = Quorum::connect(targets, config, wait, (counters, tag), check)?;
+        let (quorum, io, subscribe) =
+            Quorum::connect(targets, config, wait, (counters, tag), check)?;
         let redlock = Self {
             quorum,
             counters: Arc::clone(counters),
@@ -305,6 +306,10 @@ impl Topology for Redlock {
             .collect();
         let ballot = Arc::new(Ballot::new(self.quorum.len(), sent, flights, done));
         self.quorum.vote(&specs, report_by, &ballot);
+    }
+
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize {
+        self.quorum.write_session(write, done)
     }
 
     fn subscribers(&self) -> usize {

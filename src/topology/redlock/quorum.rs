@@ -15,7 +15,7 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
-use crate::owner::ClientTag;
+use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{Announce, Backend, Keys, Scheme, TokenBackend};
 use crate::topology::io::batch::{Reply, Spec};
 use crate::topology::io::{Cleanup, IoThread, Job, Worker};
@@ -258,6 +258,22 @@ impl Quorum {
         };
         let address = self.members[i].address.clone();
         NodeFailure::new(address, e.during(op, key, limits))
+    }
+
+    /// Sends the session record to every node's I/O thread; how many took it.
+    pub(crate) fn write_session(
+        &self,
+        write: &Arc<SessionWrite>,
+        done: Option<&crossbeam_channel::Sender<()>>,
+    ) -> usize {
+        let job = || Job::Session {
+            write: Arc::clone(write),
+            done: done.cloned(),
+        };
+        self.members
+            .iter()
+            .filter(|m| m.worker.send(job()).is_ok())
+            .count()
     }
 
     /// How many nodes there are.
