@@ -17,6 +17,8 @@ use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
 
+mod owners;
+
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
 ///

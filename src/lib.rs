@@ -260,6 +260,7 @@ mod wait;
 mod builder;
 mod client;
 mod guard;
+mod inspect;
 mod options;
 
 pub use builder::{
@@ -270,6 +271,7 @@ pub use cancel::CancelToken;
 pub use client::LockClient;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
+pub use inspect::{HeldLock, Holder, LockFormat, LockInfo};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};

@@ -185,6 +185,19 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// `done` once it has tried. Returns how many nodes it was sent to.
     fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize;
 
+    /// The nodes to read the lock `key` from, in order: the one server; every
+    /// master of a quorum (the first that answers); the master of its slot.
+    fn readers(&self, _key: &str) -> Vec<Arc<Node>> {
+        (0..self.subscribers())
+            .map(|i| Arc::clone(self.subscriber(i)))
+            .collect()
+    }
+
+    /// The fence counter of the lock `keys` on the node that holds it.
+    fn fence_of(&self, keys: &Keys) -> String {
+        keys.fence()
+    }
+
     /// How long a call waits for a reply (the nodes' read timeout).
     fn read_timeout(&self) -> Duration;
 

@@ -253,6 +253,15 @@ impl Topology for Cluster {
         master.map_or(0, |single| single.write_session(write, done))
     }
 
+    fn readers(&self, key: &str) -> Vec<Arc<Node>> {
+        let master = self.shared.master(slot(key.as_bytes()), &self.nudge);
+        master.map(|s| Arc::clone(s.node())).into_iter().collect()
+    }
+
+    fn fence_of(&self, keys: &Keys) -> String {
+        keys.clone().in_cluster().fence()
+    }
+
     fn subscribers(&self) -> usize {
         self.subscribers.len()
     }

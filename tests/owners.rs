@@ -1,0 +1,236 @@
+//! Owners (issue 21): a lock's holder resolves to its client's session record —
+//! host, process id, program — across processes; a killed holder's owner shows
+//! gone within the record's 10 s TTL while the lock itself lives on; a garbled or
+//! foreign record is an unknown owner, never a wrong one.
+//!
+//! The holder runs in another process: this test binary, re-executed to run one
+//! test (`support::alone::spawn_self`) with the server's URL in its environment.
+
+mod support;
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use redlease::{ClientTag, LockClient, LockFormat, LockOptions, Owner, Scheme};
+use support::alone::spawn_self;
+use support::{RedisServer, eventually, wait_for};
+
+/// Set in a holder process: the server's URL.
+const HOLDER_ENV: &str = "REDLEASE_TEST_OWNER_HOLDER";
+/// The key prefix of every client here.
+const PREFIX: &str = "app:";
+/// The holder's locks' TTL: far longer than the session record's 10 s.
+const LOCK_TTL: Duration = Duration::from_secs(30);
+
+/// In a holder process: takes `tok` (token) and `re` (reentrant, twice), says
+/// `ready`, and holds them until `done` exists (or a minute passes). Returns
+/// whether this is a holder process.
+fn hold_if_holder() -> bool {
+    let Ok(url) = std::env::var(HOLDER_ENV) else {
+        return false;
+    };
+    let client = LockClient::builder(url.as_str())
+        .key_prefix(PREFIX)
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().ttl(LOCK_TTL);
+    let tok = client.lock_with("tok", &opts).unwrap().unwrap();
+    let re = opts.clone().scheme(Scheme::Reentrant);
+    let re = [
+        client.lock_with("re", &re).unwrap().unwrap(),
+        client.lock_with("re", &re).unwrap().unwrap(),
+    ];
+    let held: Vec<String> = client.held().iter().map(|h| h.name().to_owned()).collect();
+    assert_eq!(held.len(), 3, "{held:?}");
+    let mut con = support::connect(&url, Duration::from_secs(2)).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("ready")
+        .arg(1)
+        .query(&mut con)
+        .unwrap();
+    let done = eventually(Duration::from_secs(60), || {
+        redis::cmd("EXISTS")
+            .arg("done")
+            .query::<bool>(&mut con)
+            .unwrap()
+    });
+    assert!(done, "nobody said done");
+    drop((tok, re));
+    true
+}
+
+/// Starts a holder process of `test` on `server` and waits until it holds.
+fn holder(test: &str, server: &RedisServer) -> Child {
+    let child = spawn_self(test, &[(HOLDER_ENV, server.url())]);
+    let ready = eventually(Duration::from_secs(20), || {
+        server.query::<bool>(redis::cmd("EXISTS").arg("ready"))
+    });
+    assert!(ready, "the holder process did not take its locks");
+    child
+}
+
+fn client(server: &RedisServer) -> LockClient {
+    LockClient::builder(server.url())
+        .key_prefix(PREFIX)
+        .build()
+        .unwrap()
+}
+
+/// The name a process of this test binary runs under.
+fn this_program() -> String {
+    let exe = std::env::current_exe().unwrap();
+    exe.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn the_owners_of_token_and_reentrant_holders_show_across_processes() {
+    const TEST: &str = "the_owners_of_token_and_reentrant_holders_show_across_processes";
+    if hold_if_holder() {
+        return;
+    }
+    let server = RedisServer::start();
+    let child = holder(TEST, &server);
+    let pid = child.id();
+    let reader = client(&server);
+    let tok = reader.inspect("tok").unwrap();
+    assert_eq!(tok.format(), LockFormat::Token);
+    assert!(tok.ttl().is_some_and(|t| t > Duration::from_secs(10)));
+    let [holder] = tok.holders() else {
+        panic!("one token holder: {tok:?}")
+    };
+    let session = holder.owner().session().expect("an owner that lives");
+    assert_eq!(session.pid(), pid);
+    assert_eq!(session.host(), this_host());
+    assert_eq!(session.program(), this_program());
+    assert_eq!(ClientTag::of_token(holder.value()), Some(session.tag()));
+    assert!(
+        session
+            .client_id()
+            .starts_with(&session.tag().as_str()[..8])
+    );
+
+    let re = reader.inspect("re").unwrap();
+    assert_eq!(re.format(), LockFormat::Reentrant);
+    let [holder] = re.holders() else {
+        panic!("one reentrant owner: {re:?}")
+    };
+    assert_eq!(holder.holds(), 2);
+    let owner = holder.owner().session().expect("an owner that lives");
+    assert_eq!(owner, session, "one client, one session");
+
+    // The reader's own locks name the reader, and it lists them.
+    let mine = reader.lock("mine").unwrap();
+    let own = reader.inspect("mine").unwrap();
+    let own = own.holders()[0].owner().session().unwrap().clone();
+    assert_eq!(own.pid(), std::process::id());
+    assert_ne!(own.client_id(), session.client_id());
+    let held = reader.held();
+    assert_eq!(held.len(), 1);
+    assert_eq!((held[0].name(), held[0].key()), ("mine", "app:mine"));
+    drop(mine);
+    assert!(reader.held().is_empty());
+
+    server.query::<()>(redis::cmd("SET").arg("done").arg(1));
+    support::alone::finish(child, Duration::from_secs(30));
+}
+
+#[test]
+fn a_killed_holders_owner_shows_gone_within_10s_while_its_lock_lives_on() {
+    const TEST: &str = "a_killed_holders_owner_shows_gone_within_10s_while_its_lock_lives_on";
+    if hold_if_holder() {
+        return;
+    }
+    let server = RedisServer::start();
+    let mut child = holder(TEST, &server);
+    let reader = client(&server);
+    let before = reader.inspect("tok").unwrap();
+    assert!(before.holders()[0].owner().is_alive(), "{before:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    // The record expires 10 s after its last refresh at most; 15 s leaves room
+    // for a loaded machine.
+    let gone = wait_for(Duration::from_secs(15), || {
+        let info = reader.inspect("tok").unwrap();
+        matches!(info.holders()[0].owner(), Owner::Gone(_)).then_some(info)
+    });
+    let took = killed.elapsed();
+    let info = gone.unwrap_or_else(|| panic!("the owner still shows alive after {took:?}"));
+    assert_eq!(info.holders()[0].value(), before.holders()[0].value());
+    assert!(
+        info.ttl().is_some_and(|t| t > Duration::from_secs(5)),
+        "the lock lives on: {info:?}"
+    );
+    let re = reader.inspect("re").unwrap();
+    assert!(matches!(re.holders()[0].owner(), Owner::Gone(_)), "{re:?}");
+}
+
+#[test]
+fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() {
+    let server = RedisServer::start();
+    let reader = client(&server);
+    let set = |key: &str, value: &str| {
+        server.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(30_000));
+    };
+    let tags = ["0123456789abcdef", "1111222233334444", "5555666677778888"];
+    let full = |tag: &str| format!("{tag}-0000-4000-8000-000000000000");
+    // A record of another format version, whole otherwise.
+    let id = format!(
+        "{}-{}-{}-8000-000000000000",
+        &tags[0][..8],
+        &tags[0][8..12],
+        &tags[0][12..]
+    );
+    let other_version = [
+        ("host", "h"),
+        ("pid", "1"),
+        ("program", "p"),
+        ("started", "1"),
+        ("version", "rl2/9.0.0"),
+        ("client_id", id.as_str()),
+    ];
+    let mut hset = redis::cmd("HSET");
+    hset.arg(format!("{PREFIX}redlease:session:{}", tags[0]));
+    for (k, v) in other_version {
+        hset.arg(k).arg(v);
+    }
+    server.query::<()>(&hset);
+    // A garbled record (a pid that is no number, fields missing).
+    server.query::<()>(
+        redis::cmd("HSET")
+            .arg(format!("{PREFIX}redlease:session:{}", tags[1]))
+            .arg("pid")
+            .arg("twelve")
+            .arg("client_id")
+            .arg(full(tags[1])),
+    );
+    // A record of another type.
+    set(&format!("{PREFIX}redlease:session:{}", tags[2]), "junk");
+    for (i, tag) in tags.iter().enumerate() {
+        set(
+            &format!("{PREFIX}g{i}"),
+            &format!("rl1:{tag}0123456789abcdef"),
+        );
+        let info = reader.inspect(&format!("g{i}")).unwrap();
+        let want = ClientTag::of_permit(&format!("{tag}0123456789abcdef")).unwrap();
+        assert_eq!(info.holders()[0].owner(), &Owner::Unknown(want), "{info:?}");
+    }
+    // redis-py's token and a timestamp name no redlease client.
+    set(&format!("{PREFIX}py"), "0123456789abcdef0123456789abcdef");
+    set(&format!("{PREFIX}ts"), "1700000000000");
+    let py = reader.inspect("py").unwrap();
+    assert_eq!(py.format(), LockFormat::Token);
+    assert_eq!(py.holders()[0].owner(), &Owner::None);
+    let ts = reader.inspect("ts").unwrap();
+    assert_eq!(ts.format(), LockFormat::LegacyTimestamp);
+    assert_eq!(ts.holders()[0].owner(), &Owner::None);
+    let free = reader.inspect("free").unwrap();
+    assert_eq!((free.format(), free.holders().len()), (LockFormat::Free, 0));
+}
