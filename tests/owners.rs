@@ -124,6 +124,18 @@ fn the_owners_of_token_and_reentrant_holders_show_across_processes() {
     assert_eq!(holder.holds(), 2);
     let owner = holder.owner().session().expect("an owner that lives");
     assert_eq!(owner, session, "one client, one session");
+    #[cfg(feature = "cli")]
+    for key in ["tok", "re"] {
+        let json = cli::inspect_json(&server, key);
+        let holders = json["holders"].as_array().unwrap();
+        assert_eq!(holders.len(), 1, "{json}");
+        let h = &holders[0];
+        assert_eq!(h["pid"].as_u64(), Some(u64::from(pid)), "{json}");
+        assert_eq!(h["host"].as_str(), Some(this_host().as_str()));
+        assert_eq!(h["program"].as_str(), Some(this_program().as_str()));
+        assert_eq!(h["client_id"].as_str(), Some(session.client_id()));
+        assert_eq!(h["alive"].as_bool(), Some(true));
+    }
 
     // The reader's own locks name the reader, and it lists them.
     let mine = reader.lock("mine").unwrap();
@@ -170,6 +182,14 @@ fn a_killed_holders_owner_shows_gone_within_10s_while_its_lock_lives_on() {
     );
     let re = reader.inspect("re").unwrap();
     assert!(matches!(re.holders()[0].owner(), Owner::Gone(_)), "{re:?}");
+    #[cfg(feature = "cli")]
+    {
+        let json = cli::inspect_json(&server, "tok");
+        assert_eq!(json["holders"][0]["alive"].as_bool(), Some(false), "{json}");
+        assert!(json["holders"][0]["pid"].is_null(), "{json}");
+        let text = cli::stdout(&["inspect", "--prefix", PREFIX, "tok"], &server);
+        assert!(text.contains("gone"), "{text}");
+    }
 }
 
 #[test]
@@ -233,4 +253,90 @@ fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() 
     assert_eq!(ts.holders()[0].owner(), &Owner::None);
     let free = reader.inspect("free").unwrap();
     assert_eq!((free.format(), free.holders().len()), (LockFormat::Free, 0));
+}
+
+#[cfg(feature = "cli")]
+mod cli {
+    use std::process::{Command, Stdio};
+
+    use serde_json::Value;
+
+    use super::PREFIX;
+    use super::support::RedisServer;
+
+    /// `redlease ARGS --url <server>`'s standard output; it must exit 0.
+    pub(super) fn stdout(args: &[&str], server: &RedisServer) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_redlease"))
+            .args(args)
+            .args(["--url", &server.url()])
+            .env_remove("REDIS_URL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}\n{text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
+    pub(super) fn inspect_json(server: &RedisServer, key: &str) -> Value {
+        let text = stdout(&["inspect", "--json", "--prefix", PREFIX, key], server);
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn listed(server: &RedisServer, prefix: &str) -> Vec<Value> {
+        let text = stdout(&["list", "--json", "--prefix", prefix], server);
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn list_takes_the_prefix_literally_and_marks_gone_owners() {
+        let server = RedisServer::start();
+        let locker = redlease::LockClient::builder(server.url())
+            .key_prefix("a*b:")
+            .build()
+            .unwrap();
+        let alive = locker.lock("1").unwrap();
+        let set = |key: &str, value: &str| {
+            server.query::<()>(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(30_000));
+        };
+        // A redlease token whose client has no session record: gone.
+        set("a*b:2", "rl1:0123456789abcdef0123456789abcdef");
+        set("a*b:3", "0123456789abcdef0123456789abcdef"); // redis-py
+        for key in ["axb:4", "a?b:5", "ab:6", "a[*]b:7", "a\\b:8"] {
+            set(key, "x");
+        }
+        let keys = |rows: &[Value]| -> Vec<String> {
+            rows.iter()
+                .map(|r| r["key"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let rows = listed(&server, "a*b:");
+        assert_eq!(keys(&rows), ["a*b:1", "a*b:2", "a*b:3"], "{rows:?}");
+        assert_eq!(rows[0]["holders"][0]["alive"].as_bool(), Some(true));
+        assert_eq!(
+            rows[0]["holders"][0]["pid"].as_u64(),
+            Some(u64::from(std::process::id()))
+        );
+        assert_eq!(rows[1]["holders"][0]["alive"].as_bool(), Some(false));
+        assert_eq!(rows[2]["holders"].as_array().map(Vec::len), Some(0));
+        for (prefix, only) in [("a[*]b:", "a[*]b:7"), ("a?b:", "a?b:5"), ("a\\b", "a\\b:8")] {
+            assert_eq!(keys(&listed(&server, prefix)), [only], "{prefix}");
+        }
+        let text = stdout(&["list", "--prefix", "a*b:"], &server);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(
+            lines[0].contains(&format!("pid {}", std::process::id())),
+            "{text}"
+        );
+        assert!(lines[1].contains("GONE"), "{text}");
+        drop(alive);
+    }
 }
