@@ -100,9 +100,9 @@ pub(crate) fn to_json(owned: &[Owned]) -> Value {
             };
             Some(json!({
                 "value": o.value,
-                "host": s.map(|s| s.host()),
-                "pid": s.map(|s| s.pid()),
-                "program": s.map(|s| s.program()),
+                "host": s.map(redlease::Session::host),
+                "pid": s.map(redlease::Session::pid),
+                "program": s.map(redlease::Session::program),
                 "client_id": id,
                 "since": s.map(|s| since(s.started())),
                 "alive": o.owner.is_alive(),
