@@ -8,6 +8,7 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
 use crate::lease::{LeaseState, LostCallback, Terms};
+use crate::metrics::export::{self, Timer};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
@@ -263,11 +264,15 @@ impl LockClient {
         deadline: Option<Instant>,
         fair: bool,
     ) -> Result<Option<LockGuard>> {
-        self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+        let began = Timer::start();
+        let out = self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
             let key = format!("{}{key}", self.inner.settings.key_prefix);
             let limits = self.inner.hub.topology.subscriber(0).limits();
             e.during(Operation::Acquire, &key, limits)
-        })
+        });
+        let scheme = opts.scheme.as_ref().unwrap_or(&self.inner.settings.scheme);
+        export::acquisition(&out, scheme.label(), began);
+        out
     }
 
     fn acquire_loop(

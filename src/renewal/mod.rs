@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 use crate::lease::{LeaseState, LossReason};
-use crate::metrics::{Counters, bump};
+use crate::metrics::{Counters, bump, export};
 use crate::owner::SessionWrite;
 use crate::time::to_nanos;
 use crate::topology::{Renew, Renewed, Topology};
@@ -402,6 +402,7 @@ impl Thread {
             }
             match outcome {
                 Renewed::Extended { sent } => {
+                    export::renewal("extended");
                     if let Some(n) = &mut lease.renewals_left {
                         *n = n.saturating_sub(1);
                     }
@@ -412,6 +413,7 @@ impl Thread {
                     }
                 }
                 Renewed::Lost(reason) => {
+                    export::renewal("lost");
                     lease.state.notify_lost(reason, &self.counters);
                     continue;
                 }
@@ -425,6 +427,7 @@ impl Thread {
                     // Try again soon, but report the loss no later than the end of
                     // the lease's validity.
                     bump(&self.counters.renewals_failed, 1);
+                    export::renewal("failed");
                     lease.due = (now + lease.retry()).min(lease.state.valid_until());
                 }
             }

@@ -197,6 +197,17 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
 }
 
+impl Scheme {
+    /// The scheme's name in metrics' labels.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Scheme::Token => "token",
+            Scheme::LegacyTimestamp(_) => "legacy",
+            Scheme::Reentrant => "reentrant",
+        }
+    }
+}
+
 /// The backend for a scheme, for the client `id`: its values name the client
 /// (a token carries its tag, an owner field its UUID).
 pub(crate) fn backend(scheme: &Scheme, id: &ClientId) -> Arc<dyn Backend> {
