@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let waiter = s.spawn(|| client.try_lock_for("held", Duration::from_secs(10)));
         thread::sleep(Duration::from_millis(300));
         drop(guard);
-        let waited = waiter.join().map_err(|_| redlease::Error::Shutdown)??;
+        let got = waiter.join().map_err(|_| redlease::Error::Shutdown)??;
         assert!(
             waited.is_some(),
             "the waiter gets the lock once it is released"

@@ -90,7 +90,7 @@ impl Counters {
 }
 
 /// What the `metrics` feature records through the `metrics` crate's facade, so
-/// that the application's exporter (Prometheus, StatsD, …) shows it. Without the
+/// that the application's exporter (Prometheus, `StatsD`, …) shows it. Without the
 /// feature every function is empty and [`Hold`] has no size: nothing is measured.
 ///
 /// Labels never name a lock (their number would grow without bound):
@@ -98,6 +98,7 @@ impl Counters {
 /// `redlease_hold_seconds`, `redlease_leases_held`,
 /// `redlease_leases_lost_total{reason}`, `redlease_renewals_total{outcome}`.
 pub(crate) mod export {
+    #[cfg(feature = "metrics")]
     use std::time::Instant;
 
     /// A start time, taken only with the feature (no clock read without it).
