@@ -50,7 +50,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         drop(guard);
         let got = waiter.join().map_err(|_| redlease::Error::Shutdown)??;
         assert!(
-            waited.is_some(),
+            got.is_some(),
             "the waiter gets the lock once it is released"
         );
         Ok(())
