@@ -151,14 +151,25 @@ impl HeldLock {
     }
 }
 
-/// Reads `key` (fence counter `fence_key`) and the owners of its holders, whose
-/// session records are under `prefix`.
-pub(crate) fn read(
-    conn: &mut Conn,
-    key: &str,
-    fence_key: &str,
-    prefix: &str,
-) -> RedisResult<LockInfo> {
+impl LockInfo {
+    /// Looks up the owner of each holder whose value names a redlease client.
+    pub(crate) fn resolve<E>(
+        mut self,
+        mut lookup: impl FnMut(ClientTag) -> Result<Owner, E>,
+    ) -> Result<Self, E> {
+        for holder in &mut self.holders {
+            if let Some(tag) = holder.owner.tag() {
+                holder.owner = lookup(tag)?;
+            }
+        }
+        Ok(self)
+    }
+}
+
+/// Reads `key` (fence counter `fence_key`) in one atomic script; each holder
+/// whose value names a redlease client is [`Owner::Gone`] until
+/// [`resolve`](LockInfo::resolve)d.
+pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<LockInfo> {
     let (kind, pttl, value, fence): (String, i64, Value, Option<String>) =
         conn.run(|c| SNAPSHOT.key(key).key(fence_key).invoke(c))?;
     let mut info = LockInfo {
@@ -196,14 +207,10 @@ pub(crate) fn read(
         _ => {}
     }
     for (value, holds, tag) in holders {
-        let owner = match tag {
-            Some(tag) => conn.run(|c| Owner::lookup(c, prefix, tag))?,
-            None => Owner::None,
-        };
         info.holders.push(Holder {
             value,
             holds,
-            owner,
+            owner: tag.map_or(Owner::None, Owner::Gone),
         });
     }
     Ok(info)

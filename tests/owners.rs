@@ -340,3 +340,28 @@ mod cli {
         drop(alive);
     }
 }
+
+#[cfg(feature = "cluster")]
+#[test]
+fn in_a_cluster_owners_are_read_from_the_session_records_own_master() {
+    use support::cluster::Cluster;
+    let cluster = Cluster::start(3, 0);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix(PREFIX)
+        .build()
+        .unwrap();
+    // Locks on every master; the session record is on one of them only.
+    let guards: Vec<_> = (0..12)
+        .map(|i| client.lock(&format!("k{i}")).unwrap())
+        .collect();
+    let owners: std::collections::HashSet<usize> = (0..12)
+        .map(|i| cluster.owner(cluster.slot(&format!("{PREFIX}k{i}"))))
+        .collect();
+    assert_eq!(owners.len(), 3, "the keys span every master");
+    for i in 0..12 {
+        let info = client.inspect(&format!("k{i}")).unwrap();
+        let session = info.holders()[0].owner().session().expect("alive");
+        assert_eq!(session.pid(), std::process::id());
+    }
+    drop(guards);
+}

@@ -2,9 +2,13 @@
 //! this client holds.
 
 use super::LockClient;
+use crate::connection::Conn;
 use crate::error::{Error, Operation, Result};
 use crate::inspect::{self, HeldLock, LockInfo};
+use crate::owner::Owner;
 use crate::scheme::Keys;
+use crate::topology::Topology;
+use std::sync::Arc;
 
 impl LockClient {
     /// Reads the lock `name` as Redis shows it: its format, time left, the
@@ -38,17 +42,17 @@ impl LockClient {
         let keys = Keys::new(prefix, name, &*self.inner.default_backend)?;
         let topology = &self.inner.hub.topology;
         let fence = topology.fence_of(&keys);
-        let mut last = Error::Shutdown;
-        for node in topology.readers(&keys.lock) {
-            let read = node
-                .get()
-                .and_then(|mut c| Ok(inspect::read(&mut c, &keys.lock, &fence, prefix)?));
-            match read {
-                Ok(info) => return Ok(info),
-                Err(e) => last = e.during(Operation::Inspect, &keys.lock, node.limits()),
-            }
-        }
-        Err(last)
+        let info = on_reader(topology, &keys.lock, |c| {
+            inspect::read(c, &keys.lock, &fence)
+        })?;
+        // A session record lives where its own key does (another master of a
+        // cluster), and on every master of a quorum.
+        info.resolve(|tag| {
+            let record = tag.session_key(prefix);
+            on_reader(topology, &record, |c| {
+                c.run(|c| Owner::lookup(c, prefix, tag))
+            })
+        })
     }
 
     /// The leases this client holds now, as its renewal thread keeps them (no
@@ -58,4 +62,20 @@ impl LockClient {
         let held = self.inner.renewer.held();
         held.iter().map(|s| HeldLock::of(s)).collect()
     }
+}
+
+/// Runs `read` on the first node holding `key` that answers.
+fn on_reader<T>(
+    topology: &Arc<dyn Topology>,
+    key: &str,
+    mut read: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
+) -> Result<T> {
+    let mut last = Error::Shutdown;
+    for node in topology.readers(key) {
+        match node.get().and_then(|mut c| Ok(read(&mut c)?)) {
+            Ok(found) => return Ok(found),
+            Err(e) => last = e.during(Operation::Inspect, key, node.limits()),
+        }
+    }
+    Err(last)
 }

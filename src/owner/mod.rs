@@ -152,8 +152,8 @@ impl Owner {
     /// [`of_permit`](ClientTag::of_permit)).
     ///
     /// # Errors
-    /// The error of the `HGETALL`: the server failed, or the user may not read
-    /// the key. A record that is not a hash is [`Owner::Unknown`], not an error.
+    /// The error of the `HGETALL` when the server failed. A record that is not a
+    /// hash, or that the user may not read, is [`Owner::Unknown`], not an error.
     pub fn lookup(
         conn: &mut dyn redis::ConnectionLike,
         prefix: &str,
@@ -164,7 +164,7 @@ impl Owner {
             .query::<HashMap<String, String>>(conn);
         match reply {
             Ok(fields) => Ok(Self::from_record(tag, &fields)),
-            Err(e) if e.code() == Some("WRONGTYPE") => Ok(Owner::Unknown(tag)),
+            Err(e) if matches!(e.code(), Some("WRONGTYPE" | "NOPERM")) => Ok(Owner::Unknown(tag)),
             Err(e) => Err(e),
         }
     }
