@@ -27,6 +27,7 @@ const LOCKER: &[&str] = &[
     "+get",
     "+del",
     "+pexpire",
+    "+hset",
     "+incr",
     "+publish",
     "+subscribe",
@@ -235,7 +236,10 @@ fn a_redis_7_user_without_channels_releases_without_error_and_its_waiters_poll()
     assert_eq!(b.metrics().wakeups, 0, "no pub/sub: the waiter polled");
     assert_eq!(subscribers(&server, "lock:k"), 0);
     assert_eq!(a.metrics().release_errors, 0);
-    assert_eq!(dbsize(&server), 0);
+    // Nothing but the two clients' session records.
+    assert_eq!(dbsize(&server), 2);
+    drop((a, b));
+    assert_eq!(dbsize(&server), 0, "the records go with their clients");
 }
 
 #[test]

@@ -7,8 +7,11 @@
 //! whose `client_id` has the tag it looked up, with every field readable.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::Script;
 
 use super::ClientTag;
 
@@ -112,15 +115,38 @@ impl ClientId {
     }
 }
 
-/// The write that keeps a client's session record: `HSET` of every field and
-/// `PEXPIRE`, one atomic pipeline, sent at `build()` and then every
-/// [`SESSION_REFRESH`] by the renewal thread.
+/// Writes a session record: `HSET` of every field, then `PEXPIRE`; when the TTL
+/// cannot be set (an ACL without `PEXPIRE`), the record is deleted again, so no
+/// record outlives its client. A script, not `MULTI`: a user may lack `MULTI`,
+/// and a script is one reply, so a refusal leaves nothing unread on the
+/// connection.
+///
+/// KEYS[1] the record. ARGV[1] the TTL in ms, then field, value pairs.
+static WRITE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local set = redis.pcall('PEXPIRE', KEYS[1], ARGV[1])
+if type(set) == 'table' then
+  redis.call('DEL', KEYS[1])
+  return set
+end
+return 1
+",
+    )
+});
+
+/// The write that keeps a client's session record ([`WRITE`]), sent at `build()`
+/// and then every [`SESSION_REFRESH`] by the renewal thread.
 #[derive(Debug)]
 pub(crate) struct SessionWrite {
     pub(crate) key: String,
-    pub(crate) pipe: redis::Pipeline,
+    /// The TTL in ms, then field, value pairs.
+    args: Vec<String>,
     /// Set by the first failure: later ones are logged at debug level only.
     warned: AtomicBool,
+    /// Set when the client stops: the next write deletes the record instead.
+    ended: AtomicBool,
 }
 
 impl SessionWrite {
@@ -130,32 +156,42 @@ impl SessionWrite {
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("HSET")
-            .arg(&key)
-            .arg("host")
-            .arg(host())
-            .arg("pid")
-            .arg(std::process::id())
-            .arg("program")
-            .arg(program())
-            .arg("started")
-            .arg(started.to_string())
-            .arg("version")
-            .arg(format!("{FORMAT}{}", env!("CARGO_PKG_VERSION")))
-            .arg("client_id")
-            .arg(id.hyphenated())
-            .ignore()
-            .cmd("PEXPIRE")
-            .arg(&key)
-            .arg(SESSION_TTL.as_millis().to_string())
-            .ignore();
+        let fields = [
+            ("host", host()),
+            ("pid", std::process::id().to_string()),
+            ("program", program()),
+            ("started", started.to_string()),
+            ("version", format!("{FORMAT}{}", env!("CARGO_PKG_VERSION"))),
+            ("client_id", id.hyphenated()),
+        ];
+        let mut args = vec![SESSION_TTL.as_millis().to_string()];
+        for (name, value) in fields {
+            args.extend([name.to_owned(), value]);
+        }
         Self {
             key,
-            pipe,
+            args,
             warned: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
         }
+    }
+
+    /// The client stops: from now on a write deletes the record, so its locks'
+    /// owner shows gone at once rather than within the TTL.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, Ordering::Relaxed);
+    }
+
+    /// Writes the record on `con` (deletes it once the client [ended](Self::end)).
+    pub(crate) fn send(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        if self.ended.load(Ordering::Relaxed) {
+            return redis::cmd("DEL").arg(&self.key).exec(con);
+        }
+        WRITE
+            .key(&self.key)
+            .arg(&self.args)
+            .invoke::<redis::Value>(con)
+            .map(drop)
     }
 
     /// Logs a failed write: a warning the first time (owners of this client's

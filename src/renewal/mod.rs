@@ -242,6 +242,7 @@ impl Thread {
                 break;
             }
         }
+        self.session.end(&*self.topology);
         self.take_inbox();
         let queued = std::mem::take(&mut self.queue.heap)
             .into_iter()

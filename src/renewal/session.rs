@@ -37,6 +37,13 @@ impl Refresh {
         }
     }
 
+    /// The client stops: its record is deleted (on the I/O threads, which stop
+    /// after this thread, so the delete is sent before they end).
+    pub(super) fn end(&self, topology: &dyn Topology) {
+        self.write.end();
+        topology.write_session(&self.write, None);
+    }
+
     /// Sends the refresh when it is due; when the next one is.
     pub(super) fn due(&mut self, topology: &dyn Topology) -> Instant {
         let now = Instant::now();

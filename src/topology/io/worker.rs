@@ -272,7 +272,7 @@ impl Io<'_> {
     /// Writes the session record, through the pool or the thread's own connection
     /// (then within its bound); a failure is logged.
     fn write_session(&mut self, write: &SessionWrite) {
-        let send = |conn: &mut crate::connection::Conn| conn.run(|c| write.pipe.exec(c));
+        let send = |conn: &mut crate::connection::Conn| conn.run(|c| write.send(c));
         let answer = match &mut self.link {
             Some((link, bound)) => link.call(Instant::now() + *bound, *bound, send),
             None => self.node.with_retry(send),
