@@ -274,3 +274,24 @@ fn a_server_started_with_requirepass_serves_clients_that_never_print_the_passwor
     let err = LockClient::builder(wrong.as_str()).build().unwrap_err();
     no_password(&shown(&err));
 }
+
+#[test]
+fn issue_21_a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone() {
+    let server = RedisServer::start();
+    let rules: Vec<&str> = LOCKER.iter().copied().filter(|r| *r != "+hset").collect();
+    set_user(&server, "nohset", &rules);
+    let client = builder(&server, "nohset").build().unwrap();
+    let guard = client.lock("k").unwrap();
+    assert!(guard.is_held());
+    // No record was written: the owner cannot be named, and is never guessed.
+    let reader = LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let info = reader.inspect("k").unwrap();
+    assert!(
+        matches!(info.holders()[0].owner(), redlease::Owner::Gone(_)),
+        "{info:?}"
+    );
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
