@@ -7,11 +7,8 @@
 //! whose `client_id` has the tag it looked up, with every field readable.
 
 use std::collections::HashMap;
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use redis::Script;
 
 use super::ClientTag;
 
@@ -115,34 +112,17 @@ impl ClientId {
     }
 }
 
-/// Writes a session record: `HSET` of every field, then `PEXPIRE`; when the TTL
-/// cannot be set (an ACL without `PEXPIRE`), the record is deleted again, so no
-/// record outlives its client. A script, not `MULTI`: a user may lack `MULTI`,
-/// and a script is one reply, so a refusal leaves nothing unread on the
-/// connection.
-///
-/// KEYS[1] the record. ARGV[1] the TTL in ms, then field, value pairs.
-static WRITE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-local set = redis.pcall('PEXPIRE', KEYS[1], ARGV[1])
-if type(set) == 'table' then
-  redis.call('DEL', KEYS[1])
-  return set
-end
-return 1
-",
-    )
-});
-
-/// The write that keeps a client's session record ([`WRITE`]), sent at `build()`
-/// and then every [`SESSION_REFRESH`] by the renewal thread.
+/// The write that keeps a client's session record, sent at `build()` and then
+/// every [`SESSION_REFRESH`] by the renewal thread: `HSET` of every field and
+/// `PEXPIRE`, pipelined (one write, two replies). Not `MULTI`: a user may lack it.
+/// Not a script: a renewal is the only `EVALSHA` a client sends on its own.
+/// When the pair fails (an ACL without `PEXPIRE`), a `DEL` follows, so that no
+/// record is left without a TTL to outlive its client.
 #[derive(Debug)]
 pub(crate) struct SessionWrite {
     pub(crate) key: String,
-    /// The TTL in ms, then field, value pairs.
-    args: Vec<String>,
+    /// `HSET` and `PEXPIRE` of the record.
+    pipe: redis::Pipeline,
     /// Set by the first failure: later ones are logged at debug level only.
     warned: AtomicBool,
     /// Set when the client stops: the next write deletes the record instead.
@@ -164,13 +144,17 @@ impl SessionWrite {
             ("version", format!("{FORMAT}{}", env!("CARGO_PKG_VERSION"))),
             ("client_id", id.hyphenated()),
         ];
-        let mut args = vec![SESSION_TTL.as_millis().to_string()];
+        let mut pipe = redis::pipe();
+        let hset = pipe.cmd("HSET").arg(&key);
         for (name, value) in fields {
-            args.extend([name.to_owned(), value]);
+            hset.arg(name).arg(value);
         }
+        pipe.cmd("PEXPIRE")
+            .arg(&key)
+            .arg(SESSION_TTL.as_millis().to_string());
         Self {
             key,
-            args,
+            pipe,
             warned: AtomicBool::new(false),
             ended: AtomicBool::new(false),
         }
@@ -187,11 +171,11 @@ impl SessionWrite {
         if self.ended.load(Ordering::Relaxed) {
             return redis::cmd("DEL").arg(&self.key).exec(con);
         }
-        WRITE
-            .key(&self.key)
-            .arg(&self.args)
-            .invoke::<redis::Value>(con)
-            .map(drop)
+        let written = self.pipe.exec(con);
+        if written.is_err() {
+            let _ = redis::cmd("DEL").arg(&self.key).exec(con);
+        }
+        written
     }
 
     /// Logs a failed write: a warning the first time (owners of this client's
