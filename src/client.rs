@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::cancel::CancelToken;
 use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
-use crate::lease::{LeaseState, LostCallback, Terms};
+use crate::lease::LeaseState;
 use crate::metrics::export::{self, Timer};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
@@ -19,6 +19,9 @@ use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
 
 mod owners;
+mod plan;
+
+use plan::Plan;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
@@ -64,45 +67,6 @@ struct Inner {
     _io: Vec<IoThread>,
     notifier: Notifier,
     waiters: Option<Waiters>,
-}
-
-/// A lock call's options with the client's defaults filled in.
-struct Plan {
-    ttl: Duration,
-    fence: bool,
-    renewal: Renewal,
-    interval: Duration,
-    max_hold: Option<Duration>,
-    max_renewals: Option<u32>,
-    backend: Arc<dyn Backend>,
-    on_lost: Option<LostCallback>,
-    replicas: Option<Replicas>,
-    /// Computed once by [`Plan::with_terms`].
-    terms: Option<Terms>,
-}
-
-impl Plan {
-    /// The terms on which a lease of this plan can pass between holders of the
-    /// client as it is: renewed, no fence, no hold bound, no callback.
-    fn with_terms(mut self) -> Self {
-        let plain = self.renewal == Renewal::Auto
-            && !self.fence
-            && self.max_hold.is_none()
-            && self.max_renewals.is_none()
-            && self.on_lost.is_none()
-            && self.backend.hands_over();
-        self.terms = plain.then_some(Terms {
-            ttl: self.ttl,
-            interval: self.interval,
-        });
-        self
-    }
-
-    /// Whether a waiting caller of this plan may be handed a lock by a releasing
-    /// guard: a token lock, with no replica confirmation (a hand-off sends no `WAIT`).
-    fn takes_hand_off(&self) -> bool {
-        self.backend.hands_over() && self.replicas.is_none()
-    }
 }
 
 impl LockClient {
