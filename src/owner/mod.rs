@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::fmt;
 
 mod record;
+mod write;
 
 pub use record::Session;
-pub(crate) use record::{ClientId, SESSION_REFRESH, SessionWrite};
+pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
 
 use crate::scripts::TOKEN_PREFIX;
 
