@@ -57,7 +57,9 @@ impl LockClient {
 
     /// The leases this client holds now, as its renewal thread keeps them (no
     /// round trip): key, value and how long each stays valid without renewal.
-    /// Waits for the renewal thread to answer (it never waits on the network).
+    /// Waits for the renewal thread to answer (it never waits on the network),
+    /// and for a release or extend running on a lease (each bounded by the read
+    /// timeout).
     pub fn held(&self) -> Vec<HeldLock> {
         let held = self.inner.renewer.held();
         held.iter().map(|s| HeldLock::of(s)).collect()
