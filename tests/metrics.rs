@@ -12,13 +12,14 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use redlease::{LockClient, LockOptions};
 use support::{RedisServer, eventually};
 
-/// The sum of the values of `name`'s series whose labels contain every `labels`.
-fn value(text: &str, name: &str, labels: &[&str]) -> f64 {
+/// The sum of the values of `name`'s series whose labels contain every `labels`
+/// (whole numbers, as counts and this gauge render).
+fn value(text: &str, name: &str, labels: &[&str]) -> u64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.split(['{', ' ']).next() == Some(name))
         .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
 
@@ -36,7 +37,7 @@ fn acquisitions_waits_holds_losses_and_renewals_reach_a_prometheus_recorder() {
     let a = client.lock("a").unwrap();
     assert!(client.try_lock("a").unwrap().is_none());
     let text = handle.render();
-    assert_eq!(value(&text, "redlease_leases_held", &[]), 1.0, "{text}");
+    assert_eq!(value(&text, "redlease_leases_held", &[]), 1, "{text}");
 
     // A lease renewed (every third of 3 s), then lost: its key deleted under it.
     let opts = LockOptions::new().ttl(Duration::from_secs(3));
@@ -52,30 +53,26 @@ fn acquisitions_waits_holds_losses_and_renewals_reach_a_prometheus_recorder() {
     let acquired = ["outcome=\"acquired\"", "scheme=\"token\""];
     assert_eq!(
         value(&text, "redlease_acquisitions_total", &acquired),
-        2.0,
+        2,
         "{text}"
     );
     let busy = ["outcome=\"busy\""];
     assert_eq!(
         value(&text, "redlease_acquisitions_total", &busy),
-        1.0,
+        1,
         "{text}"
     );
-    assert!(value(&text, "redlease_renewals_total", &["outcome=\"extended\""]) >= 1.0);
-    assert_eq!(
-        value(&text, "redlease_leases_lost_total", &[]),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(value(&text, "redlease_leases_held", &[]), 0.0, "{text}");
+    assert!(value(&text, "redlease_renewals_total", &["outcome=\"extended\""]) >= 1);
+    assert_eq!(value(&text, "redlease_leases_lost_total", &[]), 1, "{text}");
+    assert_eq!(value(&text, "redlease_leases_held", &[]), 0, "{text}");
     assert_eq!(
         value(&text, "redlease_hold_seconds_count", &[]),
-        2.0,
+        2,
         "{text}"
     );
     assert_eq!(
         value(&text, "redlease_wait_seconds_count", &[]),
-        3.0,
+        3,
         "{text}"
     );
     // Labels name outcomes, schemes and reasons, never a lock.
