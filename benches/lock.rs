@@ -14,6 +14,10 @@
 //!   the nodes in parallel by one thread per node (`SET NX PX`, then
 //!   compare-and-delete, on every node, each step done once a majority answered,
 //!   as redlease does), and 5 nodes vs 3;
+//! - `fleet`: four processes of four threads on one key, 1 ms sections, vs the
+//!   same fleet on raw connections retrying with no sleep: sections per process
+//!   and their min/max, turns, each client's counters, sections/s
+//!   (`REDLEASE_FLEET_MONITOR=1`: also the order the processes subscribed in);
 //! - `reentrant`: `Scheme::Reentrant` lock + unlock, and a nested lock + unlock
 //!   under a held one, vs Redisson's own scripts (`EVALSHA` tryLock + unlock) on
 //!   one raw connection; the token scheme's lock + unlock beside them.
@@ -28,6 +32,10 @@
     reason = "counts shown as rates stay far below 2^52"
 )]
 
+#[path = "lock/cost.rs"]
+mod cost;
+#[path = "lock/fleet.rs"]
+mod fleet;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -61,7 +69,10 @@ impl Floor {
     }
 
     fn try_set(&mut self, key: &str) -> Option<String> {
-        let token = floor_token();
+        self.try_set_token(key, floor_token())
+    }
+
+    fn try_set_token(&mut self, key: &str, token: String) -> Option<String> {
         let set: redis::Value = redis::cmd("SET")
             .arg(key)
             .arg(&token)
@@ -84,6 +95,14 @@ impl Floor {
 
     fn lock_unlock(&mut self, key: &str) {
         let token = self.try_set(key).expect("floor key free");
+        self.release(key, &token);
+    }
+
+    /// As [`lock_unlock`](Self::lock_unlock) with a token as long as redlease's
+    /// (`rl1:` and 32 hex digits), to tell the token's length from the rest.
+    fn lock_unlock_long(&mut self, key: &str) {
+        let token = format!("rl1:{}", floor_token());
+        let token = self.try_set_token(key, token).expect("floor key free");
         self.release(key, &token);
     }
 }
@@ -190,6 +209,23 @@ fn uncontended(c: &mut Criterion) {
     pin([&server]);
     let lc = client(&server);
     let mut floor = Floor::new(&server);
+    if let Ok(side) = std::env::var("REDLEASE_BENCH_SIDE") {
+        // One side alone, for a profiler: `ours` or `floor`, 40,000 cycles.
+        let before = cost::cost(None);
+        for _ in 0..40_000 {
+            if side == "ours" {
+                assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+            } else {
+                floor.lock_unlock("bench:f");
+            }
+        }
+        let spent = cost::cost(None) - before;
+        println!(
+            "COST {side} alone: {:.2} us CPU per cycle",
+            spent.cpu_ns as f64 / 4e7
+        );
+        return;
+    }
     let mut g = c.benchmark_group("uncontended");
     g.bench_function("redlease_lock_unlock", |b| {
         b.iter(|| lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
@@ -215,6 +251,65 @@ fn uncontended(c: &mut Criterion) {
         "RATIO uncontended lock+unlock p99: redlease {:?} / floor {:?} = {ratio:.3}x",
         p99.0, p99.1
     );
+    uncontended_rounds(&server, &lc, &mut floor);
+}
+
+/// Rounds of paired cycles (`REDLEASE_UNCONTENDED_ROUNDS`, 7): the median of the
+/// rounds' p50 ratios, and what each side costs per cycle, here and in
+/// `redis-server` (CPU and context switches, from `/proc`), in blocks of cycles
+/// of one side alternating with the other's.
+fn uncontended_rounds(server: &RedisServer, lc: &LockClient, floor: &mut Floor) {
+    const CYCLES: u32 = 4000;
+    let rounds: usize = std::env::var("REDLEASE_UNCONTENDED_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let ours = || assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+    let (mut ratios, mut costs) = (Vec::new(), [[cost::Cost::default(); 2]; 2]);
+    let mut long = Vec::new();
+    for _ in 0..rounds {
+        let (a, b) = paired_p50(CYCLES as usize, ours, || floor.lock_unlock("bench:f"));
+        ratios.push(a.as_secs_f64() / b.as_secs_f64());
+        let (a, b) = paired_p50(CYCLES as usize, ours, || floor.lock_unlock_long("bench:f"));
+        long.push(a.as_secs_f64() / b.as_secs_f64());
+        for (side, spent) in costs.iter_mut().enumerate() {
+            let (me, redis) = (cost::cost(None), cost::cost(Some(server.pid())));
+            for _ in 0..CYCLES {
+                if side == 0 {
+                    ours();
+                } else {
+                    floor.lock_unlock("bench:f");
+                }
+            }
+            spent[0] += cost::cost(None) - me;
+            spent[1] += cost::cost(Some(server.pid())) - redis;
+        }
+    }
+    let all = ratios.clone();
+    ratios.sort_by(f64::total_cmp);
+    println!(
+        "RATIO uncontended lock+unlock p50, median of {rounds} rounds of {CYCLES} paired \
+         cycles: {:.3}x (rounds {all:.3?})",
+        ratios[rounds / 2]
+    );
+    long.sort_by(f64::total_cmp);
+    println!(
+        "RATIO uncontended lock+unlock p50 vs a floor with a token as long as ours \
+         (rl1: + 32 hex), median of {rounds} rounds: {:.3}x",
+        long[rounds / 2]
+    );
+    let n = f64::from(CYCLES) * rounds as f64;
+    for (side, name) in ["redlease", "floor"].iter().enumerate() {
+        let [me, redis] = costs[side];
+        println!(
+            "COST uncontended {name} per cycle: client {:.2} us CPU, {:.3} context switches; \
+             redis-server {:.2} us CPU, {:.3} context switches",
+            me.cpu_ns as f64 / n / 1e3,
+            me.switches as f64 / n,
+            redis.cpu_ns as f64 / n / 1e3,
+            redis.switches as f64 / n
+        );
+    }
 }
 
 fn try_lock_held(c: &mut Criterion) {
@@ -686,16 +781,26 @@ fn redlock(c: &mut Criterion) {
     );
 }
 
+fn fleet_group(_c: &mut Criterion) {
+    if wanted("fleet") {
+        fleet::bench();
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant
+    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant, fleet_group
 }
 
 fn main() {
+    if let Ok(job) = std::env::var(fleet::FLEET_ENV) {
+        fleet::worker(&job);
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
 }

@@ -129,8 +129,8 @@ impl LockClientBuilder {
         self.pool_size = size;
         self
     }
-    /// Time allowed to open a connection. A call waits for a pooled connection at
-    /// most this or the read timeout, whichever is shorter. Defaults to 2 seconds.
+    /// Time allowed to open a connection, handshake included, or for a call to get
+    /// one; the read timeout bounds both too. Defaults to 2 seconds.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self

@@ -122,6 +122,21 @@ impl Manager {
         self.connect_within(self.connect_timeout)
     }
 
+    /// A new connection for the pool or for one call, made within `timeout` (at
+    /// most the connect and the read timeout).
+    pub(crate) fn open(&self, timeout: Duration) -> RedisResult<Conn> {
+        let con = self.connect_within(timeout);
+        #[cfg(feature = "cluster")]
+        if let Target::Shard(_, redirects) = &self.target {
+            // A node that cannot be reached may have been replaced: the map is
+            // asked for again.
+            let mut conn = Conn::new(con.inspect_err(|e| redirects.note(e))?);
+            conn.redirects = Some(Arc::clone(redirects));
+            return Ok(conn);
+        }
+        Ok(Conn::new(con?))
+    }
+
     /// A new connection that speaks RESP3 (pub/sub replies are pushes), within
     /// the connect timeout; only a cluster node's target makes one, any other
     /// target a plain connection.
@@ -134,25 +149,22 @@ impl Manager {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3);
             let client = redis::Client::open(info.set_redis_settings(settings))?;
-            let con = client.get_connection_with_timeout(self.connect_timeout)?;
-            con.set_read_timeout(Some(self.read_timeout))?;
-            con.set_write_timeout(Some(self.write_timeout))?;
-            return Ok(con);
+            let limit = self.connect_timeout.min(self.read_timeout);
+            return self.timed(crate::target::within(&client, limit)?);
         }
         self.connect_raw()
     }
 
-    /// A new connection made within `timeout` (at most the connect timeout), with
-    /// the read and write timeouts set.
+    /// A new connection made within `timeout`, at most the connect or the read
+    /// timeout, whichever is shorter, handshake included: one nobody answers (sent
+    /// while the network was dark) ends as soon as a reply would have.
     pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
-        let timeout = timeout.min(self.connect_timeout);
-        let con = match &self.target {
-            Target::Server(client) => client.get_connection_with_timeout(timeout)?,
-            #[cfg(feature = "sentinel")]
-            Target::Sentinel(master) => master.connect(timeout, self.read_timeout)?,
-            #[cfg(feature = "cluster")]
-            Target::Shard(client, _) => client.get_connection_with_timeout(timeout)?,
-        };
+        let timeout = timeout.min(self.connect_timeout).min(self.read_timeout);
+        self.timed(self.target.connect(timeout, self.read_timeout)?)
+    }
+
+    /// `con` with the read and write timeouts set.
+    fn timed(&self, con: redis::Connection) -> RedisResult<redis::Connection> {
         con.set_read_timeout(Some(self.read_timeout))?;
         con.set_write_timeout(Some(self.write_timeout))?;
         Ok(con)
@@ -164,16 +176,7 @@ impl r2d2::ManageConnection for Manager {
     type Error = redis::RedisError;
 
     fn connect(&self) -> RedisResult<Conn> {
-        let con = self.connect_raw();
-        #[cfg(feature = "cluster")]
-        if let Target::Shard(_, redirects) = &self.target {
-            // A node that cannot be reached may have been replaced: the map is
-            // asked for again.
-            let mut conn = Conn::new(con.inspect_err(|e| redirects.note(e))?);
-            conn.redirects = Some(Arc::clone(redirects));
-            return Ok(conn);
-        }
-        Ok(Conn::new(con?))
+        self.open(self.connect_timeout)
     }
 
     fn is_valid(&self, conn: &mut Conn) -> RedisResult<()> {

@@ -129,6 +129,11 @@ impl From<r2d2::Error> for Error {
 }
 
 impl Error {
+    /// A connection made for one call, when the pool had none at hand, failed.
+    pub(crate) fn connect(e: redis::RedisError) -> Self {
+        Error::Redis(Box::new(RedisFailure::connect(e)))
+    }
+
     /// Whether a network call ran out of time (Redis slow, paused or unreachable),
     /// including a pool that could not hand out a connection in time, and a
     /// [`NoQuorum`](Error::NoQuorum) whose every failure is a timeout.
@@ -287,6 +292,30 @@ mod tests {
         );
         assert!(e.is_timeout());
         assert!(e.source().unwrap().downcast_ref::<r2d2::Error>().is_some());
+    }
+
+    #[test]
+    fn a_connection_made_for_the_call_that_times_out_says_no_connection_within_its_limit() {
+        let e = Error::connect(timeout()).during(Operation::Release, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"releasing lock "k": no connection available within 2s"#
+        );
+        assert!(e.is_timeout() && e.is_connection_error());
+        assert!(
+            e.source()
+                .unwrap()
+                .downcast_ref::<redis::RedisError>()
+                .is_some()
+        );
+        let refused: redis::RedisError =
+            io::Error::new(io::ErrorKind::ConnectionRefused, "refused").into();
+        let e = Error::connect(refused).during(Operation::Acquire, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"acquiring lock "k": redis connection failed"#
+        );
+        assert!(!e.is_timeout() && e.is_connection_error());
     }
 
     #[test]

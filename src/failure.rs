@@ -33,8 +33,10 @@ impl fmt::Display for Operation {
 /// happened on, the limit that ran out, and the underlying error as
 /// [`source`](std::error::Error::source).
 ///
-/// Displays as, for example, `acquiring lock "jobs:7": no reply from redis within 1s`
-/// or `releasing lock "jobs:7": no connection available within 2s`. Neither
+/// Displays as, for example, `acquiring lock "jobs:7": no reply from redis within 1s`,
+/// `releasing lock "jobs:7": no connection available within 2s`, or, for an error
+/// reply, its code and message: `acquiring lock "jobs:7": redis replied NOPERM: …`.
+/// Neither
 /// `Display` nor `Debug` ever shows a password.
 #[derive(Debug)]
 pub struct RedisFailure {
@@ -48,6 +50,8 @@ pub struct RedisFailure {
 enum Cause {
     Redis(redis::RedisError),
     Pool(r2d2::Error),
+    /// A connection made for the call, when the pool had none at hand, failed.
+    Connect(redis::RedisError),
 }
 
 /// How long a node waits for a reply and for a pooled connection: the limits an
@@ -65,6 +69,10 @@ impl RedisFailure {
 
     pub(crate) fn pool(e: r2d2::Error) -> Self {
         Self::new(Cause::Pool(e))
+    }
+
+    pub(crate) fn connect(e: redis::RedisError) -> Self {
+        Self::new(Cause::Connect(e))
     }
 
     fn new(cause: Cause) -> Self {
@@ -86,8 +94,9 @@ impl RedisFailure {
         if self.limit.is_none() {
             self.limit = match &self.cause {
                 Cause::Pool(_) => Some(limits.checkout),
+                Cause::Connect(e) if e.is_timeout() => Some(limits.checkout),
                 Cause::Redis(e) if e.is_timeout() => Some(limits.reply),
-                Cause::Redis(_) => None,
+                Cause::Redis(_) | Cause::Connect(_) => None,
             };
         }
     }
@@ -103,7 +112,8 @@ impl RedisFailure {
     }
 
     /// The configured limit that ran out: the read timeout when no reply came, the
-    /// pool checkout limit when no connection was free. `None` for other failures.
+    /// checkout limit when no connection was free or could be made in time. `None`
+    /// for other failures.
     pub fn limit(&self) -> Option<Duration> {
         self.limit
     }
@@ -111,7 +121,7 @@ impl RedisFailure {
     /// The error from `redis`, when the failure is not a pool checkout.
     pub fn redis_error(&self) -> Option<&redis::RedisError> {
         match &self.cause {
-            Cause::Redis(e) => Some(e),
+            Cause::Redis(e) | Cause::Connect(e) => Some(e),
             Cause::Pool(_) => None,
         }
     }
@@ -119,7 +129,7 @@ impl RedisFailure {
     /// Whether no answer came in time: no reply, or no pooled connection.
     pub fn is_timeout(&self) -> bool {
         match &self.cause {
-            Cause::Redis(e) => e.is_timeout(),
+            Cause::Redis(e) | Cause::Connect(e) => e.is_timeout(),
             Cause::Pool(_) => true,
         }
     }
@@ -133,7 +143,7 @@ impl RedisFailure {
                     || e.is_connection_refusal()
                     || e.is_timeout()
             }
-            Cause::Pool(_) => true,
+            Cause::Pool(_) | Cause::Connect(_) => true,
         }
     }
 }
@@ -146,24 +156,89 @@ impl fmt::Display for RedisFailure {
         match (&self.cause, self.limit) {
             (Cause::Pool(_), Some(limit)) => write!(f, "no connection available within {limit:?}"),
             (Cause::Pool(_), None) => f.write_str("no redis connection available"),
+            (Cause::Connect(_), Some(limit)) => {
+                write!(f, "no connection available within {limit:?}")
+            }
             (Cause::Redis(e), limit) if e.is_timeout() => match limit {
                 Some(limit) => write!(f, "no reply from redis within {limit:?}"),
                 None => f.write_str("no reply from redis in time"),
             },
-            (Cause::Redis(e), _) if e.code() == Some("NOPERM") => {
-                f.write_str("redis user lacks the permission")
-            }
+            // The server's own words: an operator tells `TRYAGAIN` from `NOPERM`
+            // or a script's error by them.
+            (Cause::Redis(e), _) if e.code().is_some() => reply(f, e),
             _ if self.is_connection_error() => f.write_str("redis connection failed"),
             _ => f.write_str("redis command failed"),
         }
     }
 }
 
+/// An error reply as `redis replied <code>: <message>`.
+fn reply(f: &mut fmt::Formatter<'_>, e: &redis::RedisError) -> fmt::Result {
+    let code = e.code().unwrap_or("ERR");
+    match e.detail() {
+        Some(detail) => write!(f, "redis replied {code}: {detail}"),
+        None => write!(f, "redis replied {code}"),
+    }
+}
+
 impl std::error::Error for RedisFailure {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.cause {
-            Cause::Redis(e) => Some(e),
+            Cause::Redis(e) | Cause::Connect(e) => Some(e),
             Cause::Pool(e) => Some(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    const LIMITS: Limits = Limits {
+        reply: Duration::from_secs(1),
+        checkout: Duration::from_secs(2),
+    };
+
+    /// The error `redis` makes of the error reply `line` (`-CODE message`).
+    fn replied(line: &str) -> redis::RedisError {
+        let value = redis::parse_redis_value(format!("{line}\r\n").as_bytes()).unwrap();
+        value.extract_error().unwrap_err()
+    }
+
+    #[test]
+    fn an_error_reply_is_quoted_with_its_code_and_message() {
+        let e = Error::from(replied(
+            "-TRYAGAIN Multiple keys request during rehashing of slot",
+        ))
+        .during(Operation::Acquire, "k", LIMITS);
+        assert_eq!(
+            e.to_string(),
+            r#"acquiring lock "k": redis replied TRYAGAIN: Multiple keys request during rehashing of slot"#
+        );
+        let e = Error::from(replied("-ASK 3999 127.0.0.1:6381"));
+        assert_eq!(e.to_string(), "redis replied ASK: 3999 127.0.0.1:6381");
+        let e = Error::from(replied("-ERR Error running script (call to f_1): boom")).during(
+            Operation::Release,
+            "k",
+            LIMITS,
+        );
+        assert_eq!(
+            e.to_string(),
+            r#"releasing lock "k": redis replied ERR: Error running script (call to f_1): boom"#
+        );
+        let e = Error::from(replied(
+            "-NOPERM this user has no permissions to run the 'evalsha' command",
+        ));
+        assert!(
+            e.to_string().starts_with("redis replied NOPERM: this user"),
+            "{e}"
+        );
+        // An error reply is not a connection failure, and names no limit.
+        assert!(!e.is_connection_error() && !e.is_timeout());
+        let Error::Redis(f) = e.during(Operation::Extend, "k", LIMITS) else {
+            panic!("not a redis error");
+        };
+        assert_eq!(f.limit(), None);
     }
 }

@@ -141,7 +141,10 @@
 //! scheduling when Redis is frozen or unreachable: one timeout, never two stacked (a
 //! pooled connection is waited for at most the read timeout too, and an attempt made
 //! as a wait ends waits for its reply until the call must return, but at least
-//! 200 ms). If an acquire's reply is lost after the command may have reached Redis,
+//! 200 ms). A call never waits on a connection the pool is still making: with none
+//! idle it opens its own, within the connect or the read timeout (handshake
+//! included), so the first call after a network outage heals works. If an
+//! acquire's reply is lost after the command may have reached Redis,
 //! the call returns an error — never `Ok(None)` — and `redlease-io` deletes the token
 //! (compare-and-delete) once Redis answers again, retried until its TTL ends: no ghost
 //! locks.
@@ -186,7 +189,8 @@
 //! [`Error`] is `#[non_exhaustive]`; busy is never an error. Use
 //! [`Error::is_timeout`] and [`Error::is_connection_error`] to decide on retries. A
 //! Redis failure, [`Error::Redis`], says what was done to which lock and which limit
-//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — and its
+//! ran out — `acquiring lock "jobs:7": no reply from redis within 1s` — or quotes
+//! the server's error reply (`redis replied TRYAGAIN: …`); its
 //! [`RedisFailure`] carries the [`Operation`], key and limit as fields, the error from
 //! `redis` or `r2d2` as [`source`](std::error::Error::source). [`Error::Permission`]
 //! names what a Redis ACL refuses; `build()` checks that before any lock is taken

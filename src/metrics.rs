@@ -44,6 +44,9 @@ pub struct Metrics {
     pub wakeups: u64,
     /// Locks a releasing guard handed straight to a waiting caller of this client.
     pub handoffs: u64,
+    /// Real releases whose message other clients' waiters heard, after which this
+    /// client's own waiters held off so that another process takes the key.
+    pub yields: u64,
 }
 
 #[derive(Debug, Default)]
@@ -61,6 +64,7 @@ pub(crate) struct Counters {
     pub(crate) leases_lost: AtomicU64,
     pub(crate) wakeups: AtomicU64,
     pub(crate) handoffs: AtomicU64,
+    pub(crate) yields: AtomicU64,
 }
 
 /// Adds `n` to a counter.
@@ -85,6 +89,7 @@ impl Counters {
             leases_lost: get(&self.leases_lost),
             wakeups: get(&self.wakeups),
             handoffs: get(&self.handoffs),
+            yields: get(&self.yields),
         }
     }
 }

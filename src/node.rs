@@ -55,9 +55,10 @@ impl Node {
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
         };
-        // A caller waits for a pooled connection at most as long as for a reply, so
-        // a frozen server (new connections hang in their handshake) costs a call
-        // one limit, never the connect timeout on top of the read timeout.
+        // A caller waits for a connection at most as long as for a reply, so a
+        // frozen server (new connections hang in their handshake) costs a call one
+        // limit, never the connect timeout on top of the read timeout. A call never
+        // waits on a connection the pool is making (`idle.rs`).
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
@@ -79,19 +80,25 @@ impl Node {
         Ok(())
     }
 
-    /// A pooled connection, waiting at most the connect or the read timeout,
-    /// whichever is shorter, for one.
+    /// A connection: an idle one, else one made for the call (see `idle.rs`),
+    /// within the connect or the read timeout, whichever is shorter.
     pub(crate) fn get(&self) -> Result<NodeConn<'_>> {
-        self.idle.take(|| self.pool.get())
+        self.get_timeout(self.limits().checkout)
     }
 
-    /// A pooled connection, waiting at most `timeout` for one.
+    /// A connection as [`get`](Self::get) takes one, within `timeout`.
     pub(crate) fn get_timeout(&self, timeout: Duration) -> Result<NodeConn<'_>> {
-        self.idle.take(|| self.pool.get_timeout(timeout))
+        self.idle.take(&self.pool, &self.manager, timeout)
     }
 
-    /// Runs an idempotent `f` on a pooled connection, once more on another if the
-    /// first had died while idle.
+    /// A connection made now, within the checkout limit, the idle ones dropped: for
+    /// the retry of a call whose connection had died while idle.
+    pub(crate) fn fresh(&self) -> Result<NodeConn<'_>> {
+        self.idle.fresh(&self.manager, self.limits().checkout)
+    }
+
+    /// Runs an idempotent `f` on a pooled connection, once more on a fresh one if
+    /// the first had died while idle.
     pub(crate) fn with_retry<T>(
         &self,
         mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
@@ -100,7 +107,7 @@ impl Node {
         match f(&mut conn) {
             Err(e) if conn.broken && is_stale(&e) => {
                 drop(conn);
-                let mut other = self.get()?;
+                let mut other = self.fresh()?;
                 Ok(f(&mut other)?)
             }
             other => Ok(other?),

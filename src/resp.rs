@@ -31,6 +31,18 @@ impl From<u64> for Arg<'_> {
 }
 
 impl Conn {
+    /// Sends `pipe` (errors kept as replies) and reads its `n` replies one at a
+    /// time, stopping at the first that fails: `redis` would wait for each of them
+    /// its full read timeout even after one timed out, so a pipeline of n commands
+    /// to a silent server would take n read timeouts.
+    pub(crate) fn pipeline(&mut self, pipe: &redis::Pipeline, n: usize) -> RedisResult<Vec<Value>> {
+        let packed = pipe.get_packed_pipeline();
+        self.run(|c| {
+            c.send_packed_command(&packed)?;
+            (0..n).map(|_| c.recv_response()).collect()
+        })
+    }
+
     /// Sends the command made of `args` and reads its reply; an error reply is an
     /// `Err`, as from `redis::Cmd::query`.
     pub(crate) fn request(&mut self, args: &[Arg<'_>]) -> RedisResult<Value> {

@@ -4,8 +4,9 @@
 use std::fmt;
 #[cfg(any(feature = "sentinel", feature = "cluster"))]
 use std::sync::Arc;
+use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo};
+use redis::{Connection, ConnectionAddr, ConnectionInfo, RedisResult};
 
 #[cfg(feature = "sentinel")]
 use crate::sentinel::Master;
@@ -43,6 +44,33 @@ impl Target {
             Target::Sentinel(_) => None,
         }
     }
+}
+
+impl Target {
+    /// A new connection within `timeout` in all, handshake included (a Sentinel
+    /// target: each step within it, replies within `read`).
+    #[cfg_attr(not(feature = "sentinel"), expect(unused_variables))]
+    pub(crate) fn connect(&self, timeout: Duration, read: Duration) -> RedisResult<Connection> {
+        match self {
+            Target::Server(client) => within(client, timeout),
+            #[cfg(feature = "sentinel")]
+            Target::Sentinel(master) => master.connect(timeout, read),
+            #[cfg(feature = "cluster")]
+            Target::Shard(client, _) => within(client, timeout),
+        }
+    }
+}
+
+/// A connection to `client`'s server within `timeout` in all. `redis` gives the
+/// TCP connect, then each reply of the handshake (`HELLO` or `AUTH`, `SELECT`, two
+/// `CLIENT SETINFO`), what is left of the limit it is given, and waits for every
+/// reply even after one timed out: each step gets its share.
+pub(crate) fn within(client: &redis::Client, timeout: Duration) -> RedisResult<Connection> {
+    let s = client.get_connection_info().redis_settings();
+    let steps = u32::from(s.protocol().supports_resp3() || s.password().is_some())
+        + u32::from(s.db() != 0)
+        + if s.skip_set_lib_name() { 0 } else { 2 };
+    client.get_connection_with_timeout(timeout / steps.max(1))
 }
 
 impl fmt::Debug for Target {

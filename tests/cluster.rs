@@ -4,7 +4,7 @@
 //! SETSLOT` and `MIGRATE` while locks are held and taken.
 mod support;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -527,4 +527,293 @@ fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
     // The guard that outlived its client still releases, on its own thread.
     assert_eq!(outliving.unlock().unwrap(), Release::Released);
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
+}
+
+/// The keys of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]; the
+/// first one's slot moves.
+const LOAD_KEYS: [&str; 3] = ["i:alpha", "i:beta", "i:gamma"];
+
+/// What the workers of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]
+/// share and saw.
+#[derive(Default)]
+struct Load {
+    /// Acquire calls started on the moving key (progress the mover waits for).
+    started: AtomicU64,
+    acquired: AtomicU64,
+    moving_acquired: AtomicU64,
+    gave_up: AtomicU64,
+    overlaps: AtomicU64,
+    errors: parking_lot::Mutex<Vec<String>>,
+    /// Per key: whether a worker holds it, the last fence taken.
+    held: [AtomicBool; 3],
+    fences: [AtomicU64; 3],
+    stop: AtomicBool,
+}
+
+impl Load {
+    /// Worker `t`: fenced lock, a 2 ms section, unlock, every other call on the
+    /// moving key, until told to stop.
+    fn work(&self, client: &LockClient, opts: &LockOptions, t: usize) {
+        for r in 0..100_000usize {
+            if self.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let k = if r % 2 == 0 { 0 } else { 1 + (t + r / 2) % 2 };
+            if k == 0 {
+                self.started.fetch_add(1, Ordering::SeqCst);
+            }
+            let guard = match client.lock_with(LOAD_KEYS[k], opts) {
+                Ok(Some(guard)) => guard,
+                Ok(None) => {
+                    self.gave_up.fetch_add(1, Ordering::SeqCst);
+                    continue;
+                }
+                Err(e) => {
+                    self.errors.lock().push(format!("{e}"));
+                    continue;
+                }
+            };
+            if self.held[k].swap(true, Ordering::SeqCst) {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            let fence = guard.fence().unwrap();
+            let before = self.fences[k].swap(fence, Ordering::SeqCst);
+            assert!(
+                fence > before,
+                "{}: fence {fence} after {before}",
+                LOAD_KEYS[k]
+            );
+            self.acquired.fetch_add(1, Ordering::SeqCst);
+            if k == 0 {
+                self.moving_acquired.fetch_add(1, Ordering::SeqCst);
+            }
+            // The section: 2 ms of work.
+            thread::sleep(Duration::from_millis(2));
+            self.held[k].store(false, Ordering::SeqCst);
+            match guard.unlock() {
+                Ok(Release::Released) => {}
+                Ok(other) => self.errors.lock().push(format!("released: {other:?}")),
+                Err(e) => self.errors.lock().push(format!("{e}")),
+            }
+        }
+    }
+
+    /// Waits until the workers started a few more calls on the moving key, or
+    /// met `TRYAGAIN` a few more times (a free lock's fenced acquire meets it until
+    /// the slot has moved), so that every state of the slot meets some.
+    fn progress(&self, cluster: &Cluster) {
+        let started = || self.started.load(Ordering::SeqCst);
+        let (at, met) = (started(), error_replies(&cluster.nodes, "TRYAGAIN"));
+        let mut polls = 0u32;
+        support::eventually(Duration::from_secs(5), || {
+            polls += 1;
+            started() >= at + 12
+                || (polls.is_multiple_of(10)
+                    && error_replies(&cluster.nodes, "TRYAGAIN") >= met + 12)
+        });
+    }
+}
+
+/// Sets its flag when dropped.
+struct Stop<'a>(&'a AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// `INFO errorstats` summed over `nodes`: how many `code` replies they sent.
+fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
+    let prefix = format!("errorstat_{code}:count=");
+    nodes
+        .iter()
+        .map(|n| {
+            let info: String = n.query(redis::cmd("INFO").arg("errorstats"));
+            info.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// Issue 23: six workers, two threads in each of three clients (as three
+/// processes would; a client's own threads hand the lock to each other), lock
+/// three keys with fences (TTL 5 s, 2 ms sections) while the first key's slot,
+/// which holds its fence counter too, is moved from master to master: `SETSLOT
+/// IMPORTING / MIGRATING`, `MIGRATE` in batches of 100, `SETSLOT NODE` on every
+/// master. No acquire or release may fail, no two holders overlap, fences rise
+/// per key.
+#[test]
+fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
+    let cluster = Cluster::start(3, 0);
+    let slot = cluster.slot("bar:i:alpha");
+    let moves = 4 * support::stress_factor();
+    let clients: Vec<LockClient> = (0..3)
+        .map(|_| {
+            LockClient::cluster(cluster.urls())
+                .key_prefix("bar:")
+                .ttl(Duration::from_secs(5))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let opts = LockOptions::new()
+        .fencing(true)
+        .wait(Duration::from_secs(30));
+    let load = Load::default();
+    // The fence counter exists before the first move, so the slot has a key.
+    let first = clients[0].lock_with(LOAD_KEYS[0], &opts).unwrap().unwrap();
+    load.fences[0].store(first.fence().unwrap(), Ordering::SeqCst);
+    assert_eq!(first.unlock().unwrap(), Release::Released);
+    let mut owners = vec![cluster.owner(slot)];
+    thread::scope(|s| {
+        for t in 0..6 {
+            let (load, client, opts) = (&load, &clients[t % clients.len()], &opts);
+            s.spawn(move || load.work(client, opts, t));
+        }
+        // Set however the mover ends (a failed assertion too): workers stop.
+        let _stop = Stop(&load.stop);
+        load.progress(&cluster);
+        for m in 0..moves {
+            let from = *owners.last().unwrap();
+            let to = (from + 1) % 3;
+            // The first move holds both mid-migration states for longer than one
+            // attempt may take (a read timeout, 2 s): waiting callers wait it out.
+            let linger = || {
+                if m == 0 {
+                    thread::sleep(Duration::from_millis(2500));
+                }
+            };
+            cluster.begin_migration(slot, from, to);
+            load.progress(&cluster);
+            linger();
+            assert!(
+                cluster.move_keys(slot, from, to) > 0,
+                "the slot held no key"
+            );
+            load.progress(&cluster);
+            linger();
+            cluster.finish_migration(slot, from, to);
+            load.progress(&cluster);
+            owners.push(to);
+        }
+    });
+    let errors = load.errors.lock().clone();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &errors {
+        *kinds.entry(e.as_str()).or_default() += 1;
+    }
+    let (acquired, moving) = (
+        load.acquired.load(Ordering::SeqCst),
+        load.moving_acquired.load(Ordering::SeqCst),
+    );
+    println!(
+        "issue 23: {moves} moves of slot {slot} (masters {owners:?}); {acquired} acquisitions \
+         ({moving} of the moving key), {} errors, {} gave up, {} overlaps; the masters replied \
+         ASK {}, TRYAGAIN {}, MOVED {}",
+        errors.len(),
+        load.gave_up.load(Ordering::SeqCst),
+        load.overlaps.load(Ordering::SeqCst),
+        error_replies(&cluster.nodes, "ASK"),
+        error_replies(&cluster.nodes, "TRYAGAIN"),
+        error_replies(&cluster.nodes, "MOVED"),
+    );
+    assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
+    assert_eq!(
+        load.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+    assert_eq!(
+        load.gave_up.load(Ordering::SeqCst),
+        0,
+        "a wait of 30 s ran out"
+    );
+    assert!(moving > 20, "only {moving} sections of the moving key");
+    // The fence counter moved with its slot: it is on the last owner.
+    let last = &cluster.nodes[*owners.last().unwrap()];
+    let in_slot: Vec<String> =
+        last.query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10));
+    assert!(
+        in_slot
+            .iter()
+            .any(|k| k.starts_with("bar:redlease:fence:{")),
+        "no fence counter in slot {slot}: {in_slot:?}"
+    );
+}
+
+/// Issue 23: while a slot is mid-migration, a free lock's fenced acquire meets
+/// `TRYAGAIN` (its two keys, lock and fence counter, are never both on the master
+/// asked) until the slot has moved. A caller that does not wait has it resent
+/// for one read timeout, then gets it quoted; one that waits waits it out as for a
+/// busy lock, up to its deadline; an unfenced lock (one key) is taken through
+/// `ASK` at once.
+#[test]
+fn issue_23_a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
+    let cluster = Cluster::start(3, 0);
+    let read_timeout = Duration::from_millis(600);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .read_timeout(read_timeout)
+        .build()
+        .unwrap();
+    let fenced = LockOptions::new().fencing(true);
+    let key = "{mid}:fenced";
+    let slot = cluster.slot("lock:{mid}:fenced");
+    let (from, to) = (cluster.owner(slot), (cluster.owner(slot) + 1) % 3);
+    // Makes the fence counter.
+    let first = client.lock_with(key, &fenced).unwrap().unwrap();
+    let fence = first.fence().unwrap();
+    assert_eq!(first.unlock().unwrap(), Release::Released);
+    cluster.begin_migration(slot, from, to);
+
+    let at = Instant::now();
+    let tried = client.lock_with(key, &fenced.clone().wait(Duration::ZERO));
+    let took = at.elapsed();
+    let e = tried.expect_err("a try mid-migration is an error");
+    assert!(
+        e.to_string()
+            .starts_with(r#"acquiring lock "lock:{mid}:fenced": redis replied TRYAGAIN: "#),
+        "{e}"
+    );
+    assert!(
+        took >= read_timeout / 2 && took < read_timeout + Duration::from_secs(2),
+        "resent for {took:?}"
+    );
+
+    let at = Instant::now();
+    let timed = client.lock_with(key, &fenced.clone().wait(Duration::from_secs(1)));
+    assert!(timed.unwrap().is_none(), "the slot is still mid-migration");
+    assert!(at.elapsed() >= Duration::from_secs(1), "{:?}", at.elapsed());
+
+    // One key only: routed by `ASK` to the importing master, taken at once.
+    let plain = client.try_lock("{mid}:plain").unwrap().expect("free");
+    assert_eq!(plain.unlock().unwrap(), Release::Released);
+
+    let (started, done) = (AtomicBool::new(false), AtomicBool::new(false));
+    thread::scope(|s| {
+        let blocked = s.spawn(|| {
+            started.store(true, Ordering::SeqCst);
+            let got = client.lock_with(key, &fenced.clone().wait(Duration::from_secs(20)));
+            done.store(true, Ordering::SeqCst);
+            got
+        });
+        assert!(support::eventually(Duration::from_secs(5), || {
+            started.load(Ordering::SeqCst)
+        }));
+        // Longer than its attempts' bound (the read timeout), it still waits.
+        let waiting = !support::eventually(read_timeout * 3, || done.load(Ordering::SeqCst));
+        assert!(waiting, "the waiting caller returned mid-migration");
+        assert!(cluster.move_keys(slot, from, to) > 0, "the counter moved");
+        cluster.finish_migration(slot, from, to);
+        let guard = blocked.join().unwrap().unwrap().expect("taken once moved");
+        assert!(guard.fence().unwrap() > fence, "fence rose across the move");
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    });
+    assert!(
+        cluster.nodes[to].command_calls("asking") > 0,
+        "no call reached the importing master"
+    );
 }

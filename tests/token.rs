@@ -231,12 +231,14 @@ fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
     #[expect(clippy::cast_precision_loss, reason = "a ratio for a report")]
     let ratio = *min as f64 / *max as f64;
     eprintln!("sections per process {counts:?}: min/max {ratio:.2}");
-    // Each real release is a draw among the other processes' waiters, and a loaded
-    // two-core machine favours whoever has a core: on a quiet machine this is
-    // 0.5-0.8, under a load average of 5 about 0.3; without the hand-off bound and
-    // the hold-off it was 0.06-0.16.
+    // Turns go round: a process that gave the key away waits until each other
+    // process had a turn (issue 23). Under a load average of 7-13 this is
+    // 0.72-0.98 (`cargo bench --bench lock`, group `fleet`); when each real release
+    // was a race it was 0.16-0.74, one or two processes in four winning far fewer
+    // turns; without the hand-off bound and the hold-off 0.06-0.16. The bound
+    // asserted leaves room for a CI machine busier than that.
     assert!(
-        ratio >= 0.25,
+        ratio >= 0.35,
         "sections per process {counts:?}: min/max {ratio:.2}"
     );
 }

@@ -135,8 +135,11 @@ impl LockClient {
     /// - **Redirections are followed within the call:** `MOVED` (resharding, a
     ///   failover) updates the slot map and sends the call to the new master;
     ///   `ASK` (a slot mid-migration) sends it once to the importing master after
-    ///   `ASKING`; `TRYAGAIN` (a fenced acquire whose keys are split between both
-    ///   masters mid-migration) is tried again for up to one read timeout. A
+    ///   `ASKING`. `TRYAGAIN`, which a free lock's fenced acquire meets until its
+    ///   slot has moved (its two keys, lock and fence counter, are not both on
+    ///   either master), is busy to a caller that waits: it waits it out within
+    ///   its deadline. A [`try_lock`](LockClient::try_lock) sends it again for up
+    ///   to one read timeout, then returns it as its error. A
     ///   master that stops answering has the slot map read again in the
     ///   background, so its slots follow the replica that takes over.
     /// - **Renewal** sends one pipeline per master per tick. A renewal that meets

@@ -77,7 +77,7 @@ pub(crate) fn send_acquire(
         .arg(r.count)
         .arg(ttl_millis(r.timeout));
     let (reply, wait) = with_scripts(conn, scripts, |c| {
-        let replies: Vec<Value> = c.run(|c| pipe.query(c))?;
+        let replies = c.pipeline(&pipe, 2)?;
         let [reply, wait] = <[Value; 2]>::try_from(replies)
             .map_err(|_| (redis::ErrorKind::Client, "WAIT pipeline: not two replies"))?;
         // An acquire that failed (`NOSCRIPT` among others) wrote nothing.

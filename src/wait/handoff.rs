@@ -13,8 +13,12 @@
 //!
 //! The lock is never free in between. After [`STREAK`] hand-offs in a row a key is
 //! released for real once, so callers of other processes get their turn: when the
-//! release message reaches another client's waiters, this client's waiters hold
-//! off for [`YIELD`] before trying again.
+//! release message reaches N other clients, this client's waiters hold off until
+//! they have heard a release message from each of them (N more messages), or for
+//! N times two turns at most (see `Lines::hold_off`). The others do the same, so turns go round: the client
+//! that waited longest is the only one trying when a turn ends, instead of a
+//! race to Redis that one process of several kept losing (it won half the turns
+//! of the others, with turns as long and as many wake-ups).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -33,10 +37,6 @@ use crate::topology::{HandOff, Handed};
 
 /// Hand-offs in a row after which a key is released for real once.
 pub(crate) const STREAK: u32 = 8;
-/// How long this client's waiters hold off after a real release that other
-/// clients' waiters heard.
-pub(crate) const YIELD: Duration = Duration::from_millis(10);
-
 /// What a waiting caller wants of the lock it may be handed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Want {
@@ -189,9 +189,10 @@ fn take_value(state: &LeaseState) -> (String, Vec<String>) {
 }
 
 /// Releases the lock in Redis. When the release message reached other clients'
-/// waiters, this client's own waiters hold off for [`YIELD`], so that a key
-/// released at the end of a run of hand-offs goes to another process, not back
-/// to this one: that is what makes the bound of [`STREAK`] a turn-taking.
+/// waiters, this client's own waiters hold off until each of those clients may
+/// have had a turn (see the module docs), so that a key released at the end of a
+/// run of hand-offs goes to the process that waited longest, not back to this
+/// one: that is what makes the bound of [`STREAK`] a turn-taking.
 fn release_for_real(
     hub: &Hub,
     state: &LeaseState,
@@ -204,12 +205,19 @@ fn release_for_real(
         channel: &state.channel,
         always: hub.lines.busy(&state.channel),
     };
+    // Messages heard before ours: the hold-off counts from here.
+    let heard = announce
+        .always
+        .then(|| hub.lines.heard(&state.channel))
+        .flatten();
     let freed = hub
         .topology
         .release(&*state.backend, &state.key, announce, value, maybe)?;
     // Our own waiter thread is one of the listeners when we have waiters.
     if freed.listeners > 1 {
-        hub.lines.hold_off(&state.channel, YIELD);
+        bump(&hub.counters.yields, 1);
+        hub.lines
+            .hold_off(&state.channel, freed.listeners - 1, heard);
     }
     Ok(freed.outcome)
 }

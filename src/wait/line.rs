@@ -40,14 +40,46 @@ pub(crate) struct Lines {
 /// One line in a bucket's word.
 const LINE: u64 = 1 << 32;
 
+/// A hold-off's bound per other client, before any turn was seen.
+const YIELD: Duration = Duration::from_millis(20);
+/// A hold-off's bound per other client otherwise: two turns (the mean time
+/// between release messages), within these limits. Another client that stopped
+/// waiting but still listens (a channel lingers subscribed) costs this at most.
+const YIELD_TURNS: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(200));
+/// Other clients counted at most in a hold-off's bound.
+const MAX_OTHERS: u32 = 8;
+
 /// One key's waiting callers.
 #[derive(Default)]
 struct Line {
     waiters: BTreeMap<u64, Sender<Wake>>,
     /// When the holder's TTL last seen runs out.
     holder_until: Option<Instant>,
-    /// Until when the line lets other clients' waiters go first.
-    hold_off: Option<Instant>,
+    /// Release messages heard on the key's channel since the line was made.
+    heard: u64,
+    /// When the last one was heard, and the mean time between them (a turn).
+    last_heard: Option<Instant>,
+    turn: Option<Duration>,
+    /// While set, this client lets other clients' waiters go first.
+    hold_off: Option<HoldOff>,
+}
+
+/// A line's turn given away: after a real release that `others` other clients
+/// heard, this client waits until each of them may have had a turn (it heard
+/// `others` release messages after its own), or until `until` at the latest.
+#[derive(Debug, Clone, Copy)]
+struct HoldOff {
+    until: Instant,
+    others: u64,
+    /// `heard` before the release was sent (its own message comes after).
+    from: u64,
+}
+
+impl HoldOff {
+    /// Whether it still holds, given the messages heard so far.
+    fn holds(&self, heard: u64, now: Instant) -> bool {
+        now < self.until && heard.saturating_sub(self.from) <= self.others
+    }
 }
 
 /// A caller counted in its key's bucket until dropped (the end of its acquire).
@@ -148,17 +180,53 @@ impl Lines {
         line.holder_until
     }
 
-    /// Lets other clients' waiters go first for `d`: the head tries no sooner.
-    pub(crate) fn hold_off(&self, channel: &str, d: Duration) {
+    /// Release messages heard so far on `channel`, if this client has a line for it.
+    pub(crate) fn heard(&self, channel: &str) -> Option<u64> {
+        self.map.lock().get(channel).map(|l| l.heard)
+    }
+
+    /// Counts a release message heard on `channel` (the waiter thread, before it
+    /// wakes anyone with it).
+    pub(crate) fn hear(&self, channel: &str) {
         if let Some(line) = self.map.lock().get_mut(channel) {
-            line.hold_off = Instant::now().checked_add(d);
+            line.heard += 1;
+            let now = Instant::now();
+            if let Some(last) = line.last_heard {
+                let gap = now - last;
+                line.turn = Some(line.turn.map_or(gap, |t| (t * 7 + gap) / 8));
+            }
+            line.last_heard = Some(now);
         }
     }
 
-    /// Until when the head of `channel`'s line must not try, if that is later.
+    /// Gives the key's turn away after a real release that `others` other clients
+    /// heard: the head tries again once it has heard a release by each of them
+    /// (`from` is [`heard`](Self::heard) before the release was sent), or after
+    /// two turns per other client at the latest.
+    pub(crate) fn hold_off(&self, channel: &str, others: u64, from: Option<u64>) {
+        let mut map = self.map.lock();
+        let Some(line) = map.get_mut(channel) else {
+            return;
+        };
+        let per_other = line
+            .turn
+            .map_or(YIELD, |t| (t * 2).clamp(YIELD_TURNS.0, YIELD_TURNS.1));
+        let n = u32::try_from(others).unwrap_or(MAX_OTHERS).min(MAX_OTHERS);
+        line.hold_off = Instant::now()
+            .checked_add(per_other * n)
+            .map(|until| HoldOff {
+                until,
+                others,
+                from: from.map_or(line.heard, |f| f.min(line.heard)),
+            });
+    }
+
+    /// Until when the head of `channel`'s line must not try, if it must wait.
     pub(crate) fn held_off(&self, channel: &str) -> Option<Instant> {
-        let until = self.map.lock().get(channel)?.hold_off?;
-        (until > Instant::now()).then_some(until)
+        let map = self.map.lock();
+        let line = map.get(channel)?;
+        let hold = line.hold_off?;
+        hold.holds(line.heard, Instant::now()).then_some(hold.until)
     }
 
     /// Takes caller `seq` out of `channel`'s line. If it was the head, the next
@@ -223,6 +291,32 @@ mod tests {
         lines.leave("c", 2, true);
         assert!(!lines.map.lock().contains_key("c"));
         assert_eq!(lines.buckets[bucket("c")].load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_turn_given_away_comes_back_after_a_release_by_each_other_client() {
+        let lines = Lines::default();
+        let (tx, _rx) = crossbeam_channel::unbounded();
+        lines.join("c", 1, &tx);
+        lines.hear("c");
+        let from = lines.heard("c");
+        assert_eq!(from, Some(1));
+        // Three other clients heard our release; our own message comes first.
+        lines.hold_off("c", 3, from);
+        for _ in 0..3 {
+            lines.hear("c");
+            assert!(lines.held_off("c").is_some());
+        }
+        lines.hear("c");
+        assert!(
+            lines.held_off("c").is_none(),
+            "each of the three had a turn"
+        );
+        // Two turns per other client bound a hold-off: messages came here far
+        // faster than 1 ms apart, so the bound is 3 ms at most.
+        lines.hold_off("c", 3, lines.heard("c"));
+        let until = lines.held_off("c").expect("held off");
+        assert!(until <= Instant::now() + Duration::from_millis(3));
     }
 
     #[test]

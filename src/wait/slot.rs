@@ -214,6 +214,11 @@ impl<'a> WaitSlot<'a> {
                     if self.hub.lines.held_off(&self.keys.channel).is_none() {
                         return Ok(Next::Attempt);
                     }
+                    // Queued again for the next message, which may end the hold-off.
+                    self.turn = Turn::Waiting;
+                    if let Some(w) = self.healthy_waiter() {
+                        self.enqueue(w);
+                    }
                 }
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;

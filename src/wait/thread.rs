@@ -197,6 +197,7 @@ impl Worker {
                     }
                     match event {
                         Event::Message(channel) if channel != self.kick => {
+                            self.hub.lines.hear(&channel);
                             self.dispatch(&channel);
                         }
                         Event::Confirmed(channel) => self.confirm(vec![channel]),

@@ -1,6 +1,7 @@
 //! Core pinning for the benchmarks, as a user's machine with a busy server sees
 //! it: when `REDLEASE_BENCH_PIN` is set (and `taskset` is there), the given
-//! `redis-server`s go to core 0 and this process to core 1. And the benchmarks'
+//! `redis-server`s go to core 0 and this process to core 1 (to core 0 as well
+//! when it is `same`). And the benchmarks'
 //! 8-thread throughput driver.
 
 use std::process::{Command, Stdio};
@@ -23,9 +24,16 @@ pub fn pin<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) {
             .status()
             .is_ok_and(|s| s.success())
     };
+    // `same`: the benchmark shares core 0 with the servers, so every instruction
+    // and wake-up of either side shows in the other's latency.
+    let mine = if std::env::var("REDLEASE_BENCH_PIN").is_ok_and(|v| v == "same") {
+        "0"
+    } else {
+        "1"
+    };
     let servers = servers.into_iter().all(|s| set("0", s.pid()));
-    let ok = servers && set("1", std::process::id());
-    println!("PIN redis-server on core 0, benchmark on core 1: {ok}");
+    let ok = servers && set(mine, std::process::id());
+    println!("PIN redis-server on core 0, benchmark on core {mine}: {ok}");
 }
 
 /// Runs `work(thread)`'s closure on 8 threads, started together, `per_thread` times

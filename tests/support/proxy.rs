@@ -34,6 +34,9 @@ pub struct Proxy {
 struct Shared {
     shutdown: AtomicBool,
     blackhole: AtomicBool,
+    discard: AtomicBool,
+    /// Bytes thrown away by `discard`.
+    discarded: AtomicU64,
     refuse: AtomicBool,
     delay_micros: AtomicU64,
     /// Bumped by `drop_connections`; a pump whose connection is older exits.
@@ -91,6 +94,18 @@ impl Proxy {
         self.shared.blackhole.store(on, Ordering::SeqCst);
     }
 
+    /// While on, every byte is read and thrown away in both directions, as on a network
+    /// that loses every packet: connections stay open, the client sees a silent server,
+    /// and nothing sent meanwhile ever arrives (a handshake begun then is never answered).
+    pub fn discard(&self, on: bool) {
+        self.shared.discard.store(on, Ordering::SeqCst);
+    }
+
+    /// Bytes thrown away by [`discard`](Self::discard) since the start, both ways.
+    pub fn discarded(&self) -> u64 {
+        self.shared.discarded.load(Ordering::SeqCst)
+    }
+
     /// Holds each forwarded chunk for `delay` before writing it, in both directions, so a
     /// round trip takes at least `2 × delay`. `Duration::ZERO` turns it off.
     pub fn delay(&self, delay: Duration) {
@@ -111,6 +126,11 @@ impl Proxy {
     /// While on, new connections are accepted and closed at once (the client reads EOF).
     pub fn refuse(&self, on: bool) {
         self.shared.refuse.store(on, Ordering::SeqCst);
+    }
+
+    /// Number of connections forwarded since the start, closed ones included.
+    pub fn accepted(&self) -> u64 {
+        self.shared.next_id.load(Ordering::SeqCst)
     }
 
     /// Number of connections currently being forwarded.
@@ -216,6 +236,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, shared: &Shared, id: u64, genera
             Err(e) if is_tick(&e) => continue,
             Err(_) => break,
         };
+        if shared.discard.load(Ordering::SeqCst) {
+            shared.discarded.fetch_add(n as u64, Ordering::SeqCst);
+            continue;
+        }
         if !hold(shared, generation) || to.write_all(&buf[..n]).is_err() {
             break;
         }

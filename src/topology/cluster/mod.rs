@@ -10,8 +10,11 @@
 //!   master in the map's sink; the call is sent again, there.
 //! - `ASK` (a slot being migrated, the key already on the new master): the call
 //!   is sent there once, each command preceded by `ASKING`.
-//! - `TRYAGAIN` (a script's keys split between both masters mid-migration): the
-//!   call is sent again after a short pause, for at most one read timeout.
+//! - `TRYAGAIN` (a script's keys, lock and fence counter, not all on the master
+//!   asked: a free lock's fenced acquire meets it until its slot has moved):
+//!   nothing ran. A caller that waits is told busy and waits as for a held lock
+//!   (deadline, cancel, shutdown apply); other calls are sent again every 10 ms
+//!   for at most one read timeout (and the caller's bound), then fail with it.
 //!
 //! A node that fails (no answer, refused) has the `redlease-map` thread read the
 //! whole map again, so a crashed master's slots move to the replica that took
@@ -28,14 +31,13 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 pub(crate) use self::slot_map::Opener;
-use self::slot_map::{Range, Shared};
-use crate::connection::Manager;
+use self::slot_map::{Shared, first_map};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::owner::SessionWrite;
-use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request};
-use crate::slots::{Redirects, slot};
+use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request, Waiting};
+use crate::slots::slot;
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
@@ -56,6 +58,16 @@ pub(crate) struct Cluster {
     /// Whether releases publish with `SPUBLISH` (Redis 7 has sharded pub/sub).
     sharded: bool,
     read_timeout: Duration,
+}
+
+/// What a call does when it meets `TRYAGAIN`.
+#[derive(Clone, Copy)]
+enum Patience {
+    /// Sends the call again after [`TRY_AGAIN`], for at most one read timeout from
+    /// the first `TRYAGAIN`, and never past the instant given.
+    Resend(Option<Instant>),
+    /// Returns it: the caller waits as for a busy lock.
+    Return,
 }
 
 /// Where a call must go next, after an answer that moved it.
@@ -121,11 +133,13 @@ impl Cluster {
     }
 
     /// Sends `call` to the master of `key`'s slot, following the answers that
-    /// move it ([`Hop`]); `err` finds the error in what a call returns.
+    /// move it ([`Hop`]; `TRYAGAIN` as `patience` says); `err` finds the error in
+    /// what a call returns.
     fn routed<T>(
         &self,
         key: &str,
         err: impl Fn(&T) -> Option<&Error>,
+        patience: Patience,
         mut call: impl FnMut(&Single, bool) -> T,
     ) -> Result<T> {
         let slot = slot(key.as_bytes());
@@ -152,16 +166,27 @@ impl Cluster {
                     hops += 1;
                     next = Some((self.shared.at(&addr)?, true));
                 }
-                Some(Hop::TryAgain)
-                    if Instant::now() + TRY_AGAIN
-                        < *until.get_or_insert_with(|| Instant::now() + self.read_timeout) =>
-                {
+                Some(Hop::TryAgain) if self.again(&mut until, patience) => {
                     std::thread::sleep(TRY_AGAIN);
                     next = Some((single, asking));
                 }
                 _ => return Ok(out),
             }
         }
+    }
+
+    /// Whether a call that met `TRYAGAIN` is sent again after [`TRY_AGAIN`]:
+    /// `until` is when it must stop (set by the first `TRYAGAIN`).
+    fn again(&self, until: &mut Option<Instant>, patience: Patience) -> bool {
+        let Patience::Resend(by) = patience else {
+            return false;
+        };
+        let now = Instant::now();
+        let until = *until.get_or_insert_with(|| {
+            let limit = now + self.read_timeout;
+            by.map_or(limit, |by| by.min(limit))
+        });
+        now + TRY_AGAIN < until
     }
 }
 
@@ -174,9 +199,23 @@ impl Topology for Cluster {
         } else {
             Cow::Borrowed(keys)
         };
-        self.routed(&keys.lock, error_of, |single, ask| {
+        // A free lock cannot be taken until its slot has moved: see the top.
+        let waits = req.wait != Waiting::No;
+        let patience = if waits {
+            Patience::Return
+        } else {
+            Patience::Resend(req.return_by)
+        };
+        let out = self.routed(&keys.lock, error_of, patience, |single, ask| {
             single.acquire_asking(backend, &keys, req, ask)
-        })?
+        })?;
+        match out {
+            // `TRYAGAIN` comes before anything runs: nothing was written.
+            Err(e) if waits && matches!(hop(&e), Some(Hop::TryAgain)) => Ok(Attempt::Busy {
+                remaining: Some(TRY_AGAIN),
+            }),
+            out => out,
+        }
     }
 
     fn release(
@@ -187,7 +226,7 @@ impl Topology for Cluster {
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
-        self.routed(key, error_of, |single, ask| {
+        self.routed(key, error_of, Patience::Resend(None), |single, ask| {
             single.release_asking(backend, key, announce, value, maybe, ask)
         })?
     }
@@ -210,6 +249,7 @@ impl Topology for Cluster {
         let out = self.routed(
             key,
             |r: &(String, Instant, Result<Extend>)| r.2.as_ref().err(),
+            Patience::Resend(None),
             |single, ask| single.extend_asking(backend, (key, value, maybe), ttl, ask),
         );
         out.unwrap_or_else(|e| (value.to_owned(), Instant::now(), Err(e)))
@@ -217,8 +257,9 @@ impl Topology for Cluster {
 
     fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
         let keys = keys.clone().in_cluster();
-        let out = self.routed(&keys.lock, error_of, |single, ask| {
-            single.hand_off_asking(&keys, h, ask)
+        // `TRYAGAIN`: ours is released the usual way (one key, never split).
+        let out = self.routed(&keys.lock, error_of, Patience::Return, |s, ask| {
+            s.hand_off_asking(&keys, h, ask)
         });
         Some(out.and_then(|r| r))
     }
@@ -332,40 +373,4 @@ fn has_sharded_pubsub(node: &Node) -> bool {
         })?)
     });
     matches!(info.as_deref(), Ok([first]) if *first != redis::Value::Nil)
-}
-
-/// The slot map from the first seed that answers `CLUSTER SLOTS`.
-fn first_map(seeds: &[(String, u16)], open: &Opener, config: NodeConfig) -> Result<Vec<Range>> {
-    let mut failure = None;
-    for (host, port) in seeds {
-        // One connection, no pool: the seed may not even be a master.
-        let seed = Manager {
-            target: open(host, *port, Arc::new(Redirects::default()))?,
-            connect_timeout: config.connect_timeout,
-            read_timeout: config.read_timeout,
-            write_timeout: config.write_timeout,
-        };
-        let answer = seed
-            .connect_raw()
-            .and_then(|mut con| slot_map::read_slots(&mut con, Some(host)));
-        match answer {
-            Ok(ranges) if !ranges.is_empty() => return Ok(ranges),
-            Ok(_) => {
-                failure.get_or_insert(Error::config(
-                    "cluster",
-                    "the cluster has no slots assigned",
-                ));
-            }
-            Err(e) if e.code() == Some("ERR") => {
-                failure.get_or_insert(Error::config(
-                    "cluster",
-                    "a seed is not a cluster node (cluster-enabled no)",
-                ));
-            }
-            Err(e) => {
-                failure.get_or_insert(e.into());
-            }
-        }
-    }
-    Err(failure.unwrap_or(Error::config("cluster", "no seed node given")))
 }

@@ -380,7 +380,7 @@ fn round_trip(
     }
     bump(&counters.renewals, indices.len() as u64);
     bump(&counters.renewal_round_trips, 1);
-    let replies = conn.run(|c| pipe.query::<Vec<Value>>(c));
+    let replies = conn.pipeline(&pipe, indices.len());
     // With errors kept as replies, any error left means the reply stream is unknown.
     conn.broken |= replies.is_err();
     for reply in replies.iter().flatten() {

@@ -76,7 +76,13 @@ impl Single {
     ) -> Result<Attempt> {
         let mut retried = false;
         loop {
-            let mut conn = self.node.get()?;
+            // The retry goes to a fresh connection: those idle beside the dead one
+            // likely died with it.
+            let mut conn = if retried {
+                self.node.fresh()?
+            } else {
+                self.node.get()?
+            };
             // Reset when the connection is given back.
             conn.asking = ask;
             // Near the end of the caller's wait, wait for this reply only until the
