@@ -46,22 +46,22 @@ use plan::Plan;
 /// ```
 #[derive(Clone)]
 pub struct LockClient {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// What the client's clones share; dropping it stops and joins the threads (the
 /// renewal thread first: its last reports may queue callbacks for the notifier).
-struct Inner {
-    settings: Settings,
+pub(crate) struct Inner {
+    pub(crate) settings: Settings,
     /// The client's UUID and tag, which its values carry.
-    id: ClientId,
+    pub(crate) id: ClientId,
     default_backend: Arc<dyn Backend>,
     /// The reentrant scheme's backend: one client id in its owner fields, and one
     /// memory of outermost fences, for every call of this client.
-    reentrant: Arc<dyn Backend>,
+    pub(crate) reentrant: Arc<dyn Backend>,
     /// What guards and waiting callers share with the waiter thread. It holds no
     /// thread handle, so a guard holding it never keeps a thread alive.
-    hub: Arc<Hub>,
+    pub(crate) hub: Arc<Hub>,
     renewer: Renewer,
     /// The topology's I/O threads, one per node: stopped after the renewal thread.
     _io: Vec<IoThread>,
@@ -221,7 +221,7 @@ impl LockClient {
     }
 
     /// Acquires `key`; a Redis failure names the call, the key and the limit.
-    fn acquire(
+    pub(crate) fn acquire(
         &self,
         key: &str,
         opts: &LockOptions,
@@ -389,7 +389,7 @@ impl LockClient {
         let backend = match &opts.scheme {
             Some(Scheme::Reentrant) => Arc::clone(&self.inner.reentrant),
             Some(scheme) if *scheme != s.scheme => scheme::backend(scheme, &self.inner.id),
-            _ => Arc::clone(&self.inner.default_backend),
+            _ => (opts.backend.clone()).unwrap_or_else(|| Arc::clone(&self.inner.default_backend)),
         };
         let fence = opts.fencing.unwrap_or(s.fencing);
         let topology = &self.inner.hub.topology;

@@ -75,6 +75,24 @@ pub enum Error {
         /// Replicas asked for.
         required: u32,
     },
+    /// A semaphore has another total than the one asked for; it was left as it is.
+    #[error("semaphore `{name}` has {existing} permits, not {requested}")]
+    PermitsMismatch {
+        /// The semaphore's name, with the client's prefix.
+        name: String,
+        /// Its permits in all, free and held.
+        existing: i64,
+        /// The permits asked for.
+        requested: u32,
+    },
+    /// The name holds another format than a semaphore; nothing was written.
+    #[error("`{name}` holds {found}, not a semaphore")]
+    WrongFormat {
+        /// The name, with the client's prefix (boxed: the error stays small).
+        name: Box<str>,
+        /// What it holds: `a list`, `a hash (a reentrant or read-write lock?)`, ...
+        found: &'static str,
+    },
     /// The client was closed while the call was waiting or starting.
     #[error("lock client is shut down")]
     Shutdown,

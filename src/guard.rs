@@ -48,6 +48,11 @@ impl LockGuard {
         }
     }
 
+    /// The value stored for this lease (a token, a permit id).
+    pub(crate) fn value(&self) -> String {
+        self.state.held.lock().value.clone()
+    }
+
     /// The lock key, with the client's prefix.
     pub fn key(&self) -> &str {
         &self.state.key

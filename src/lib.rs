@@ -102,8 +102,9 @@
 //!   every 3 s with a 10 s TTL, which [`LockClient::inspect`] reads to name a
 //!   lock's [`Owner`].
 //! - `redlease-io` (one per Redis node) sends each tick's renewals in one pipelined
-//!   round trip, and removes values an ambiguous acquire may have left, off the
-//!   caller's time. With Redlock, each node also has a `redlease-lane`, which sends
+//!   round trip (one script call per chunk of up to 500 token or reentrant leases,
+//!   each compared on its own), and removes values an ambiguous acquire may have
+//!   left, off the caller's time. With Redlock, each node also has a `redlease-lane`, which sends
 //!   callers' commands to it, so every node is asked at once.
 //! - `redlease-map` (a cluster client) reads the slot map again when a master
 //!   stops answering, at most every 100 ms.
@@ -202,7 +203,9 @@
 //!
 //! The token scheme is the wire format of redis-py's `Lock`, redsync, node-redlock and
 //! redlock-rs, the reentrant scheme Redisson's `RLock`, so they and redlease exclude
-//! (and Redisson and redlease wake) each other on the same key. A key holding another
+//! (and Redisson and redlease wake) each other on the same key. A [`Semaphore`]
+//! ([`LockClient::semaphore`]) is Redisson's `RPermitExpirableSemaphore`: N permits
+//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A key holding another
 //! type or another scheme's value is treated as held, never overwritten.
 //! [`LockClientBuilder::replicas`] confirms acquisitions on replicas with `WAIT`.
 //!
@@ -274,6 +277,8 @@ mod client;
 mod guard;
 mod inspect;
 mod options;
+mod permit;
+mod semaphore;
 
 pub use builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
@@ -288,7 +293,9 @@ pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
 pub use owner::{ClientTag, Owner, Session};
+pub use permit::PermitGuard;
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
+pub use semaphore::{Permits, Semaphore};
 pub use time::{MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls-rustls")]
 pub use tls::TlsCertificates;

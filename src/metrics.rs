@@ -24,8 +24,9 @@ pub struct Metrics {
     /// gone (expired, restarted, never granted) on some nodes. Each node is counted
     /// when it answers, which may be just after `unlock` returned on a majority.
     pub node_releases: u64,
-    /// Renewal commands sent (one per lease per renewal — with Redlock, per node —
-    /// and again for one re-sent after `NOSCRIPT`).
+    /// Lease renewals sent (one per lease per renewal — with Redlock, per node —
+    /// whether alone or in a script call that renews many, and again for one
+    /// re-sent after `NOSCRIPT`).
     pub renewals: u64,
     /// Renewals that failed (error or no reply in time); retried until validity ends.
     pub renewals_failed: u64,

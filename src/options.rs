@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseLost, LostCallback};
-use crate::scheme::{Replicas, Scheme};
+use crate::scheme::{Backend, Replicas, Scheme};
 use crate::time::{MAX_TTL, MIN_TTL};
 
 /// Whether a held lease is renewed in the background.
@@ -54,6 +54,8 @@ pub struct LockOptions {
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) replicas: Option<(u32, Duration)>,
+    /// Set by a primitive that is not a lock (a semaphore): its format.
+    pub(crate) backend: Option<Arc<dyn Backend>>,
 }
 
 impl LockOptions {
@@ -168,6 +170,7 @@ impl fmt::Debug for LockOptions {
             .field("cancel", &self.cancel)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
             .field("replicas", &self.replicas)
+            .field("backend", &self.backend)
             .finish()
     }
 }

@@ -29,6 +29,10 @@ const LOCKER: &[&str] = &[
     "+pexpire",
     "+hset",
     "+incr",
+    "+mget",
+    "+time",
+    "+pexpireat",
+    "+exists",
     "+publish",
     "+subscribe",
     "+unsubscribe",
@@ -138,6 +142,37 @@ fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wake
     let log: redis::Value = server.query(redis::cmd("ACL").arg("LOG"));
     assert_eq!(refusals(&server), 0, "the rule lacks a permission: {log:?}");
     assert_eq!(dbsize(&server), 1, "only the fence counter is left");
+}
+
+#[test]
+fn issue_23_a_user_without_the_bulk_renewal_commands_renews_one_command_per_lease() {
+    let server = RedisServer::start();
+    let bulk = ["+mget", "+time", "+pexpireat", "+exists"];
+    let rules: Vec<&str> = LOCKER
+        .iter()
+        .copied()
+        .filter(|r| !bulk.contains(r))
+        .collect();
+    set_user(&server, "locker", &rules);
+    let lc = builder(&server, "locker")
+        .ttl(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let guards: Vec<_> = (0..20)
+        .map(|i| lc.try_lock(&format!("k{i}")).unwrap().unwrap())
+        .collect();
+    lc.flush();
+    // The first tick's chunk is refused and re-sent lease by lease; later ticks
+    // send one command per lease from the start.
+    assert!(eventually(Duration::from_secs(10), || {
+        lc.metrics().renewals >= 20 * 5
+    }));
+    assert!(guards.iter().all(redlease::LockGuard::is_held));
+    assert_eq!(lc.metrics().leases_lost, 0);
+    assert_eq!(refusals(&server), 1, "the bulk script is tried once");
+    for g in &guards {
+        assert!(exists(&server, g.key()), "{}", g.key());
+    }
 }
 
 /// What `build()` refused for a new user with exactly `rules`.

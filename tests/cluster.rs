@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, Release};
-use support::RedisServer;
 use support::cluster::Cluster;
+use support::{RedisServer, eventually};
 
 /// One increment as a plain read, yield, write: two holders at once lose one.
 fn increment(counter: &AtomicU64) {
@@ -386,6 +386,10 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
                 .arg("+pttl")
                 .arg("+pexpire")
                 .arg("+incr")
+                .arg("+mget")
+                .arg("+time")
+                .arg("+pexpireat")
+                .arg("+exists")
                 .arg("+evalsha")
                 .arg("+script|load")
                 .arg("+publish")
@@ -816,4 +820,76 @@ fn issue_23_a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
         cluster.nodes[to].command_calls("asking") > 0,
         "no call reached the importing master"
     );
+}
+
+/// `count` of `code` in a node's `INFO errorstats`.
+fn errors(node: &RedisServer, code: &str) -> u64 {
+    let info: String = node.query(redis::cmd("INFO").arg("errorstats"));
+    let prefix = format!("errorstat_{code}:count=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|n| n.split(',').next()?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn issue_23_a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_lease() {
+    const N: usize = 20;
+    let cluster = Cluster::start(3, 0);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .ttl(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    // One hash tag: every lease in one slot, so one script call renews them all.
+    let guards: Vec<_> = (0..N)
+        .map(|i| client.try_lock(&format!("{{mv}}:{i}")).unwrap().unwrap())
+        .collect();
+    let slot = cluster.slot("lock:{mv}:0");
+    let from = cluster.owner(slot);
+    let to = (from + 1) % 3;
+    let renewals = client.metrics().renewals;
+    assert!(eventually(Duration::from_secs(10), || {
+        client.metrics().renewals >= renewals + N as u64
+    }));
+    let (source, target) = (&cluster.nodes[from], &cluster.nodes[to]);
+    assert!(
+        source.command_calls("evalsha") < N as u64 / 2,
+        "not in chunks"
+    );
+    // Half the keys move: the chunk's script meets missing keys (TRYAGAIN) and
+    // each lease is sent again alone (those still here renewed, the others ASK).
+    cluster.begin_migration(slot, from, to);
+    let half: Vec<String> = (0..N / 2).map(|i| format!("lock:{{mv}}:{i}")).collect();
+    let mut migrate = redis::cmd("MIGRATE");
+    migrate
+        .arg("127.0.0.1")
+        .arg(target.port())
+        .arg("")
+        .arg(0)
+        .arg(5000);
+    let () = source.query(migrate.arg("KEYS").arg(&half));
+    source.reset_stats();
+    assert!(eventually(Duration::from_secs(10), || {
+        errors(source, "TRYAGAIN") >= 1 && source.command_calls("pexpire") >= N as u64 / 2
+    }));
+    cluster.move_keys(slot, from, to);
+    cluster.finish_migration(slot, from, to);
+    // On the new owner the leases are renewed again, chunked, and none was lost.
+    let moved = Instant::now();
+    target.reset_stats();
+    assert!(eventually(Duration::from_secs(15), || {
+        moved.elapsed() >= Duration::from_secs(4)
+            && target.command_calls("pexpireat") >= 2 * N as u64
+    }));
+    assert!(guards.iter().all(redlease::LockGuard::is_held));
+    assert_eq!(client.metrics().leases_lost, 0);
+    let mut con = target.conn();
+    for g in &guards {
+        let pttl: i64 = redis::cmd("PTTL").arg(g.key()).query(&mut con).unwrap();
+        assert!(pttl > 0, "{} not renewed on the new owner", g.key());
+    }
+    for g in guards {
+        assert_eq!(g.unlock().unwrap(), Release::Released);
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{LockClient, LockGuard, LockOptions, LossReason, Release, Renewal};
+use redlease::{LockClient, LockGuard, LockOptions, LossReason, Release, Renewal, Scheme};
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, wait_for};
 
@@ -25,6 +25,11 @@ fn client(url: &str, ttl: Duration) -> LockClient {
 
 fn exists(server: &RedisServer, key: &str) -> i64 {
     server.query(redis::cmd("EXISTS").arg(key))
+}
+
+/// The expiry commands Redis ran (the renewal scripts' `PEXPIRE` or `PEXPIREAT`).
+fn expiries(server: &RedisServer) -> u64 {
+    server.command_calls("pexpire") + server.command_calls("pexpireat")
 }
 
 fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
@@ -427,16 +432,26 @@ fn ten_thousand_leases_are_renewed_in_one_round_trip_per_tick_for_thirty_seconds
     }
     let held = start.elapsed();
     assert!(guards.iter().all(LockGuard::is_held));
-    // The server's own count of renewal scripts run matches the client's count of
-    // renewals sent (read between ticks; nothing else sends EVALSHA before unlock).
-    let mut seen = (0, 0);
+    // The server's own count of expiries set (by the renewal scripts) matches the
+    // client's count of renewals sent (read between ticks; nothing else sets one
+    // before unlock), and those renewals went in chunks: one script call for
+    // hundreds of leases.
+    let mut seen = (0, 0, 0);
     let agree = eventually(Duration::from_secs(5), || {
         let sent = lc.metrics().renewals;
+        let pexpires = expiries(&server);
         let calls = server.command_calls("evalsha");
-        seen = (sent, calls);
-        sent == calls && lc.metrics().renewals == sent
+        seen = (sent, pexpires, calls);
+        sent == pexpires && lc.metrics().renewals == sent
     });
-    assert!(agree, "client renewals vs server evalsha: {seen:?}");
+    assert!(
+        agree,
+        "client renewals vs server expiries, evalsha: {seen:?}"
+    );
+    assert!(
+        seen.2 * 100 <= seen.0,
+        "renewals, expiries, evalsha: {seen:?}"
+    );
     let last = lc.metrics();
     let ticks = last.renewal_ticks - first.renewal_ticks;
     let trips = last.renewal_round_trips - first.renewal_round_trips;
@@ -739,4 +754,130 @@ fn extending_to_a_shorter_ttl_renews_on_the_new_schedule() {
     }
     assert!(lc.metrics().renewals >= 3);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+/// Locks `n` keys `<prefix>:<i>` with `opts`, each free.
+fn lock_many(lc: &LockClient, prefix: &str, n: usize, opts: &LockOptions) -> Vec<LockGuard> {
+    (0..n)
+        .map(|i| {
+            lc.lock_with(&format!("{prefix}:{i}"), opts)
+                .unwrap()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Waits (bounded) until the client has sent `more` renewals beyond those it had.
+fn renewals_grow(lc: &LockClient, more: u64) {
+    let target = lc.metrics().renewals + more;
+    let grew = eventually(Duration::from_secs(10), || lc.metrics().renewals >= target);
+    assert!(grew, "renewals stuck at {:?}", lc.metrics());
+}
+
+#[test]
+fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() {
+    const N: usize = 40;
+    let ttl = Duration::from_secs(1);
+    let server = RedisServer::start();
+    let lc = client(&server.url(), ttl);
+    let tokens = lock_many(&lc, "t", N, &LockOptions::new());
+    let reentrant = LockOptions::new().scheme(Scheme::Reentrant);
+    let holds = lock_many(&lc, "r", N, &reentrant);
+    let acquired = Instant::now();
+    lc.flush();
+    renewals_grow(&lc, 2 * N as u64);
+    server.reset_stats();
+    // Behind the client's back: a token replaced, a token deleted, a token
+    // replaced by a hash, and the reentrant hash of one lock taken over by
+    // another owner.
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("t:7")
+            .arg("other")
+            .arg("PX")
+            .arg(60_000),
+    );
+    let _: () = server.query(redis::cmd("DEL").arg("t:9"));
+    let _: () = redis::pipe()
+        .atomic()
+        .del("t:11")
+        .hset("t:11", "f", 1)
+        .query(&mut server.conn())
+        .unwrap();
+    let _: () = redis::pipe()
+        .atomic()
+        .del("r:5")
+        .hset("r:5", "other-owner:1", 1)
+        .pexpire("r:5", 60_000)
+        .query(&mut server.conn())
+        .unwrap();
+    let reason = |g: &LockGuard| {
+        g.lost()
+            .recv_timeout(Duration::from_secs(3))
+            .unwrap()
+            .reason
+    };
+    assert_eq!(reason(&tokens[7]), LossReason::Taken);
+    assert_eq!(reason(&tokens[9]), LossReason::Expired);
+    assert_eq!(reason(&tokens[11]), LossReason::Taken);
+    assert_eq!(reason(&holds[5]), LossReason::Taken);
+    // Past twice the TTL every other lease is still held, in Redis too: renewed.
+    let left = 2 * N as u64 - 4;
+    renewals_grow(&lc, 3 * left);
+    assert!(eventually(Duration::from_secs(10), || acquired.elapsed() >= 2 * ttl));
+    renewals_grow(&lc, left);
+    let mut con = server.conn();
+    for (i, g) in tokens.iter().enumerate().chain(holds.iter().enumerate()) {
+        let lost = ["t:7", "t:9", "t:11", "r:5"].contains(&g.key());
+        assert_eq!(g.is_held(), !lost, "{} ({i})", g.key());
+        if !lost {
+            assert!(pttl(&mut con, g.key()) > 0, "{} not renewed", g.key());
+        }
+    }
+    // The other values were left as they were.
+    let value: String = server.query(redis::cmd("GET").arg("t:7"));
+    assert_eq!(value, "other");
+    assert!(pttl(&mut con, "t:7") > 50_000);
+    assert!(pttl(&mut con, "r:5") > 50_000);
+    assert_eq!(exists(&server, "t:9"), 0);
+    // Each renewal ran its own compare and `PEXPIRE`, many to a script call.
+    let (renewals, calls) = (lc.metrics().renewals, server.command_calls("evalsha"));
+    assert!(
+        calls > 0 && calls * 10 <= renewals,
+        "{calls} calls, {renewals} renewals"
+    );
+    assert_eq!(lc.metrics().leases_lost, 4);
+}
+
+#[test]
+fn issue_23_renewal_chunks_survive_script_flush_between_ticks() {
+    const N: usize = 50;
+    let server = RedisServer::start();
+    let lc = client(&server.url(), Duration::from_secs(1));
+    let guards = lock_many(&lc, "job", N, &LockOptions::new());
+    lc.flush();
+    renewals_grow(&lc, N as u64);
+    let _: () = server.query(redis::cmd("SCRIPT").arg("FLUSH"));
+    let flushed = Instant::now();
+    // The next tick meets NOSCRIPT, loads the scripts again and re-sends.
+    renewals_grow(&lc, 2 * N as u64);
+    assert!(server.command_calls("script|load") >= 1);
+    server.reset_stats();
+    renewals_grow(&lc, 3 * N as u64);
+    assert!(flushed.elapsed() >= Duration::from_secs(1));
+    let mut con = server.conn();
+    for g in &guards {
+        assert!(g.is_held(), "{}", g.key());
+        assert!(pttl(&mut con, g.key()) > 0, "{} not renewed", g.key());
+    }
+    let m = lc.metrics();
+    assert_eq!(m.leases_lost, 0);
+    // Chunks again once the scripts are back: far fewer calls than renewals.
+    let calls = server.command_calls("evalsha");
+    let pexpires = expiries(&server);
+    assert!(pexpires >= 3 * N as u64, "{pexpires} expiries");
+    assert!(
+        calls * 10 <= pexpires,
+        "{calls} calls for {pexpires} renewals"
+    );
 }

@@ -9,8 +9,8 @@
 //!
 //! - `args`: what clap parses, turned into library settings;
 //! - `exit`: the exit codes and the failure type that carries one;
-//! - `run`, with `child` (the command's process group) and `status` (the line
-//!   shown while waiting on a terminal);
+//! - `run`, with `held` (a lock or a semaphore's permit), `child` (the command's
+//!   process group) and `status` (the line shown while waiting on a terminal);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records).
 
@@ -23,6 +23,8 @@ mod args;
 mod child;
 #[path = "redlease/exit.rs"]
 mod exit;
+#[path = "redlease/held.rs"]
+mod held;
 #[path = "redlease/inspect.rs"]
 mod inspect;
 #[path = "redlease/list.rs"]

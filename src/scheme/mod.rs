@@ -13,14 +13,17 @@ use redis::{RedisResult, Value};
 use crate::connection::Conn;
 use crate::owner::ClientId;
 
+mod bulk;
 mod call;
 mod keys;
 mod legacy;
 mod reentrant;
 mod replicas;
 mod request;
+mod semaphore;
 mod token;
 
+pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
@@ -28,6 +31,7 @@ pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
+pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes};
 pub(crate) use token::{TokenBackend, new_token};
 
 /// How a lock is stored in Redis.
@@ -167,6 +171,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {
         tri_state(reply)
     }
+    /// The script that renews many of its leases in one call (`bulk`), for a
+    /// scheme whose value never changes; each lease's reply reads as an
+    /// [`extend_cmd`](Backend::extend_cmd)'s. `None`: one command per lease.
+    fn bulk_extend(&self) -> Option<&'static std::sync::LazyLock<redis::Script>> {
+        None
+    }
     /// Whether its releases publish on the key's channel, so waiters can sleep until
     /// a release message instead of polling.
     fn publishes(&self) -> bool;
@@ -192,6 +202,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// owner may have locked again meanwhile.
     fn reentrant(&self) -> bool {
         false
+    }
+    /// The client id in the values it writes (the reentrant scheme's UUID).
+    fn client_id(&self) -> Option<&str> {
+        None
     }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];

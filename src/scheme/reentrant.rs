@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::bulk::REENTRANT_BULK_EXTEND as BULK;
 use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
@@ -137,7 +138,7 @@ return 1
     ))
 });
 
-static SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND];
+static SCRIPTS: [&LazyLock<Script>; 5] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND, &BULK];
 
 /// Numbers this process's threads: a thread's number is drawn on its first
 /// reentrant lock and kept for its life (Redisson uses Java's thread id).
@@ -263,6 +264,10 @@ impl Backend for ReentrantBackend {
         fixed_extend_cmd(&EXTEND, key, value, ttl)
     }
 
+    fn bulk_extend(&self) -> Option<&'static LazyLock<Script>> {
+        Some(&BULK)
+    }
+
     fn publishes(&self) -> bool {
         true
     }
@@ -285,6 +290,10 @@ impl Backend for ReentrantBackend {
 
     fn reentrant(&self) -> bool {
         true
+    }
+
+    fn client_id(&self) -> Option<&str> {
+        Some(&self.client)
     }
 
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::bulk::TOKEN_BULK_EXTEND;
 use super::{
     Acquire, Backend, Keys, Replicas, Request, Waiting, acquired, fixed_extend_cmd, send_acquire,
     with_scripts,
@@ -46,12 +47,13 @@ impl TokenBackend {
     }
 }
 
-static SCRIPTS: [&LazyLock<Script>; 5] = [
+static SCRIPTS: [&LazyLock<Script>; 6] = [
     &TOKEN_ACQUIRE_FENCED,
     &TOKEN_MARK,
     &TOKEN_RELEASE,
     &TOKEN_RELEASE_SHARDED,
     &TOKEN_EXTEND,
+    &TOKEN_BULK_EXTEND,
 ];
 
 impl Backend for TokenBackend {
@@ -130,6 +132,10 @@ impl Backend for TokenBackend {
     ) -> (redis::Cmd, String) {
         // The token never changes, so there is never another value to accept.
         fixed_extend_cmd(&TOKEN_EXTEND, key, value, ttl)
+    }
+
+    fn bulk_extend(&self) -> Option<&'static LazyLock<Script>> {
+        Some(&TOKEN_BULK_EXTEND)
     }
 
     fn publishes(&self) -> bool {

@@ -34,6 +34,9 @@ pub(crate) use probe::probe;
 pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;
 
+/// The scripts a [`Topology::query`] may call.
+pub(crate) type Scripts = &'static [&'static std::sync::LazyLock<redis::Script>];
+
 /// The outcome of one acquire attempt that got an answer.
 #[derive(Debug)]
 pub(crate) enum Attempt {
@@ -204,6 +207,21 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// Publishes `message` on `channel` on subscriber node `i` (a wake-up of the
     /// waiter thread listening there).
     fn publish(&self, i: usize, channel: &str, message: &str) -> Result<()>;
+
+    /// Runs `cmd`, a call of one of `scripts`, on the node of `key`'s slot, and
+    /// returns its reply: for the calls that hold no lease (a semaphore's count).
+    /// Loads the scripts after `NOSCRIPT`. A quorum of independent masters has no
+    /// one node for a key, and refuses.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) on a quorum; Redis failures.
+    fn query(&self, key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
+        let _ = (key, scripts, cmd);
+        Err(crate::error::Error::config(
+            "semaphore",
+            "a semaphore is one server's format (Redisson's); redlock cannot hold it",
+        ))
+    }
 
     /// Refuses what this topology cannot do safely: a scheme, or fencing.
     ///

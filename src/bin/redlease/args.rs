@@ -151,6 +151,17 @@ pub(crate) struct RunArgs {
         help = "Take a fencing token with the lock, passed to the command as REDLEASE_FENCE"
     )]
     pub(crate) fence: bool,
+    /// Take one of N permits of the semaphore KEY instead of a lock.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = permits,
+        conflicts_with_all = ["fence", "scheme"],
+        help = "Take one of N permits of the semaphore KEY instead of a lock (Redisson's \
+                RPermitExpirableSemaphore; created with N permits when absent, refused when \
+                it has another number)"
+    )]
+    pub(crate) permits: Option<u32>,
     /// Time between SIGTERM and SIGKILL when the command must stop because the lock was lost
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
@@ -195,6 +206,18 @@ pub(crate) struct ReleaseArgs {
     pub(crate) force: bool,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
+}
+
+/// Parses a number of permits: 1 to 4294967295.
+fn permits(text: &str) -> Result<u32, String> {
+    let n: u64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of permits"))?;
+    match u32::try_from(n) {
+        Ok(0) => Err("a semaphore needs at least 1 permit".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{n} permits is beyond {}", u32::MAX)),
+    }
 }
 
 /// Parses a human duration (`30s`, `5m`, `1500ms`, `1h 30m`, `0`).

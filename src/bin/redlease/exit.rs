@@ -40,7 +40,8 @@ Exit status:
   128+N  run: the command was killed by signal N (130: SIGINT, 143: SIGTERM);
          also run's own status when SIGINT/SIGTERM cancels a wait
   0      inspect, release: done
-  64     bad input (option, scheme, duration, missing command or --force)
+  64     bad input (option, scheme, duration, missing command or --force,
+         --permits N for a semaphore that has another N, a key of another format)
   69     Redis unreachable or failing
   70     internal error
   71     local OS error (threads, signals, waiting for the command)
@@ -76,7 +77,7 @@ impl Failure {
     /// may hold a password).
     pub(crate) fn from_lib(err: &Error, server: &str) -> Self {
         let code = match err {
-            Error::Config { .. } | Error::InvalidKey { .. } => USAGE,
+            Error::Config { .. } | Error::InvalidKey { .. } | Error::WrongFormat { .. } => USAGE,
             Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,
             Error::LockLost { .. } => LOST,

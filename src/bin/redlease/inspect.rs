@@ -56,6 +56,9 @@ pub(crate) fn summary(snapshot: &Snapshot) -> String {
                 owners.len()
             )
         }
+        Holder::Semaphore { free, held, .. } => {
+            format!("a semaphore: {held} permit(s) held, {free} free")
+        }
         Holder::Other { kind, .. } => format!("holding a {kind} (no lock format){left}"),
     }
 }
@@ -78,6 +81,15 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> String 
             }
             text
         }
+        Holder::Semaphore {
+            free,
+            held,
+            expired,
+        } => format!(
+            "semaphore (Redisson's permit-expirable layout): {held} permit(s) held \
+             ({expired} past their lease), {free} free, {} in all",
+            free.saturating_add_unsigned(*held)
+        ),
         Holder::Other { kind, value: None } => format!("unknown: a {kind}"),
         Holder::Other {
             kind,
@@ -112,6 +124,7 @@ pub(crate) fn to_json(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned])
         Holder::LegacyMillis(_) => ("legacy-ms", "string"),
         Holder::LegacySeconds(_) => ("legacy-s", "string"),
         Holder::Reentrant(_) => ("reentrant", "hash"),
+        Holder::Semaphore { .. } => ("semaphore", "string"),
         Holder::Other { kind, .. } => ("other", kind.as_str()),
     };
     let mut out = json!({
@@ -138,6 +151,15 @@ pub(crate) fn to_json(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned])
                 .map(|(owner, count)| json!({ "owner": owner, "count": count }))
                 .collect();
             out["owners"] = json!(owners);
+        }
+        Holder::Semaphore {
+            free,
+            held,
+            expired,
+        } => {
+            out["free"] = json!(free);
+            out["held"] = json!(held);
+            out["expired"] = json!(expired);
         }
         Holder::Absent | Holder::Other { value: None, .. } => {}
     }

@@ -22,8 +22,9 @@ const MILLIS_FROM: u64 = 100_000_000_000;
 const MILLIS_UNTIL: u64 = 100_000_000_000_000;
 
 /// One atomic snapshot of a lock key, so the value matches the type and TTL
-/// reported. KEYS[1]: the lock key, KEYS[2]: its fence counter. Read-only;
-/// `redis.pcall` so a fence counter of the wrong type reads as absent.
+/// reported. KEYS[1]: the lock key, KEYS[2]: its fence counter, KEYS[3] the
+/// expiry set of a semaphore of that name; ARGV[1] now (unix ms). Read-only;
+/// `redis.pcall` so a fence counter or set of the wrong type reads as absent.
 static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -33,7 +34,12 @@ if kind == 'string' then value = redis.call('GET', KEYS[1])
 elseif kind == 'hash' then value = redis.call('HGETALL', KEYS[1]) end
 local fence = redis.pcall('GET', KEYS[2])
 if type(fence) == 'table' then fence = false end
-return {kind, redis.call('PTTL', KEYS[1]), value, fence}
+local held = redis.pcall('ZCARD', KEYS[3])
+if type(held) == 'table' then held = 0 end
+local expired = 0
+if held > 0 then expired = redis.pcall('ZCOUNT', KEYS[3], 0, ARGV[1]) end
+if type(expired) == 'table' then expired = 0 end
+return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired}
 ",
     )
 });
@@ -51,6 +57,10 @@ pub(crate) enum Holder {
     LegacySeconds(u64),
     /// A reentrant hash in Redisson's layout: `(<uuid>:<thread id>, hold count)`.
     Reentrant(Vec<(String, i64)>),
+    /// A semaphore in Redisson's `RPermitExpirableSemaphore` layout: permits free
+    /// (the count under the key), held (in its expiry set), and of those expired
+    /// (given back by the next call on it).
+    Semaphore { free: i64, held: u64, expired: u64 },
     /// Anything else: the Redis type, and the value when it is a string.
     Other {
         /// The Redis type (`string`, `list`, `hash`, …).
@@ -115,11 +125,25 @@ pub(crate) fn connect_info(info: redis::ConnectionInfo) -> RedisResult<Connectio
 /// Reads `key` (the full key, prefix included) and the fence counter `fence` in one
 /// atomic round trip.
 pub(crate) fn read(con: &mut Connection, key: &str, fence: &str) -> RedisResult<Snapshot> {
-    let (kind, pttl, value, fence): (String, i64, Value, Option<String>) =
-        SNAPSHOT.key(key).key(fence).invoke(con)?;
+    let (kind, pttl, value, fence, held, expired): (String, i64, Value, Option<String>, u64, u64) =
+        SNAPSHOT
+            .key(key)
+            .key(fence)
+            .key(timeouts(key))
+            .arg(now_in(1))
+            .invoke(con)?;
     let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    let semaphore = |free| Holder::Semaphore {
+        free,
+        held,
+        expired,
+    };
     let holder = match (kind.as_str(), value) {
+        ("none", _) if held > 0 => semaphore(0),
         ("none", _) => Holder::Absent,
+        ("string", Value::BulkString(v)) if is_count(&v, held) => {
+            semaphore(String::from_utf8_lossy(&v).parse().unwrap_or(0))
+        }
         ("string", value) => classify_string(redis::from_redis_value(value)?),
         ("hash", value) => classify_hash(&redis::from_redis_value::<Vec<String>>(value)?),
         (_, _) => Holder::Other { kind, value: None },
@@ -170,6 +194,22 @@ fn classify_hash(flat: &[String]) -> Holder {
             kind: "hash".to_owned(),
             value: None,
         },
+    }
+}
+
+/// Whether a string value is a semaphore's count: an integer, with permits held
+/// or too small to be a timestamp.
+fn is_count(value: &[u8], held: u64) -> bool {
+    let n = String::from_utf8_lossy(value).parse::<i64>();
+    n.is_ok_and(|n| held > 0 || n.unsigned_abs() < SECONDS_FROM)
+}
+
+/// A semaphore's expiry set (Redisson's `suffixName(key, "timeout")`).
+fn timeouts(key: &str) -> String {
+    if key.contains('{') {
+        format!("{key}:timeout")
+    } else {
+        format!("{{{key}}}:timeout")
     }
 }
 

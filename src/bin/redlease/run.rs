@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, at, never, select};
 use nix::sys::signal::Signal;
-use redlease::{CancelToken, Error, LockClient, LockGuard, LockOptions, LossReason};
+use redlease::{CancelToken, Error, LockClient, LockOptions, LossReason};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::args::{RunArgs, Servers, server_name};
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, OS_ERROR, SIGNAL_BASE};
+use crate::held::Held;
 use crate::probe;
 use crate::status::Status;
 
@@ -57,7 +58,12 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     let status = (args.wait != Some(Duration::ZERO))
         .then(|| Status::start(&url, &key, &probe::fence_key(&args.server.prefix)))
         .flatten();
-    let acquired = client.lock_with(&args.key, &opts);
+    let acquired = match args.permits {
+        Some(n) => Held::permit(&client, &args.key, n, &opts)?,
+        None => client
+            .lock_with(&args.key, &opts)
+            .map(|g| g.map(Held::Lock)),
+    };
     if let Some(status) = status {
         status.stop();
     }
@@ -69,10 +75,11 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
                 Some(w) => format!(" within {}", humantime::format_duration(w)),
                 None => String::new(),
             };
-            return Err(Failure::new(
-                NOT_ACQUIRED,
-                format!("`{key}` is held by someone else; not acquired{waited}"),
-            ));
+            let busy = match args.permits {
+                Some(n) => format!("no permit of `{key}` (of {n}) came free"),
+                None => format!("`{key}` is held by someone else; not acquired"),
+            };
+            return Err(Failure::new(NOT_ACQUIRED, format!("{busy}{waited}")));
         }
         Err(Error::Cancelled { .. }) => return Ok(cancelled(&signals, &key)),
         Err(e) => return Err(Failure::from_lib(&e, &server)),
@@ -83,10 +90,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         return Ok(cancelled(&signals, &key));
     }
 
-    let mut env = vec![("REDLEASE_KEY", guard.key().to_owned())];
-    if let Some(fence) = guard.fence() {
-        env.push(("REDLEASE_FENCE", fence.to_string()));
-    }
+    let env = guard.env();
     let child = match Running::spawn(&args.command, &env) {
         Ok(child) => child,
         Err(failure) => {
@@ -134,7 +138,7 @@ fn cancelled(signals: &Receiver<i32>, key: &str) -> u8 {
 /// lease was lost, if it was.
 fn supervise(
     child: &Running,
-    guard: &LockGuard,
+    guard: &Held,
     signals: &Receiver<i32>,
     grace: Duration,
 ) -> Option<&'static str> {
@@ -172,19 +176,19 @@ fn supervise(
 }
 
 /// Releases the lock after the command exited, and picks the exit code.
-fn finish(guard: LockGuard, lost: Option<&str>, status: ExitStatus) -> Result<u8, Failure> {
-    let key = guard.key().to_owned();
+fn finish(guard: Held, lost: Option<&str>, status: ExitStatus) -> Result<u8, Failure> {
+    let what = guard.what();
     let code = exit::of_status(status);
     if let Some(why) = lost {
         return Err(Failure::new(
             LOST,
-            format!("lock on `{key}` lost while the command ran ({why}); the command was stopped"),
+            format!("{what} lost while the command ran ({why}); the command was stopped"),
         ));
     }
     if !guard.is_held() {
         return Err(Failure::new(
             LOST,
-            format!("lock on `{key}` ended before the command did (it exited with {code})"),
+            format!("{what} ended before the command did (it exited with {code})"),
         ));
     }
     match guard.unlock() {
@@ -192,13 +196,13 @@ fn finish(guard: LockGuard, lost: Option<&str>, status: ExitStatus) -> Result<u8
         Ok(released) => Err(Failure::new(
             LOST,
             format!(
-                "lock on `{key}` ended before the command did ({released:?} at release; it exited with {code})"
+                "{what} ended before the command did ({released:?} at release; it exited with {code})"
             ),
         )),
         Err(e) => {
             // The lease was valid when the command ended: its work ran under the lock.
             eprintln!(
-                "redlease: warning: release of `{key}` failed ({}); it expires with its ttl",
+                "redlease: warning: release of the {what} failed ({}); it expires with its ttl",
                 exit::chain(&e)
             );
             Ok(code)

@@ -40,7 +40,7 @@ use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request, Waiting};
 use crate::slots::slot;
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
-use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
 
 /// How many redirections one call follows before it gives up.
 const MAX_HOPS: usize = 5;
@@ -264,14 +264,18 @@ impl Topology for Cluster {
         Some(out.and_then(|r| r))
     }
 
+    fn query(&self, key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
+        self.routed(key, error_of, Patience::Resend(None), |s, a| {
+            s.query_asking(scripts, cmd, a)
+        })?
+    }
+
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
         let mut groups: HashMap<*const Single, (Arc<Single>, Vec<Renew>)> = HashMap::new();
         let mut unrouted = Vec::new();
         for r in batch {
-            match self
-                .shared
-                .master(slot(r.state.key.as_bytes()), &self.nudge)
-            {
+            let at = slot(r.state.key.as_bytes());
+            match self.shared.master(at, &self.nudge) {
                 Ok(single) => {
                     let group = groups
                         .entry(Arc::as_ptr(&single))
@@ -316,10 +320,8 @@ impl Topology for Cluster {
     }
 
     fn subscriber_for(&self, channel: &str) -> Option<usize> {
-        let master = self
-            .shared
-            .master(slot(channel.as_bytes()), &self.nudge)
-            .ok()?;
+        let slot = slot(channel.as_bytes());
+        let master = self.shared.master(slot, &self.nudge).ok()?;
         let node = master.node();
         self.subscribers.iter().position(|n| Arc::ptr_eq(n, node))
     }

@@ -1,18 +1,19 @@
 //! One node's share of a renewal tick: the renewals of a batch of leases in one
-//! pipeline. The exchange with the node gives raw [`Reply`]s; where one node holds
+//! pipeline. The exchange with the node (`pipeline`: chunks of leases renewed by
+//! one script call each) gives raw [`Reply`]s; where one node holds
 //! the lock ([`renew`]) they are applied to each lease at once, with the lease's
 //! mutex held while its renewal is in flight, so that no release runs while a
 //! renewal of the same value is on the wire. Where a quorum holds it, the topology
 //! holds the mutexes across all nodes and applies the majority's answer ([`vote`]).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{ArcMutexGuard, RawMutex};
-use redis::{RedisResult, Value};
+use redis::Value;
 
 use super::Link;
+use super::pipeline::{Item, Loaded, exchange, slot_rule};
 use crate::connection::Conn;
 use crate::lease::{Held, LeaseState, LossReason};
 use crate::metrics::{Counters, bump};
@@ -52,45 +53,6 @@ pub(crate) struct Spec {
     pub(crate) key: String,
     pub(crate) value: String,
     pub(crate) ttl: Duration,
-}
-
-/// One renewal command as a node's pipeline carries it, built again after a
-/// `NOSCRIPT` (a legacy value depends on the time it is built).
-struct Item<'a> {
-    backend: &'a Arc<dyn Backend>,
-    key: &'a str,
-    value: &'a str,
-    maybe: &'a [String],
-    ttl: Duration,
-    cmd: redis::Cmd,
-    new_value: String,
-}
-
-impl<'a> Item<'a> {
-    fn new(
-        backend: &'a Arc<dyn Backend>,
-        key: &'a str,
-        value: &'a str,
-        maybe: &'a [String],
-        ttl: Duration,
-    ) -> Self {
-        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
-        Self {
-            backend,
-            key,
-            value,
-            maybe,
-            ttl,
-            cmd,
-            new_value,
-        }
-    }
-
-    fn rebuild(&mut self) {
-        (self.cmd, self.new_value) = self
-            .backend
-            .extend_cmd(self.key, self.value, self.maybe, self.ttl);
-    }
 }
 
 /// Takes each lease's mutex without waiting. A lease whose release or extend is
@@ -173,7 +135,7 @@ pub(crate) fn renew(
         .collect();
     drop(conn);
     bump(&counters.renewal_nanos, nanos_since(started));
-    let written: Vec<String> = items.into_iter().map(|i| i.new_value).collect();
+    let written: Vec<Option<String>> = items.into_iter().map(|i| i.new_value).collect();
     for ((f, reply), new_value) in flights.into_iter().zip(replies).zip(written) {
         answers.push((f.id, apply(f, sent, reply, new_value)));
     }
@@ -181,10 +143,12 @@ pub(crate) fn renew(
 }
 
 /// One node's reply applied to its lease, the lease's mutex still held.
-fn apply(mut f: Flight, sent: Instant, reply: Reply, new_value: String) -> Renewed {
+/// `new_value`: what the lease's own command wrote, `None` when the value stayed.
+fn apply(mut f: Flight, sent: Instant, reply: Reply, new_value: Option<String>) -> Renewed {
     match reply {
         Reply::Extended => {
-            f.held.confirmed(new_value);
+            let value = new_value.unwrap_or_else(|| std::mem::take(&mut f.held.value));
+            f.held.confirmed(value);
             f.state.renewed(sent, f.ttl);
             Renewed::Extended { sent }
         }
@@ -193,7 +157,9 @@ fn apply(mut f: Flight, sent: Instant, reply: Reply, new_value: String) -> Renew
         Reply::Error => Renewed::Failed,
         Reply::Unanswered => {
             // No reply: the renewal may have landed and rewritten the value.
-            f.held.unconfirmed(new_value);
+            if let Some(new_value) = new_value {
+                f.held.unconfirmed(new_value);
+            }
             Renewed::Failed
         }
     }
@@ -215,6 +181,7 @@ pub(crate) fn vote(
         return vec![Reply::Unanswered; specs.len()];
     }
     let budget = budget(link.node(), report_by);
+    let slot = slot_rule(link.node());
     let conn = match link.conn(started + budget, budget) {
         Ok(conn) => conn,
         Err(e) => {
@@ -226,7 +193,7 @@ pub(crate) fn vote(
         .iter()
         .map(|s| Item::new(&s.backend, &s.key, &s.value, &[], s.ttl))
         .collect();
-    let replies = exchange(conn, counters, &mut items, loaded);
+    let replies = exchange(conn, counters, &mut items, loaded, slot);
     bump(&counters.renewal_nanos, nanos_since(started));
     replies
         .into_iter()
@@ -255,10 +222,6 @@ fn nanos_since(t: Instant) -> u64 {
     u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// The hashes of the scripts the node's I/O thread has loaded on the server: each is
-/// loaded before its first use, so renewals do not meet `NOSCRIPT` in the normal case.
-pub(crate) type Loaded = HashSet<&'static str>;
-
 /// Sends the batch's renewals in one pipeline; one reply per lease, `None` where
 /// no reply came (the failure is logged once for the batch). Every read and write
 /// on the connection is bounded by `budget`.
@@ -277,7 +240,7 @@ fn send(
         })
     };
     let replies = match timeouts(conn, budget, budget) {
-        Ok(()) => exchange(conn, counters, batch, loaded),
+        Ok(()) => exchange(conn, counters, batch, loaded, slot_rule(node)),
         Err(e) => {
             log::warn!("renewal of {} leases failed: {e}", batch.len());
             vec![None; batch.len()]
@@ -285,106 +248,6 @@ fn send(
     };
     if !conn.broken {
         let _ = timeouts(conn, node.read_timeout(), node.write_timeout());
-    }
-    replies
-}
-
-fn exchange(
-    conn: &mut Conn,
-    counters: &Counters,
-    batch: &mut [Item<'_>],
-    loaded: &mut Loaded,
-) -> Vec<Option<Value>> {
-    let all: Vec<usize> = (0..batch.len()).collect();
-    let first = load_scripts(conn, counters, batch, &all, loaded)
-        .and_then(|()| round_trip(conn, counters, batch, &all));
-    let mut replies: Vec<Option<Value>> = match first {
-        Ok(replies) => replies.into_iter().map(Some).collect(),
-        Err(e) => {
-            log::warn!("renewal of {} leases failed: {e}", batch.len());
-            return vec![None; batch.len()];
-        }
-    };
-    // A server that lost its scripts (restart, SCRIPT FLUSH) answers NOSCRIPT: load
-    // them again and send just those renewals again.
-    let again: Vec<usize> = (0..replies.len())
-        .filter(|&i| matches!(&replies[i], Some(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
-        .collect();
-    if again.is_empty() {
-        return replies;
-    }
-    loaded.clear();
-    for &i in &again {
-        batch[i].rebuild();
-    }
-    let retried = load_scripts(conn, counters, batch, &again, loaded)
-        .and_then(|()| round_trip(conn, counters, batch, &again));
-    match retried {
-        Ok(retried) => {
-            for (i, reply) in again.into_iter().zip(retried) {
-                replies[i] = Some(reply);
-            }
-        }
-        Err(e) => {
-            log::warn!(
-                "renewal of {} leases failed after NOSCRIPT: {e}",
-                again.len()
-            );
-            for i in again {
-                replies[i] = None;
-            }
-        }
-    }
-    replies
-}
-
-/// Loads the scripts of `batch[i]`'s scheme, for each `i` in `indices`, that are not
-/// in `loaded` yet: one round trip per script, once per server.
-fn load_scripts(
-    conn: &mut Conn,
-    counters: &Counters,
-    batch: &[Item<'_>],
-    indices: &[usize],
-    loaded: &mut Loaded,
-) -> RedisResult<()> {
-    let mut last: Option<&Arc<dyn Backend>> = None;
-    for &i in indices {
-        let backend = batch[i].backend;
-        if last.is_some_and(|b| Arc::ptr_eq(b, backend)) {
-            continue;
-        }
-        last = Some(backend);
-        for script in backend.scripts() {
-            if !loaded.contains(script.get_hash()) {
-                bump(&counters.renewal_round_trips, 1);
-                conn.run(|c| script.load(c))?;
-                loaded.insert(script.get_hash());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// One round trip carrying the renewals of `batch[i]` for each `i` in `indices`. A
-/// connection whose pipeline failed is not reused.
-fn round_trip(
-    conn: &mut Conn,
-    counters: &Counters,
-    batch: &mut [Item<'_>],
-    indices: &[usize],
-) -> RedisResult<Vec<Value>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for &i in indices {
-        pipe.add_command(std::mem::replace(&mut batch[i].cmd, redis::Cmd::new()));
-    }
-    bump(&counters.renewals, indices.len() as u64);
-    bump(&counters.renewal_round_trips, 1);
-    let replies = conn.pipeline(&pipe, indices.len());
-    // With errors kept as replies, any error left means the reply stream is unknown.
-    conn.broken |= replies.is_err();
-    for reply in replies.iter().flatten() {
-        conn.note_reply(reply);
     }
     replies
 }

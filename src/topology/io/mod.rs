@@ -4,6 +4,7 @@
 
 pub(crate) mod batch;
 mod link;
+mod pipeline;
 mod worker;
 
 pub(crate) use link::{Link, timed_out};

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::Link;
-use super::batch::{self, Loaded, Reply, Spec};
+use super::batch::{self, Reply, Spec};
+use super::pipeline::Loaded;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::Node;
@@ -179,7 +180,7 @@ struct Io<'a> {
 
 fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(Link, Duration)>) {
     let mut io = Io { node, link };
-    let mut loaded = Loaded::new();
+    let mut loaded = Loaded::default();
     let mut pending: Vec<Pending> = Vec::new();
     loop {
         let next = pending.iter().map(|p| p.next).min();

@@ -17,7 +17,7 @@ use crate::scheme::{
 use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
 use crate::topology::io::{Cleanup, IoThread, Job, Worker};
-use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
+use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
 
 /// One Redis server holds every lock: each call is one command or script on it.
 pub(crate) struct Single {
@@ -163,6 +163,19 @@ impl Single {
         })
     }
 
+    /// [`Topology::query`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
+    pub(crate) fn query_asking(
+        &self,
+        scripts: Scripts,
+        cmd: &redis::Cmd,
+        ask: bool,
+    ) -> Result<redis::Value> {
+        self.node.with_retry(|conn| {
+            conn.asking = ask;
+            with_scripts(conn, scripts, |c| c.run(|c| cmd.query(c)))
+        })
+    }
+
     /// [`Topology::extend`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
     pub(crate) fn extend_asking(
         &self,
@@ -245,6 +258,10 @@ impl Topology for Single {
 
     fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
         Some(self.hand_off_asking(keys, h, false))
+    }
+
+    fn query(&self, _key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
+        self.query_asking(scripts, cmd, false)
     }
 
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {

@@ -1,0 +1,153 @@
+//! The lease semaphore against its floor, measured side by side in one run.
+//!
+//! - `semaphore`: one permit acquired and released (`Semaphore::try_acquire` +
+//!   `PermitGuard::release`) vs Redisson's own `RPermitExpirableSemaphore`
+//!   scripts (`tryAcquire` + `tryRelease`, a fresh 16-byte id each time) sent by
+//!   `EVALSHA` on one raw connection: what Redisson sends for the same work;
+//!   medians of 3,000 alternated rounds, and p99.
+//!
+//! Run: `cargo bench --bench semaphore` (needs `redis-server` on PATH);
+//! `REDLEASE_BENCH_PIN=1` pins the `redis-server` to core 0 and this process to
+//! core 1 (`taskset`), as in `benches/lock.rs`.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use redlease::LockClient;
+use support::RedisServer;
+use support::pin::pin;
+use support::redisson_semaphore::{NO_LEASE, TRY_ACQUIRE, TRY_RELEASE, channel, now_ms, timeouts};
+
+/// Redisson's lease when the permit is taken with one (`acquire(leaseTime)`): the
+/// same 30 s as redlease's default TTL.
+const LEASE_MS: u64 = 30_000;
+
+/// The floor: Redisson's scripts by `EVALSHA`, as Redisson sends them.
+struct RedissonFloor {
+    con: redis::Connection,
+    acquire: redis::Script,
+    release: redis::Script,
+    name: String,
+    timeouts: String,
+    channel: String,
+}
+
+impl RedissonFloor {
+    fn new(server: &RedisServer, name: &str) -> Self {
+        Self {
+            con: server.conn(),
+            acquire: redis::Script::new(TRY_ACQUIRE),
+            release: redis::Script::new(TRY_RELEASE),
+            name: name.to_owned(),
+            timeouts: timeouts(name),
+            channel: channel(name),
+        }
+    }
+
+    fn acquire_release(&mut self) {
+        let id = *uuid::Uuid::new_v4().as_bytes();
+        let now = now_ms();
+        let got: Option<String> = self
+            .acquire
+            .key(&self.name)
+            .key(&self.timeouts)
+            .key(&self.channel)
+            .arg(1)
+            .arg(now + LEASE_MS)
+            .arg(now)
+            .arg(NO_LEASE)
+            .arg("publish")
+            .arg(&id[..])
+            .invoke(&mut self.con)
+            .unwrap();
+        assert_eq!(got.as_deref(), Some("OK"));
+        let released: i64 = self
+            .release
+            .key(&self.name)
+            .key(&self.channel)
+            .key(&self.timeouts)
+            .arg(&id[..])
+            .arg(1)
+            .arg(now_ms())
+            .arg("publish")
+            .invoke(&mut self.con)
+            .unwrap();
+        assert_eq!(released, 1);
+    }
+}
+
+/// Times of `rounds` calls of `a` and of `b`, made alternately.
+fn paired(
+    rounds: usize,
+    mut a: impl FnMut(),
+    mut b: impl FnMut(),
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
+    for _ in 0..rounds {
+        let t = Instant::now();
+        a();
+        ta.push(t.elapsed());
+        let t = Instant::now();
+        b();
+        tb.push(t.elapsed());
+    }
+    (ta, tb)
+}
+
+fn percentile(v: &mut [Duration], p: usize) -> Duration {
+    v.sort_unstable();
+    v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
+fn semaphore(c: &mut Criterion) {
+    let server = RedisServer::start();
+    pin([&server]);
+    let client = LockClient::builder(server.url()).build().unwrap();
+    let sem = client.semaphore("bench:sem").unwrap();
+    sem.ensure_permits(4).unwrap();
+    let mut floor = RedissonFloor::new(&server, "bench:floor");
+    let mut con = server.conn();
+    let _: i64 = redis::cmd("SET")
+        .arg("bench:floor")
+        .arg(4)
+        .query(&mut con)
+        .map(|()| 0)
+        .unwrap();
+    let ours = || {
+        let permit = sem.try_acquire().unwrap().unwrap();
+        assert!(permit.release().unwrap().was_held());
+    };
+    let mut g = c.benchmark_group("semaphore");
+    g.bench_function("redlease_permit_acquire_release", |b| b.iter(ours));
+    g.bench_function("floor_redisson_evalsha", |b| {
+        b.iter(|| floor.acquire_release());
+    });
+    g.finish();
+    let (mut ta, mut tb) = paired(3000, ours, || floor.acquire_release());
+    let (p50, base) = (percentile(&mut ta, 50), percentile(&mut tb, 50));
+    let (p99, base99) = (percentile(&mut ta, 99), percentile(&mut tb, 99));
+    let ratio = p50.as_secs_f64() / base.as_secs_f64();
+    println!(
+        "RATIO permit acquire+release vs Redisson's scripts: redlease p50 {p50:?} / floor p50 \
+         {base:?} = {ratio:.3}x (p99 {p99:?} / {base99:?})"
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = semaphore
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
