@@ -147,7 +147,7 @@ fn the_owners_of_token_and_reentrant_holders_show_across_processes() {
     let [id] = ids.as_slice() else {
         panic!("one permit: {ids:?}")
     };
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = uuid::Uuid::from_slice(id).unwrap().simple().to_string();
     let tag = ClientTag::of_permit(&hex).expect("a redlease permit id");
     let mut con = server.conn();
     let owner = Owner::lookup(&mut con, PREFIX, tag).unwrap();
