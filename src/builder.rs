@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
 use crate::options::{Renewal, Settings, check_interval, check_ttl};
+use crate::owner::ClientId;
 use crate::scheme::{self, Replicas, Scheme};
 use crate::tls::Tls;
 #[cfg(feature = "cluster")]
@@ -229,7 +230,8 @@ impl LockClientBuilder {
         // Before any lock: a user who could take locks but not release them is
         // refused, and one who may not subscribe polls.
         let kick = format!("{KICK_PREFIX}probe");
-        let backend = scheme::backend(&self.scheme);
+        let id = ClientId::new();
+        let backend = scheme::backend(&self.scheme, &id);
         let check = |node: &Node| {
             let kick = self.pubsub.then_some(kick.as_str());
             probe(node, &*backend, &self.key_prefix, kick, None).map(|a| a.subscribe)
@@ -252,8 +254,14 @@ impl LockClientBuilder {
                     .into_iter()
                     .map(|info| self.target(info))
                     .collect::<Result<Vec<_>>>()?;
-                let (redlock, io, subscribe) =
-                    Redlock::connect(targets, config, wait, self.ttl, &counters, check)?;
+                let (redlock, io, subscribe) = Redlock::connect(
+                    targets,
+                    config,
+                    wait,
+                    self.ttl,
+                    (&counters, id.tag()),
+                    check,
+                )?;
                 (Arc::new(redlock), io, subscribe)
             }
             #[cfg(feature = "sentinel")]
@@ -300,6 +308,7 @@ impl LockClientBuilder {
             io,
             counters,
             (self.backoff_min, self.backoff_max),
+            id,
         )
     }
 

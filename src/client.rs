@@ -7,14 +7,21 @@ use std::time::{Duration, Instant};
 use crate::cancel::CancelToken;
 use crate::error::{Error, Operation, Result};
 use crate::guard::LockGuard;
-use crate::lease::{LeaseState, LostCallback, Terms};
+use crate::lease::LeaseState;
+use crate::metrics::export::{self, Timer};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
 use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
+use crate::owner::{ClientId, SessionWrite};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
 use crate::topology::{Attempt, IoThread, Topology};
 use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
+
+mod owners;
+mod plan;
+
+use plan::Plan;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
@@ -46,6 +53,8 @@ pub struct LockClient {
 /// renewal thread first: its last reports may queue callbacks for the notifier).
 pub(crate) struct Inner {
     pub(crate) settings: Settings,
+    /// The client's UUID and tag, which its values carry.
+    pub(crate) id: ClientId,
     default_backend: Arc<dyn Backend>,
     /// The reentrant scheme's backend: one client id in its owner fields, and one
     /// memory of outermost fences, for every call of this client.
@@ -60,45 +69,6 @@ pub(crate) struct Inner {
     waiters: Option<Waiters>,
 }
 
-/// A lock call's options with the client's defaults filled in.
-struct Plan {
-    ttl: Duration,
-    fence: bool,
-    renewal: Renewal,
-    interval: Duration,
-    max_hold: Option<Duration>,
-    max_renewals: Option<u32>,
-    backend: Arc<dyn Backend>,
-    on_lost: Option<LostCallback>,
-    replicas: Option<Replicas>,
-    /// Computed once by [`Plan::with_terms`].
-    terms: Option<Terms>,
-}
-
-impl Plan {
-    /// The terms on which a lease of this plan can pass between holders of the
-    /// client as it is: renewed, no fence, no hold bound, no callback.
-    fn with_terms(mut self) -> Self {
-        let plain = self.renewal == Renewal::Auto
-            && !self.fence
-            && self.max_hold.is_none()
-            && self.max_renewals.is_none()
-            && self.on_lost.is_none()
-            && self.backend.hands_over();
-        self.terms = plain.then_some(Terms {
-            ttl: self.ttl,
-            interval: self.interval,
-        });
-        self
-    }
-
-    /// Whether a waiting caller of this plan may be handed a lock by a releasing
-    /// guard: a token lock, with no replica confirmation (a hand-off sends no `WAIT`).
-    fn takes_hand_off(&self) -> bool {
-        self.backend.hands_over() && self.replicas.is_none()
-    }
-}
-
 impl LockClient {
     /// Starts the client's threads over `topology`.
     pub(crate) fn start(
@@ -107,27 +77,31 @@ impl LockClient {
         io: Vec<IoThread>,
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
+        id: ClientId,
     ) -> Result<Self> {
         let hub = Arc::new(Hub::new(
             Arc::clone(&topology),
             Arc::clone(&counters),
             backoff,
+            id.tag(),
         ));
         let notifier = Notifier::spawn()?;
-        let renewer = Renewer::spawn(topology, counters)?;
+        let session = SessionWrite::new(&settings.key_prefix, &id);
+        let renewer = Renewer::spawn(topology, counters, session)?;
         let waiters = if settings.pubsub {
             Some(Waiters::spawn(&hub)?)
         } else {
             None
         };
-        let reentrant = scheme::backend(&Scheme::Reentrant);
+        let reentrant = scheme::backend(&Scheme::Reentrant, &id);
         Ok(Self {
             inner: Arc::new(Inner {
                 default_backend: if settings.scheme == Scheme::Reentrant {
                     Arc::clone(&reentrant)
                 } else {
-                    scheme::backend(&settings.scheme)
+                    scheme::backend(&settings.scheme, &id)
                 },
+                id,
                 reentrant,
                 settings,
                 hub,
@@ -254,11 +228,15 @@ impl LockClient {
         deadline: Option<Instant>,
         fair: bool,
     ) -> Result<Option<LockGuard>> {
-        self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+        let began = Timer::start();
+        let out = self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
             let key = format!("{}{key}", self.inner.settings.key_prefix);
             let limits = self.inner.hub.topology.subscriber(0).limits();
             e.during(Operation::Acquire, &key, limits)
-        })
+        });
+        let scheme = opts.scheme.as_ref().unwrap_or(&self.inner.settings.scheme);
+        export::acquisition(&out, scheme.label(), began);
+        out
     }
 
     fn acquire_loop(
@@ -411,7 +389,7 @@ impl LockClient {
         }
         let backend = match &opts.scheme {
             Some(Scheme::Reentrant) => Arc::clone(&self.inner.reentrant),
-            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme),
+            Some(scheme) if *scheme != s.scheme => scheme::backend(scheme, &self.inner.id),
             _ => (opts.backend.clone()).unwrap_or_else(|| Arc::clone(&self.inner.default_backend)),
         };
         let fence = opts.fencing.unwrap_or(s.fencing);

@@ -14,6 +14,8 @@ pub enum Operation {
     Release,
     /// Extending a lock: [`extend`](crate::LockGuard::extend).
     Extend,
+    /// Reading a lock and its owners: [`inspect`](crate::LockClient::inspect).
+    Inspect,
 }
 
 impl fmt::Display for Operation {
@@ -22,6 +24,7 @@ impl fmt::Display for Operation {
             Operation::Acquire => "acquiring",
             Operation::Release => "releasing",
             Operation::Extend => "extending",
+            Operation::Inspect => "inspecting",
         })
     }
 }

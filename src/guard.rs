@@ -9,6 +9,7 @@ use crossbeam_channel::Receiver;
 use crate::error::{Error, Operation, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
+use crate::metrics::export::Hold;
 use crate::options::check_ttl;
 use crate::scheme::{Extend, Release};
 use crate::wait::{Hub, release};
@@ -33,6 +34,7 @@ pub struct LockGuard {
     hub: Option<Arc<Hub>>,
     fence: Option<u64>,
     lost: OnceLock<Receiver<LeaseLost>>,
+    hold: Hold,
 }
 
 impl LockGuard {
@@ -42,6 +44,7 @@ impl LockGuard {
             hub: Some(hub),
             fence,
             lost: OnceLock::new(),
+            hold: Hold::start(),
         }
     }
 
@@ -172,6 +175,7 @@ impl LockGuard {
     /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
     fn release(&mut self) -> Option<Result<Release>> {
         let hub = self.hub.take()?;
+        self.hold.end();
         // A caller of this client waiting for the key takes the lease, or the lock,
         // over directly; otherwise compare-and-delete.
         let outcome = release(&hub, &self.state);

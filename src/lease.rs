@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
-use crate::metrics::{Counters, bump};
+use crate::metrics::{Counters, bump, export};
 use crate::scheme::{Backend, Keys};
 use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
 
@@ -61,6 +61,20 @@ pub enum LossReason {
     /// reasons this is a warning, not a loss: the lease stays valid, and
     /// [`is_held`](crate::LockGuard::is_held) true, until the guard's `valid_until()`.
     Shutdown,
+}
+
+impl LossReason {
+    /// The reason's name in metrics' labels.
+    fn label(self) -> &'static str {
+        match self {
+            LossReason::Expired => "expired",
+            LossReason::Taken => "taken",
+            LossReason::Unreachable => "unreachable",
+            LossReason::MaxHold => "max_hold",
+            LossReason::TtlElapsed => "ttl_elapsed",
+            LossReason::Shutdown => "shutdown",
+        }
+    }
 }
 
 /// The message sent on [`LockGuard::lost`](crate::LockGuard::lost) and passed to the
@@ -185,6 +199,7 @@ impl LeaseState {
         let newly_lost = reason != LossReason::Shutdown && self.mark_lost();
         if newly_lost {
             bump(&counters.leases_lost, 1);
+            export::lost(reason.label());
         }
         if self.told.swap(true, Ordering::AcqRel) {
             return;
@@ -325,7 +340,8 @@ mod tests {
     fn lease(
         on_lost: Option<(LostCallback, Sender<Notice>)>,
     ) -> (LeaseState, crossbeam_channel::Receiver<LeaseLost>) {
-        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token);
+        let id = crate::owner::ClientId::new();
+        let backend = crate::scheme::backend(&crate::scheme::Scheme::Token, &id);
         let keys = Keys::new("", "k", &*backend).unwrap();
         let ttl = Duration::from_secs(10);
         let state = LeaseState::new(keys, backend, "v".into(), Instant::now(), ttl, on_lost);

@@ -35,7 +35,8 @@
 //!
 //! # Schemes
 //!
-//! [`Scheme::Token`] (the default) stores `SET key <uuid v4> NX PX <ttl>`; release is a
+//! [`Scheme::Token`] (the default) stores `SET key rl1:<tag><random> NX PX <ttl>` (the
+//! client's [`ClientTag`] and 64 random bits, 32 hex digits in all); release is a
 //! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
 //! extend a lock they do not hold. With fencing, the acquire script also `INCR`s the
 //! key prefix's one counter, `<prefix>redlease:fence`, in the same atomic step:
@@ -96,7 +97,10 @@
 //!   trip in flight is doing. When a renewal finds the key gone or taken, or
 //!   renewals fail until the lease's validity ends, the lease is lost:
 //!   [`LockGuard::is_held`] turns false, [`LockGuard::lost`] receives a [`LeaseLost`],
-//!   and the `on_lost` callback is queued.
+//!   and the `on_lost` callback is queued. It also keeps the client's session
+//!   record (`<prefix>redlease:session:<tag>`: host, pid, program), rewritten
+//!   every 3 s with a 10 s TTL, which [`LockClient::inspect`] reads to name a
+//!   lock's [`Owner`].
 //! - `redlease-io` (one per Redis node) sends each tick's renewals in one pipelined
 //!   round trip (one script call per chunk of up to 500 token or reentrant leases,
 //!   each compared on its own), and removes values an ambiguous acquire may have
@@ -154,7 +158,8 @@
 //! ../shared/tools/modgraph.py src` and `… src --files` check both):
 //!
 //! ```text
-//! facade      builder, options, client (LockClient), guard (LockGuard)
+//! facade      builder, options, client (LockClient), guard (LockGuard), inspect
+//!             (LockInfo: a lock's holders and their owners)
 //! threads     renewal/ (deadline queue)   notify   wait/ (pub/sub, local queue, hand-off)
 //! topology    the seam (topology/mod.rs): where a lock lives, a folder per deployment
 //!             single/  one server
@@ -167,7 +172,8 @@
 //! node        one Redis server: its pool
 //! connection  r2d2 manager, timeouts, retry on a stale connection; where
 //!             connections go: tls (certificates), sentinel (the current master)
-//! leaves      error, metrics, scripts, time, cancel, slots (cluster key slots)
+//! leaves      error, metrics, scripts, time, cancel, slots (cluster key slots),
+//!             owner (client tags, session records)
 //! ```
 //!
 //! ```text
@@ -207,7 +213,8 @@
 //!
 //! [`RedisFailure::redis_error`] is a [`redis::RedisError`], and a failure's source
 //! that or an [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`]
-//! accepts; the lost channel is a [`crossbeam_channel::Receiver`].
+//! accepts; [`Owner::lookup`] reads through any [`redis::ConnectionLike`]; the lost
+//! channel is a [`crossbeam_channel::Receiver`].
 //!
 //! # Feature flags
 //!
@@ -220,6 +227,7 @@
 //! | `tls-rustls` | `rediss://` URLs; `LockClientBuilder::tls` with `TlsCertificates` for a private CA and client certificates (mutual TLS) |
 //! | `sentinel` | `LockClient::sentinel`: the master is looked up through Redis Sentinel at every new connection, and a failover followed (what it can do to a lock is in its docs) |
 //! | `cluster` | `LockClient::cluster`: locks routed to the master of their key's slot, a fence counter per slot, `MOVED`/`ASK`/`TRYAGAIN` followed within the call (`crc16`) |
+//! | `metrics` | counters, gauges and histograms through the `metrics` crate's facade (`redlease_acquisitions_total`, `redlease_wait_seconds`, `redlease_hold_seconds`, `redlease_leases_held`, `redlease_leases_lost_total`, `redlease_renewals_total`); none names a lock |
 //! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV
@@ -240,6 +248,7 @@ mod cancel;
 mod error;
 mod failure;
 mod metrics;
+mod owner;
 mod scripts;
 #[cfg(feature = "cluster")]
 mod slots;
@@ -266,6 +275,7 @@ mod wait;
 mod builder;
 mod client;
 mod guard;
+mod inspect;
 mod options;
 mod permit;
 mod rw_guard;
@@ -280,9 +290,11 @@ pub use cancel::CancelToken;
 pub use client::LockClient;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
+pub use inspect::{HeldLock, Holder, LockFormat, LockInfo};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
+pub use owner::{ClientTag, Owner, Session};
 pub use permit::PermitGuard;
 pub use rw_guard::{ReadGuard, WriteGuard};
 pub use rwlock::ReadWriteLock;

@@ -94,3 +94,93 @@ impl Counters {
         }
     }
 }
+
+/// What the `metrics` feature records through the `metrics` crate's facade, so
+/// that the application's exporter (Prometheus, `StatsD`, …) shows it. Without the
+/// feature every function is empty and [`Hold`] has no size: nothing is measured.
+///
+/// Labels never name a lock (their number would grow without bound):
+/// `redlease_acquisitions_total{outcome, scheme}`, `redlease_wait_seconds{scheme}`,
+/// `redlease_hold_seconds`, `redlease_leases_held`,
+/// `redlease_leases_lost_total{reason}`, `redlease_renewals_total{outcome}`.
+pub(crate) mod export {
+    #[cfg(feature = "metrics")]
+    use std::time::Instant;
+
+    /// A start time, taken only with the feature (no clock read without it).
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Timer(#[cfg(feature = "metrics")] Instant);
+
+    impl Timer {
+        pub(crate) fn start() -> Self {
+            Timer(
+                #[cfg(feature = "metrics")]
+                Instant::now(),
+            )
+        }
+
+        #[cfg(feature = "metrics")]
+        fn seconds(self) -> f64 {
+            self.0.elapsed().as_secs_f64()
+        }
+    }
+
+    /// When a guard began holding its lease.
+    #[derive(Debug, Clone, Copy)]
+    pub(crate) struct Hold(Timer);
+
+    impl Hold {
+        /// A guard begins holding: one more lease held.
+        pub(crate) fn start() -> Self {
+            #[cfg(feature = "metrics")]
+            ::metrics::gauge!("redlease_leases_held").increment(1.0);
+            Hold(Timer::start())
+        }
+
+        /// The guard released (or handed on) its lease.
+        #[cfg_attr(not(feature = "metrics"), expect(clippy::unused_self))]
+        pub(crate) fn end(self) {
+            #[cfg(feature = "metrics")]
+            {
+                ::metrics::gauge!("redlease_leases_held").decrement(1.0);
+                ::metrics::histogram!("redlease_hold_seconds").record(self.0.seconds());
+            }
+        }
+    }
+
+    /// A lock call returned `out` (acquired, busy or an error) after waiting
+    /// since `began`.
+    #[cfg_attr(not(feature = "metrics"), expect(unused_variables))]
+    pub(crate) fn acquisition<T, E>(
+        out: &Result<Option<T>, E>,
+        scheme: &'static str,
+        began: Timer,
+    ) {
+        #[cfg(feature = "metrics")]
+        {
+            let outcome = match out {
+                Ok(Some(_)) => "acquired",
+                Ok(None) => "busy",
+                Err(_) => "error",
+            };
+            let labels = [("outcome", outcome), ("scheme", scheme)];
+            ::metrics::counter!("redlease_acquisitions_total", &labels).increment(1);
+            ::metrics::histogram!("redlease_wait_seconds", "scheme" => scheme)
+                .record(began.seconds());
+        }
+    }
+
+    /// A lease was lost, for `reason` (`expired`, `taken`, …).
+    #[cfg_attr(not(feature = "metrics"), expect(unused_variables))]
+    pub(crate) fn lost(reason: &'static str) {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!("redlease_leases_lost_total", "reason" => reason).increment(1);
+    }
+
+    /// A renewal was answered: `extended`, `lost` or `failed`.
+    #[cfg_attr(not(feature = "metrics"), expect(unused_variables))]
+    pub(crate) fn renewal(outcome: &'static str) {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!("redlease_renewals_total", "outcome" => outcome).increment(1);
+    }
+}

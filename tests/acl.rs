@@ -27,6 +27,7 @@ const LOCKER: &[&str] = &[
     "+get",
     "+del",
     "+pexpire",
+    "+hset",
     "+incr",
     "+mget",
     "+time",
@@ -270,7 +271,10 @@ fn a_redis_7_user_without_channels_releases_without_error_and_its_waiters_poll()
     assert_eq!(b.metrics().wakeups, 0, "no pub/sub: the waiter polled");
     assert_eq!(subscribers(&server, "lock:k"), 0);
     assert_eq!(a.metrics().release_errors, 0);
-    assert_eq!(dbsize(&server), 0);
+    // Nothing but the two clients' session records.
+    assert_eq!(dbsize(&server), 2);
+    drop((a, b));
+    assert_eq!(dbsize(&server), 0, "the records go with their clients");
 }
 
 #[test]
@@ -304,4 +308,25 @@ fn a_server_started_with_requirepass_serves_clients_that_never_print_the_passwor
     let wrong = format!("redis://:wrong-{PASSWORD}@127.0.0.1:{}/", server.port());
     let err = LockClient::builder(wrong.as_str()).build().unwrap_err();
     no_password(&shown(&err));
+}
+
+#[test]
+fn issue_21_a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone() {
+    let server = RedisServer::start();
+    let rules: Vec<&str> = LOCKER.iter().copied().filter(|r| *r != "+hset").collect();
+    set_user(&server, "nohset", &rules);
+    let client = builder(&server, "nohset").build().unwrap();
+    let guard = client.lock("k").unwrap();
+    assert!(guard.is_held());
+    // No record was written: the owner cannot be named, and is never guessed.
+    let reader = LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let info = reader.inspect("k").unwrap();
+    assert!(
+        matches!(info.holders()[0].owner(), redlease::Owner::Gone(_)),
+        "{info:?}"
+    );
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
 }

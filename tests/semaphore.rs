@@ -401,6 +401,7 @@ fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
         "+del",
         "+pttl",
         "+pexpire",
+        "+hset",
         "+incr",
         "+evalsha",
         "+script|load",

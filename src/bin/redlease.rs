@@ -11,7 +11,8 @@
 //! - `exit`: the exit codes and the failure type that carries one;
 //! - `run`, with `held` (a lock or a semaphore's permit), `child` (the command's
 //!   process group) and `status` (the line shown while waiting on a terminal);
-//! - `inspect` and `release`, on `probe` (reading a key as an administrator).
+//! - `inspect`, `list` and `release`, on `probe` (reading a key as an
+//!   administrator) and `owners` (who holds it, from session records).
 
 #![forbid(unsafe_code)]
 
@@ -26,6 +27,10 @@ mod exit;
 mod held;
 #[path = "redlease/inspect.rs"]
 mod inspect;
+#[path = "redlease/list.rs"]
+mod list;
+#[path = "redlease/owners.rs"]
+mod owners;
 #[path = "redlease/probe.rs"]
 mod probe;
 #[path = "redlease/release.rs"]
@@ -40,7 +45,7 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::args::{InspectArgs, ReleaseArgs, RunArgs, ServerArgs};
+use crate::args::{InspectArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs};
 use crate::exit::{EXIT_CODES, USAGE};
 
 /// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
@@ -72,9 +77,12 @@ enum Cmd {
         override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
-    /// Show which lock format holds KEY, the time left on it and its fence counter.
+    /// Show which lock format holds KEY, the time left on it, its fence counter and its owners.
     #[command(after_help = EXIT_CODES)]
     Inspect(InspectArgs),
+    /// List every lock under --prefix (taken literally), with format, time left and owners.
+    #[command(after_help = EXIT_CODES)]
+    List(ListArgs),
     /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
     #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
@@ -88,12 +96,14 @@ fn main() -> ExitCode {
     let server: &ServerArgs = match &cli.command {
         Cmd::Run(a) => &a.server,
         Cmd::Inspect(a) => &a.server,
+        Cmd::List(a) => &a.server,
         Cmd::Release(a) => &a.server,
     };
     let secrets = server.secrets();
     let result = match &cli.command {
         Cmd::Run(a) => run::run(a),
         Cmd::Inspect(a) => inspect::inspect(a),
+        Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
     };
     match result {

@@ -9,10 +9,13 @@
 //! it. A release is not sent to the thread: it marks the lease under the lease's
 //! mutex, and the thread drops the lease when it next comes due (or in a sweep).
 //!
-//! Layout: this file is the thread (its channels, its loop, one tick, the answers);
-//! `schedule.rs` holds each lease's renewal policy and the deadline queue.
+//! Layout: this file is the thread (its channels, its loop); `round.rs` one
+//! renewal round (a tick, the answers); `schedule.rs` each lease's renewal policy
+//! and the deadline queue; `session.rs` the client's session record.
 
+mod round;
 mod schedule;
+mod session;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,12 +27,14 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::lease::LossReason;
-use crate::metrics::{Counters, bump};
+use crate::lease::{LeaseState, LossReason};
+use crate::metrics::Counters;
+use crate::owner::SessionWrite;
 use crate::time::to_nanos;
-use crate::topology::{Renew, Renewed, Topology};
+use crate::topology::{Renewed, Topology};
 pub(crate) use schedule::Lease;
-use schedule::{Due, EARLY_SHARE, Queue};
+use schedule::Queue;
+use session::Refresh;
 
 /// What the renewal thread is told, on its channel.
 enum Command {
@@ -38,6 +43,8 @@ enum Command {
     Wake,
     /// Acknowledge once every earlier command is taken (for `flush`).
     Sync(Sender<()>),
+    /// Send every lease held now (for `LockClient::held`).
+    Held(Sender<Vec<Arc<LeaseState>>>),
     Shutdown,
 }
 
@@ -75,6 +82,7 @@ struct Thread {
     topology: Arc<dyn Topology>,
     counters: Arc<Counters>,
     queue: Queue,
+    session: Refresh,
     /// The earliest time a lease dropped from the inbox (released before the thread
     /// saw it) would have come due. The thread wakes then even with nothing queued,
     /// so that leases taken on the same terms later, due later still, find a wake-up
@@ -87,7 +95,12 @@ struct Thread {
 }
 
 impl Renewer {
-    pub(crate) fn spawn(topology: Arc<dyn Topology>, counters: Arc<Counters>) -> Result<Self> {
+    /// Starts the thread, once the session record `session` is written.
+    pub(crate) fn spawn(
+        topology: Arc<dyn Topology>,
+        counters: Arc<Counters>,
+        session: SessionWrite,
+    ) -> Result<Self> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let inbox = Arc::new(Mutex::new(Vec::new()));
         let (reschedule, reschedule_rx) = crossbeam_channel::unbounded();
@@ -101,6 +114,7 @@ impl Renewer {
             wake_at: Arc::clone(&wake_at),
             answers_tx,
             answers,
+            session: Refresh::start(&*topology, session),
             topology,
             counters,
             queue: Queue::new(),
@@ -156,6 +170,15 @@ impl Renewer {
             let _ = rx.recv();
         }
     }
+
+    /// The leases held now (not released, not lost); empty once the thread stopped.
+    pub(crate) fn held(&self) -> Vec<Arc<LeaseState>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.tx.send(Command::Held(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.recv().unwrap_or_default()
+    }
 }
 
 impl Drop for Renewer {
@@ -167,19 +190,25 @@ impl Drop for Renewer {
     }
 }
 
-/// Applies a command; `false` on shutdown.
-fn apply(cmd: Command) -> bool {
-    match cmd {
-        Command::Wake => {}
-        Command::Sync(ack) => {
-            let _ = ack.send(());
-        }
-        Command::Shutdown => return false,
-    }
-    true
-}
-
 impl Thread {
+    /// Applies a command; `false` on shutdown.
+    fn apply(&self, cmd: Command) -> bool {
+        match cmd {
+            Command::Wake => {}
+            Command::Sync(ack) => {
+                let _ = ack.send(());
+            }
+            Command::Held(tx) => {
+                let queued = self.queue.heap.iter().map(|d| &d.0);
+                let leases = queued.chain(self.in_flight.values().map(|(l, _)| l));
+                let held = leases.filter(|l| !l.state.is_lost() && !l.released());
+                let _ = tx.send(held.map(|l| Arc::clone(&l.state)).collect());
+            }
+            Command::Shutdown => return false,
+        }
+        true
+    }
+
     fn run(&mut self) {
         'run: loop {
             self.wake_at.store(0, AtomicOrdering::SeqCst);
@@ -192,7 +221,7 @@ impl Thread {
                 // cannot hold off a tick.
                 for _ in 0..self.rx.len() {
                     let Ok(cmd) = self.rx.try_recv() else { break };
-                    if !apply(cmd) {
+                    if !self.apply(cmd) {
                         break 'run;
                     }
                 }
@@ -202,7 +231,9 @@ impl Thread {
             let now = Instant::now();
             let dropped = self.dropped_due.take().filter(|d| *d > now);
             self.dropped_due = dropped;
-            let wake = [next, self.next_end(), dropped].into_iter().flatten().min();
+            let session = self.session.due(&*self.topology);
+            let wake = [next, self.next_end(), dropped, Some(session)];
+            let wake = wake.into_iter().flatten().min();
             self.wake_at
                 .store(wake.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
             fence(AtomicOrdering::SeqCst);
@@ -213,6 +244,7 @@ impl Thread {
                 break;
             }
         }
+        self.session.end(&*self.topology);
         self.take_inbox();
         let queued = std::mem::take(&mut self.queue.heap)
             .into_iter()
@@ -247,7 +279,7 @@ impl Thread {
                 Ok(cmd) => {
                     // Leases first: a flush may be about one of them.
                     self.take_inbox();
-                    apply(cmd)
+                    self.apply(cmd)
                 }
                 Err(_) => false,
             },
@@ -309,97 +341,6 @@ impl Thread {
             if !lease.state.is_lost() && now >= lease.state.valid_until() {
                 lease.state.notify_lost(lease.ends_by, &self.counters);
             }
-        }
-    }
-
-    /// Takes every lease that is due (or nearly), retires the ones that ended, and
-    /// hands the rest to the topology in one batch.
-    fn tick(&mut self) {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        while let Some(top) = self.queue.heap.peek() {
-            if top.0.due > now + top.0.interval / EARLY_SHARE {
-                break;
-            }
-            let Some(Due(lease)) = self.queue.heap.pop() else {
-                break;
-            };
-            due.push(lease);
-        }
-        // Leases go back into the queue only after every due one is taken out: one
-        // put back due within the early window must not be taken again this tick.
-        let mut batch = Vec::new();
-        for mut lease in due {
-            let Some(released) = lease.state.held.try_lock().map(|h| h.released) else {
-                // A release or an extend is running on it: look again shortly.
-                lease.due = now + lease.retry();
-                self.queue.push(lease);
-                continue;
-            };
-            if released || lease.state.is_lost() {
-                continue;
-            }
-            if now >= lease.state.valid_until() {
-                lease.state.notify_lost(lease.ends_by, &self.counters);
-            } else if let Some(ttl) = lease.next_ttl(now) {
-                let id = lease.state.id;
-                let last = ttl < lease.state.ttl();
-                batch.push(Renew {
-                    id,
-                    state: Arc::clone(&lease.state),
-                    ttl,
-                });
-                self.in_flight.insert(id, (lease, last));
-            } else {
-                lease.stop_renewing();
-                self.queue.push(lease);
-            }
-        }
-        if !batch.is_empty() {
-            bump(&self.counters.renewal_ticks, 1);
-            self.topology.renew(batch, self.answers_tx.clone());
-        }
-    }
-
-    /// Schedules, retires or reports each lease of an answered batch.
-    fn answer(&mut self, batch: Vec<(u64, Renewed)>) {
-        let now = Instant::now();
-        for (id, outcome) in batch {
-            let Some((mut lease, last)) = self.in_flight.remove(&id) else {
-                continue;
-            };
-            if lease.state.is_lost() {
-                continue;
-            }
-            match outcome {
-                Renewed::Extended { sent } => {
-                    if let Some(n) = &mut lease.renewals_left {
-                        *n = n.saturating_sub(1);
-                    }
-                    if last || lease.renewals_left == Some(0) {
-                        lease.stop_renewing();
-                    } else {
-                        lease.due = lease.schedule(sent);
-                    }
-                }
-                Renewed::Lost(reason) => {
-                    lease.state.notify_lost(reason, &self.counters);
-                    continue;
-                }
-                Renewed::Skipped => {
-                    if lease.state.held.try_lock().is_some_and(|h| h.released) {
-                        continue;
-                    }
-                    lease.due = now + lease.retry();
-                }
-                Renewed::Failed => {
-                    // Try again soon, but report the loss no later than the end of
-                    // the lease's validity.
-                    bump(&self.counters.renewals_failed, 1);
-                    lease.due = (now + lease.retry()).min(lease.state.valid_until());
-                }
-            }
-            self.queue.push(lease);
         }
     }
 }

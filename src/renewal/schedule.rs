@@ -221,7 +221,7 @@ mod tests {
     }
 
     fn state(sent: Instant, ttl: Duration) -> Arc<LeaseState> {
-        let backend = backend(&Scheme::Token);
+        let backend = backend(&Scheme::Token, &crate::owner::ClientId::new());
         let keys = Keys::new("", "k", &*backend).unwrap();
         Arc::new(LeaseState::new(keys, backend, "v".into(), sent, ttl, None))
     }

@@ -103,6 +103,10 @@ mod tests {
     use super::*;
     use crate::scheme::TokenBackend;
 
+    fn token() -> TokenBackend {
+        TokenBackend::new(crate::owner::ClientId::new().tag())
+    }
+
     #[test]
     fn companions_share_the_cluster_slot() {
         assert_eq!(companion("lock:a", "fence"), "{lock:a}:fence");
@@ -113,7 +117,7 @@ mod tests {
 
     #[test]
     fn empty_keys_are_rejected() {
-        let token = TokenBackend;
+        let token = TokenBackend::new(crate::owner::ClientId::new().tag());
         assert!(matches!(
             Keys::new("p:", "", &token),
             Err(Error::InvalidKey { .. })
@@ -127,16 +131,16 @@ mod tests {
     fn one_fence_counter_serves_every_key_under_a_prefix() {
         for key in ["a", "order:999", "user:{42}:invoice"] {
             assert_eq!(
-                Keys::new("lock:", key, &TokenBackend).unwrap().fence(),
+                Keys::new("lock:", key, &token()).unwrap().fence(),
                 "lock:redlease:fence"
             );
         }
         assert_eq!(
-            Keys::new("", "a", &TokenBackend).unwrap().fence(),
+            Keys::new("", "a", &token()).unwrap().fence(),
             "redlease:fence"
         );
         assert_eq!(
-            Keys::new("app:", "a", &TokenBackend).unwrap().fence(),
+            Keys::new("app:", "a", &token()).unwrap().fence(),
             "app:redlease:fence"
         );
     }
@@ -146,7 +150,7 @@ mod tests {
     fn in_a_cluster_the_fence_counter_shares_the_lock_keys_slot() {
         use crate::slots::slot;
         for key in ["a", "order:999", "user:{42}:invoice", "x}y"] {
-            let keys = Keys::new("lock:", key, &TokenBackend).unwrap().in_cluster();
+            let keys = Keys::new("lock:", key, &token()).unwrap().in_cluster();
             let fence = keys.fence();
             assert!(fence.starts_with("lock:redlease:fence:{"), "{fence}");
             assert_eq!(slot(fence.as_bytes()), slot(keys.lock.as_bytes()));

@@ -11,6 +11,7 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 
 use crate::connection::Conn;
+use crate::owner::ClientId;
 
 mod bulk;
 mod call;
@@ -217,13 +218,24 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
 }
 
-/// The backend for a scheme. A reentrant one draws a client id of its own: a
-/// client keeps one for all its calls.
-pub(crate) fn backend(scheme: &Scheme) -> Arc<dyn Backend> {
+impl Scheme {
+    /// The scheme's name in metrics' labels.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Scheme::Token => "token",
+            Scheme::LegacyTimestamp(_) => "legacy",
+            Scheme::Reentrant => "reentrant",
+        }
+    }
+}
+
+/// The backend for a scheme, for the client `id`: its values name the client
+/// (a token carries its tag, an owner field its UUID).
+pub(crate) fn backend(scheme: &Scheme, id: &ClientId) -> Arc<dyn Backend> {
     match scheme {
-        Scheme::Token => Arc::new(TokenBackend),
+        Scheme::Token => Arc::new(TokenBackend::new(id.tag())),
         Scheme::LegacyTimestamp(opts) => Arc::new(LegacyBackend::new(opts.clone())),
-        Scheme::Reentrant => Arc::new(ReentrantBackend::new()),
+        Scheme::Reentrant => Arc::new(ReentrantBackend::new(id)),
     }
 }
 

@@ -35,6 +35,7 @@ use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
 };
 use crate::connection::Conn;
+use crate::owner::ClientId;
 use crate::resp::Arg;
 use crate::time::ttl_millis;
 
@@ -156,10 +157,10 @@ pub(crate) struct ReentrantBackend {
 }
 
 impl ReentrantBackend {
-    /// A backend for one client, with an id (a UUID v4) of its own.
-    pub(crate) fn new() -> Self {
+    /// The backend of the client `id`, whose UUID its owner fields carry.
+    pub(crate) fn new(id: &ClientId) -> Self {
         Self {
-            client: uuid::Uuid::new_v4().to_string(),
+            client: id.hyphenated(),
             fences: Fences::default(),
         }
     }
@@ -306,7 +307,7 @@ mod tests {
 
     #[test]
     fn channels_follow_redissons_prefix_name() {
-        let b = ReentrantBackend::new();
+        let b = ReentrantBackend::new(&ClientId::new());
         assert_eq!(b.channel("lock:a"), "redisson_lock__channel:{lock:a}");
         assert_eq!(b.channel("lock:{a}"), "redisson_lock__channel:lock:{a}");
         // Redisson looks for a `{` only, however the braces pair.
@@ -316,13 +317,13 @@ mod tests {
 
     #[test]
     fn the_owner_is_the_client_and_a_stable_number_per_thread() {
-        let b = std::sync::Arc::new(ReentrantBackend::new());
+        let b = std::sync::Arc::new(ReentrantBackend::new(&ClientId::new()));
         let here = b.owner();
         assert_eq!(here, b.owner(), "stable on one thread");
         let (client, n) = here.rsplit_once(':').unwrap();
         assert!(uuid::Uuid::parse_str(client).is_ok(), "{client}");
         assert!(n.parse::<u64>().unwrap() >= 1);
-        let another = ReentrantBackend::new().owner();
+        let another = ReentrantBackend::new(&ClientId::new()).owner();
         assert_ne!(
             another.rsplit_once(':').unwrap().0,
             client,

@@ -3,7 +3,9 @@
 //! The same wire format as redis-py's `Lock`, redsync, node-redlock and redlock-rs,
 //! so those clients and redlease exclude each other on the same key.
 //!
-//! A redlease token is `rl1:` and a UUID v4 in 32 hex digits. A caller that waits
+//! A redlease token is `rl1:`, the client's tag (16 hex digits, see
+//! [`ClientTag`]) and 16 random hex digits: 32 hex digits, as long as the UUID
+//! tokens before tags were, so an acquire sends the same bytes. A caller that waits
 //! marks a redlease holder's token (`<token>+`: the fenced acquire's script when it
 //! finds the lock busy, else the mark script after its `SET … NX GET` named the
 //! holder), and only a marked lock's release publishes its release message: a
@@ -24,6 +26,7 @@ use super::{
     with_scripts,
 };
 use crate::connection::Conn;
+use crate::owner::ClientTag;
 use crate::resp::Arg;
 use crate::scripts::{
     TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_LEN, TOKEN_MARK, TOKEN_PREFIX, TOKEN_RELEASE,
@@ -31,9 +34,18 @@ use crate::scripts::{
 };
 use crate::time::ttl_millis;
 
-/// The token scheme's commands.
+/// The token scheme's commands, for one client: its tokens carry the client's tag.
 #[derive(Debug)]
-pub(crate) struct TokenBackend;
+pub(crate) struct TokenBackend {
+    tag: ClientTag,
+}
+
+impl TokenBackend {
+    /// The token scheme of the client tagged `tag`.
+    pub(crate) fn new(tag: ClientTag) -> Self {
+        Self { tag }
+    }
+}
 
 static SCRIPTS: [&LazyLock<Script>; 6] = [
     &TOKEN_ACQUIRE_FENCED,
@@ -46,7 +58,7 @@ static SCRIPTS: [&LazyLock<Script>; 6] = [
 
 impl Backend for TokenBackend {
     fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
-        Ok(new_token())
+        Ok(new_token(self.tag))
     }
 
     fn acquire(
@@ -143,13 +155,19 @@ impl Backend for TokenBackend {
     }
 }
 
-/// A new redlease token: [`TOKEN_PREFIX`] and a UUID v4 in 32 hex digits.
-pub(crate) fn new_token() -> String {
+/// A new redlease token of the client tagged `tag`: [`TOKEN_PREFIX`], the tag and
+/// 64 random bits in 16 hex digits.
+pub(crate) fn new_token(tag: ClientTag) -> String {
     // Encoded into a buffer of its own length: one allocation, no formatter.
     let mut token = String::with_capacity(TOKEN_LEN);
     let mut buf = [0u8; uuid::fmt::Simple::LENGTH];
     token.push_str(TOKEN_PREFIX);
-    token.push_str(uuid::Uuid::new_v4().simple().encode_lower(&mut buf));
+    token.push_str(tag.as_str());
+    // A UUID v4's two halves XORed: 64 random bits (the version nibble of one
+    // half and the variant bits of the other sit over random bits of the other).
+    let (high, low) = uuid::Uuid::new_v4().as_u64_pair();
+    let hex = uuid::Uuid::from_u64_pair(high ^ low, 0);
+    token.push_str(&hex.simple().encode_lower(&mut buf)[..16]);
     token
 }
 

@@ -15,6 +15,7 @@ use crossbeam_channel::Sender;
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
 use crate::node::Node;
+use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme};
 
 #[cfg(feature = "cluster")]
@@ -179,6 +180,25 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// found later): the wait polls.
     fn subscriber_for(&self, _channel: &str) -> Option<usize> {
         Some(0)
+    }
+
+    /// Writes the client's session record where a reader of its key looks: the
+    /// server, every master of a quorum, the master of the key's slot. Never
+    /// blocks: the node's I/O thread writes it, logs a failure, and sends `()` on
+    /// `done` once it has tried. Returns how many nodes it was sent to.
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize;
+
+    /// The nodes to read the lock `key` from, in order: the one server; every
+    /// master of a quorum (the first that answers); the master of its slot.
+    fn readers(&self, _key: &str) -> Vec<Arc<Node>> {
+        (0..self.subscribers())
+            .map(|i| Arc::clone(self.subscriber(i)))
+            .collect()
+    }
+
+    /// The fence counter of the lock `keys` on the node that holds it.
+    fn fence_of(&self, keys: &Keys) -> String {
+        keys.fence()
     }
 
     /// How long a call waits for a reply (the nodes' read timeout).

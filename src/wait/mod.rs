@@ -23,6 +23,7 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::metrics::Counters;
+use crate::owner::ClientTag;
 use crate::topology::Topology;
 
 mod backoff;
@@ -53,6 +54,8 @@ pub(crate) struct Hub {
     pub(crate) lines: Lines,
     /// Shortest and longest polling delay.
     pub(crate) backoff: (Duration, Duration),
+    /// The client's tag, which the tokens of its waiting callers' offers carry.
+    pub(crate) tag: ClientTag,
 }
 
 impl Hub {
@@ -60,8 +63,10 @@ impl Hub {
         topology: Arc<dyn Topology>,
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
+        tag: ClientTag,
     ) -> Self {
         Self {
+            tag,
             topology,
             counters,
             shutdown: CancelToken::new(),

@@ -272,7 +272,10 @@ impl<'a> WaitSlot<'a> {
         let Some(want) = self.want else {
             return false;
         };
-        let value = self.offer_value.get_or_insert_with(new_token).clone();
+        let value = self
+            .offer_value
+            .get_or_insert_with(|| new_token(self.hub.tag))
+            .clone();
         // A fresh claim for each offer: the last one was withdrawn or settled.
         self.claim = Arc::new(AtomicU8::new(OPEN));
         self.hub.offers.post(
@@ -431,7 +434,7 @@ impl WaitSlot<'_> {
         }
         if let (true, Some(value), Some(want)) = (late, self.offer_value.take(), self.want) {
             let until = Instant::now() + want.ttl;
-            let token = Arc::new(TokenBackend);
+            let token = Arc::new(TokenBackend::new(self.hub.tag));
             self.hub
                 .topology
                 .release_later(token, self.keys.clone(), value, until);

@@ -29,7 +29,7 @@ pub(crate) struct ServerArgs {
     /// The --url servers are seed nodes of a Redis Cluster, not a Redlock quorum
     #[arg(long)]
     cluster: bool,
-    /// Prepended to KEY, as the library's key prefix
+    /// Prepended to KEY, as the library's key prefix (`list`: the keys listed start with it)
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub(crate) prefix: String,
 }
@@ -200,6 +200,16 @@ pub(crate) struct InspectArgs {
     pub(crate) json: bool,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
+}
+
+/// `redlease list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object per lock, one per line, each as `inspect --json` prints it
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `redlease release`.

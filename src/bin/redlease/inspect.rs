@@ -1,5 +1,5 @@
 //! `redlease inspect KEY [--json]`: which format holds a lock key, the time left on
-//! it, and its fence counter. Also the one-line summary the status line and
+//! it, its fence counter, and who holds it (`owners`). Also the one-line summary the status line and
 //! `release --force` print.
 
 use std::fmt::Write as _;
@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::args::{InspectArgs, server_name};
 use crate::exit::Failure;
+use crate::owners::{self, Owned};
 use crate::probe::{self, Holder, Snapshot};
 
 /// Runs `inspect`: prints what holds the key. Exit code 0 when the key could be
@@ -17,13 +18,17 @@ pub(crate) fn inspect(args: &InspectArgs) -> Result<u8, Failure> {
     let server = server_name(&url);
     let key = args.server.full_key(&args.key);
     let fence = probe::fence_key(&args.server.prefix);
-    let snapshot = probe::connect(&url)
-        .and_then(|mut con| probe::read(&mut con, &key, &fence))
+    let (snapshot, owned) = probe::connect(&url)
+        .and_then(|mut con| {
+            let snapshot = probe::read(&mut con, &key, &fence)?;
+            let owned = owners::owners(&mut con, None, &args.server.prefix, &snapshot.holder)?;
+            Ok((snapshot, owned))
+        })
         .map_err(|e| Failure::redis(&e, &server))?;
     if args.json {
-        println!("{}", to_json(&key, &fence, &snapshot));
+        println!("{}", to_json(&key, &fence, &snapshot, &owned));
     } else {
-        print!("{}", to_text(&key, &fence, &snapshot));
+        print!("{}", to_text(&key, &fence, &snapshot, &owned));
     }
     Ok(0)
 }
@@ -68,7 +73,7 @@ pub(crate) fn summary(snapshot: &Snapshot) -> String {
 }
 
 /// The text `inspect` prints: one `name: value` line per fact.
-fn to_text(key: &str, fence_key: &str, s: &Snapshot) -> String {
+fn to_text(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> String {
     let mut out = format!("key:     {key}\n");
     let holder = match &s.holder {
         Holder::Absent => "none: the key does not exist".to_owned(),
@@ -116,6 +121,7 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot) -> String {
         } => format!("unknown: a {kind}, value {v}"),
     };
     let _ = writeln!(out, "format:  {holder}");
+    out.push_str(&owners::to_text(owned));
     if let Some(left) = legacy_left(&s.holder) {
         let _ = writeln!(
             out,
@@ -134,8 +140,8 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot) -> String {
     out
 }
 
-/// The JSON `inspect --json` prints.
-fn to_json(key: &str, fence_key: &str, s: &Snapshot) -> Value {
+/// The JSON `inspect --json` prints, and `list --json` one per line.
+pub(crate) fn to_json(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> Value {
     let (format, kind) = match &s.holder {
         Holder::Absent => ("absent", "none"),
         Holder::Token(_) => ("token", "string"),
@@ -153,6 +159,7 @@ fn to_json(key: &str, fence_key: &str, s: &Snapshot) -> Value {
         "pttl_ms": s.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "fence_key": fence_key,
         "fence": s.fence.as_deref().map(|f| f.parse::<u64>().map_or_else(|_| json!(f), |n| json!(n))),
+        "holders": owners::to_json(owned),
     });
     match &s.holder {
         Holder::Token(value)

@@ -1,13 +1,14 @@
 //! Reading a lock key as an administrator: which format holds it, the time left on
 //! it, its fence counter. Used by `inspect`, `release --force` and the status line.
 //!
-//! These reads go through the `redis` crate directly: the library only takes and
-//! releases locks it holds, and has no API to look at someone else's.
+//! These reads go through the `redis` crate directly: a reader builds no client
+//! (which would keep a session record of its own); owners are looked up with the
+//! library's `Owner::lookup` (`owners`).
 
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Connection, RedisResult, Script, Value};
+use redis::{Connection, IntoConnectionInfo, RedisResult, Script, Value};
 
 /// Connect, read and write timeout of an administrative connection, as the
 /// library's defaults.
@@ -117,7 +118,12 @@ pub(crate) fn redisson_channel(key: &str) -> String {
 
 /// An administrative connection to `url`, every call bounded by [`TIMEOUT`].
 pub(crate) fn connect(url: &str) -> RedisResult<Connection> {
-    let con = redis::Client::open(url)?.get_connection_with_timeout(TIMEOUT)?;
+    connect_info(url.into_connection_info()?)
+}
+
+/// An administrative connection as `info` says, every call bounded by [`TIMEOUT`].
+pub(crate) fn connect_info(info: redis::ConnectionInfo) -> RedisResult<Connection> {
+    let con = redis::Client::open(info)?.get_connection_with_timeout(TIMEOUT)?;
     con.set_read_timeout(Some(TIMEOUT))?;
     con.set_write_timeout(Some(TIMEOUT))?;
     Ok(con)

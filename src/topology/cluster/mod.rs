@@ -31,13 +31,13 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 pub(crate) use self::slot_map::Opener;
-use self::slot_map::{Range, Shared};
-use crate::connection::Manager;
+use self::slot_map::{Shared, first_map};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
+use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request, Waiting};
-use crate::slots::{Redirects, slot};
+use crate::slots::slot;
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
@@ -293,6 +293,20 @@ impl Topology for Cluster {
         }
     }
 
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize {
+        let master = self.shared.master(slot(write.key.as_bytes()), &self.nudge);
+        master.map_or(0, |single| single.write_session(write, done))
+    }
+
+    fn readers(&self, key: &str) -> Vec<Arc<Node>> {
+        let master = self.shared.master(slot(key.as_bytes()), &self.nudge);
+        master.map(|s| Arc::clone(s.node())).into_iter().collect()
+    }
+
+    fn fence_of(&self, keys: &Keys) -> String {
+        keys.clone().in_cluster().fence()
+    }
+
     fn subscribers(&self) -> usize {
         self.subscribers.len()
     }
@@ -361,40 +375,4 @@ fn has_sharded_pubsub(node: &Node) -> bool {
         })?)
     });
     matches!(info.as_deref(), Ok([first]) if *first != redis::Value::Nil)
-}
-
-/// The slot map from the first seed that answers `CLUSTER SLOTS`.
-fn first_map(seeds: &[(String, u16)], open: &Opener, config: NodeConfig) -> Result<Vec<Range>> {
-    let mut failure = None;
-    for (host, port) in seeds {
-        // One connection, no pool: the seed may not even be a master.
-        let seed = Manager {
-            target: open(host, *port, Arc::new(Redirects::default()))?,
-            connect_timeout: config.connect_timeout,
-            read_timeout: config.read_timeout,
-            write_timeout: config.write_timeout,
-        };
-        let answer = seed
-            .connect_raw()
-            .and_then(|mut con| slot_map::read_slots(&mut con, Some(host)));
-        match answer {
-            Ok(ranges) if !ranges.is_empty() => return Ok(ranges),
-            Ok(_) => {
-                failure.get_or_insert(Error::config(
-                    "cluster",
-                    "the cluster has no slots assigned",
-                ));
-            }
-            Err(e) if e.code() == Some("ERR") => {
-                failure.get_or_insert(Error::config(
-                    "cluster",
-                    "a seed is not a cluster node (cluster-enabled no)",
-                ));
-            }
-            Err(e) => {
-                failure.get_or_insert(e.into());
-            }
-        }
-    }
-    Err(failure.unwrap_or(Error::config("cluster", "no seed node given")))
 }

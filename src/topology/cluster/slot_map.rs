@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 use redis::Value;
 
-use crate::connection::Target;
+use crate::connection::{Manager, Target};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
@@ -287,6 +287,46 @@ impl std::fmt::Debug for Shared {
             .field("masters", &addrs)
             .finish_non_exhaustive()
     }
+}
+
+/// The slot map from the first seed that answers `CLUSTER SLOTS`.
+pub(super) fn first_map(
+    seeds: &[(String, u16)],
+    open: &Opener,
+    config: NodeConfig,
+) -> Result<Vec<Range>> {
+    let mut failure = None;
+    for (host, port) in seeds {
+        // One connection, no pool: the seed may not even be a master.
+        let seed = Manager {
+            target: open(host, *port, Arc::new(Redirects::default()))?,
+            connect_timeout: config.connect_timeout,
+            read_timeout: config.read_timeout,
+            write_timeout: config.write_timeout,
+        };
+        let answer = seed
+            .connect_raw()
+            .and_then(|mut con| read_slots(&mut con, Some(host)));
+        match answer {
+            Ok(ranges) if !ranges.is_empty() => return Ok(ranges),
+            Ok(_) => {
+                failure.get_or_insert(Error::config(
+                    "cluster",
+                    "the cluster has no slots assigned",
+                ));
+            }
+            Err(e) if e.code() == Some("ERR") => {
+                failure.get_or_insert(Error::config(
+                    "cluster",
+                    "a seed is not a cluster node (cluster-enabled no)",
+                ));
+            }
+            Err(e) => {
+                failure.get_or_insert(e.into());
+            }
+        }
+    }
+    Err(failure.unwrap_or(Error::config("cluster", "no seed node given")))
 }
 
 #[cfg(test)]

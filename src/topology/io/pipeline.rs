@@ -311,7 +311,8 @@ mod tests {
 
     #[test]
     fn leases_share_a_call_by_scheme_ttl_and_slot_in_bounded_chunks() {
-        let token: Arc<dyn Backend> = Arc::new(TokenBackend);
+        let token: Arc<dyn Backend> =
+            Arc::new(TokenBackend::new(crate::owner::ClientId::new().tag()));
         let legacy: Arc<dyn Backend> = Arc::new(LegacyBackend::new(LegacyTimestamp::new()));
         let keys: Vec<String> = (0..1203).map(|i| format!("k{i}")).collect();
         let (short, long) = (Duration::from_secs(3), Duration::from_secs(9));

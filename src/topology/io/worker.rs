@@ -20,6 +20,7 @@ use super::pipeline::Loaded;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::node::Node;
+use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Keys, Release};
 use crate::topology::{Renew, Renewed};
 
@@ -49,6 +50,11 @@ pub(crate) enum Job {
     },
     /// Delete `value` if it is still under the key.
     Release(Cleanup),
+    /// Write the client's session record; then send `()` on `done`.
+    Session {
+        write: Arc<SessionWrite>,
+        done: Option<Sender<()>>,
+    },
     /// Make one last attempt at every pending release, and end.
     Stop,
 }
@@ -208,6 +214,12 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
                 };
                 io.retry(p, &mut pending);
             }
+            Ok(Job::Session { write, done }) => {
+                io.write_session(&write);
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+            }
             Err(RecvTimeoutError::Timeout) => {
                 let now = Instant::now();
                 let (due, later): (Vec<_>, Vec<_>) = pending.drain(..).partition(|p| p.next <= now);
@@ -255,6 +267,19 @@ impl Io<'_> {
                 "could not remove a value of `{}` that may be stored; it expires with its ttl",
                 p.cleanup.keys.lock
             );
+        }
+    }
+
+    /// Writes the session record, through the pool or the thread's own connection
+    /// (then within its bound); a failure is logged.
+    fn write_session(&mut self, write: &SessionWrite) {
+        let send = |conn: &mut crate::connection::Conn| conn.run(|c| write.send(c));
+        let answer = match &mut self.link {
+            Some((link, bound)) => link.call(Instant::now() + *bound, *bound, send),
+            None => self.node.with_retry(send),
+        };
+        if let Err(e) = answer {
+            write.failed(&e);
         }
     }
 

@@ -7,6 +7,7 @@
 //! its validity (`sent + ttl - drift`) is still ahead; anything else is taken out
 //! again, off the caller's time, by the nodes' I/O threads.
 
+mod answers;
 mod ballot;
 mod lane;
 mod quorum;
@@ -17,19 +18,21 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use redis::Value;
 
+use self::answers::{RETRY_MAX, jitter, late, remaining};
 use self::ballot::{Ballot, Count, Vote};
 use self::quorum::{Quorum, no_fencing, no_quorum, send};
 use crate::connection::{Conn, Target};
-use crate::error::{Error, NodeFailure, Operation, Result};
+use crate::error::{Error, Operation, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::{Node, NodeConfig};
+use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,
     with_scripts,
 };
 use crate::time::validity_end;
 use crate::topology::io::batch::{self, Spec};
-use crate::topology::io::{IoThread, Link, Worker, timed_out};
+use crate::topology::io::{IoThread, Link, Worker};
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
 
 pub(crate) use self::quorum::{Wait, no_replicas, refuse};
@@ -37,9 +40,6 @@ pub(crate) use self::quorum::{Wait, no_replicas, refuse};
 /// Rounds an acquire makes when failures, not other holders, kept it from a
 /// majority (only for callers that will wait; `try_lock` makes one).
 const ROUNDS: u32 = 3;
-/// The longest random pause before another round, after a failed round or a split
-/// vote (several callers holding a minority each).
-const RETRY_MAX: Duration = Duration::from_millis(50);
 /// The longest a busy acquire asks its caller to wait before trying again: the
 /// waiter hears release messages from one node only (which may not have held the
 /// lock), so a release it did not hear is found by an attempt within this.
@@ -52,6 +52,8 @@ pub(crate) struct Redlock {
     /// How long a background release is retried when the lease's TTL is unknown:
     /// the client's default TTL.
     ttl: Duration,
+    /// The client's tag, which its tokens carry.
+    tag: ClientTag,
 }
 
 impl Redlock {
@@ -67,14 +69,16 @@ impl Redlock {
         config: NodeConfig,
         wait: Wait,
         ttl: Duration,
-        counters: &Arc<Counters>,
+        (counters, tag): (&Arc<Counters>, ClientTag),
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
-        let (quorum, io, subscribe) = Quorum::connect(targets, config, wait, counters, check)?;
+        let (quorum, io, subscribe) =
+            Quorum::connect(targets, config, wait, (counters, tag), check)?;
         let redlock = Self {
             quorum,
             counters: Arc::clone(counters),
             ttl,
+            tag,
         };
         Ok((redlock, io, subscribe))
     }
@@ -98,7 +102,7 @@ impl Topology for Redlock {
         }
         let mut round = 1;
         loop {
-            let value = new_token();
+            let value = new_token(self.tag);
             bump(&self.counters.attempts, 1);
             let op = {
                 let (backend, keys, value) = (Arc::clone(backend), keys.clone(), value.clone());
@@ -303,6 +307,10 @@ impl Topology for Redlock {
         self.quorum.vote(&specs, report_by, &ballot);
     }
 
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize {
+        self.quorum.write_session(write, done)
+    }
+
     fn subscribers(&self) -> usize {
         self.quorum.len()
     }
@@ -341,60 +349,4 @@ impl Topology for Redlock {
     fn check(&self, scheme: &Scheme, fencing: bool) -> Result<()> {
         refuse(scheme, fencing)
     }
-}
-
-/// An acquire whose majority came after its validity ended: no grant counts, each
-/// granting node is a failure (too late), beside the nodes that failed.
-fn late(
-    count: Count,
-    answers: Vec<Result<Acquire>>,
-    quorum: &Quorum,
-    key: &str,
-    wait: Duration,
-) -> (Count, Vec<NodeFailure>) {
-    let mut late = Count::new(count.n);
-    let mut failures = Vec::new();
-    for (i, answer) in answers.into_iter().enumerate() {
-        let error = match answer {
-            Ok(Acquire::Acquired { .. }) => {
-                timed_out("granted after the lease's validity had ended")
-            }
-            Ok(Acquire::Busy { .. }) => {
-                late.add(Vote::No);
-                continue;
-            }
-            Err(e) => e,
-        };
-        late.add(Vote::Failed);
-        failures.push(quorum.failure(i, error, Operation::Acquire, key, wait));
-    }
-    (late, failures)
-}
-
-/// How long a busy lock may stay busy. When the busy nodes are a majority,
-/// someone may hold the lock: it is ours to take at the earliest once enough of
-/// them expire to leave a majority free. When they are not (a split vote, each
-/// caller holding a minority), a short random pause, as Redlock prescribes.
-fn remaining(count: &Count, answers: &[Result<Acquire>]) -> Option<Duration> {
-    let mut busy: Vec<Option<Duration>> = answers
-        .iter()
-        .filter_map(|a| match a {
-            Ok(Acquire::Busy { remaining }) => Some(*remaining),
-            _ => None,
-        })
-        .collect();
-    let q = count.quorum();
-    if busy.len() < q {
-        return Some(jitter(RETRY_MAX));
-    }
-    // Free for us now: the nodes that were not busy; needed: `q` of all.
-    let needed = q - (count.n - busy.len());
-    busy.sort_by_key(|r| r.unwrap_or(Duration::MAX));
-    busy.get(needed - 1).copied().flatten()
-}
-
-/// A pause drawn uniformly from 1 ms to `max`.
-fn jitter(max: Duration) -> Duration {
-    let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1000);
-    Duration::from_micros(fastrand::u64(1000..=max))
 }

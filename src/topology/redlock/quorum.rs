@@ -15,6 +15,7 @@ use crate::error::{Error, NodeFailure, Operation, Result};
 use crate::failure::Limits;
 use crate::metrics::Counters;
 use crate::node::{Node, NodeConfig};
+use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{Announce, Backend, Keys, Scheme, TokenBackend};
 use crate::topology::io::batch::{Reply, Spec};
 use crate::topology::io::{Cleanup, IoThread, Job, Worker};
@@ -66,7 +67,7 @@ impl Quorum {
         targets: Vec<Target>,
         config: NodeConfig,
         wait: Wait,
-        counters: &Arc<Counters>,
+        (counters, tag): (&Arc<Counters>, ClientTag),
         check: impl Fn(&Node) -> Result<bool> + Sync,
     ) -> Result<(Self, Vec<IoThread>, bool)> {
         let nodes: Vec<_> = targets
@@ -120,7 +121,7 @@ impl Quorum {
         }
         let quorum = Self {
             members,
-            token: Arc::new(TokenBackend),
+            token: Arc::new(TokenBackend::new(tag)),
             wait,
         };
         Ok((quorum, io, subscribe))
@@ -257,6 +258,22 @@ impl Quorum {
         };
         let address = self.members[i].address.clone();
         NodeFailure::new(address, e.during(op, key, limits))
+    }
+
+    /// Sends the session record to every node's I/O thread; how many took it.
+    pub(crate) fn write_session(
+        &self,
+        write: &Arc<SessionWrite>,
+        done: Option<&crossbeam_channel::Sender<()>>,
+    ) -> usize {
+        let job = || Job::Session {
+            write: Arc::clone(write),
+            done: done.cloned(),
+        };
+        self.members
+            .iter()
+            .filter(|m| m.worker.send(job()).is_ok())
+            .count()
     }
 
     /// How many nodes there are.

@@ -9,6 +9,7 @@ use crate::connection::is_stale;
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
 use crate::node::Node;
+use crate::owner::SessionWrite;
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
     acquire_confirmed, with_scripts,
@@ -267,6 +268,12 @@ impl Topology for Single {
         if let Err(Job::Renew { batch, done }) = self.worker.send(Job::Renew { batch, done }) {
             let _ = done.send(batch.into_iter().map(|r| (r.id, Renewed::Failed)).collect());
         }
+    }
+
+    fn write_session(&self, write: &Arc<SessionWrite>, done: Option<&Sender<()>>) -> usize {
+        let write = Arc::clone(write);
+        let done = done.cloned();
+        usize::from(self.worker.send(Job::Session { write, done }).is_ok())
     }
 
     fn subscriber(&self, _: usize) -> &Arc<Node> {

@@ -1,0 +1,83 @@
+//! [`LockClient::inspect`] and [`LockClient::held`]: who holds a lock, and what
+//! this client holds.
+
+use super::LockClient;
+use crate::connection::Conn;
+use crate::error::{Error, Operation, Result};
+use crate::inspect::{self, HeldLock, LockInfo};
+use crate::owner::Owner;
+use crate::scheme::Keys;
+use crate::topology::Topology;
+use std::sync::Arc;
+
+impl LockClient {
+    /// Reads the lock `name` as Redis shows it: its format, time left, the
+    /// prefix's fence counter, and each holder with its owner (host, process id,
+    /// program, alive or gone), from the holder's client's session record.
+    ///
+    /// Costs two round trips and one more per holder that names a redlease
+    /// client; locks pay nothing for it. A token of another client (redis-py) or
+    /// a timestamp has no owner to name ([`Owner::None`](crate::Owner::None)); a
+    /// session record of another version or garbled is
+    /// [`Owner::Unknown`](crate::Owner::Unknown), never a guess. With Redlock,
+    /// the first master that answers is read; in a cluster, the key's master.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`] for an empty name, [`Error::Redis`] when no node
+    /// answered within the read timeout.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
+    /// for holder in client.inspect("invoice:42")?.holders() {
+    ///     if let Some(s) = holder.owner().session() {
+    ///         println!("held by pid {} on {} ({})", s.pid(), s.host(), s.program());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn inspect(&self, name: &str) -> Result<LockInfo> {
+        let prefix = &self.inner.settings.key_prefix;
+        let keys = Keys::new(prefix, name, &*self.inner.default_backend)?;
+        let topology = &self.inner.hub.topology;
+        let fence = topology.fence_of(&keys);
+        let info = on_reader(topology, &keys.lock, |c| {
+            inspect::read(c, &keys.lock, &fence)
+        })?;
+        // A session record lives where its own key does (another master of a
+        // cluster), and on every master of a quorum.
+        info.resolve(|tag| {
+            let record = tag.session_key(prefix);
+            on_reader(topology, &record, |c| {
+                c.run(|c| Owner::lookup(c, prefix, tag))
+            })
+        })
+    }
+
+    /// The leases this client holds now, as its renewal thread keeps them (no
+    /// round trip): key, value and how long each stays valid without renewal.
+    /// Waits for the renewal thread to answer (it never waits on the network),
+    /// and for a release or extend running on a lease (each bounded by the read
+    /// timeout).
+    pub fn held(&self) -> Vec<HeldLock> {
+        let held = self.inner.renewer.held();
+        held.iter().map(|s| HeldLock::of(s)).collect()
+    }
+}
+
+/// Runs `read` on the first node holding `key` that answers.
+fn on_reader<T>(
+    topology: &Arc<dyn Topology>,
+    key: &str,
+    mut read: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
+) -> Result<T> {
+    let mut last = Error::Shutdown;
+    for node in topology.readers(key) {
+        match node.get().and_then(|mut c| Ok(read(&mut c)?)) {
+            Ok(found) => return Ok(found),
+            Err(e) => last = e.during(Operation::Inspect, key, node.limits()),
+        }
+    }
+    Err(last)
+}

@@ -1,0 +1,227 @@
+//! Owners: which client a lock's value names, and what that client's session
+//! record in Redis says about it.
+//!
+//! Every value redlease writes carries its client's tag, the first 16 hex digits
+//! of the client's UUID: a token `rl1:<tag><16 hex random>`, a Redisson field
+//! `<client uuid>:<thread>`, a permit id `<tag><16 hex random>`. The client keeps
+//! one session record, `<prefix>redlease:session:<tag>` (`record`), so a reader
+//! finds a holder's owner with one `HGETALL`, and a lock costs nothing more.
+
+use std::collections::HashMap;
+use std::fmt;
+
+mod record;
+mod write;
+
+pub use record::Session;
+pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
+
+use crate::scripts::TOKEN_PREFIX;
+
+/// The tag of a redlease client: the first 16 hex digits of its UUID, which every
+/// value it writes carries, and which names its session record.
+///
+/// # Examples
+/// ```
+/// use redlease::ClientTag;
+/// let tag = ClientTag::of_token("rl1:0123456789abcdef0123456789abcdef").unwrap();
+/// assert_eq!(tag.as_str(), "0123456789abcdef");
+/// assert_eq!(tag.session_key("lock:"), "lock:redlease:session:0123456789abcdef");
+/// // redis-py's tokens and timestamps name no redlease client.
+/// assert!(ClientTag::of_token("0123456789abcdef0123456789abcdef").is_none());
+/// assert!(ClientTag::of_token("1700000000000").is_none());
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClientTag([u8; 16]);
+
+impl ClientTag {
+    /// The tag in a token lock's value: `rl1:` and 32 hex digits (with or without
+    /// a waiter's `+` mark). `None` for any other value: another client's token
+    /// (redis-py, redsync), a timestamp.
+    pub fn of_token(value: &str) -> Option<Self> {
+        let hex = value.strip_prefix(TOKEN_PREFIX)?;
+        let hex = hex.strip_suffix('+').unwrap_or(hex);
+        Self::of_permit(hex)
+    }
+
+    /// The tag in a Redisson owner field, `<client uuid>:<thread id>`: the UUID's
+    /// first 16 hex digits. Redisson's own (Java) clients write fields of this
+    /// shape too; they keep no session record, so their owner reads as gone.
+    pub fn of_field(field: &str) -> Option<Self> {
+        let (id, thread) = field.rsplit_once(':')?;
+        if thread.is_empty() || !thread.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let id = uuid::Uuid::try_parse(id).ok()?;
+        Some(Self::of_uuid(&id))
+    }
+
+    /// The tag in a 32-hex-digit value whose first 16 digits are the tag, such as
+    /// a semaphore permit id, `<tag><16 hex random>`.
+    pub fn of_permit(id: &str) -> Option<Self> {
+        let bytes = id.as_bytes();
+        if bytes.len() != 32 || !bytes.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return None;
+        }
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&bytes[..16]);
+        Some(Self(tag))
+    }
+
+    /// The tag of the client whose UUID is `id`.
+    pub(crate) fn of_uuid(id: &uuid::Uuid) -> Self {
+        let mut buf = [0u8; uuid::fmt::Simple::LENGTH];
+        id.simple().encode_lower(&mut buf);
+        let mut tag = [0u8; 16];
+        tag.copy_from_slice(&buf[..16]);
+        Self(tag)
+    }
+
+    /// The 16 lowercase hex digits.
+    pub fn as_str(&self) -> &str {
+        // Only ever built from lowercase hex digits.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    /// The key of this client's session record under `prefix`:
+    /// `<prefix>redlease:session:<tag>`.
+    pub fn session_key(&self, prefix: &str) -> String {
+        format!("{prefix}{SESSION}{}", self.as_str())
+    }
+}
+
+impl fmt::Debug for ClientTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClientTag({})", self.as_str())
+    }
+}
+
+impl fmt::Display for ClientTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The session keys' names after the key prefix.
+pub(crate) const SESSION: &str = "redlease:session:";
+
+/// Who holds a lock, as far as Redis can tell.
+///
+/// A session that expired means the owner is gone (its process died, or it lost
+/// Redis for longer than the record's 10 s TTL), not that the lock is free: the
+/// lock's own TTL decides that.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Owner {
+    /// The value names a redlease client whose session record is there: it lives.
+    Alive(Session),
+    /// The value names a redlease client with no session record (any more): its
+    /// process is gone, or it could not write the record (a Redis user without
+    /// `HSET`), or it is a client that keeps none (Redisson's Java clients).
+    Gone(ClientTag),
+    /// The value names a redlease client, but its record is of another version or
+    /// garbled: the owner is unknown, never guessed.
+    Unknown(ClientTag),
+    /// The value names no redlease client: another client's token (redis-py,
+    /// redsync), a legacy timestamp.
+    None,
+}
+
+impl Owner {
+    /// The owner that the record `fields` (an `HGETALL` reply, empty when the key
+    /// is absent) says `tag` is.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::collections::HashMap;
+    /// use redlease::{ClientTag, Owner};
+    /// let tag = ClientTag::of_permit("0123456789abcdef0123456789abcdef").unwrap();
+    /// assert_eq!(Owner::from_record(tag, &HashMap::new()), Owner::Gone(tag));
+    /// let garbled = HashMap::from([("pid".to_owned(), "x".to_owned())]);
+    /// assert_eq!(Owner::from_record(tag, &garbled), Owner::Unknown(tag));
+    /// ```
+    pub fn from_record(tag: ClientTag, fields: &HashMap<String, String>) -> Self {
+        if fields.is_empty() {
+            return Owner::Gone(tag);
+        }
+        Session::parse(tag, fields).map_or(Owner::Unknown(tag), Owner::Alive)
+    }
+
+    /// Looks up the owner of `tag` under `prefix`: one `HGETALL` of its session
+    /// record on `conn`. Any scheme's value resolves this way once its tag is read
+    /// ([`ClientTag::of_token`], [`of_field`](ClientTag::of_field),
+    /// [`of_permit`](ClientTag::of_permit)).
+    ///
+    /// # Errors
+    /// The error of the `HGETALL` when the server failed. A record that is not a
+    /// hash, or that the user may not read, is [`Owner::Unknown`], not an error.
+    pub fn lookup(
+        conn: &mut dyn redis::ConnectionLike,
+        prefix: &str,
+        tag: ClientTag,
+    ) -> redis::RedisResult<Self> {
+        let reply = redis::cmd("HGETALL")
+            .arg(tag.session_key(prefix))
+            .query::<HashMap<String, String>>(conn);
+        match reply {
+            Ok(fields) => Ok(Self::from_record(tag, &fields)),
+            Err(e) if matches!(e.code(), Some("WRONGTYPE" | "NOPERM")) => Ok(Owner::Unknown(tag)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The session, when the owner is alive.
+    pub fn session(&self) -> Option<&Session> {
+        match self {
+            Owner::Alive(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The client tag the value names, if any.
+    pub fn tag(&self) -> Option<ClientTag> {
+        match self {
+            Owner::Alive(s) => Some(s.tag()),
+            Owner::Gone(t) | Owner::Unknown(t) => Some(*t),
+            Owner::None => None,
+        }
+    }
+
+    /// Whether the owner's session record exists (and can be read).
+    pub fn is_alive(&self) -> bool {
+        matches!(self, Owner::Alive(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_read_from_each_format_and_nothing_else() {
+        let hex = "0123456789abcdef0123456789abcdef";
+        let want = "0123456789abcdef";
+        for v in [format!("rl1:{hex}"), format!("rl1:{hex}+")] {
+            assert_eq!(ClientTag::of_token(&v).unwrap().as_str(), want);
+        }
+        assert_eq!(ClientTag::of_permit(hex).unwrap().as_str(), want);
+        let id = uuid::Uuid::parse_str("01234567-89ab-cdef-0123-456789abcdef").unwrap();
+        let field = format!("{id}:7");
+        assert_eq!(ClientTag::of_field(&field).unwrap().as_str(), want);
+        assert_eq!(ClientTag::of_uuid(&id).as_str(), want);
+        for bad in [
+            hex,
+            "rl1:0123",
+            "rl1:0123456789ABCDEF0123456789abcdef",
+            "rl1:0123456789abcdef0123456789abcdeg",
+            "1700000000000",
+            "",
+        ] {
+            assert!(ClientTag::of_token(bad).is_none(), "{bad}");
+        }
+        for bad in [field.trim_end_matches('7'), "x:1", hex, "a:b:c"] {
+            assert!(ClientTag::of_field(bad).is_none(), "{bad}");
+        }
+        assert!(ClientTag::of_permit(&hex[1..]).is_none());
+    }
+}

@@ -1,0 +1,70 @@
+//! Reading an acquire's answers from every node: a majority that came too late,
+//! how long a busy lock may stay busy, and the random pause between rounds.
+
+use std::time::Duration;
+
+use super::ballot::{Count, Vote};
+use super::quorum::Quorum;
+use crate::error::{NodeFailure, Operation, Result};
+use crate::scheme::Acquire;
+use crate::topology::io::timed_out;
+
+/// The longest random pause before another round, after a failed round or a split
+/// vote (several callers holding a minority each).
+pub(super) const RETRY_MAX: Duration = Duration::from_millis(50);
+
+/// An acquire whose majority came after its validity ended: no grant counts, each
+/// granting node is a failure (too late), beside the nodes that failed.
+pub(super) fn late(
+    count: Count,
+    answers: Vec<Result<Acquire>>,
+    quorum: &Quorum,
+    key: &str,
+    wait: Duration,
+) -> (Count, Vec<NodeFailure>) {
+    let mut late = Count::new(count.n);
+    let mut failures = Vec::new();
+    for (i, answer) in answers.into_iter().enumerate() {
+        let error = match answer {
+            Ok(Acquire::Acquired { .. }) => {
+                timed_out("granted after the lease's validity had ended")
+            }
+            Ok(Acquire::Busy { .. }) => {
+                late.add(Vote::No);
+                continue;
+            }
+            Err(e) => e,
+        };
+        late.add(Vote::Failed);
+        failures.push(quorum.failure(i, error, Operation::Acquire, key, wait));
+    }
+    (late, failures)
+}
+
+/// How long a busy lock may stay busy. When the busy nodes are a majority,
+/// someone may hold the lock: it is ours to take at the earliest once enough of
+/// them expire to leave a majority free. When they are not (a split vote, each
+/// caller holding a minority), a short random pause, as Redlock prescribes.
+pub(super) fn remaining(count: &Count, answers: &[Result<Acquire>]) -> Option<Duration> {
+    let mut busy: Vec<Option<Duration>> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Ok(Acquire::Busy { remaining }) => Some(*remaining),
+            _ => None,
+        })
+        .collect();
+    let q = count.quorum();
+    if busy.len() < q {
+        return Some(jitter(RETRY_MAX));
+    }
+    // Free for us now: the nodes that were not busy; needed: `q` of all.
+    let needed = q - (count.n - busy.len());
+    busy.sort_by_key(|r| r.unwrap_or(Duration::MAX));
+    busy.get(needed - 1).copied().flatten()
+}
+
+/// A pause drawn uniformly from 1 ms to `max`.
+pub(super) fn jitter(max: Duration) -> Duration {
+    let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1000);
+    Duration::from_micros(fastrand::u64(1000..=max))
+}
