@@ -11,11 +11,20 @@ use redis::{RedisResult, Script, Value};
 use crate::connection::Conn;
 use crate::lease::LeaseState;
 use crate::owner::{ClientTag, Owner};
+use crate::scheme::timeouts;
 use crate::scripts::TOKEN_PREFIX;
 
+/// The most permit ids of one semaphore that [`LockInfo::holders`] lists.
+pub const MAX_PERMITS: usize = 1000;
+/// Counts from here on (2001-09-09 in seconds) read as legacy timestamps when no
+/// permit is held.
+const TIMESTAMP_FROM: i64 = 1_000_000_000;
+
 /// One atomic snapshot of a lock key, so the value matches the type and TTL.
-/// KEYS[1] the lock key, KEYS[2] its fence counter. Read-only; `pcall` so a fence
-/// counter of another type reads as absent. Returns `{type, pttl, value, fence}`.
+/// KEYS[1] the lock key, KEYS[2] its fence counter, KEYS[3] the expiry set of a
+/// semaphore of that name; ARGV[1] the most permit ids read. Read-only; `pcall`
+/// so a fence counter or set of another type reads as absent. Returns `{type,
+/// pttl, value, fence, permit ids}`.
 static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -25,7 +34,12 @@ if kind == 'string' then value = redis.call('GET', KEYS[1])
 elseif kind == 'hash' then value = redis.call('HGETALL', KEYS[1]) end
 local fence = redis.pcall('GET', KEYS[2])
 if type(fence) == 'table' then fence = false end
-return {kind, redis.call('PTTL', KEYS[1]), value, fence}
+local ids = {}
+if kind == 'none' or kind == 'string' then
+  ids = redis.pcall('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)
+  if ids['err'] then ids = {} end
+end
+return {kind, redis.call('PTTL', KEYS[1]), value, fence, ids}
 ",
     )
 });
@@ -43,6 +57,12 @@ pub enum LockFormat {
     LegacyTimestamp,
     /// A hash: Redisson's reentrant layout, one field per owner.
     Reentrant,
+    /// A hash with a `mode`: Redisson's `RReadWriteLock` layout, one field per
+    /// reader (`<uuid>:<thread>`) and writer (`<uuid>:<thread>:write`).
+    ReadWrite,
+    /// A count with an expiry set of permit ids: Redisson's
+    /// `RPermitExpirableSemaphore` layout.
+    Semaphore,
     /// Any other type: no lock format.
     Other,
 }
@@ -55,6 +75,8 @@ pub struct LockInfo {
     ttl: Option<Duration>,
     fence: Option<u64>,
     waited: bool,
+    mode: Option<String>,
+    free: Option<i64>,
     holders: Vec<Holder>,
 }
 
@@ -81,8 +103,18 @@ impl LockInfo {
     pub fn waited(&self) -> bool {
         self.waited
     }
+    /// A read-write lock's mode, `read` or `write`; `None` for other formats.
+    pub fn mode(&self) -> Option<&str> {
+        self.mode.as_deref()
+    }
+    /// A semaphore's free permits (negative after its total was lowered below
+    /// the permits held); `None` for other formats.
+    pub fn free_permits(&self) -> Option<i64> {
+        self.free
+    }
     /// Who holds it: one holder for a token or timestamp, one per owner field of a
-    /// reentrant hash; none when it is free.
+    /// reentrant or read-write hash, one per permit of a semaphore (the first
+    /// [`MAX_PERMITS`] ids); none when it is free.
     pub fn holders(&self) -> &[Holder] {
         &self.holders
     }
@@ -97,11 +129,13 @@ pub struct Holder {
 }
 
 impl Holder {
-    /// Its value: a token, a timestamp, a Redisson owner field.
+    /// Its value: a token, a timestamp, a Redisson owner field (a writer's ends
+    /// in `:write`), a semaphore's permit id (32 hex digits).
     pub fn value(&self) -> &str {
         &self.value
     }
-    /// How many times it holds the lock (a reentrant hold count; 1 otherwise).
+    /// How many times it holds the lock (a reentrant or read-write hold count; 1
+    /// otherwise).
     pub fn holds(&self) -> u64 {
         self.holds
     }
@@ -170,34 +204,53 @@ impl LockInfo {
 /// whose value names a redlease client is [`Owner::Gone`] until
 /// [`resolve`](LockInfo::resolve)d.
 pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<LockInfo> {
-    let (kind, pttl, value, fence): (String, i64, Value, Option<String>) =
-        conn.run(|c| SNAPSHOT.key(key).key(fence_key).invoke(c))?;
+    let (kind, pttl, value, fence, ids): (String, i64, Value, Option<String>, Vec<Vec<u8>>) = conn
+        .run(|c| {
+            SNAPSHOT
+                .key(key)
+                .key(fence_key)
+                .key(timeouts(key))
+                .arg(MAX_PERMITS)
+                .invoke(c)
+        })?;
     let mut info = LockInfo {
         key: key.to_owned(),
         format: LockFormat::Other,
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence: fence.and_then(|f| f.parse().ok()),
         waited: false,
+        mode: None,
+        free: None,
         holders: Vec::new(),
     };
     let mut holders: Vec<(String, u64, Option<ClientTag>)> = Vec::new();
     match (kind.as_str(), value) {
-        ("none", _) => info.format = LockFormat::Free,
+        ("none", _) if ids.is_empty() => info.format = LockFormat::Free,
+        ("none", _) => info.free = Some(0),
         ("string", v) => {
             let v: String = redis::from_redis_value(v)?;
-            let number = !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit());
-            info.format = if number {
-                LockFormat::LegacyTimestamp
+            let count = v.parse::<i64>().ok();
+            if let Some(n) = count.filter(|n| !ids.is_empty() || *n < TIMESTAMP_FROM) {
+                info.free = Some(n);
             } else {
-                LockFormat::Token
-            };
-            info.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
-            let tag = ClientTag::of_token(&v);
-            holders.push((v, 1, tag));
+                info.format = if count.is_some_and(|n| n >= 0) {
+                    LockFormat::LegacyTimestamp
+                } else {
+                    LockFormat::Token
+                };
+                info.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
+                let tag = ClientTag::of_token(&v);
+                holders.push((v, 1, tag));
+            }
         }
         ("hash", v) => {
-            info.format = LockFormat::Reentrant;
-            let fields: HashMap<String, String> = redis::from_redis_value(v)?;
+            let mut fields: HashMap<String, String> = redis::from_redis_value(v)?;
+            info.mode = fields.remove("mode");
+            info.format = if info.mode.is_some() {
+                LockFormat::ReadWrite
+            } else {
+                LockFormat::Reentrant
+            };
             for (field, count) in fields {
                 let tag = ClientTag::of_field(&field);
                 holders.push((field, count.parse().unwrap_or(0), tag));
@@ -205,6 +258,18 @@ pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<L
             holders.sort_by(|a, b| a.0.cmp(&b.0));
         }
         _ => {}
+    }
+    if info.free.is_some() {
+        info.format = LockFormat::Semaphore;
+        for id in ids {
+            // 16 raw bytes; anything else is shown as it is and names no one.
+            let hex = uuid::Uuid::from_slice(&id).map_or_else(
+                |_| String::from_utf8_lossy(&id).into_owned(),
+                |u| u.simple().to_string(),
+            );
+            let tag = ClientTag::of_permit(&hex);
+            holders.push((hex, 1, tag));
+        }
     }
     for (value, holds, tag) in holders {
         info.holders.push(Holder {

@@ -290,7 +290,7 @@ pub use cancel::CancelToken;
 pub use client::LockClient;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use guard::LockGuard;
-pub use inspect::{HeldLock, Holder, LockFormat, LockInfo};
+pub use inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};

@@ -44,10 +44,12 @@ impl ClientTag {
         Self::of_permit(hex)
     }
 
-    /// The tag in a Redisson owner field, `<client uuid>:<thread id>`: the UUID's
+    /// The tag in a Redisson owner field, `<client uuid>:<thread id>` (a
+    /// read-write lock's writer: `<client uuid>:<thread id>:write`): the UUID's
     /// first 16 hex digits. Redisson's own (Java) clients write fields of this
     /// shape too; they keep no session record, so their owner reads as gone.
     pub fn of_field(field: &str) -> Option<Self> {
+        let field = field.strip_suffix(":write").unwrap_or(field);
         let (id, thread) = field.rsplit_once(':')?;
         if thread.is_empty() || !thread.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -208,6 +210,8 @@ mod tests {
         let id = uuid::Uuid::parse_str("01234567-89ab-cdef-0123-456789abcdef").unwrap();
         let field = format!("{id}:7");
         assert_eq!(ClientTag::of_field(&field).unwrap().as_str(), want);
+        let writer = format!("{field}:write");
+        assert_eq!(ClientTag::of_field(&writer).unwrap().as_str(), want);
         assert_eq!(ClientTag::of_uuid(&id).as_str(), want);
         for bad in [
             hex,
@@ -219,7 +223,8 @@ mod tests {
         ] {
             assert!(ClientTag::of_token(bad).is_none(), "{bad}");
         }
-        for bad in [field.trim_end_matches('7'), "x:1", hex, "a:b:c"] {
+        let no_thread = format!("{id}:write");
+        for bad in [field.trim_end_matches('7'), "x:1", hex, "a:b:c", &no_thread] {
             assert!(ClientTag::of_field(bad).is_none(), "{bad}");
         }
         assert!(ClientTag::of_permit(&hex[1..]).is_none());

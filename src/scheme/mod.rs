@@ -33,7 +33,7 @@ pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
 pub(crate) use rwlock::{RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE};
-pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes};
+pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes, timeouts};
 pub(crate) use token::{TokenBackend, new_token};
 
 /// How a lock is stored in Redis.

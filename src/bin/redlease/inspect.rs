@@ -94,11 +94,18 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> String 
             free,
             held,
             expired,
-        } => format!(
-            "semaphore (Redisson's permit-expirable layout): {held} permit(s) held \
-             ({expired} past their lease), {free} free, {} in all",
-            free.saturating_add_unsigned(*held)
-        ),
+            ids,
+        } => {
+            let mut text = format!(
+                "semaphore (Redisson's permit-expirable layout): {held} permit(s) held \
+                 ({expired} past their lease), {free} free, {} in all",
+                free.saturating_add_unsigned(*held)
+            );
+            for id in ids {
+                let _ = write!(text, "\n  permit {id}");
+            }
+            text
+        }
         Holder::ReadWrite {
             mode,
             readers,
@@ -181,7 +188,9 @@ pub(crate) fn to_json(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned])
             free,
             held,
             expired,
+            ids,
         } => {
+            out["permits"] = json!(ids);
             out["free"] = json!(free);
             out["held"] = json!(held);
             out["expired"] = json!(expired);

@@ -1,5 +1,6 @@
 //! The owners of a lock's holders, for `inspect` and `list`: a holder's value
-//! names its client (a redlease token its tag, a Redisson field its UUID), and
+//! names its client (a redlease token or permit id its tag, a Redisson field of
+//! a reentrant or read-write lock its UUID), and
 //! that client's session record, `<prefix>redlease:session:<tag>`, says who it is.
 //! The lookup and the record's reading are the library's ([`ClientTag`],
 //! [`Owner::lookup`]); this module shows them.
@@ -34,6 +35,17 @@ pub(crate) fn owners(
         Holder::Reentrant(fields) => fields
             .iter()
             .map(|(f, _)| (f.as_str(), ClientTag::of_field(f)))
+            .collect(),
+        Holder::ReadWrite {
+            readers, writers, ..
+        } => writers
+            .iter()
+            .chain(readers)
+            .map(|(f, _)| (f.as_str(), ClientTag::of_field(f)))
+            .collect(),
+        Holder::Semaphore { ids, .. } => ids
+            .iter()
+            .map(|id| (id.as_str(), ClientTag::of_permit(id)))
             .collect(),
         _ => Vec::new(),
     };

@@ -23,7 +23,9 @@ const MILLIS_UNTIL: u64 = 100_000_000_000_000;
 
 /// One atomic snapshot of a lock key, so the value matches the type and TTL
 /// reported. KEYS[1]: the lock key, KEYS[2]: its fence counter, KEYS[3] the
-/// expiry set of a semaphore of that name; ARGV[1] now (unix ms). Read-only;
+/// expiry set of a semaphore of that name; ARGV[1] now (unix ms), ARGV[2] the
+/// most permit ids read. Returns `{type, pttl, value, fence, held, expired,
+/// permit ids}`. Read-only;
 /// `redis.pcall` so a fence counter or set of the wrong type reads as absent.
 static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -39,7 +41,9 @@ if type(held) == 'table' then held = 0 end
 local expired = 0
 if held > 0 then expired = redis.pcall('ZCOUNT', KEYS[3], 0, ARGV[1]) end
 if type(expired) == 'table' then expired = 0 end
-return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired}
+local ids = {}
+if held > 0 then ids = redis.pcall('ZRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end
+return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired, ids}
 ",
     )
 });
@@ -59,8 +63,14 @@ pub(crate) enum Holder {
     Reentrant(Vec<(String, i64)>),
     /// A semaphore in Redisson's `RPermitExpirableSemaphore` layout: permits free
     /// (the count under the key), held (in its expiry set), and of those expired
-    /// (given back by the next call on it).
-    Semaphore { free: i64, held: u64, expired: u64 },
+    /// (given back by the next call on it), and the ids of the permits held
+    /// (the first `redlease::MAX_PERMITS`), 32 hex digits each.
+    Semaphore {
+        free: i64,
+        held: u64,
+        expired: u64,
+        ids: Vec<String>,
+    },
     /// A read-write lock in Redisson's `RReadWriteLock` layout: its `mode`, and
     /// `(field, hold count)` of its readers and of its writer.
     ReadWrite {
@@ -132,18 +142,30 @@ pub(crate) fn connect_info(info: redis::ConnectionInfo) -> RedisResult<Connectio
 /// Reads `key` (the full key, prefix included) and the fence counter `fence` in one
 /// atomic round trip.
 pub(crate) fn read(con: &mut Connection, key: &str, fence: &str) -> RedisResult<Snapshot> {
-    let (kind, pttl, value, fence, held, expired): (String, i64, Value, Option<String>, u64, u64) =
-        SNAPSHOT
-            .key(key)
-            .key(fence)
-            .key(timeouts(key))
-            .arg(now_in(1))
-            .invoke(con)?;
+    type Reply = (String, i64, Value, Option<String>, u64, u64, Vec<Vec<u8>>);
+    let (kind, pttl, value, fence, held, expired, ids): Reply = SNAPSHOT
+        .key(key)
+        .key(fence)
+        .key(timeouts(key))
+        .arg(now_in(1))
+        .arg(redlease::MAX_PERMITS)
+        .invoke(con)?;
     let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    // A permit id is 16 raw bytes (Redisson's `decodeHexDump` of 32 hex digits).
+    let ids: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            uuid::Uuid::from_slice(id).map_or_else(
+                |_| String::from_utf8_lossy(id).into_owned(),
+                |u| u.simple().to_string(),
+            )
+        })
+        .collect();
     let semaphore = |free| Holder::Semaphore {
         free,
         held,
         expired,
+        ids: ids.clone(),
     };
     let holder = match (kind.as_str(), value) {
         ("none", _) if held > 0 => semaphore(0),
