@@ -22,7 +22,8 @@ const PREFIX: &str = "app:";
 /// The holder's locks' TTL: far longer than the session record's 10 s.
 const LOCK_TTL: Duration = Duration::from_secs(30);
 
-/// In a holder process: takes `tok` (token) and `re` (reentrant, twice), says
+/// In a holder process: takes `tok` (token), `re` (reentrant, twice), a read
+/// hold of `rd` and a write hold of `wr` (read-write locks), a permit of `sem`, says
 /// `ready`, and holds them until `done` exists (or a minute passes). Returns
 /// whether this is a holder process.
 fn hold_if_holder() -> bool {
@@ -40,6 +41,19 @@ fn hold_if_holder() -> bool {
         client.lock_with("re", &re).unwrap().unwrap(),
         client.lock_with("re", &re).unwrap().unwrap(),
     ];
+    let rw = LockOptions::new().ttl(LOCK_TTL);
+    let rd = client
+        .read_write("rd")
+        .unwrap()
+        .read_with(&rw)
+        .unwrap()
+        .unwrap();
+    let wr = client
+        .read_write("wr")
+        .unwrap()
+        .write_with(&rw)
+        .unwrap()
+        .unwrap();
     let sem = client.semaphore("sem").unwrap();
     sem.ensure_permits(2).unwrap();
     let permit = sem.acquire().unwrap();
@@ -58,7 +72,7 @@ fn hold_if_holder() -> bool {
             .unwrap()
     });
     assert!(done, "nobody said done");
-    drop((tok, re, permit));
+    drop((tok, re, rd, wr, permit));
     true
 }
 
@@ -93,8 +107,8 @@ fn this_host() -> String {
 }
 
 #[test]
-fn the_owners_of_token_and_reentrant_holders_show_across_processes() {
-    const TEST: &str = "the_owners_of_token_and_reentrant_holders_show_across_processes";
+fn the_owners_of_every_formats_holders_show_across_processes() {
+    const TEST: &str = "the_owners_of_every_formats_holders_show_across_processes";
     if hold_if_holder() {
         return;
     }
@@ -127,8 +141,31 @@ fn the_owners_of_token_and_reentrant_holders_show_across_processes() {
     assert_eq!(holder.holds(), 2);
     let owner = holder.owner().session().expect("an owner that lives");
     assert_eq!(owner, session, "one client, one session");
+    // A read-write lock's reader and writer fields, and a permit id, name the
+    // same client.
+    for (name, mode, writer) in [("rd", "read", false), ("wr", "write", true)] {
+        let rw = reader.inspect(name).unwrap();
+        assert_eq!(
+            (rw.format(), rw.mode()),
+            (LockFormat::ReadWrite, Some(mode))
+        );
+        let [holder] = rw.holders() else {
+            panic!("one {mode} holder, no `mode` field: {rw:?}")
+        };
+        assert_eq!(holder.value().ends_with(":write"), writer, "{rw:?}");
+        assert_eq!(holder.holds(), 1);
+        assert_eq!(holder.owner().session(), Some(session), "{rw:?}");
+    }
+    let sem = reader.inspect("sem").unwrap();
+    assert_eq!(sem.format(), LockFormat::Semaphore);
+    assert_eq!(sem.free_permits(), Some(1));
+    let [holder] = sem.holders() else {
+        panic!("one permit holder: {sem:?}")
+    };
+    assert_eq!(holder.value().len(), 32);
+    assert_eq!(holder.owner().session(), Some(session), "{sem:?}");
     #[cfg(feature = "cli")]
-    for key in ["tok", "re"] {
+    for key in ["tok", "re", "rd", "wr", "sem"] {
         let json = cli::inspect_json(&server, key);
         let holders = json["holders"].as_array().unwrap();
         assert_eq!(holders.len(), 1, "{json}");
@@ -196,13 +233,21 @@ fn a_killed_holders_owner_shows_gone_within_10s_while_its_lock_lives_on() {
         info.ttl().is_some_and(|t| t > Duration::from_secs(5)),
         "the lock lives on: {info:?}"
     );
-    let re = reader.inspect("re").unwrap();
-    assert!(matches!(re.holders()[0].owner(), Owner::Gone(_)), "{re:?}");
+    for name in ["re", "rd", "wr", "sem"] {
+        let info = reader.inspect(name).unwrap();
+        assert!(
+            matches!(info.holders()[0].owner(), Owner::Gone(_)),
+            "{info:?}"
+        );
+    }
     #[cfg(feature = "cli")]
-    {
-        let json = cli::inspect_json(&server, "tok");
+    for key in ["tok", "wr", "sem"] {
+        let json = cli::inspect_json(&server, key);
         assert_eq!(json["holders"][0]["alive"].as_bool(), Some(false), "{json}");
         assert!(json["holders"][0]["pid"].is_null(), "{json}");
+    }
+    #[cfg(feature = "cli")]
+    {
         let text = cli::stdout(&["inspect", "--prefix", PREFIX, "tok"], &server);
         assert!(text.contains("gone"), "{text}");
     }
@@ -269,6 +314,46 @@ fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() 
     assert_eq!(ts.holders()[0].owner(), &Owner::None);
     let free = reader.inspect("free").unwrap();
     assert_eq!((free.format(), free.holders().len()), (LockFormat::Free, 0));
+
+    // Redisson's own (Java) read-write fields and permit ids keep no session
+    // record: gone, never another client's owner; a field of no UUID names none.
+    let java = uuid::Uuid::new_v4();
+    server.query::<()>(
+        redis::cmd("HSET")
+            .arg(format!("{PREFIX}jrw"))
+            .arg("mode")
+            .arg("write")
+            .arg(format!("{java}:1:write"))
+            .arg(1)
+            .arg("zz-not-a-uuid:1")
+            .arg(2),
+    );
+    let jrw = reader.inspect("jrw").unwrap();
+    assert_eq!(
+        (jrw.format(), jrw.mode()),
+        (LockFormat::ReadWrite, Some("write"))
+    );
+    let owners: Vec<&Owner> = jrw.holders().iter().map(|h| h.owner()).collect();
+    let java_tag = ClientTag::of_field(&format!("{java}:1")).unwrap();
+    assert_eq!(owners, [&Owner::Gone(java_tag), &Owner::None], "{jrw:?}");
+    set(&format!("{PREFIX}jsem"), "3");
+    server.query::<()>(
+        redis::cmd("ZADD")
+            .arg(format!("{{{PREFIX}jsem}}:timeout"))
+            .arg(922_337_203_685_477_u64)
+            .arg(java.as_bytes().as_slice()),
+    );
+    let jsem = reader.inspect("jsem").unwrap();
+    assert_eq!(
+        (jsem.format(), jsem.free_permits()),
+        (LockFormat::Semaphore, Some(3))
+    );
+    assert_eq!(jsem.holders()[0].value(), java.simple().to_string());
+    assert_eq!(
+        jsem.holders()[0].owner(),
+        &Owner::Gone(java_tag),
+        "{jsem:?}"
+    );
 }
 
 #[cfg(feature = "cli")]
