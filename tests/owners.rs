@@ -333,7 +333,7 @@ fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() 
         (jrw.format(), jrw.mode()),
         (LockFormat::ReadWrite, Some("write"))
     );
-    let owners: Vec<&Owner> = jrw.holders().iter().map(|h| h.owner()).collect();
+    let owners: Vec<&Owner> = jrw.holders().iter().map(redlease::Holder::owner).collect();
     let java_tag = ClientTag::of_field(&format!("{java}:1")).unwrap();
     assert_eq!(owners, [&Owner::Gone(java_tag), &Owner::None], "{jrw:?}");
     set(&format!("{PREFIX}jsem"), "3");
