@@ -176,6 +176,27 @@ fn the_owners_of_every_formats_holders_show_across_processes() {
         assert_eq!(h["client_id"].as_str(), Some(session.client_id()));
         assert_eq!(h["alive"].as_bool(), Some(true));
     }
+    #[cfg(feature = "cli")]
+    {
+        // `list` shows the same owners, one row per lock.
+        let rows = cli::listed(&server, PREFIX);
+        for (key, format) in [
+            ("rd", "read-write"),
+            ("wr", "read-write"),
+            ("sem", "semaphore"),
+        ] {
+            let key = format!("{PREFIX}{key}");
+            let row = rows.iter().find(|r| r["key"] == key.as_str());
+            let row = row.unwrap_or_else(|| panic!("{key} listed: {rows:?}"));
+            assert_eq!(row["format"].as_str(), Some(format), "{row}");
+            let found = row["holders"][0]["pid"].as_u64();
+            assert_eq!(found, Some(u64::from(pid)), "{row}");
+        }
+        let text = cli::stdout(&["list", "--prefix", PREFIX], &server);
+        let line = text.lines().find(|l| l.starts_with("app:sem "));
+        let line = line.unwrap_or_else(|| panic!("app:sem listed: {text}"));
+        assert!(line.contains(&format!("pid {pid}")), "{text}");
+    }
 
     // A semaphore's permit id (16 raw bytes in Redisson's timeout set) names
     // the same client: any scheme's value resolves through `Owner::lookup`.
@@ -389,7 +410,7 @@ mod cli {
         serde_json::from_str(&text).unwrap()
     }
 
-    fn listed(server: &RedisServer, prefix: &str) -> Vec<Value> {
+    pub(super) fn listed(server: &RedisServer, prefix: &str) -> Vec<Value> {
         let text = stdout(&["list", "--json", "--prefix", prefix], server);
         text.lines()
             .map(|l| serde_json::from_str(l).unwrap())
