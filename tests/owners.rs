@@ -106,6 +106,34 @@ fn this_host() -> String {
         .to_owned()
 }
 
+/// A read-write lock's reader and writer fields, and a permit id, held by the
+/// holder process, name its session.
+fn read_write_and_permit_holders_name(reader: &LockClient, session: &redlease::Session) {
+    // A read-write lock's reader and writer fields, and a permit id, name the
+    // same client.
+    for (name, mode, writer) in [("rd", "read", false), ("wr", "write", true)] {
+        let rw = reader.inspect(name).unwrap();
+        assert_eq!(
+            (rw.format(), rw.mode()),
+            (LockFormat::ReadWrite, Some(mode))
+        );
+        let [holder] = rw.holders() else {
+            panic!("one {mode} holder, no `mode` field: {rw:?}")
+        };
+        assert_eq!(holder.value().ends_with(":write"), writer, "{rw:?}");
+        assert_eq!(holder.holds(), 1);
+        assert_eq!(holder.owner().session(), Some(session), "{rw:?}");
+    }
+    let sem = reader.inspect("sem").unwrap();
+    assert_eq!(sem.format(), LockFormat::Semaphore);
+    assert_eq!(sem.free_permits(), Some(1));
+    let [holder] = sem.holders() else {
+        panic!("one permit holder: {sem:?}")
+    };
+    assert_eq!(holder.value().len(), 32);
+    assert_eq!(holder.owner().session(), Some(session), "{sem:?}");
+}
+
 #[test]
 fn the_owners_of_every_formats_holders_show_across_processes() {
     const TEST: &str = "the_owners_of_every_formats_holders_show_across_processes";
@@ -141,29 +169,7 @@ fn the_owners_of_every_formats_holders_show_across_processes() {
     assert_eq!(holder.holds(), 2);
     let owner = holder.owner().session().expect("an owner that lives");
     assert_eq!(owner, session, "one client, one session");
-    // A read-write lock's reader and writer fields, and a permit id, name the
-    // same client.
-    for (name, mode, writer) in [("rd", "read", false), ("wr", "write", true)] {
-        let rw = reader.inspect(name).unwrap();
-        assert_eq!(
-            (rw.format(), rw.mode()),
-            (LockFormat::ReadWrite, Some(mode))
-        );
-        let [holder] = rw.holders() else {
-            panic!("one {mode} holder, no `mode` field: {rw:?}")
-        };
-        assert_eq!(holder.value().ends_with(":write"), writer, "{rw:?}");
-        assert_eq!(holder.holds(), 1);
-        assert_eq!(holder.owner().session(), Some(session), "{rw:?}");
-    }
-    let sem = reader.inspect("sem").unwrap();
-    assert_eq!(sem.format(), LockFormat::Semaphore);
-    assert_eq!(sem.free_permits(), Some(1));
-    let [holder] = sem.holders() else {
-        panic!("one permit holder: {sem:?}")
-    };
-    assert_eq!(holder.value().len(), 32);
-    assert_eq!(holder.owner().session(), Some(session), "{sem:?}");
+    read_write_and_permit_holders_name(&reader, session);
     #[cfg(feature = "cli")]
     for key in ["tok", "re", "rd", "wr", "sem"] {
         let json = cli::inspect_json(&server, key);
@@ -177,26 +183,7 @@ fn the_owners_of_every_formats_holders_show_across_processes() {
         assert_eq!(h["alive"].as_bool(), Some(true));
     }
     #[cfg(feature = "cli")]
-    {
-        // `list` shows the same owners, one row per lock.
-        let rows = cli::listed(&server, PREFIX);
-        for (key, format) in [
-            ("rd", "read-write"),
-            ("wr", "read-write"),
-            ("sem", "semaphore"),
-        ] {
-            let key = format!("{PREFIX}{key}");
-            let row = rows.iter().find(|r| r["key"] == key.as_str());
-            let row = row.unwrap_or_else(|| panic!("{key} listed: {rows:?}"));
-            assert_eq!(row["format"].as_str(), Some(format), "{row}");
-            let found = row["holders"][0]["pid"].as_u64();
-            assert_eq!(found, Some(u64::from(pid)), "{row}");
-        }
-        let text = cli::stdout(&["list", "--prefix", PREFIX], &server);
-        let line = text.lines().find(|l| l.starts_with("app:sem "));
-        let line = line.unwrap_or_else(|| panic!("app:sem listed: {text}"));
-        assert!(line.contains(&format!("pid {pid}")), "{text}");
-    }
+    cli::list_names_owners(&server, pid);
 
     // A semaphore's permit id (16 raw bytes in Redisson's timeout set) names
     // the same client: any scheme's value resolves through `Owner::lookup`.
@@ -408,6 +395,29 @@ mod cli {
     pub(super) fn inspect_json(server: &RedisServer, key: &str) -> Value {
         let text = stdout(&["inspect", "--json", "--prefix", PREFIX, key], server);
         serde_json::from_str(&text).unwrap()
+    }
+
+    /// `list` shows the owners of the holder process's read and write holds and
+    /// permit, one row per lock.
+    pub(super) fn list_names_owners(server: &RedisServer, pid: u32) {
+        // `list` shows the same owners, one row per lock.
+        let rows = listed(server, PREFIX);
+        for (key, format) in [
+            ("rd", "read-write"),
+            ("wr", "read-write"),
+            ("sem", "semaphore"),
+        ] {
+            let key = format!("{PREFIX}{key}");
+            let row = rows.iter().find(|r| r["key"] == key.as_str());
+            let row = row.unwrap_or_else(|| panic!("{key} listed: {rows:?}"));
+            assert_eq!(row["format"].as_str(), Some(format), "{row}");
+            let found = row["holders"][0]["pid"].as_u64();
+            assert_eq!(found, Some(u64::from(pid)), "{row}");
+        }
+        let text = stdout(&["list", "--prefix", PREFIX], server);
+        let line = text.lines().find(|l| l.starts_with("app:sem "));
+        let line = line.unwrap_or_else(|| panic!("app:sem listed: {text}"));
+        assert!(line.contains(&format!("pid {pid}")), "{text}");
     }
 
     pub(super) fn listed(server: &RedisServer, prefix: &str) -> Vec<Value> {
