@@ -11,7 +11,7 @@ use redis::{RedisResult, Script, Value};
 use crate::connection::Conn;
 use crate::lease::LeaseState;
 use crate::owner::{ClientTag, Owner};
-use crate::scheme::timeouts;
+use crate::scheme::{timeouts, write_wait};
 use crate::scripts::TOKEN_PREFIX;
 
 /// The most permit ids of one semaphore that [`LockInfo::holders`] lists.
@@ -22,9 +22,10 @@ const TIMESTAMP_FROM: i64 = 1_000_000_000;
 
 /// One atomic snapshot of a lock key, so the value matches the type and TTL.
 /// KEYS[1] the lock key, KEYS[2] its fence counter, KEYS[3] the expiry set of a
-/// semaphore of that name; ARGV[1] the most permit ids read. Read-only; `pcall`
-/// so a fence counter or set of another type reads as absent. Returns `{type,
-/// pttl, value, fence, permit ids}`.
+/// semaphore of that name, KEYS[4] a read-write lock's waiting-writer mark;
+/// ARGV[1] the most permit ids read. Read-only; `pcall` so a fence counter, set
+/// or mark of another type reads as absent. Returns `{type, pttl, value, fence,
+/// permit ids, whether a writer waits}`.
 static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -32,6 +33,9 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 local value = false
 if kind == 'string' then value = redis.call('GET', KEYS[1])
 elseif kind == 'hash' then value = redis.call('HGETALL', KEYS[1]) end
+local waits = 0
+if kind == 'hash' then waits = redis.pcall('EXISTS', KEYS[4]) end
+if type(waits) == 'table' then waits = 0 end
 local fence = redis.pcall('GET', KEYS[2])
 if type(fence) == 'table' then fence = false end
 local ids = {}
@@ -39,7 +43,7 @@ if kind == 'none' or kind == 'string' then
   ids = redis.pcall('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)
   if ids['err'] then ids = {} end
 end
-return {kind, redis.call('PTTL', KEYS[1]), value, fence, ids}
+return {kind, redis.call('PTTL', KEYS[1]), value, fence, ids, waits}
 ",
     )
 });
@@ -99,7 +103,8 @@ impl LockInfo {
         self.fence
     }
     /// Whether a redlease caller waits for its release, as far as Redis can tell:
-    /// a waiting caller marks a redlease token with a `+`.
+    /// a waiting caller marks a redlease token with a `+`, a waiting writer a
+    /// read-write lock with its mark (`{name}:redlease:write_wait`).
     pub fn waited(&self) -> bool {
         self.waited
     }
@@ -204,15 +209,16 @@ impl LockInfo {
 /// whose value names a redlease client is [`Owner::Gone`] until
 /// [`resolve`](LockInfo::resolve)d.
 pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<LockInfo> {
-    let (kind, pttl, value, fence, ids): (String, i64, Value, Option<String>, Vec<Vec<u8>>) = conn
-        .run(|c| {
-            SNAPSHOT
-                .key(key)
-                .key(fence_key)
-                .key(timeouts(key))
-                .arg(MAX_PERMITS)
-                .invoke(c)
-        })?;
+    type Reply = (String, i64, Value, Option<String>, Vec<Vec<u8>>, bool);
+    let (kind, pttl, value, fence, ids, waits): Reply = conn.run(|c| {
+        SNAPSHOT
+            .key(key)
+            .key(fence_key)
+            .key(timeouts(key))
+            .key(write_wait(key))
+            .arg(MAX_PERMITS)
+            .invoke(c)
+    })?;
     let mut info = LockInfo {
         key: key.to_owned(),
         format: LockFormat::Other,
@@ -246,6 +252,7 @@ pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<L
         ("hash", v) => {
             let mut fields: HashMap<String, String> = redis::from_redis_value(v)?;
             info.mode = fields.remove("mode");
+            info.waited = info.mode.is_some() && waits;
             info.format = if info.mode.is_some() {
                 LockFormat::ReadWrite
             } else {

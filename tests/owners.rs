@@ -341,6 +341,10 @@ fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() 
         (jrw.format(), jrw.mode()),
         (LockFormat::ReadWrite, Some("write"))
     );
+    assert!(!jrw.waited(), "{jrw:?}");
+    let mark = format!("{{{PREFIX}jrw}}:redlease:write_wait");
+    set(&mark, &format!("{java}:2:write"));
+    assert!(reader.inspect("jrw").unwrap().waited(), "a writer's mark");
     let owners: Vec<&Owner> = jrw.holders().iter().map(redlease::Holder::owner).collect();
     let java_tag = ClientTag::of_field(&format!("{java}:1")).unwrap();
     assert_eq!(owners, [&Owner::Gone(java_tag), &Owner::None], "{jrw:?}");

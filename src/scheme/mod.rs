@@ -32,7 +32,7 @@ pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
-pub(crate) use rwlock::{RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE};
+pub(crate) use rwlock::{RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE, write_wait};
 pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes, timeouts};
 pub(crate) use token::{TokenBackend, new_token};
 
