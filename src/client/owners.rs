@@ -14,6 +14,9 @@ impl LockClient {
     /// Reads the lock `name` as Redis shows it: its format, time left, the
     /// prefix's fence counter, and each holder with its owner (host, process id,
     /// program, alive or gone), from the holder's client's session record.
+    /// Holders are a token's or timestamp's value, each owner field of a
+    /// reentrant lock, each reader and writer field of a read-write lock, and
+    /// each permit id of a semaphore (up to [`MAX_PERMITS`](crate::MAX_PERMITS)).
     ///
     /// Costs two round trips and one more per holder that names a redlease
     /// client; locks pay nothing for it. A token of another client (redis-py) or
