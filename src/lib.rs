@@ -265,6 +265,7 @@ mod wait;
 // facade
 mod builder;
 mod client;
+mod fair;
 mod guard;
 mod options;
 mod permit;
@@ -279,6 +280,7 @@ pub use builder::{
 pub use cancel::CancelToken;
 pub use client::LockClient;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
+pub use fair::FairLock;
 pub use guard::LockGuard;
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

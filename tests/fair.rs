@@ -1,0 +1,202 @@
+mod support;
+
+// The fair lock (issue 22) against real `redis-server` processes: strict
+// arrival order across two clients, a Redisson waiter (Redisson's own scripts
+// through raw `EVAL`) in the same queue woken by and waking ours, a dead
+// waiter's entry delaying the next waiter by a bounded time only, and bad
+// input.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::{Error, FairLock, LockClient, Release};
+use support::redisson_fair::{RedissonFair, now_ms, prefix_name};
+use support::{Masters, RedisServer, eventually};
+
+const NAME: &str = "job";
+/// `NAME` with the prefix of [`fair`].
+const FULL: &str = "lock:job";
+/// Bound on any one wait of these tests: far above every expected delay.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn fair(server: &RedisServer) -> FairLock {
+    LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap()
+        .fair_lock(NAME)
+        .unwrap()
+}
+
+fn queue(server: &RedisServer) -> Vec<String> {
+    server.query(
+        redis::cmd("LRANGE")
+            .arg(prefix_name("redisson_lock_queue", FULL))
+            .arg(0)
+            .arg(-1),
+    )
+}
+
+/// Starts a thread that takes `lock` and records `id` in `order` once it holds
+/// it, then waits until its entry is in the queue (it arrived).
+fn queue_up(
+    server: &RedisServer,
+    lock: &FairLock,
+    id: usize,
+    order: &Arc<Mutex<Vec<usize>>>,
+) -> thread::JoinHandle<()> {
+    let before = queue(server).len();
+    let (lock, order) = (lock.clone(), Arc::clone(order));
+    let h = thread::spawn(move || {
+        let guard = lock.try_lock_for(BOUND).unwrap().expect("its turn in time");
+        order.lock().unwrap().push(id);
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    });
+    assert!(
+        eventually(BOUND, || queue(server).len() == before + 1),
+        "waiter {id} queued"
+    );
+    h
+}
+
+#[test]
+fn waiters_of_two_clients_get_the_lock_in_arrival_order() {
+    let server = RedisServer::start();
+    let (a, b) = (fair(&server), fair(&server));
+    let held = a.try_lock().unwrap().expect("free");
+    let owner: Vec<String> = server.query(redis::cmd("HKEYS").arg(FULL));
+    assert_eq!(owner.len(), 1, "the lock hash has one owner field");
+    assert!(
+        b.try_lock().unwrap().is_none(),
+        "held: try_lock fails at once"
+    );
+    assert!(queue(&server).is_empty(), "try_lock never queues");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiters: Vec<_> = (0..4)
+        .map(|i| queue_up(&server, if i % 2 == 0 { &b } else { &a }, i, &order))
+        .collect();
+    assert_eq!(a.queue_len().unwrap(), 4);
+    let zset: u64 =
+        server.query(redis::cmd("ZCARD").arg(prefix_name("redisson_lock_timeout", FULL)));
+    assert_eq!(zset, 4, "one deadline per waiter");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    assert!(queue(&server).is_empty());
+}
+
+#[test]
+fn a_redisson_waiter_queues_with_ours_and_they_wake_each_other() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    let mut java = RedissonFair::new(&server);
+    let mut listen = server.conn();
+    let mut sub = listen.as_pubsub();
+    sub.subscribe(java.channel(FULL)).unwrap();
+    sub.set_read_timeout(Some(BOUND)).unwrap();
+    assert!(java.attempt(FULL).is_some(), "held: Redisson queues");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let ours = queue_up(&server, &lock, 2, &order);
+    assert_eq!(queue(&server)[0], java.owner, "Redisson arrived first");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    // Our release wakes the head, Redisson's waiter, on its own channel.
+    let msg = sub.get_message().expect("the head's wake-up");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+    assert_eq!(java.attempt(FULL), None, "its turn: Redisson takes it");
+    order.lock().unwrap().push(1);
+    assert_eq!(java.unlock(FULL), Some(1));
+    // Its unlock wakes ours, the new head.
+    ours.join().unwrap();
+    assert_eq!(*order.lock().unwrap(), vec![1, 2]);
+}
+
+#[test]
+fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    // What a redlease waiter that died just now leaves: its entry at the head,
+    // with the deadline of its last attempt.
+    let dead = "00000000-0000-4000-8000-000000000000:7";
+    server.query::<()>(
+        redis::cmd("RPUSH")
+            .arg(prefix_name("redisson_lock_queue", FULL))
+            .arg(dead),
+    );
+    server.query::<()>(
+        redis::cmd("ZADD")
+            .arg(prefix_name("redisson_lock_timeout", FULL))
+            .arg(now_ms() + 4_000)
+            .arg(dead),
+    );
+    let other = fair(&server);
+    let took = Arc::new(Mutex::new(None));
+    let (o, t) = (other.clone(), Arc::clone(&took));
+    let waiter = thread::spawn(move || {
+        let g = o.try_lock_for(BOUND).unwrap().expect("in time");
+        *t.lock().unwrap() = Some(Instant::now());
+        drop(g);
+    });
+    assert!(
+        eventually(BOUND, || queue(&server).len() == 2),
+        "queued behind the dead one"
+    );
+    let released = Instant::now();
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    waiter.join().unwrap();
+    let delay = took.lock().unwrap().unwrap() - released;
+    assert!(
+        delay <= Duration::from_secs(6),
+        "the dead waiter held it {delay:?}"
+    );
+    assert!(!queue(&server).contains(&dead.to_owned()), "dropped");
+}
+
+#[test]
+fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    server.query::<()>(redis::cmd("SET").arg(FULL).arg("rl1:someone"));
+    match lock.try_lock() {
+        Err(Error::NotFairLock { name, found }) => {
+            assert_eq!(&*name, FULL);
+            assert!(found.contains("string"), "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let v: String = server.query(redis::cmd("GET").arg(FULL));
+    assert_eq!(v, "rl1:someone", "nothing overwritten");
+    server.query::<()>(redis::cmd("DEL").arg(FULL));
+    let q = prefix_name("redisson_lock_queue", FULL);
+    server.query::<()>(redis::cmd("SET").arg(&q).arg("x"));
+    assert!(matches!(
+        lock.try_lock_for(Duration::from_millis(200)),
+        Err(Error::NotFairLock { .. })
+    ));
+    let v: String = server.query(redis::cmd("GET").arg(&q));
+    assert_eq!(v, "x");
+    let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0, "no lock taken");
+}
+
+#[test]
+fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
+    let masters = Masters::start(3);
+    let client = LockClient::redlock(masters.urls()).build().unwrap();
+    assert!(matches!(client.fair_lock(NAME), Err(Error::Config { .. })));
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let fenced = redlease::LockOptions::default().fencing(true);
+    assert!(matches!(lock.lock_with(&fenced), Err(Error::Config { .. })));
+    assert!(matches!(
+        LockClient::builder(server.url())
+            .build()
+            .unwrap()
+            .fair_lock(""),
+        Err(Error::InvalidKey { .. })
+    ));
+}
