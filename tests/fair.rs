@@ -6,7 +6,9 @@ mod support;
 // waiter's entry delaying the next waiter by a bounded time only, and bad
 // input.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -50,7 +52,7 @@ fn queue_up(
     let (lock, order) = (lock.clone(), Arc::clone(order));
     let h = thread::spawn(move || {
         let guard = lock.try_lock_for(BOUND).unwrap().expect("its turn in time");
-        order.lock().unwrap().push(id);
+        order.lock().push(id);
         assert_eq!(guard.unlock().unwrap(), Release::Released);
     });
     assert!(
@@ -84,7 +86,7 @@ fn waiters_of_two_clients_get_the_lock_in_arrival_order() {
     for w in waiters {
         w.join().unwrap();
     }
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(*order.lock(), vec![0, 1, 2, 3]);
     assert!(queue(&server).is_empty());
 }
 
@@ -107,11 +109,11 @@ fn a_redisson_waiter_queues_with_ours_and_they_wake_each_other() {
     let msg = sub.get_message().expect("the head's wake-up");
     assert_eq!(msg.get_payload::<String>().unwrap(), "0");
     assert_eq!(java.attempt(FULL), None, "its turn: Redisson takes it");
-    order.lock().unwrap().push(1);
+    order.lock().push(1);
     assert_eq!(java.unlock(FULL), Some(1));
     // Its unlock wakes ours, the new head.
     ours.join().unwrap();
-    assert_eq!(*order.lock().unwrap(), vec![1, 2]);
+    assert_eq!(*order.lock(), vec![1, 2]);
 }
 
 #[test]
@@ -138,7 +140,7 @@ fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
     let (o, t) = (other.clone(), Arc::clone(&took));
     let waiter = thread::spawn(move || {
         let g = o.try_lock_for(BOUND).unwrap().expect("in time");
-        *t.lock().unwrap() = Some(Instant::now());
+        *t.lock() = Some(Instant::now());
         drop(g);
     });
     assert!(
@@ -148,7 +150,7 @@ fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
     let released = Instant::now();
     assert_eq!(held.unlock().unwrap(), Release::Released);
     waiter.join().unwrap();
-    let delay = took.lock().unwrap().unwrap() - released;
+    let delay = took.lock().unwrap() - released;
     assert!(
         delay <= Duration::from_secs(6),
         "the dead waiter held it {delay:?}"
