@@ -202,3 +202,59 @@ fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
         Err(Error::InvalidKey { .. })
     ));
 }
+
+#[test]
+fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
+    let server = RedisServer::start();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("fair")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw");
+    // The README's lock rule, and its fair lock additions.
+    cmd.arg(
+        "~lock:* &{lock:* &redlease:waiter:* +ping +set +get +del +pttl +pexpire +incr \
+         +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
+         ~redisson_lock_queue:{lock:* ~redisson_lock_timeout:{lock:* \
+         &redisson_lock__channel:{lock:* +exists +hset +hget +hexists +hincrby +lindex \
+         +lpop +rpush +llen +zadd +zscore +zrem +type"
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+    );
+    let () = server.query(&cmd);
+    let url = format!("redis://fair:pw@127.0.0.1:{}/", server.port());
+    let lock = |url: &str| {
+        LockClient::builder(url)
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+            .fair_lock(NAME)
+            .unwrap()
+    };
+    let (a, b) = (lock(&url), lock(&url));
+    let held = a.lock().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiter = queue_up(&server, &b, 1, &order);
+    let own: Vec<String> = server.query(
+        redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redisson_lock__channel:{lock:job}:*"),
+    );
+    assert!(
+        eventually(BOUND, || {
+            let own: Vec<String> = server.query(
+                redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg("redisson_lock__channel:{lock:job}:*"),
+            );
+            own.len() == 1
+        }),
+        "the waiter listens on its own channel: {own:?}"
+    );
+    assert!(held.unlock().unwrap().was_held());
+    waiter.join().unwrap();
+    assert_eq!(*order.lock(), vec![1]);
+    let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
+}

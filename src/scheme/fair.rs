@@ -61,10 +61,11 @@ end
     };
 }
 
-/// Fair acquire. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeouts, KEYS[4] channel
-/// base; ARGV[1] lease ms, ARGV[2] owner, ARGV[3] queue deadline ms, ARGV[4] now
-/// (unix ms), ARGV[5] `1` to queue when busy, ARGV[6] the publish command. Nil
-/// when acquired, else the lock's PTTL (-2: free, another waiter's turn).
+/// Fair acquire. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeouts; ARGV[1] lease
+/// ms, ARGV[2] owner, ARGV[3] queue deadline ms, ARGV[4] now (unix ms), ARGV[5]
+/// `1` to queue when busy, ARGV[6] the publish command, ARGV[7] the channel base
+/// (an argument, not a key: an ACL user needs no key rule for it). Nil when
+/// acquired, else the lock's PTTL (-2: free, another waiter's turn).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         drop_dead!(),
@@ -86,7 +87,7 @@ if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if dropped and pttl == -2 and head ~= false then
-  redis.call(ARGV[6], KEYS[4] .. ':' .. head, 0)
+  redis.call(ARGV[6], ARGV[7] .. ':' .. head, 0)
 end
 if ARGV[5] == '1' then
   local deadline = tonumber(ARGV[4]) + tonumber(ARGV[3])
@@ -100,15 +101,15 @@ return pttl
 });
 
 /// Fair release (Redisson's `unlockInnerAsync`). KEYS as [`ACQUIRE`]'s; ARGV[1]
-/// owner, ARGV[2] unused, ARGV[3] unused, ARGV[4] now (unix ms), ARGV[5] the
-/// publish command. 1 released (or one hold fewer), 0 gone, -1 another's.
+/// owner, ARGV[2] the channel base, ARGV[3] unused, ARGV[4] now (unix ms),
+/// ARGV[5] the publish command. 1 released (or one hold fewer), 0 gone, -1 another's.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         drop_dead!(),
         r"
 local head = redis.call('LINDEX', KEYS[2], 0)
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  if head ~= false then redis.call(ARGV[5], KEYS[4] .. ':' .. head, 0) end
+  if head ~= false then redis.call(ARGV[5], ARGV[2] .. ':' .. head, 0) end
   return 0
 end
 local count = redis.pcall('HGET', KEYS[1], ARGV[1])
@@ -118,7 +119,7 @@ if tonumber(count) > 1 then
   return 1
 end
 redis.call('DEL', KEYS[1])
-if head ~= false then redis.call(ARGV[5], KEYS[4] .. ':' .. head, 0) end
+if head ~= false then redis.call(ARGV[5], ARGV[2] .. ':' .. head, 0) end
 return 1
 ",
     ))
@@ -204,17 +205,17 @@ impl Backend for FairBackend {
         let args = [
             Arg::from("EVALSHA"),
             ACQUIRE.get_hash().into(),
-            4.into(),
+            3.into(),
             keys.lock.as_str().into(),
             queue.as_str().into(),
             timeouts.as_str().into(),
-            base.as_str().into(),
             ttl_millis(req.ttl).into(),
             value.into(),
             ttl_millis(QUEUE_DEADLINE).into(),
             now_ms().into(),
             waits.into(),
             publish_cmd(conn).into(),
+            base.as_str().into(),
         ];
         let (reply, acked) = send_acquire(conn, &FAIR_SCRIPTS, &args, req.replicas)?;
         match reply {
@@ -250,9 +251,8 @@ impl Backend for FairBackend {
                     .key(key)
                     .key(&queue)
                     .key(&timeouts)
-                    .key(&base)
                     .arg(value)
-                    .arg(0)
+                    .arg(&base)
                     .arg(0)
                     .arg(now_ms())
                     .arg(publish)
