@@ -155,6 +155,7 @@ fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
         delay <= Duration::from_secs(6),
         "the dead waiter held it {delay:?}"
     );
+    eprintln!("FIGURE next waiter took it {delay:?} after the release (dead head before it)");
     assert!(!queue(&server).contains(&dead.to_owned()), "dropped");
 }
 
@@ -257,4 +258,43 @@ fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
     assert_eq!(*order.lock(), vec![1]);
     let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
     assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
+}
+
+#[test]
+fn a_live_redlease_waiter_drops_a_dead_head_and_wakes_the_redisson_one_behind_it() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    let dead = "00000000-0000-4000-8000-000000000000:9";
+    server.query::<()>(
+        redis::cmd("RPUSH")
+            .arg(prefix_name("redisson_lock_queue", FULL))
+            .arg(dead),
+    );
+    server.query::<()>(
+        redis::cmd("ZADD")
+            .arg(prefix_name("redisson_lock_timeout", FULL))
+            .arg(now_ms() + 4_000)
+            .arg(dead),
+    );
+    let mut java = RedissonFair::new(&server);
+    let mut listen = server.conn();
+    let mut sub = listen.as_pubsub();
+    sub.subscribe(java.channel(FULL)).unwrap();
+    sub.set_read_timeout(Some(BOUND)).unwrap();
+    assert!(java.attempt(FULL).is_some(), "queued behind the dead one");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let ours = queue_up(&server, &fair(&server), 2, &order);
+    let released = Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    let msg = sub.get_message().expect("woken by our waiter");
+    let delay = released.elapsed();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+    assert!(delay <= Duration::from_secs(6), "woken after {delay:?}");
+    eprintln!("FIGURE Redisson head woken {delay:?} after the release (dead head before it)");
+    assert_eq!(java.attempt(FULL), None, "its turn");
+    order.lock().push(1);
+    assert_eq!(java.unlock(FULL), Some(1));
+    ours.join().unwrap();
+    assert_eq!(*order.lock(), vec![1, 2]);
 }
