@@ -298,3 +298,29 @@ fn a_live_redlease_waiter_drops_a_dead_head_and_wakes_the_redisson_one_behind_it
     ours.join().unwrap();
     assert_eq!(*order.lock(), vec![1, 2]);
 }
+
+#[test]
+fn a_held_fair_lock_is_renewed_past_its_ttl_and_a_thread_may_lock_again() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let opts = redlease::LockOptions::default().ttl(Duration::from_secs(1));
+    let guard = lock.lock_with(&opts).unwrap().expect("free");
+    let again = lock.try_lock().unwrap().expect("this thread locks again");
+    let count: i64 = server.query(redis::cmd("HGET").arg(FULL).arg(guard_owner(&server)));
+    assert_eq!(count, 2, "one hash field counting both holds");
+    drop(again);
+    // Three TTLs pass: only the renewal thread keeps the key.
+    thread::sleep(Duration::from_secs(3));
+    assert!(guard.is_held());
+    let pttl: i64 = server.query(redis::cmd("PTTL").arg(FULL));
+    assert!(pttl > 0, "renewed: {pttl}");
+    assert!(guard.unlock().unwrap().was_held());
+    let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0);
+}
+
+fn guard_owner(server: &RedisServer) -> String {
+    let fields: Vec<String> = server.query(redis::cmd("HKEYS").arg(FULL));
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    fields[0].clone()
+}
