@@ -24,11 +24,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{RedisResult, Script, Value};
 
 use super::reentrant::EXTEND;
+
+mod scripts;
+
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, Waiting, fixed_extend_cmd};
 use super::{send_acquire, with_scripts};
 use crate::connection::Conn;
 use crate::resp::Arg;
 use crate::time::ttl_millis;
+use scripts::{ACQUIRE, RELEASE};
 
 /// How long a redlease waiter's queue entry outlives its last attempt: a
 /// waiter that died delays the queue by this much at most after the release
@@ -38,92 +42,6 @@ pub(crate) const QUEUE_DEADLINE: Duration = Duration::from_secs(4);
 /// The longest a redlease waiter goes without an attempt (which refreshes its
 /// entry and drops a dead head), whatever the holder's TTL.
 pub(crate) const POLL: Duration = Duration::from_secs(1);
-
-/// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3]; ARGV[4]
-/// now); `dropped` tells whether it dropped any.
-macro_rules! drop_dead {
-    () => {
-        r"
-local dropped = false
-while true do
-  local first = redis.call('LINDEX', KEYS[2], 0)
-  if first == false then break end
-  local t = tonumber(redis.call('ZSCORE', KEYS[3], first))
-  if t == nil or t <= tonumber(ARGV[4]) then
-    redis.call('ZREM', KEYS[3], first)
-    redis.call('LPOP', KEYS[2])
-    dropped = true
-  else
-    break
-  end
-end
-"
-    };
-}
-
-/// Fair acquire. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeouts; ARGV[1] lease
-/// ms, ARGV[2] owner, ARGV[3] queue deadline ms, ARGV[4] now (unix ms), ARGV[5]
-/// `1` to queue when busy, ARGV[6] the publish command, ARGV[7] the channel base
-/// (an argument, not a key: an ACL user needs no key rule for it). Nil when
-/// acquired, else the lock's PTTL (-2: free, another waiter's turn).
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        drop_dead!(),
-        r"
-local head = redis.call('LINDEX', KEYS[2], 0)
-if redis.call('EXISTS', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
-  if head ~= false then redis.call('LPOP', KEYS[2]) end
-  redis.call('ZREM', KEYS[3], ARGV[2])
-  redis.call('HSET', KEYS[1], ARGV[2], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  return nil
-end
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
-  redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  end
-  return nil
-end
-local pttl = redis.call('PTTL', KEYS[1])
-if dropped and pttl == -2 and head ~= false then
-  redis.call(ARGV[6], ARGV[7] .. ':' .. head, 0)
-end
-if ARGV[5] == '1' then
-  local deadline = tonumber(ARGV[4]) + tonumber(ARGV[3])
-  if redis.call('ZADD', KEYS[3], deadline, ARGV[2]) == 1 then
-    redis.call('RPUSH', KEYS[2], ARGV[2])
-  end
-end
-return pttl
-",
-    ))
-});
-
-/// Fair release (Redisson's `unlockInnerAsync`). KEYS as [`ACQUIRE`]'s; ARGV[1]
-/// owner, ARGV[2] the channel base, ARGV[3] unused, ARGV[4] now (unix ms),
-/// ARGV[5] the publish command. 1 released (or one hold fewer), 0 gone, -1 another's.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        drop_dead!(),
-        r"
-local head = redis.call('LINDEX', KEYS[2], 0)
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if head ~= false then redis.call(ARGV[5], ARGV[2] .. ':' .. head, 0) end
-  return 0
-end
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) ~= 'string' then return -1 end
-if tonumber(count) > 1 then
-  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-  return 1
-end
-redis.call('DEL', KEYS[1])
-if head ~= false then redis.call(ARGV[5], ARGV[2] .. ':' .. head, 0) end
-return 1
-",
-    ))
-});
 
 /// Every script the fair lock calls, to load after `NOSCRIPT`.
 pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 3] = [&ACQUIRE, &RELEASE, &EXTEND];

@@ -130,6 +130,10 @@ impl SchemeArg {
 
 /// `redlease run`.
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is a command-line flag; clap refuses the conflicting ones"
+)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
