@@ -2,7 +2,9 @@
 //!
 //! - `fair`: an uncontended fair lock + unlock vs Redisson's own scripts
 //!   (`RedissonFairLock` lock + unlock) by raw `EVALSHA` on one connection,
-//!   p50 of alternated cycles.
+//!   p50 of alternated cycles;
+//! - `turns`: 4 clients × 2 threads taking one name for 3 s (1 ms held each
+//!   time): each thread's share of the turns, min/max (1.0: strict turns).
 //!
 //! Run: `cargo bench --bench fair`; `REDLEASE_BENCH_PIN=1` pins `redis-server`
 //! to core 0 and this process to core 1 (`taskset`).
@@ -10,6 +12,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -103,13 +107,54 @@ fn fair(c: &mut Criterion) {
     println!("RATIO fair lock+unlock: redlease p50 {a:?} / floor p50 {b:?} = {ratio:.3}x");
 }
 
+fn turns(_c: &mut Criterion) {
+    let server = RedisServer::start();
+    pin([&server]);
+    let locks: Vec<FairLock> = (0..4)
+        .map(|_| {
+            let client = LockClient::builder(server.url()).build().unwrap();
+            client.fair_lock("bench:turns").unwrap()
+        })
+        .collect();
+    let stop = AtomicBool::new(false);
+    let counts: Vec<AtomicU64> = (0..8).map(|_| AtomicU64::new(0)).collect();
+    thread::scope(|s| {
+        for (i, count) in counts.iter().enumerate() {
+            let (lock, stop) = (&locks[i % 4], &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+                    thread::sleep(Duration::from_millis(1));
+                    drop(g);
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let counts: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    let ratio = if *max == 0 {
+        0.0
+    } else {
+        f64::from(u32::try_from(*min).unwrap_or(u32::MAX))
+            / f64::from(u32::try_from(*max).unwrap_or(u32::MAX))
+    };
+    println!(
+        "FIGURE turns: 4 clients x 2 threads, turns per thread {counts:?}, min/max {ratio:.2} \
+         ({} turns in 3 s)",
+        counts.iter().sum::<u64>()
+    );
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = fair
+    targets = fair, turns
 }
 
 fn main() {
