@@ -9,7 +9,7 @@ use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::options::LockOptions;
-use crate::scheme::{Backend, FAIR_SCRIPTS, FairBackend, Scheme, fair_keys};
+use crate::scheme::{Backend, FAIR_SCRIPTS, FairBackend, Scheme, fair_keys, leave_cmd};
 
 impl LockClient {
     /// A handle on the fair lock `name` (under the client's key prefix): a lock
@@ -101,8 +101,8 @@ impl FairLock {
         self.take(&LockOptions::default(), Some(Instant::now()))
     }
 
-    /// Takes the lock, waiting at most `wait`. `Ok(None)`: not in time (the
-    /// queue entry left behind is dropped within 4 s).
+    /// Takes the lock, waiting at most `wait`. `Ok(None)`: not in time (its
+    /// queue entry is taken out).
     ///
     /// # Errors
     /// As [`lock`](Self::lock).
@@ -152,7 +152,16 @@ impl FairLock {
         }
         let mut opts = opts.clone().fencing(false);
         opts.backend = Some(Arc::clone(&self.backend));
+        let waits = deadline.is_none_or(|d| d > Instant::now());
         match self.client.acquire(&self.bare, &opts, deadline, false) {
+            // A caller that stops waiting leaves the queue (best effort: else its
+            // entry is dropped at its deadline).
+            out @ (Ok(None) | Err(Error::Cancelled { .. } | Error::Shutdown)) => {
+                if waits {
+                    self.leave();
+                }
+                out
+            }
             Err(e @ Error::Redis(_)) => match self.found() {
                 Ok(Some(found)) => Err(Error::NotFairLock {
                     name: self.full.as_str().into(),
@@ -161,6 +170,22 @@ impl FairLock {
                 _ => Err(e),
             },
             other => other,
+        }
+    }
+
+    /// Takes the calling thread's entry out of the queue, waking the next
+    /// waiter when it was the head of a free lock.
+    fn leave(&self) {
+        let client_id = self.client.inner.reentrant.client_id().unwrap_or_default();
+        let cmd = leave_cmd(&self.full, client_id);
+        if let Err(e) = self
+            .client
+            .inner
+            .hub
+            .topology
+            .query(&self.full, &FAIR_SCRIPTS, &cmd)
+        {
+            log::debug!("{}: leaving the fair lock's queue failed: {e}", self.full);
         }
     }
 

@@ -219,7 +219,7 @@ fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
          +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
          ~redisson_lock_queue:{lock:* ~redisson_lock_timeout:{lock:* \
          &redisson_lock__channel:{lock:* +exists +hset +hget +hexists +hincrby +lindex \
-         +lpop +rpush +llen +zadd +zscore +zrem +type"
+         +lpop +rpush +lrem +llen +zadd +zscore +zrem +type"
             .split_whitespace()
             .collect::<Vec<_>>(),
     );
@@ -253,6 +253,15 @@ fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
         }),
         "the waiter listens on its own channel: {own:?}"
     );
+    let quitter = lock(&url);
+    assert!(
+        quitter
+            .try_lock_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none(),
+        "behind the waiter: gives up and leaves"
+    );
+    assert_eq!(queue(&server).len(), 1);
     assert!(held.unlock().unwrap().was_held());
     waiter.join().unwrap();
     assert_eq!(*order.lock(), vec![1]);
@@ -323,4 +332,28 @@ fn guard_owner(server: &RedisServer) -> String {
     let fields: Vec<String> = server.query(redis::cmd("HKEYS").arg(FULL));
     assert_eq!(fields.len(), 1, "{fields:?}");
     fields[0].clone()
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_goes_on() {
+    let server = RedisServer::start();
+    let (a, b) = (fair(&server), fair(&server));
+    let held = a.try_lock().unwrap().expect("free");
+    let quitter = {
+        let b = b.clone();
+        thread::spawn(move || b.try_lock_for(Duration::from_millis(1500)).unwrap())
+    };
+    assert!(eventually(BOUND, || queue(&server).len() == 1), "queued");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let next = queue_up(&server, &a, 1, &order);
+    assert!(quitter.join().unwrap().is_none(), "not in time");
+    assert_eq!(queue(&server).len(), 1, "its entry left with it");
+    let released = Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    next.join().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken, not held up by the quitter's entry"
+    );
+    assert_eq!(*order.lock(), vec![1]);
 }

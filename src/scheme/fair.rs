@@ -32,7 +32,7 @@ use super::{send_acquire, with_scripts};
 use crate::connection::Conn;
 use crate::resp::Arg;
 use crate::time::ttl_millis;
-use scripts::{ACQUIRE, RELEASE};
+use scripts::{ACQUIRE, LEAVE, RELEASE};
 
 /// How long a redlease waiter's queue entry outlives its last attempt: a
 /// waiter that died delays the queue by this much at most after the release
@@ -44,7 +44,7 @@ pub(crate) const QUEUE_DEADLINE: Duration = Duration::from_secs(4);
 pub(crate) const POLL: Duration = Duration::from_secs(1);
 
 /// Every script the fair lock calls, to load after `NOSCRIPT`.
-pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 3] = [&ACQUIRE, &RELEASE, &EXTEND];
+pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE];
 
 static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
 
@@ -71,6 +71,22 @@ impl FairBackend {
     fn owner(&self) -> String {
         format!("{}:{}", self.client, THREAD.with(|t| *t))
     }
+}
+
+/// The command that takes the calling thread's entry out of the queue of the
+/// fair lock `name` (a caller that stopped waiting).
+pub(crate) fn leave_cmd(name: &str, client: &str) -> redis::Cmd {
+    let [queue, timeouts, base] = fair_keys(name);
+    let owner = FairBackend::new(client).owner();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(LEAVE.get_hash())
+        .arg(3)
+        .arg(name)
+        .arg(queue)
+        .arg(timeouts)
+        .arg(owner)
+        .arg(base);
+    cmd
 }
 
 /// Redisson's `prefixName(prefix, name)`.

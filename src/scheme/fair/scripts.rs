@@ -90,3 +90,23 @@ return 1
 ",
     ))
 });
+
+/// A waiter that stops waiting (its deadline, a cancel) leaves the queue, as
+/// Redisson's `acquireFailedAsync` does; a head that leaves while the lock is
+/// free wakes the next. KEYS as [`ACQUIRE`]'s; ARGV[1] owner, ARGV[2] the
+/// channel base. The wake-up is a classic `PUBLISH`: on a cluster with sharded
+/// pub/sub the next waiter finds its turn by polling.
+pub(super) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local head = redis.call('LINDEX', KEYS[2], 0)
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  local new = redis.call('LINDEX', KEYS[2], 0)
+  if new ~= false then redis.call('PUBLISH', ARGV[2] .. ':' .. new, 0) end
+end
+return 1
+",
+    )
+});
