@@ -79,3 +79,36 @@ fn a_fair_run_queues_behind_the_holder_and_runs_after_it() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
     assert_eq!(inspect_json(&server, "job")["queued"], 0);
 }
+
+#[test]
+fn a_queued_run_killed_with_sigkill_delays_the_next_waiter_by_under_6_s() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::builder(url.as_str()).build().unwrap();
+    let lock = client.fair_lock("job").unwrap();
+    let held = lock.lock().unwrap();
+    let mut doomed = redlease(&["run", "--url", &url, "--fair", "job", "--", "true"])
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(HUNG, || inspect_json(&server, "job")["queued"] == 1),
+        "the command queued"
+    );
+    let next = std::thread::spawn(move || {
+        let g = lock.try_lock_for(HUNG).unwrap().expect("its turn in time");
+        let at = std::time::Instant::now();
+        drop(g);
+        at
+    });
+    assert!(
+        eventually(HUNG, || inspect_json(&server, "job")["queued"] == 2),
+        "the next waiter queued behind it"
+    );
+    doomed.kill().unwrap(); // SIGKILL: no cleanup runs
+    doomed.wait().unwrap();
+    let released = std::time::Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    let delay = next.join().unwrap() - released;
+    assert!(delay <= Duration::from_secs(6), "held up {delay:?}");
+    eprintln!("FIGURE next waiter took it {delay:?} after the release (killed run queued first)");
+}
