@@ -199,7 +199,9 @@
 //! redlock-rs, the reentrant scheme Redisson's `RLock`, so they and redlease exclude
 //! (and Redisson and redlease wake) each other on the same key. A [`Semaphore`]
 //! ([`LockClient::semaphore`]) is Redisson's `RPermitExpirableSemaphore`: N permits
-//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A key holding another
+//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A [`FairLock`]
+//! ([`LockClient::fair_lock`]) is Redisson's `RFairLock`: one queue in arrival order for
+//! redlease and Redisson waiters, whose calls return a [`LockGuard`]. A key holding another
 //! type or another scheme's value is treated as held, never overwritten.
 //! [`LockClientBuilder::replicas`] confirms acquisitions on replicas with `WAIT`.
 //!
