@@ -15,7 +15,8 @@
 //! [`POLL`]; an attempt that drops a dead head while the lock is free publishes
 //! the wake-up on the new head's channel; an acquisition does not shorten the
 //! other entries' deadlines (Redisson's chained scores only grow more lenient);
-//! an entry without a score is dropped instead of failing the script.
+//! an entry without a score is dropped instead of failing the script; and a
+//! waiter's own attempt never drops its own entry (it is alive), only refreshes it.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

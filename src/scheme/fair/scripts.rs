@@ -6,14 +6,15 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3]; ARGV[4]
-/// now); `dropped` tells whether it dropped any.
+/// now), but never `me`, the live caller (a Redisson acquisition lowers every
+/// queued deadline); `dropped` tells whether it dropped any.
 macro_rules! drop_dead {
     () => {
         r"
 local dropped = false
 while true do
   local first = redis.call('LINDEX', KEYS[2], 0)
-  if first == false then break end
+  if first == false or first == me then break end
   local t = tonumber(redis.call('ZSCORE', KEYS[3], first))
   if t == nil or t <= tonumber(ARGV[4]) then
     redis.call('ZREM', KEYS[3], first)
@@ -34,6 +35,7 @@ end
 /// acquired, else the lock's PTTL (-2: free, another waiter's turn).
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        "local me = ARGV[2]\n",
         drop_dead!(),
         r"
 local head = redis.call('LINDEX', KEYS[2], 0)
@@ -71,6 +73,7 @@ return pttl
 /// ARGV[5] the publish command. 1 released (or one hold fewer), 0 gone, -1 another's.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        "local me = false\n",
         drop_dead!(),
         r"
 local head = redis.call('LINDEX', KEYS[2], 0)
