@@ -357,3 +357,39 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_goes_on() {
     );
     assert_eq!(*order.lock(), vec![1]);
 }
+
+#[cfg(feature = "cluster")]
+#[test]
+fn a_cluster_keeps_the_queue_on_the_names_slot_and_wakes_the_head() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let lock = || {
+        LockClient::cluster(cluster.urls())
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+            .fair_lock(NAME)
+            .unwrap()
+    };
+    let (a, b) = (lock(), lock());
+    let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
+    let held = a.lock().unwrap();
+    let waiter = thread::spawn(move || {
+        let g = b.try_lock_for(BOUND).unwrap().expect("its turn in time");
+        let at = Instant::now();
+        assert!(g.unlock().unwrap().was_held());
+        at
+    });
+    let queue_key = prefix_name("redisson_lock_queue", FULL);
+    assert!(
+        eventually(BOUND, || owner
+            .query::<i64>(redis::cmd("LLEN").arg(&queue_key))
+            == 1),
+        "the queue sits on the name's node"
+    );
+    let released = Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    let took = waiter.join().unwrap() - released;
+    assert!(took < Duration::from_secs(5), "woken after {took:?}");
+    let exists: i64 = owner.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0);
+}
