@@ -104,6 +104,16 @@ pub enum Error {
         /// without mode (a reentrant lock?)`, `a list`, ...
         found: &'static str,
     },
+    /// The name (or its queue) holds another format than a fair lock (a token
+    /// lock's string, a list where the lock hash belongs, ...); nothing was
+    /// written.
+    #[error("`{name}` holds {found}, not a fair lock")]
+    NotFairLock {
+        /// The name, with the client's prefix.
+        name: Box<str>,
+        /// What it holds: `a string (a token lock or a semaphore?)`, ...
+        found: &'static str,
+    },
     /// A thread holding a read lock asked for the write lock of the same name:
     /// refused at once, as it would wait for its own read.
     #[error("`{name}` is read-locked by this thread; a reader cannot upgrade to write")]

@@ -205,7 +205,9 @@
 //! redlock-rs, the reentrant scheme Redisson's `RLock`, so they and redlease exclude
 //! (and Redisson and redlease wake) each other on the same key. A [`Semaphore`]
 //! ([`LockClient::semaphore`]) is Redisson's `RPermitExpirableSemaphore`: N permits
-//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A key holding another
+//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A [`FairLock`]
+//! ([`LockClient::fair_lock`]) is Redisson's `RFairLock`: one queue in arrival order for
+//! redlease and Redisson waiters, whose calls return a [`LockGuard`]. A key holding another
 //! type or another scheme's value is treated as held, never overwritten.
 //! [`LockClientBuilder::replicas`] confirms acquisitions on replicas with `WAIT`.
 //!
@@ -274,6 +276,7 @@ mod wait;
 // facade
 mod builder;
 mod client;
+mod fair;
 mod guard;
 mod inspect;
 mod options;
@@ -289,6 +292,7 @@ pub use builder::{
 pub use cancel::CancelToken;
 pub use client::LockClient;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
+pub use fair::FairLock;
 pub use guard::LockGuard;
 pub use inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS};
 pub use lease::{LeaseLost, LossReason};

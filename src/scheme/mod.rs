@@ -15,6 +15,7 @@ use crate::owner::ClientId;
 
 mod bulk;
 mod call;
+mod fair;
 mod keys;
 mod legacy;
 mod reentrant;
@@ -26,6 +27,7 @@ mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
+pub(crate) use fair::{FAIR_SCRIPTS, FairBackend, fair_keys, leave_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;
 pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};

@@ -127,7 +127,7 @@ return 1 + heard
 /// KEYS[1] lock key. ARGV[1] owner field, ARGV[2] TTL in ms. Returns 1 extended, 0
 /// gone, -1 another owner or another type. With one hold the TTL is set as asked;
 /// with more it is only lengthened, so no hold's validity outlives the key.
-static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+pub(super) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         owner_count!(),
         r"if tonumber(count) <= 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then

@@ -13,6 +13,7 @@ pub mod counter;
 pub mod pin;
 pub mod proxy;
 pub mod redisson;
+pub mod redisson_fair;
 pub mod redisson_rwlock;
 pub mod redisson_semaphore;
 pub mod sentinel;

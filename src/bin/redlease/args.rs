@@ -130,6 +130,10 @@ impl SchemeArg {
 
 /// `redlease run`.
 #[derive(Debug, Args)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is a command-line flag; clap refuses the conflicting ones"
+)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
@@ -178,6 +182,14 @@ pub(crate) struct RunArgs {
                 RReadWriteLock; like flock -x)"
     )]
     pub(crate) exclusive: bool,
+    /// Take the fair lock KEY: waiters get it in their order of arrival.
+    #[arg(
+        long,
+        conflicts_with_all = ["fence", "scheme", "permits", "shared", "exclusive"],
+        help = "Take the fair lock KEY: waiters, here and on Redisson, get it in their order \
+                of arrival (Redisson's RFairLock)"
+    )]
+    pub(crate) fair: bool,
     /// Time between SIGTERM and SIGKILL when the command must stop because the lock was lost
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,

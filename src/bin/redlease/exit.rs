@@ -81,6 +81,7 @@ impl Failure {
             | Error::InvalidKey { .. }
             | Error::WrongFormat { .. }
             | Error::NotReadWriteLock { .. }
+            | Error::NotFairLock { .. }
             | Error::ReadHeld { .. } => USAGE,
             Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,

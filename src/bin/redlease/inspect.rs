@@ -129,6 +129,13 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> String 
     };
     let _ = writeln!(out, "format:  {holder}");
     out.push_str(&owners::to_text(owned));
+    if s.queued > 0 {
+        let _ = writeln!(
+            out,
+            "queue:   {} waiting (a fair lock, Redisson's RFairLock layout)",
+            s.queued
+        );
+    }
     if let Some(left) = legacy_left(&s.holder) {
         let _ = writeln!(
             out,
@@ -165,6 +172,7 @@ pub(crate) fn to_json(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned])
         "type": kind,
         "pttl_ms": s.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
         "fence_key": fence_key,
+        "queued": s.queued,
         "fence": s.fence.as_deref().map(|f| f.parse::<u64>().map_or_else(|_| json!(f), |n| json!(n))),
         "holders": owners::to_json(owned),
     });

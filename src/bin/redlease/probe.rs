@@ -23,9 +23,9 @@ const MILLIS_UNTIL: u64 = 100_000_000_000_000;
 
 /// One atomic snapshot of a lock key, so the value matches the type and TTL
 /// reported. KEYS[1]: the lock key, KEYS[2]: its fence counter, KEYS[3] the
-/// expiry set of a semaphore of that name; ARGV[1] now (unix ms), ARGV[2] the
-/// most permit ids read. Returns `{type, pttl, value, fence, held, expired,
-/// permit ids}`. Read-only;
+/// expiry set of a semaphore of that name, KEYS[4] the queue of a fair lock of
+/// that name; ARGV[1] now (unix ms), ARGV[2] the most permit ids read. Returns
+/// `{type, pttl, value, fence, held, expired, permit ids, queued}`. Read-only;
 /// `redis.pcall` so a fence counter or set of the wrong type reads as absent.
 static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -43,7 +43,9 @@ if held > 0 then expired = redis.pcall('ZCOUNT', KEYS[3], 0, ARGV[1]) end
 if type(expired) == 'table' then expired = 0 end
 local ids = {}
 if held > 0 then ids = redis.pcall('ZRANGE', KEYS[3], 0, tonumber(ARGV[2]) - 1) end
-return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired, ids}
+local queued = redis.pcall('LLEN', KEYS[4])
+if type(queued) == 'table' then queued = 0 end
+return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired, ids, queued}
 ",
     )
 });
@@ -96,6 +98,9 @@ pub(crate) struct Snapshot {
     pub(crate) ttl: Option<Duration>,
     /// The fence counter's value, when it exists.
     pub(crate) fence: Option<String>,
+    /// Callers waiting in the queue of a fair lock of that name
+    /// (`redisson_lock_queue:{<key>}`, Redisson's `RFairLock` layout).
+    pub(crate) queued: u64,
 }
 
 /// The fence counter's key for lock keys under `prefix`: where the library's
@@ -142,11 +147,21 @@ pub(crate) fn connect_info(info: redis::ConnectionInfo) -> RedisResult<Connectio
 /// Reads `key` (the full key, prefix included) and the fence counter `fence` in one
 /// atomic round trip.
 pub(crate) fn read(con: &mut Connection, key: &str, fence: &str) -> RedisResult<Snapshot> {
-    type Reply = (String, i64, Value, Option<String>, u64, u64, Vec<Vec<u8>>);
-    let (kind, pttl, value, fence, held, expired, ids): Reply = SNAPSHOT
+    type Reply = (
+        String,
+        i64,
+        Value,
+        Option<String>,
+        u64,
+        u64,
+        Vec<Vec<u8>>,
+        u64,
+    );
+    let (kind, pttl, value, fence, held, expired, ids, queued): Reply = SNAPSHOT
         .key(key)
         .key(fence)
         .key(timeouts(key))
+        .key(fair_queue(key))
         .arg(now_in(1))
         .arg(redlease::MAX_PERMITS)
         .invoke(con)?;
@@ -177,7 +192,12 @@ pub(crate) fn read(con: &mut Connection, key: &str, fence: &str) -> RedisResult<
         ("hash", value) => classify_hash(&redis::from_redis_value::<Vec<String>>(value)?),
         (_, _) => Holder::Other { kind, value: None },
     };
-    Ok(Snapshot { holder, ttl, fence })
+    Ok(Snapshot {
+        holder,
+        ttl,
+        fence,
+        queued,
+    })
 }
 
 /// Unix time now in `unit_ms` units (1: milliseconds, 1000: seconds).
@@ -254,6 +274,15 @@ fn is_count(value: &[u8], held: u64) -> bool {
 }
 
 /// A semaphore's expiry set (Redisson's `suffixName(key, "timeout")`).
+/// The queue of the fair lock `key` (Redisson's `prefixName`).
+fn fair_queue(key: &str) -> String {
+    if key.contains('{') {
+        format!("redisson_lock_queue:{key}")
+    } else {
+        format!("redisson_lock_queue:{{{key}}}")
+    }
+}
+
 fn timeouts(key: &str) -> String {
     if key.contains('{') {
         format!("{key}:timeout")

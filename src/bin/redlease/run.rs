@@ -63,6 +63,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         None if args.shared || args.exclusive => {
             Held::read_write(&client, &args.key, args.exclusive, &opts)
         }
+        None if args.fair => client
+            .fair_lock(&args.key)
+            .and_then(|l| l.lock_with(&opts))
+            .map(|g| g.map(Held::Lock)),
         None => client
             .lock_with(&args.key, &opts)
             .map(|g| g.map(Held::Lock)),

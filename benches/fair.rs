@@ -1,0 +1,163 @@
+//! The fair lock against its floor, measured side by side in one run.
+//!
+//! - `fair`: an uncontended fair lock + unlock vs Redisson's own scripts
+//!   (`RedissonFairLock` lock + unlock) by raw `EVALSHA` on one connection,
+//!   p50 of alternated cycles;
+//! - `turns`: 4 clients × 2 threads taking one name for 3 s (1 ms held each
+//!   time): each thread's share of the turns, min/max (1.0: strict turns).
+//!
+//! Run: `cargo bench --bench fair`; `REDLEASE_BENCH_PIN=1` pins `redis-server`
+//! to core 0 and this process to core 1 (`taskset`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use redlease::{FairLock, LockClient};
+use support::RedisServer;
+use support::pin::pin;
+use support::redisson_fair::{LEASE_MS, LOCK, UNLOCK, WAIT_MS, now_ms, prefix_name};
+
+const ROUNDS: usize = 5_000;
+
+/// Redisson's scripts by `EVALSHA` on one raw connection: the floor.
+struct Floor {
+    con: redis::Connection,
+    owner: String,
+    scripts: [redis::Script; 2],
+}
+
+impl Floor {
+    fn new(server: &RedisServer) -> Self {
+        Self {
+            con: server.conn(),
+            owner: format!("{}:1", uuid::Uuid::new_v4()),
+            scripts: [LOCK, UNLOCK].map(redis::Script::new),
+        }
+    }
+
+    fn cycle(&mut self, name: &str) {
+        let (queue, timeouts) = (
+            prefix_name("redisson_lock_queue", name),
+            prefix_name("redisson_lock_timeout", name),
+        );
+        let got: Option<i64> = self.scripts[0]
+            .key(name)
+            .key(&queue)
+            .key(&timeouts)
+            .arg(LEASE_MS)
+            .arg(&self.owner)
+            .arg(WAIT_MS)
+            .arg(now_ms())
+            .invoke(&mut self.con)
+            .unwrap();
+        assert!(got.is_none(), "floor name free");
+        let _: Option<i64> = self.scripts[1]
+            .key(name)
+            .key(&queue)
+            .key(&timeouts)
+            .key(prefix_name("redisson_lock__channel", name))
+            .arg(0)
+            .arg(LEASE_MS)
+            .arg(&self.owner)
+            .arg(now_ms())
+            .invoke(&mut self.con)
+            .unwrap();
+    }
+}
+
+fn ours(lock: &FairLock) {
+    drop(lock.try_lock().unwrap().unwrap());
+}
+
+/// Medians of `a` and `b`, sampled alternately so both see the same machine state.
+fn paired_p50(mut a: impl FnMut(), mut b: impl FnMut()) -> (Duration, Duration) {
+    let (mut ta, mut tb) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        a();
+        ta.push(t.elapsed());
+        let t = Instant::now();
+        b();
+        tb.push(t.elapsed());
+    }
+    ta.sort_unstable();
+    tb.sort_unstable();
+    (ta[ROUNDS / 2], tb[ROUNDS / 2])
+}
+
+fn fair(c: &mut Criterion) {
+    let server = RedisServer::start();
+    pin([&server]);
+    let client = LockClient::builder(server.url()).build().unwrap();
+    let lock = client.fair_lock("bench:fair").unwrap();
+    let mut floor = Floor::new(&server);
+    let mut g = c.benchmark_group("fair");
+    g.bench_function("redlease_lock_unlock", |b| b.iter(|| ours(&lock)));
+    g.bench_function("floor_redisson_evalsha", |b| {
+        b.iter(|| floor.cycle("bench:floor"));
+    });
+    g.finish();
+    let (a, b) = paired_p50(|| ours(&lock), || floor.cycle("bench:floor"));
+    let ratio = a.as_secs_f64() / b.as_secs_f64();
+    println!("RATIO fair lock+unlock: redlease p50 {a:?} / floor p50 {b:?} = {ratio:.3}x");
+}
+
+fn turns(_c: &mut Criterion) {
+    let server = RedisServer::start();
+    pin([&server]);
+    let locks: Vec<FairLock> = (0..4)
+        .map(|_| {
+            let client = LockClient::builder(server.url()).build().unwrap();
+            client.fair_lock("bench:turns").unwrap()
+        })
+        .collect();
+    let stop = AtomicBool::new(false);
+    let counts: Vec<AtomicU64> = (0..8).map(|_| AtomicU64::new(0)).collect();
+    thread::scope(|s| {
+        for (i, count) in counts.iter().enumerate() {
+            let (lock, stop) = (&locks[i % 4], &stop);
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.try_lock_for(Duration::from_secs(10)).unwrap();
+                    thread::sleep(Duration::from_millis(1));
+                    drop(g);
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        thread::sleep(Duration::from_secs(3));
+        stop.store(true, Ordering::Relaxed);
+    });
+    let counts: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    let ratio = if *max == 0 {
+        0.0
+    } else {
+        f64::from(u32::try_from(*min).unwrap_or(u32::MAX))
+            / f64::from(u32::try_from(*max).unwrap_or(u32::MAX))
+    };
+    println!(
+        "FIGURE turns: 4 clients x 2 threads, turns per thread {counts:?}, min/max {ratio:.2} \
+         ({} turns in 3 s)",
+        counts.iter().sum::<u64>()
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = fair, turns
+}
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

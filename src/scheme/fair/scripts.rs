@@ -1,0 +1,115 @@
+//! The fair lock's scripts: Redisson's `RedissonFairLock` acquire and release,
+//! with the differences listed in the parent module.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3]; ARGV[4]
+/// now), but never `me`, the live caller (a Redisson acquisition lowers every
+/// queued deadline); `dropped` tells whether it dropped any.
+macro_rules! drop_dead {
+    () => {
+        r"
+local dropped = false
+while true do
+  local first = redis.call('LINDEX', KEYS[2], 0)
+  if first == false or first == me then break end
+  local t = tonumber(redis.call('ZSCORE', KEYS[3], first))
+  if t == nil or t <= tonumber(ARGV[4]) then
+    redis.call('ZREM', KEYS[3], first)
+    redis.call('LPOP', KEYS[2])
+    dropped = true
+  else
+    break
+  end
+end
+"
+    };
+}
+
+/// Fair acquire. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeouts; ARGV[1] lease
+/// ms, ARGV[2] owner, ARGV[3] queue deadline ms, ARGV[4] now (unix ms), ARGV[5]
+/// `1` to queue when busy, ARGV[6] the publish command, ARGV[7] the channel base
+/// (an argument, not a key: an ACL user needs no key rule for it). Nil when
+/// acquired, else the lock's PTTL (-2: free, another waiter's turn).
+pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "local me = ARGV[2]\n",
+        drop_dead!(),
+        r"
+local head = redis.call('LINDEX', KEYS[2], 0)
+if redis.call('EXISTS', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
+  if head ~= false then redis.call('LPOP', KEYS[2]) end
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('HSET', KEYS[1], ARGV[2], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return nil
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  end
+  return nil
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if dropped and pttl == -2 and head ~= false then
+  redis.call(ARGV[6], ARGV[7] .. ':' .. head, 0)
+end
+if ARGV[5] == '1' then
+  local deadline = tonumber(ARGV[4]) + tonumber(ARGV[3])
+  if redis.call('ZADD', KEYS[3], deadline, ARGV[2]) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[2])
+  end
+end
+return pttl
+",
+    ))
+});
+
+/// Fair release (Redisson's `unlockInnerAsync`). KEYS as [`ACQUIRE`]'s; ARGV[1]
+/// owner, ARGV[2] the channel base, ARGV[3] unused, ARGV[4] now (unix ms),
+/// ARGV[5] the publish command. 1 released (or one hold fewer), 0 gone, -1 another's.
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        "local me = false\n",
+        drop_dead!(),
+        r"
+local head = redis.call('LINDEX', KEYS[2], 0)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if head ~= false then redis.call(ARGV[5], ARGV[2] .. ':' .. head, 0) end
+  return 0
+end
+local count = redis.pcall('HGET', KEYS[1], ARGV[1])
+if type(count) ~= 'string' then return -1 end
+if tonumber(count) > 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+  return 1
+end
+redis.call('DEL', KEYS[1])
+if head ~= false then redis.call(ARGV[5], ARGV[2] .. ':' .. head, 0) end
+return 1
+",
+    ))
+});
+
+/// A waiter that stops waiting (its deadline, a cancel) leaves the queue, as
+/// Redisson's `acquireFailedAsync` does; a head that leaves while the lock is
+/// free wakes the next. KEYS as [`ACQUIRE`]'s; ARGV[1] owner, ARGV[2] the
+/// channel base. The wake-up is a classic `PUBLISH`: on a cluster with sharded
+/// pub/sub the next waiter finds its turn by polling.
+pub(super) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local head = redis.call('LINDEX', KEYS[2], 0)
+redis.call('LREM', KEYS[2], 0, ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
+  local new = redis.call('LINDEX', KEYS[2], 0)
+  if new ~= false then redis.call('PUBLISH', ARGV[2] .. ':' .. new, 0) end
+end
+return 1
+",
+    )
+});

@@ -1,0 +1,114 @@
+#![cfg(feature = "cli")]
+//! `redlease run --fair` and `inspect` of a fair lock's queue, run as processes
+//! against a real `redis-server` (in the style of `tests/cli_rw.rs`). Every wait
+//! is bounded.
+
+mod support;
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use redlease::LockClient;
+use serde_json::Value;
+use support::{RedisServer, eventually};
+
+const HUNG: Duration = Duration::from_secs(20);
+const NOT_ACQUIRED: i32 = 75;
+
+fn redlease(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn finish(mut child: Child) -> Output {
+    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redlease did not exit within {HUNG:?}");
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn inspect_json(server: &RedisServer, name: &str) -> Value {
+    let out = finish(
+        redlease(&["inspect", "--json", "--url", &server.url(), name])
+            .spawn()
+            .unwrap(),
+    );
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_fair_run_queues_behind_the_holder_and_runs_after_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::builder(url.as_str()).build().unwrap();
+    let held = client.fair_lock("job").unwrap().lock().unwrap();
+    let at_once = finish(
+        redlease(&[
+            "run", "--url", &url, "--fair", "--wait", "0", "job", "--", "true",
+        ])
+        .spawn()
+        .unwrap(),
+    );
+    assert_eq!(at_once.status.code(), Some(NOT_ACQUIRED));
+    let waiting = redlease(&["run", "--url", &url, "--fair", "job", "--", "echo", "ran"])
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(HUNG, || inspect_json(&server, "job")["queued"] == 1),
+        "the command queued"
+    );
+    let text = finish(
+        redlease(&["inspect", "--url", &url, "job"])
+            .spawn()
+            .unwrap(),
+    );
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("queue:   1 waiting (a fair lock"), "{text}");
+    assert!(held.unlock().unwrap().was_held());
+    let out = finish(waiting);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ran");
+    assert_eq!(inspect_json(&server, "job")["queued"], 0);
+}
+
+#[test]
+fn a_queued_run_killed_with_sigkill_delays_the_next_waiter_by_under_6_s() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::builder(url.as_str()).build().unwrap();
+    let lock = client.fair_lock("job").unwrap();
+    let held = lock.lock().unwrap();
+    let mut doomed = redlease(&["run", "--url", &url, "--fair", "job", "--", "true"])
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(HUNG, || inspect_json(&server, "job")["queued"] == 1),
+        "the command queued"
+    );
+    let next = std::thread::spawn(move || {
+        let g = lock.try_lock_for(HUNG).unwrap().expect("its turn in time");
+        let at = std::time::Instant::now();
+        drop(g);
+        at
+    });
+    assert!(
+        eventually(HUNG, || inspect_json(&server, "job")["queued"] == 2),
+        "the next waiter queued behind it"
+    );
+    doomed.kill().unwrap(); // SIGKILL: no cleanup runs
+    doomed.wait().unwrap();
+    let released = std::time::Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    let delay = next.join().unwrap() - released;
+    assert!(delay <= Duration::from_secs(6), "held up {delay:?}");
+    eprintln!("FIGURE next waiter took it {delay:?} after the release (killed run queued first)");
+}

@@ -1,0 +1,395 @@
+mod support;
+
+// The fair lock (issue 22) against real `redis-server` processes: strict
+// arrival order across two clients, a Redisson waiter (Redisson's own scripts
+// through raw `EVAL`) in the same queue woken by and waking ours, a dead
+// waiter's entry delaying the next waiter by a bounded time only, and bad
+// input.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redlease::{Error, FairLock, LockClient, Release};
+use support::redisson_fair::{RedissonFair, now_ms, prefix_name};
+use support::{Masters, RedisServer, eventually};
+
+const NAME: &str = "job";
+/// `NAME` with the prefix of [`fair`].
+const FULL: &str = "lock:job";
+/// Bound on any one wait of these tests: far above every expected delay.
+const BOUND: Duration = Duration::from_secs(20);
+
+fn fair(server: &RedisServer) -> FairLock {
+    LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap()
+        .fair_lock(NAME)
+        .unwrap()
+}
+
+fn queue(server: &RedisServer) -> Vec<String> {
+    server.query(
+        redis::cmd("LRANGE")
+            .arg(prefix_name("redisson_lock_queue", FULL))
+            .arg(0)
+            .arg(-1),
+    )
+}
+
+/// Starts a thread that takes `lock` and records `id` in `order` once it holds
+/// it, then waits until its entry is in the queue (it arrived).
+fn queue_up(
+    server: &RedisServer,
+    lock: &FairLock,
+    id: usize,
+    order: &Arc<Mutex<Vec<usize>>>,
+) -> thread::JoinHandle<()> {
+    let before = queue(server).len();
+    let (lock, order) = (lock.clone(), Arc::clone(order));
+    let h = thread::spawn(move || {
+        let guard = lock.try_lock_for(BOUND).unwrap().expect("its turn in time");
+        order.lock().push(id);
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    });
+    assert!(
+        eventually(BOUND, || queue(server).len() == before + 1),
+        "waiter {id} queued"
+    );
+    h
+}
+
+#[test]
+fn waiters_of_two_clients_get_the_lock_in_arrival_order() {
+    let server = RedisServer::start();
+    let (a, b) = (fair(&server), fair(&server));
+    let held = a.try_lock().unwrap().expect("free");
+    let owner: Vec<String> = server.query(redis::cmd("HKEYS").arg(FULL));
+    assert_eq!(owner.len(), 1, "the lock hash has one owner field");
+    assert!(
+        b.try_lock().unwrap().is_none(),
+        "held: try_lock fails at once"
+    );
+    assert!(queue(&server).is_empty(), "try_lock never queues");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiters: Vec<_> = (0..4)
+        .map(|i| queue_up(&server, if i % 2 == 0 { &b } else { &a }, i, &order))
+        .collect();
+    assert_eq!(a.queue_len().unwrap(), 4);
+    let zset: u64 =
+        server.query(redis::cmd("ZCARD").arg(prefix_name("redisson_lock_timeout", FULL)));
+    assert_eq!(zset, 4, "one deadline per waiter");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(*order.lock(), vec![0, 1, 2, 3]);
+    assert!(queue(&server).is_empty());
+}
+
+#[test]
+fn a_redisson_waiter_queues_with_ours_and_they_wake_each_other() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    let mut java = RedissonFair::new(&server);
+    let mut listen = server.conn();
+    let mut sub = listen.as_pubsub();
+    sub.subscribe(java.channel(FULL)).unwrap();
+    sub.set_read_timeout(Some(BOUND)).unwrap();
+    assert!(java.attempt(FULL).is_some(), "held: Redisson queues");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let ours = queue_up(&server, &lock, 2, &order);
+    assert_eq!(queue(&server)[0], java.owner, "Redisson arrived first");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    // Our release wakes the head, Redisson's waiter, on its own channel.
+    let msg = sub.get_message().expect("the head's wake-up");
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+    assert_eq!(java.attempt(FULL), None, "its turn: Redisson takes it");
+    order.lock().push(1);
+    assert_eq!(java.unlock(FULL), Some(1));
+    // Its unlock wakes ours, the new head.
+    ours.join().unwrap();
+    assert_eq!(*order.lock(), vec![1, 2]);
+}
+
+#[test]
+fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    // What a redlease waiter that died just now leaves: its entry at the head,
+    // with the deadline of its last attempt.
+    let dead = "00000000-0000-4000-8000-000000000000:7";
+    server.query::<()>(
+        redis::cmd("RPUSH")
+            .arg(prefix_name("redisson_lock_queue", FULL))
+            .arg(dead),
+    );
+    server.query::<()>(
+        redis::cmd("ZADD")
+            .arg(prefix_name("redisson_lock_timeout", FULL))
+            .arg(now_ms() + 4_000)
+            .arg(dead),
+    );
+    let other = fair(&server);
+    let took = Arc::new(Mutex::new(None));
+    let (o, t) = (other.clone(), Arc::clone(&took));
+    let waiter = thread::spawn(move || {
+        let g = o.try_lock_for(BOUND).unwrap().expect("in time");
+        *t.lock() = Some(Instant::now());
+        drop(g);
+    });
+    assert!(
+        eventually(BOUND, || queue(&server).len() == 2),
+        "queued behind the dead one"
+    );
+    let released = Instant::now();
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    waiter.join().unwrap();
+    let delay = took.lock().unwrap() - released;
+    assert!(
+        delay <= Duration::from_secs(6),
+        "the dead waiter held it {delay:?}"
+    );
+    eprintln!("FIGURE next waiter took it {delay:?} after the release (dead head before it)");
+    assert!(!queue(&server).contains(&dead.to_owned()), "dropped");
+}
+
+#[test]
+fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    server.query::<()>(redis::cmd("SET").arg(FULL).arg("rl1:someone"));
+    match lock.try_lock() {
+        Err(Error::NotFairLock { name, found }) => {
+            assert_eq!(&*name, FULL);
+            assert!(found.contains("string"), "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let v: String = server.query(redis::cmd("GET").arg(FULL));
+    assert_eq!(v, "rl1:someone", "nothing overwritten");
+    server.query::<()>(redis::cmd("DEL").arg(FULL));
+    let q = prefix_name("redisson_lock_queue", FULL);
+    server.query::<()>(redis::cmd("SET").arg(&q).arg("x"));
+    assert!(matches!(
+        lock.try_lock_for(Duration::from_millis(200)),
+        Err(Error::NotFairLock { .. })
+    ));
+    let v: String = server.query(redis::cmd("GET").arg(&q));
+    assert_eq!(v, "x");
+    let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0, "no lock taken");
+}
+
+#[test]
+fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
+    let masters = Masters::start(3);
+    let client = LockClient::redlock(masters.urls()).build().unwrap();
+    assert!(matches!(client.fair_lock(NAME), Err(Error::Config { .. })));
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let fenced = redlease::LockOptions::default().fencing(true);
+    assert!(matches!(lock.lock_with(&fenced), Err(Error::Config { .. })));
+    assert!(matches!(
+        LockClient::builder(server.url())
+            .build()
+            .unwrap()
+            .fair_lock(""),
+        Err(Error::InvalidKey { .. })
+    ));
+}
+
+#[test]
+fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
+    let server = RedisServer::start();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("fair")
+        .arg("reset")
+        .arg("on")
+        .arg(">pw");
+    // The README's lock rule, and its fair lock additions.
+    cmd.arg(
+        "~lock:* &{lock:* &redlease:waiter:* +ping +set +get +del +pttl +pexpire +incr \
+         +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
+         ~redisson_lock_queue:{lock:* ~redisson_lock_timeout:{lock:* \
+         &redisson_lock__channel:{lock:* +exists +hset +hget +hexists +hincrby +lindex \
+         +lpop +rpush +lrem +llen +zadd +zscore +zrem +type"
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+    );
+    let () = server.query(&cmd);
+    let url = format!("redis://fair:pw@127.0.0.1:{}/", server.port());
+    let lock = |url: &str| {
+        LockClient::builder(url)
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+            .fair_lock(NAME)
+            .unwrap()
+    };
+    let (a, b) = (lock(&url), lock(&url));
+    let held = a.lock().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let waiter = queue_up(&server, &b, 1, &order);
+    let own: Vec<String> = server.query(
+        redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("redisson_lock__channel:{lock:job}:*"),
+    );
+    assert!(
+        eventually(BOUND, || {
+            let own: Vec<String> = server.query(
+                redis::cmd("PUBSUB")
+                    .arg("CHANNELS")
+                    .arg("redisson_lock__channel:{lock:job}:*"),
+            );
+            own.len() == 1
+        }),
+        "the waiter listens on its own channel: {own:?}"
+    );
+    let quitter = lock(&url);
+    assert!(
+        quitter
+            .try_lock_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none(),
+        "behind the waiter: gives up and leaves"
+    );
+    assert_eq!(queue(&server).len(), 1);
+    assert!(held.unlock().unwrap().was_held());
+    waiter.join().unwrap();
+    assert_eq!(*order.lock(), vec![1]);
+    let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
+}
+
+#[test]
+fn a_live_redlease_waiter_drops_a_dead_head_and_wakes_the_redisson_one_behind_it() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    let dead = "00000000-0000-4000-8000-000000000000:9";
+    server.query::<()>(
+        redis::cmd("RPUSH")
+            .arg(prefix_name("redisson_lock_queue", FULL))
+            .arg(dead),
+    );
+    server.query::<()>(
+        redis::cmd("ZADD")
+            .arg(prefix_name("redisson_lock_timeout", FULL))
+            .arg(now_ms() + 4_000)
+            .arg(dead),
+    );
+    let mut java = RedissonFair::new(&server);
+    let mut listen = server.conn();
+    let mut sub = listen.as_pubsub();
+    sub.subscribe(java.channel(FULL)).unwrap();
+    sub.set_read_timeout(Some(BOUND)).unwrap();
+    assert!(java.attempt(FULL).is_some(), "queued behind the dead one");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let ours = queue_up(&server, &fair(&server), 2, &order);
+    let released = Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    let msg = sub.get_message().expect("woken by our waiter");
+    let delay = released.elapsed();
+    assert_eq!(msg.get_payload::<String>().unwrap(), "0");
+    assert!(delay <= Duration::from_secs(6), "woken after {delay:?}");
+    eprintln!("FIGURE Redisson head woken {delay:?} after the release (dead head before it)");
+    assert_eq!(java.attempt(FULL), None, "its turn");
+    order.lock().push(1);
+    assert_eq!(java.unlock(FULL), Some(1));
+    ours.join().unwrap();
+    assert_eq!(*order.lock(), vec![1, 2]);
+}
+
+#[test]
+fn a_held_fair_lock_is_renewed_past_its_ttl_and_a_thread_may_lock_again() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let opts = redlease::LockOptions::default().ttl(Duration::from_secs(1));
+    let guard = lock.lock_with(&opts).unwrap().expect("free");
+    let again = lock.try_lock().unwrap().expect("this thread locks again");
+    let count: i64 = server.query(redis::cmd("HGET").arg(FULL).arg(guard_owner(&server)));
+    assert_eq!(count, 2, "one hash field counting both holds");
+    drop(again);
+    // Three TTLs pass: only the renewal thread keeps the key.
+    thread::sleep(Duration::from_secs(3));
+    assert!(guard.is_held());
+    let pttl: i64 = server.query(redis::cmd("PTTL").arg(FULL));
+    assert!(pttl > 0, "renewed: {pttl}");
+    assert!(guard.unlock().unwrap().was_held());
+    let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0);
+}
+
+fn guard_owner(server: &RedisServer) -> String {
+    let fields: Vec<String> = server.query(redis::cmd("HKEYS").arg(FULL));
+    assert_eq!(fields.len(), 1, "{fields:?}");
+    fields[0].clone()
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_goes_on() {
+    let server = RedisServer::start();
+    let (a, b) = (fair(&server), fair(&server));
+    let held = a.try_lock().unwrap().expect("free");
+    let quitter = {
+        let b = b.clone();
+        thread::spawn(move || b.try_lock_for(Duration::from_millis(1500)).unwrap())
+    };
+    assert!(eventually(BOUND, || queue(&server).len() == 1), "queued");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let next = queue_up(&server, &a, 1, &order);
+    assert!(quitter.join().unwrap().is_none(), "not in time");
+    assert_eq!(queue(&server).len(), 1, "its entry left with it");
+    let released = Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    next.join().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "woken, not held up by the quitter's entry"
+    );
+    assert_eq!(*order.lock(), vec![1]);
+}
+
+#[cfg(feature = "cluster")]
+#[test]
+fn a_cluster_keeps_the_queue_on_the_names_slot_and_wakes_the_head() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let lock = || {
+        LockClient::cluster(cluster.urls())
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+            .fair_lock(NAME)
+            .unwrap()
+    };
+    let (a, b) = (lock(), lock());
+    let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
+    let held = a.lock().unwrap();
+    let waiter = thread::spawn(move || {
+        let g = b.try_lock_for(BOUND).unwrap().expect("its turn in time");
+        let at = Instant::now();
+        assert!(g.unlock().unwrap().was_held());
+        at
+    });
+    let queue_key = prefix_name("redisson_lock_queue", FULL);
+    assert!(
+        eventually(BOUND, || owner
+            .query::<i64>(redis::cmd("LLEN").arg(&queue_key))
+            == 1),
+        "the queue sits on the name's node"
+    );
+    let released = Instant::now();
+    assert!(held.unlock().unwrap().was_held());
+    let took = waiter.join().unwrap() - released;
+    assert!(took < Duration::from_secs(5), "woken after {took:?}");
+    let exists: i64 = owner.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0);
+}

@@ -1,0 +1,141 @@
+//! A Redisson client of `RFairLock`, speaking its own scripts on a raw
+//! connection (Redisson 3.x `RedissonFairLock`, `lock()` and `unlock()`), for
+//! the interop tests; the scripts also make the fair lock benchmark's floor.
+
+use super::RedisServer;
+
+/// `RedissonFairLock.tryLockInnerAsync` (`EVAL_LONG`, what `lock()` sends).
+/// KEYS[1] name, KEYS[2] queue, KEYS[3] timeouts; ARGV[1] lease ms, ARGV[2]
+/// owner, ARGV[3] thread wait ms, ARGV[4] now (unix ms). Nil or a wait in ms.
+pub const LOCK: &str = "while true do \
+    local firstThreadId2 = redis.call('lindex', KEYS[2], 0);\
+    if firstThreadId2 == false then break;end;\
+    local timeout = tonumber(redis.call('zscore', KEYS[3], firstThreadId2));\
+    if timeout <= tonumber(ARGV[4]) then \
+    redis.call('zrem', KEYS[3], firstThreadId2);redis.call('lpop', KEYS[2]);\
+    else break;end;end;\
+    if (redis.call('exists', KEYS[1]) == 0) and ((redis.call('exists', KEYS[2]) == 0) \
+    or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then \
+    redis.call('lpop', KEYS[2]);redis.call('zrem', KEYS[3], ARGV[2]);\
+    local keys = redis.call('zrange', KEYS[3], 0, -1);\
+    for i = 1, #keys, 1 do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);end;\
+    redis.call('hset', KEYS[1], ARGV[2], 1);redis.call('pexpire', KEYS[1], ARGV[1]);\
+    return nil;end;\
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+    redis.call('hincrby', KEYS[1], ARGV[2],1);redis.call('pexpire', KEYS[1], ARGV[1]);\
+    return nil;end;\
+    local timeout = redis.call('zscore', KEYS[3], ARGV[2]);\
+    if timeout ~= false then return timeout - tonumber(ARGV[3]) - tonumber(ARGV[4]);end;\
+    local lastThreadId = redis.call('lindex', KEYS[2], -1);local ttl;\
+    if lastThreadId ~= false and lastThreadId ~= ARGV[2] then \
+    ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);\
+    else ttl = redis.call('pttl', KEYS[1]);end;\
+    local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);\
+    if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then \
+    redis.call('rpush', KEYS[2], ARGV[2]);end;\
+    return ttl;";
+
+/// `RedissonFairLock.unlockInnerAsync`. KEYS[1] name, KEYS[2] queue, KEYS[3]
+/// timeouts, KEYS[4] channel base; ARGV[1] 0, ARGV[2] lease ms, ARGV[3] owner,
+/// ARGV[4] now (unix ms). 1 released, 0 one hold fewer, nil not held.
+pub const UNLOCK: &str = "while true do \
+    local firstThreadId2 = redis.call('lindex', KEYS[2], 0);\
+    if firstThreadId2 == false then break;end; \
+    local timeout = tonumber(redis.call('zscore', KEYS[3], firstThreadId2));\
+    if timeout <= tonumber(ARGV[4]) then \
+    redis.call('zrem', KEYS[3], firstThreadId2); redis.call('lpop', KEYS[2]); \
+    else break;end; end;\
+    if (redis.call('exists', KEYS[1]) == 0) then \
+    local nextThreadId = redis.call('lindex', KEYS[2], 0); \
+    if nextThreadId ~= false then \
+    redis.call('publish', KEYS[4] .. ':' .. nextThreadId, ARGV[1]); end; \
+    return 1; end;\
+    if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then return nil;end; \
+    local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+    if (counter > 0) then redis.call('pexpire', KEYS[1], ARGV[2]); return 0; end; \
+    redis.call('del', KEYS[1]); \
+    local nextThreadId = redis.call('lindex', KEYS[2], 0); \
+    if nextThreadId ~= false then \
+    redis.call('publish', KEYS[4] .. ':' .. nextThreadId, ARGV[1]); end; \
+    return 1; ";
+
+/// Redisson's lease time when none is given (`lockWatchdogTimeout`).
+pub const LEASE_MS: u64 = 30_000;
+/// Redisson's `threadWaitTime` when none is given (5 minutes).
+pub const WAIT_MS: u64 = 300_000;
+
+/// Redisson's `prefixName(prefix, name)`.
+pub fn prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// The current unix time in ms, as Redisson passes it.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .try_into()
+        .unwrap_or(u64::MAX)
+}
+
+/// A Redisson client's thread on a fair lock: its owner, `<uuid>:1`.
+pub struct RedissonFair {
+    pub con: redis::Connection,
+    pub owner: String,
+}
+
+impl RedissonFair {
+    pub fn new(server: &RedisServer) -> Self {
+        Self {
+            con: server.conn(),
+            owner: format!("{}:1", uuid::Uuid::new_v4()),
+        }
+    }
+
+    /// Its own wake-up channel for `name`.
+    pub fn channel(&self, name: &str) -> String {
+        format!(
+            "{}:{}",
+            prefix_name("redisson_lock__channel", name),
+            self.owner
+        )
+    }
+
+    /// One attempt of `lock()`: `None` acquired, else queued (a wait in ms).
+    pub fn attempt(&mut self, name: &str) -> Option<i64> {
+        redis::cmd("EVAL")
+            .arg(LOCK)
+            .arg(3)
+            .arg(name)
+            .arg(prefix_name("redisson_lock_queue", name))
+            .arg(prefix_name("redisson_lock_timeout", name))
+            .arg(LEASE_MS)
+            .arg(&self.owner)
+            .arg(WAIT_MS)
+            .arg(now_ms())
+            .query(&mut self.con)
+            .unwrap()
+    }
+
+    /// `unlock()`: `Some(1)` released, `None` not held.
+    pub fn unlock(&mut self, name: &str) -> Option<i64> {
+        redis::cmd("EVAL")
+            .arg(UNLOCK)
+            .arg(4)
+            .arg(name)
+            .arg(prefix_name("redisson_lock_queue", name))
+            .arg(prefix_name("redisson_lock_timeout", name))
+            .arg(prefix_name("redisson_lock__channel", name))
+            .arg(0)
+            .arg(LEASE_MS)
+            .arg(&self.owner)
+            .arg(now_ms())
+            .query(&mut self.con)
+            .unwrap()
+    }
+}
