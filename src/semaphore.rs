@@ -296,6 +296,7 @@ impl Semaphore {
             Found::Other(kind) => Err(Error::WrongFormat {
                 name: self.full.as_str().into(),
                 found: found(&kind),
+                expected: "a semaphore",
             }),
         }
     }
