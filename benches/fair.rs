@@ -4,11 +4,16 @@
 //!   (`RedissonFairLock` lock + unlock) by raw `EVALSHA` on one connection,
 //!   p50 of alternated cycles;
 //! - `turns`: 4 clients × 2 threads taking one name for 3 s (1 ms held each
-//!   time): each thread's share of the turns, min/max (1.0: strict turns).
+//!   time): each thread's share of the turns, min/max (1.0: strict turns);
+//! - `fleet`: 4 processes × 4 threads on one name for 3 s (1 ms sections):
+//!   sections per process, min/max, and how many turns went to the head of the
+//!   queue as the previous holder saw it (see `fair/fleet.rs`).
 //!
 //! Run: `cargo bench --bench fair`; `REDLEASE_BENCH_PIN=1` pins `redis-server`
 //! to core 0 and this process to core 1 (`taskset`).
 
+#[path = "fair/fleet.rs"]
+mod fleet;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -154,10 +159,25 @@ criterion_group! {
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = fair, turns
+    targets = fair, turns, fleet_group
+}
+
+/// The process fleet runs when no filter is given or a filter names it.
+fn fleet_group(_c: &mut Criterion) {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if filters.is_empty() || filters.iter().any(|f| "fleet".contains(f.as_str())) {
+        fleet::bench();
+    }
 }
 
 fn main() {
+    if let Ok(job) = std::env::var(fleet::FAIR_FLEET_ENV) {
+        fleet::worker(&job);
+        return;
+    }
     benches();
     Criterion::default().configure_from_args().final_summary();
 }
