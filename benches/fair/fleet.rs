@@ -98,6 +98,10 @@ fn judge(entries: &[String]) -> (Vec<u64>, u64, u64) {
     (per.into_values().collect(), inorder, outorder)
 }
 
+fn f64(n: u64) -> f64 {
+    f64::from(u32::try_from(n).unwrap_or(u32::MAX))
+}
+
 /// The group: four worker processes for `REDLEASE_FAIR_FLEET_SECS` (3) seconds.
 pub fn bench() {
     let secs: f64 = std::env::var("REDLEASE_FAIR_FLEET_SECS")
@@ -136,7 +140,7 @@ pub fn bench() {
         "FIGURE fair fleet 4 processes x 4 threads on one name, {secs} s of 1 ms sections: \
          sections per process {per:?}, min/max {:.2}; order: {inorder} sections to the \
          queue's head, {outorder} not ({} after an empty queue, not counted)",
-        *min as f64 / (*max).max(1) as f64,
+        f64(*min) / f64((*max).max(1)),
         entries.len() as u64 - inorder - outorder
     );
 }
