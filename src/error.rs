@@ -85,17 +85,34 @@ pub enum Error {
         /// The permits asked for.
         requested: u32,
     },
-    /// The name holds another format than the primitive asked for (a token lock's
-    /// string where a semaphore was asked for, a reentrant lock's hash without
-    /// `mode` where a read-write lock was, a list, ...); nothing was written.
-    #[error("`{name}` holds {found}, not {expected}")]
+    /// The name holds another format than a semaphore; nothing was written.
+    #[error("`{name}` holds {found}, not a semaphore")]
     WrongFormat {
         /// The name, with the client's prefix (boxed: the error stays small).
         name: Box<str>,
         /// What it holds: `a list`, `a hash (a reentrant or read-write lock?)`, ...
         found: &'static str,
-        /// What was asked for: `a semaphore`, `a read-write lock`, `a fair lock`.
-        expected: &'static str,
+    },
+    /// The name holds another format than a read-write lock (a token lock, a
+    /// reentrant lock's hash without `mode`, a list, a semaphore); nothing was
+    /// written.
+    #[error("`{name}` holds {found}, not a read-write lock")]
+    NotReadWriteLock {
+        /// The name, with the client's prefix.
+        name: Box<str>,
+        /// What it holds: `a string (a token lock or a semaphore?)`, `a hash
+        /// without mode (a reentrant lock?)`, `a list`, ...
+        found: &'static str,
+    },
+    /// The name (or its queue) holds another format than a fair lock (a token
+    /// lock's string, a list where the lock hash belongs, ...); nothing was
+    /// written.
+    #[error("`{name}` holds {found}, not a fair lock")]
+    NotFairLock {
+        /// The name, with the client's prefix.
+        name: Box<str>,
+        /// What it holds: `a string (a token lock or a semaphore?)`, ...
+        found: &'static str,
     },
     /// A thread holding a read lock asked for the write lock of the same name:
     /// refused at once, as it would wait for its own read.

@@ -84,7 +84,7 @@ impl FairLock {
     /// Takes the lock, waiting for its turn as long as it takes.
     ///
     /// # Errors
-    /// [`Error::WrongFormat`] when the name or its queue holds another format
+    /// [`Error::NotFairLock`] when the name or its queue holds another format
     /// (left as it is), [`Error::Redis`] when Redis fails or does not answer in
     /// time, [`Error::Shutdown`] when the client is closed.
     pub fn lock(&self) -> Result<LockGuard> {
@@ -163,10 +163,9 @@ impl FairLock {
                 out
             }
             Err(e @ Error::Redis(_)) => match self.found() {
-                Ok(Some(found)) => Err(Error::WrongFormat {
+                Ok(Some(found)) => Err(Error::NotFairLock {
                     name: self.full.as_str().into(),
                     found,
-                    expected: "a fair lock",
                 }),
                 _ => Err(e),
             },

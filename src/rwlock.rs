@@ -85,7 +85,7 @@ impl ReadWriteLock {
     /// a redlease writer waits).
     ///
     /// # Errors
-    /// [`Error::WrongFormat`] when the name holds another format (left as
+    /// [`Error::NotReadWriteLock`] when the name holds another format (left as
     /// it is), [`Error::Redis`] when Redis fails or does not answer in time,
     /// [`Error::Shutdown`] when the client is closed.
     pub fn read(&self) -> Result<ReadGuard> {
@@ -214,10 +214,9 @@ impl ReadWriteLock {
             }
             // A name of another format: say what it is.
             Err(e @ Error::Redis(_)) => match self.found() {
-                Ok(Some(found)) => Err(Error::WrongFormat {
+                Ok(Some(found)) => Err(Error::NotReadWriteLock {
                     name: self.full.as_str().into(),
                     found,
-                    expected: "a read-write lock",
                 }),
                 _ => Err(e),
             },

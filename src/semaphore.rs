@@ -296,7 +296,6 @@ impl Semaphore {
             Found::Other(kind) => Err(Error::WrongFormat {
                 name: self.full.as_str().into(),
                 found: found(&kind),
-                expected: "a semaphore",
             }),
         }
     }

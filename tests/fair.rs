@@ -165,7 +165,7 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     let lock = fair(&server);
     server.query::<()>(redis::cmd("SET").arg(FULL).arg("rl1:someone"));
     match lock.try_lock() {
-        Err(Error::WrongFormat { name, found, .. }) => {
+        Err(Error::NotFairLock { name, found }) => {
             assert_eq!(&*name, FULL);
             assert!(found.contains("string"), "{found}");
         }
@@ -178,7 +178,7 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     server.query::<()>(redis::cmd("SET").arg(&q).arg("x"));
     assert!(matches!(
         lock.try_lock_for(Duration::from_millis(200)),
-        Err(Error::WrongFormat { .. })
+        Err(Error::NotFairLock { .. })
     ));
     let v: String = server.query(redis::cmd("GET").arg(&q));
     assert_eq!(v, "x");

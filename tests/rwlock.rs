@@ -334,13 +334,11 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
         let lock = client.read_write(name).unwrap();
         for result in [lock.try_read().map(|_| ()), lock.try_write().map(|_| ())] {
             match result {
-                Err(Error::WrongFormat {
-                    name: n, found: f, ..
-                }) => {
+                Err(Error::NotReadWriteLock { name: n, found: f }) => {
                     assert_eq!(&*n, format!("lock:{name}"));
                     assert!(f.starts_with(found), "{f}");
                 }
-                other => panic!("{name}: expected WrongFormat, got {other:?}"),
+                other => panic!("{name}: expected NotReadWriteLock, got {other:?}"),
             }
         }
         let after: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));

@@ -313,9 +313,7 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
             other.add_permits(2).map(|_| ()),
         ] {
             match result {
-                Err(Error::WrongFormat {
-                    name: n, found: f, ..
-                }) => {
+                Err(Error::WrongFormat { name: n, found: f }) => {
                     assert_eq!(&*n, format!("lock:{name}"));
                     assert!(f.starts_with(found), "{f}");
                 }

@@ -80,6 +80,8 @@ impl Failure {
             Error::Config { .. }
             | Error::InvalidKey { .. }
             | Error::WrongFormat { .. }
+            | Error::NotReadWriteLock { .. }
+            | Error::NotFairLock { .. }
             | Error::ReadHeld { .. } => USAGE,
             Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,
