@@ -57,6 +57,12 @@ fn hold_if_holder() -> bool {
     let sem = client.semaphore("sem").unwrap();
     sem.ensure_permits(2).unwrap();
     let permit = sem.acquire().unwrap();
+    let fa = client
+        .fair_lock("fa")
+        .unwrap()
+        .lock_with(&opts)
+        .unwrap()
+        .unwrap();
     let held: Vec<String> = client.held().iter().map(|h| h.name().to_owned()).collect();
     assert!(held.len() >= 3, "{held:?}");
     let mut con = support::connect(&url, Duration::from_secs(2)).unwrap();
@@ -72,7 +78,7 @@ fn hold_if_holder() -> bool {
             .unwrap()
     });
     assert!(done, "nobody said done");
-    drop((tok, re, rd, wr, permit));
+    drop((tok, re, rd, wr, permit, fa));
     true
 }
 
@@ -170,8 +176,15 @@ fn the_owners_of_every_formats_holders_show_across_processes() {
     let owner = holder.owner().session().expect("an owner that lives");
     assert_eq!(owner, session, "one client, one session");
     read_write_and_permit_holders_name(&reader, session);
+    // A fair lock's holder is a Redisson field in the lock's hash, as a reentrant
+    // lock's: it names the same client.
+    let fa = reader.inspect("fa").unwrap();
+    let [holder] = fa.holders() else {
+        panic!("one fair lock holder: {fa:?}")
+    };
+    assert_eq!(holder.owner().session(), Some(session), "{fa:?}");
     #[cfg(feature = "cli")]
-    for key in ["tok", "re", "rd", "wr", "sem"] {
+    for key in ["tok", "re", "rd", "wr", "sem", "fa"] {
         let json = cli::inspect_json(&server, key);
         let holders = json["holders"].as_array().unwrap();
         assert_eq!(holders.len(), 1, "{json}");
@@ -241,7 +254,7 @@ fn a_killed_holders_owner_shows_gone_within_10s_while_its_lock_lives_on() {
         info.ttl().is_some_and(|t| t > Duration::from_secs(5)),
         "the lock lives on: {info:?}"
     );
-    for name in ["re", "rd", "wr", "sem"] {
+    for name in ["re", "rd", "wr", "sem", "fa"] {
         let info = reader.inspect(name).unwrap();
         assert!(
             matches!(info.holders()[0].owner(), Owner::Gone(_)),
