@@ -5,45 +5,11 @@
 
 mod support;
 
-use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use redlease::LockClient;
-use serde_json::Value;
+use support::cli::*;
 use support::{RedisServer, eventually};
-
-const HUNG: Duration = Duration::from_secs(20);
-const NOT_ACQUIRED: i32 = 75;
-
-fn redlease(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
-    cmd.args(args)
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-fn finish(mut child: Child) -> Output {
-    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redlease did not exit within {HUNG:?}");
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn inspect_json(server: &RedisServer, name: &str) -> Value {
-    let out = finish(
-        redlease(&["inspect", "--json", "--url", &server.url(), name])
-            .spawn()
-            .unwrap(),
-    );
-    assert!(out.status.success());
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn a_fair_run_queues_behind_the_holder_and_runs_after_it() {

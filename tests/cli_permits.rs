@@ -8,116 +8,22 @@
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::PathBuf;
+use std::process::Child;
 use std::time::Duration;
 
-use serde_json::Value;
+use support::cli::*;
 use support::{RedisServer, eventually};
-
-const HUNG: Duration = Duration::from_secs(20);
-const STARTUP: Duration = Duration::from_secs(10);
-const USAGE: i32 = 64;
-const NOT_ACQUIRED: i32 = 75;
-const LOST: i32 = 79;
-
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
-/// A scratch directory for the files commands write, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("redlease-permits-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn redlease(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
-    cmd.args(args)
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// `redlease run --url <server> OPTS NAME -- sh -c SCRIPT`.
-fn run_sh(server: &RedisServer, opts: &[&str], name: &str, script: &str) -> Command {
-    let url = server.url();
-    let mut args = vec!["run", "--url", &url];
-    args.extend_from_slice(opts);
-    args.extend_from_slice(&[name, "--", "sh", "-c", script]);
-    redlease(&args)
-}
-
-fn finish(mut child: Child) -> Output {
-    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redlease did not exit within {HUNG:?}");
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn output(mut cmd: Command) -> Output {
-    finish(cmd.spawn().unwrap())
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn has_line(path: &Path) -> bool {
-    fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
-}
-
-/// Writes `$REDLEASE_PERMIT_ID` to `started`, then waits for `go` to exist.
-fn hold_until(started: &Path, go: &Path) -> String {
-    format!(
-        "echo \"$REDLEASE_PERMIT_ID\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
-        started.display(),
-        go.display()
-    )
-}
-
-fn inspect_json(server: &RedisServer, name: &str) -> Value {
-    let out = output(redlease(&[
-        "inspect",
-        "--json",
-        "--url",
-        &server.url(),
-        name,
-    ]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn n_commands_run_at_once_and_the_next_is_refused_or_waits() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("permits");
     let go = dir.file("go");
     let holders: Vec<(PathBuf, Child)> = (0..2)
         .map(|i| {
             let started = dir.file(&format!("started-{i}"));
-            let script = hold_until(&started, &go);
+            let script = hold_until(&started, &go, "REDLEASE_PERMIT_ID");
             let child = run_sh(&server, &["--permits", "2"], "imports", &script);
             (started, { child }.spawn().unwrap())
         })
@@ -207,13 +113,13 @@ fn bad_permits_and_a_key_of_another_format_are_bad_input() {
 #[test]
 fn a_lost_permit_stops_the_command_with_the_lost_code() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("permits");
     let (started, go) = (dir.file("started"), dir.file("go"));
     let child = run_sh(
         &server,
         &["--permits", "1", "--ttl", "1500ms", "--kill-grace", "2s"],
         "imports",
-        &hold_until(&started, &go),
+        &hold_until(&started, &go, "REDLEASE_PERMIT_ID"),
     )
     .spawn()
     .unwrap();
@@ -232,13 +138,13 @@ fn a_lost_permit_stops_the_command_with_the_lost_code() {
 #[test]
 fn a_killed_holders_permit_comes_back_when_its_lease_ends() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("permits");
     let (started, go) = (dir.file("started"), dir.file("go"));
     let mut holder = run_sh(
         &server,
         &["--permits", "1", "--ttl", "2s"],
         "imports",
-        &hold_until(&started, &go),
+        &hold_until(&started, &go, "REDLEASE_PERMIT_ID"),
     )
     .spawn()
     .unwrap();

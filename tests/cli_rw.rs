@@ -8,115 +8,21 @@
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::Child;
 
-use serde_json::Value;
+use support::cli::*;
 use support::{RedisServer, eventually};
-
-const HUNG: Duration = Duration::from_secs(20);
-const STARTUP: Duration = Duration::from_secs(10);
-const USAGE: i32 = 64;
-const NOT_ACQUIRED: i32 = 75;
-
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
-/// A scratch directory for the files commands write, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("redlease-rw-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn redlease(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
-    cmd.args(args)
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// `redlease run --url <server> OPTS NAME -- sh -c SCRIPT`.
-fn run_sh(server: &RedisServer, opts: &[&str], name: &str, script: &str) -> Command {
-    let url = server.url();
-    let mut args = vec!["run", "--url", &url];
-    args.extend_from_slice(opts);
-    args.extend_from_slice(&[name, "--", "sh", "-c", script]);
-    redlease(&args)
-}
-
-fn finish(mut child: Child) -> Output {
-    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redlease did not exit within {HUNG:?}");
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn output(mut cmd: Command) -> Output {
-    finish(cmd.spawn().unwrap())
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn has_line(path: &Path) -> bool {
-    fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
-}
-
-/// Writes `$REDLEASE_KEY` to `started`, then waits for `go` to exist.
-fn hold_until(started: &Path, go: &Path) -> String {
-    format!(
-        "echo \"$REDLEASE_KEY\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
-        started.display(),
-        go.display()
-    )
-}
-
-fn inspect_json(server: &RedisServer, name: &str) -> Value {
-    let out = output(redlease(&[
-        "inspect",
-        "--json",
-        "--url",
-        &server.url(),
-        name,
-    ]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn shared_commands_run_together_and_an_exclusive_one_waits_for_them() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("rw");
     let go = dir.file("go");
     let readers: Vec<(PathBuf, Child)> = (0..2)
         .map(|i| {
             let started = dir.file(&format!("started-{i}"));
-            let script = hold_until(&started, &go);
+            let script = hold_until(&started, &go, "REDLEASE_KEY");
             let child = run_sh(&server, &["--shared"], "cfg", &script);
             (started, { child }.spawn().unwrap())
         })
@@ -178,11 +84,16 @@ fn shared_commands_run_together_and_an_exclusive_one_waits_for_them() {
 #[test]
 fn an_exclusive_command_runs_alone() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("rw");
     let (started, go) = (dir.file("started"), dir.file("go"));
-    let writer = run_sh(&server, &["--exclusive"], "cfg", &hold_until(&started, &go))
-        .spawn()
-        .unwrap();
+    let writer = run_sh(
+        &server,
+        &["--exclusive"],
+        "cfg",
+        &hold_until(&started, &go, "REDLEASE_KEY"),
+    )
+    .spawn()
+    .unwrap();
     assert!(
         eventually(STARTUP, || has_line(&started)),
         "the writer never ran"

@@ -7,6 +7,8 @@
 //! `PATH`; a missing binary fails the test, it never skips it.
 
 pub mod alone;
+#[cfg(feature = "cli")]
+pub mod cli;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;

@@ -1,0 +1,113 @@
+//! Running the `redlease` binary in tests: a scratch directory for the files
+//! commands write, the command itself, and bounded waits for its exit.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{RedisServer, eventually};
+
+/// How long a command may take to exit.
+pub const HUNG: Duration = Duration::from_secs(20);
+/// How long a command may take to start (write its first file).
+pub const STARTUP: Duration = Duration::from_secs(10);
+/// The exit code of bad input.
+pub const USAGE: i32 = 64;
+/// The exit code of a lock not acquired within `--wait`.
+pub const NOT_ACQUIRED: i32 = 75;
+/// `run`'s exit code when the lease was lost and the command stopped.
+pub const LOST: i32 = 79;
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// A scratch directory for the files commands write, removed on drop.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// A new directory whose name holds `tag`, this process and a count.
+    pub fn new(tag: &str) -> Scratch {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("redlease-{tag}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// The path of `name` in the directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn redlease(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    cmd.args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// `redlease run --url <server> OPTS NAME -- sh -c SCRIPT`.
+pub fn run_sh(server: &RedisServer, opts: &[&str], name: &str, script: &str) -> Command {
+    let url = server.url();
+    let mut args = vec!["run", "--url", &url];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&[name, "--", "sh", "-c", script]);
+    redlease(&args)
+}
+
+pub fn finish(mut child: Child) -> Output {
+    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("redlease did not exit within {HUNG:?}");
+    }
+    child.wait_with_output().unwrap()
+}
+
+pub fn output(mut cmd: Command) -> Output {
+    finish(cmd.spawn().unwrap())
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn has_line(path: &Path) -> bool {
+    fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
+}
+
+/// Writes `$VAR` (`REDLEASE_KEY`, `REDLEASE_PERMIT_ID`) to `started`, then waits
+/// for `go` to exist.
+pub fn hold_until(started: &Path, go: &Path, var: &str) -> String {
+    format!(
+        "echo \"${var}\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        started.display(),
+        go.display()
+    )
+}
+
+pub fn inspect_json(server: &RedisServer, name: &str) -> Value {
+    let out = output(redlease(&[
+        "inspect",
+        "--json",
+        "--url",
+        &server.url(),
+        name,
+    ]));
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
