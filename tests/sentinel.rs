@@ -269,7 +269,7 @@ fn fences_keep_rising_when_a_failover_loses_increments_the_replica_never_got() {
         // The master fails with them.
         old.kill();
         let handed_out = ledger.max();
-        let replicated: Option<u64> = new.query(redis::cmd("GET").arg("lock:redlease:fence"));
+        let replicated: Option<u64> = new.query(redis::cmd("GET").arg("redlease:fence"));
         promote(&d, new);
         // Fenced load on both keys again, on the new master.
         let counts = [ledger.count(0), ledger.count(1)];
