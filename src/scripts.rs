@@ -89,7 +89,8 @@ end
 /// The first line of every script that takes a fence: a server older than 5.0
 /// replicates a script's effects, not the script, only when asked before its
 /// first write (later ones always do; a server without the call is not asked).
-pub(crate) const EFFECTS: &str = "if redis.replicate_commands then redis.replicate_commands() end\n";
+pub(crate) const EFFECTS: &str =
+    "if redis.replicate_commands then redis.replicate_commands() end\n";
 
 /// Token acquire with a fencing token.
 ///

@@ -205,7 +205,10 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
             .and_then(|f| f.trim_end().parse().ok())
             .unwrap_or_else(|| panic!("{line:?}"));
         // Rising, and at least the server's clock in microseconds.
-        assert!(fence > last && fence >= floor, "{fence} after {last}, clock {floor}");
+        assert!(
+            fence > last && fence >= floor,
+            "{fence} after {last}, clock {floor}"
+        );
         last = fence;
         // Held while the command runs: a token with a TTL, seen by `inspect` (given
         // the prefix, whose fence counter it reads).

@@ -232,7 +232,10 @@ fn regressions(fences: &[u64]) -> Vec<(u64, u64)> {
 #[test]
 fn fences_keep_rising_when_a_failover_loses_increments_the_replica_never_got() {
     let d = Deployment::start_through_proxy();
-    let link = d.link.as_ref().expect("the replica replicates through a proxy");
+    let link = d
+        .link
+        .as_ref()
+        .expect("the replica replicates through a proxy");
     let old = d.server(d.master_port().unwrap());
     let new = d.servers.iter().find(|s| s.port() != old.port()).unwrap();
     let clients: Vec<LockClient> = (0..5)
@@ -297,7 +300,11 @@ fn fences_keep_rising_when_a_failover_loses_increments_the_replica_never_got() {
         "fences went back ({regressed:?}) or were handed out twice; the new master's \
          counter was at {replicated}, the old master had given out up to {handed_out}"
     );
-    assert_eq!(ledger.overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    assert_eq!(
+        ledger.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
 }
 
 /// Has a sentinel fail the group over to `new` (the master is dead: asked again

@@ -35,9 +35,9 @@ use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
 };
 use crate::connection::Conn;
-use crate::scripts::{EFFECTS, FENCE};
 use crate::owner::ClientId;
 use crate::resp::Arg;
+use crate::scripts::{EFFECTS, FENCE};
 use crate::time::ttl_millis;
 
 /// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).

@@ -48,10 +48,7 @@ impl Deployment {
     fn launch(proxied: bool, failover_timeout: u64) -> Deployment {
         let master = RedisServer::start();
         let link = proxied.then(|| Proxy::start(master.port()));
-        let port = link
-            .as_ref()
-            .map_or(master.port(), Proxy::port)
-            .to_string();
+        let port = link.as_ref().map_or(master.port(), Proxy::port).to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         let synced = eventually(Duration::from_secs(10), || {
             let info: Option<String> = try_query(&replica, redis::cmd("INFO").arg("replication"));
