@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, FairLock, LockClient, Release};
+use support::fair_queue::{Turns, queue_ours, queue_redisson};
 use support::redisson_fair::{RedissonFair, now_ms, prefix_name};
 use support::{Masters, RedisServer, eventually};
 
@@ -157,6 +158,64 @@ fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
     );
     eprintln!("FIGURE next waiter took it {delay:?} after the release (dead head before it)");
     assert!(!queue(&server).contains(&dead.to_owned()), "dropped");
+}
+
+/// How long each waiter of a mixed queue holds the lock: shorter than a
+/// redlease waiter's poll, so a Redisson holder's release comes before it.
+const SECTION: Duration = Duration::from_millis(100);
+
+#[test]
+fn a_queue_of_redlease_and_redisson_waiters_in_turn_keeps_arrival_order() {
+    let server = RedisServer::start();
+    let mut holder = RedissonFair::new(&server);
+    assert_eq!(holder.attempt(FULL), None, "free: the Redisson holder takes it");
+    let turns = Turns::default();
+    // Six waiters, ours (each a client of its own, as processes would be) and
+    // Redisson's in turn, each queued before the next
+    // arrives; each Redisson acquisition lowers the deadlines queued behind it
+    // by its thread wait time.
+    let waiters: Vec<_> = (0..6)
+        .map(|id| {
+            if id % 2 == 0 {
+                queue_ours(&server, FULL, &fair(&server), id, SECTION, &turns, BOUND)
+            } else {
+                queue_redisson(&server, FULL, id, SECTION, &turns, BOUND)
+            }
+        })
+        .collect();
+    let released = Instant::now();
+    assert_eq!(holder.unlock(FULL), Some(1));
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(turns.order(), vec![0, 1, 2, 3, 4, 5], "arrival order");
+    let (gap, who) = turns.worst_gap(released);
+    eprintln!("FIGURE mixed queue of 6: longest release-to-turn gap {gap:?} (waiter {who})");
+    assert!(gap <= Duration::from_secs(6), "waiter {who} woken after {gap:?}");
+    assert!(queue(&server).is_empty());
+}
+
+#[test]
+fn a_dead_redisson_waiter_ahead_of_ours_delays_it_to_its_deadline_only() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let short = redlease::LockOptions::default().ttl(Duration::from_secs(1));
+    let held = lock.lock_with(&short).unwrap().expect("free");
+    // A Redisson `tryLock(3 s)` that queued and died: its entry is due 3 s
+    // after the lock's PTTL.
+    let mut java = RedissonFair::new(&server);
+    let wait_ms = 3_000;
+    let pttl = java.attempt_waiting(FULL, wait_ms).expect("held: queued");
+    let due = Instant::now() + Duration::from_millis(u64::try_from(pttl).unwrap() + wait_ms);
+    drop(java); // no `acquireFailed`: it died
+    let turns = Turns::default();
+    let ours = queue_ours(&server, FULL, &fair(&server), 1, SECTION, &turns, BOUND);
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    ours.join().unwrap();
+    let late = turns.all()[0].took.saturating_duration_since(due);
+    eprintln!("FIGURE ours took it {late:?} after the dead Redisson entry was due");
+    assert!(late <= Duration::from_secs(2), "held up {late:?} past its deadline");
+    assert!(queue(&server).is_empty());
 }
 
 #[test]

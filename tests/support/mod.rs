@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod counter;
 pub mod pin;
 pub mod proxy;
+pub mod fair_queue;
 pub mod redisson;
 pub mod redisson_fair;
 pub mod redisson_rwlock;
