@@ -86,9 +86,19 @@ fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() 
     const SECTION: Duration = Duration::from_millis(100);
     let server = RedisServer::start();
     let url = server.url();
-    let ours = || LockClient::builder(url.as_str()).build().unwrap().fair_lock("job").unwrap();
+    let ours = || {
+        LockClient::builder(url.as_str())
+            .build()
+            .unwrap()
+            .fair_lock("job")
+            .unwrap()
+    };
     let mut holder = RedissonFair::new(&server);
-    assert_eq!(holder.attempt("job"), None, "free: the Redisson holder takes it");
+    assert_eq!(
+        holder.attempt("job"),
+        None,
+        "free: the Redisson holder takes it"
+    );
     let turns = Turns::default();
     // Ours and Redisson's in turn; the third, a `redlease run --fair`, dies queued.
     let mut waiters = vec![
@@ -100,13 +110,22 @@ fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() 
         .unwrap();
     await_queued(&server, "job", 3, HUNG, "the run");
     waiters.push(queue_redisson(&server, "job", 3, SECTION, &turns, HUNG));
-    waiters.push(queue_ours(&server, "job", &ours(), 4, SECTION, &turns, HUNG));
+    waiters.push(queue_ours(
+        &server,
+        "job",
+        &ours(),
+        4,
+        SECTION,
+        &turns,
+        HUNG,
+    ));
     waiters.push(queue_redisson(&server, "job", 5, SECTION, &turns, HUNG));
+    // The holder's section goes on past every waiter's first wait (Redisson's
+    // waiters then wait for their wake-up only); the run dies at its end, its
+    // entry as fresh as it gets.
+    std::thread::sleep(Duration::from_secs(5));
     doomed.kill().unwrap(); // SIGKILL: no cleanup runs
     doomed.wait().unwrap();
-    // The holder's section goes on past every waiter's first wait (Redisson's
-    // waiters then wait for their wake-up only).
-    std::thread::sleep(Duration::from_secs(5));
     let released = std::time::Instant::now();
     assert_eq!(holder.unlock("job"), Some(1));
     for w in waiters {
@@ -115,6 +134,9 @@ fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() 
     assert_eq!(turns.order(), vec![0, 1, 3, 4, 5], "arrival order");
     let (gap, who) = turns.worst_gap(released);
     eprintln!("FIGURE after a killed run: longest release-to-turn gap {gap:?} (waiter {who})");
-    assert!(gap <= Duration::from_secs(6), "waiter {who} woken {gap:?} after its predecessor's release");
+    assert!(
+        gap <= Duration::from_secs(6),
+        "waiter {who} woken {gap:?} after its predecessor's release"
+    );
     assert_eq!(queue_len(&server, "job"), 0);
 }

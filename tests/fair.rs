@@ -168,7 +168,11 @@ const SECTION: Duration = Duration::from_millis(100);
 fn a_queue_of_redlease_and_redisson_waiters_in_turn_keeps_arrival_order() {
     let server = RedisServer::start();
     let mut holder = RedissonFair::new(&server);
-    assert_eq!(holder.attempt(FULL), None, "free: the Redisson holder takes it");
+    assert_eq!(
+        holder.attempt(FULL),
+        None,
+        "free: the Redisson holder takes it"
+    );
     let turns = Turns::default();
     // Six waiters, ours (each a client of its own, as processes would be) and
     // Redisson's in turn, each queued before the next
@@ -191,7 +195,10 @@ fn a_queue_of_redlease_and_redisson_waiters_in_turn_keeps_arrival_order() {
     assert_eq!(turns.order(), vec![0, 1, 2, 3, 4, 5], "arrival order");
     let (gap, who) = turns.worst_gap(released);
     eprintln!("FIGURE mixed queue of 6: longest release-to-turn gap {gap:?} (waiter {who})");
-    assert!(gap <= Duration::from_secs(6), "waiter {who} woken after {gap:?}");
+    assert!(
+        gap <= Duration::from_secs(6),
+        "waiter {who} woken after {gap:?}"
+    );
     assert!(queue(&server).is_empty());
 }
 
@@ -214,7 +221,10 @@ fn a_dead_redisson_waiter_ahead_of_ours_delays_it_to_its_deadline_only() {
     ours.join().unwrap();
     let late = turns.all()[0].took.saturating_duration_since(due);
     eprintln!("FIGURE ours took it {late:?} after the dead Redisson entry was due");
-    assert!(late <= Duration::from_secs(2), "held up {late:?} past its deadline");
+    assert!(
+        late <= Duration::from_secs(2),
+        "held up {late:?} past its deadline"
+    );
     assert!(queue(&server).is_empty());
 }
 

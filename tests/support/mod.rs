@@ -12,9 +12,9 @@ pub mod cli;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
+pub mod fair_queue;
 pub mod pin;
 pub mod proxy;
-pub mod fair_queue;
 pub mod redisson;
 pub mod redisson_fair;
 pub mod redisson_rwlock;
