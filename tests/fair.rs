@@ -117,25 +117,34 @@ fn a_redisson_waiter_queues_with_ours_and_they_wake_each_other() {
     assert_eq!(*order.lock(), vec![1, 2]);
 }
 
-#[test]
-fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
-    let server = RedisServer::start();
-    let lock = fair(&server);
-    let held = lock.try_lock().unwrap().expect("free");
-    // What a redlease waiter that died just now leaves: its entry at the head,
-    // with the deadline of its last attempt.
-    let dead = "00000000-0000-4000-8000-000000000000:7";
+/// What a redlease waiter that died just now, with nobody ahead of it, leaves:
+/// its entry at the tail of the queue, with the deadline of its last attempt
+/// as its score and as its own deadline.
+fn leave_dead_entry(server: &RedisServer, dead: &str) {
+    let timeouts = prefix_name("redisson_lock_timeout", FULL);
+    let due = now_ms() + 4_000;
     server.query::<()>(
         redis::cmd("RPUSH")
             .arg(prefix_name("redisson_lock_queue", FULL))
             .arg(dead),
     );
+    server.query::<()>(redis::cmd("ZADD").arg(&timeouts).arg(due).arg(dead));
     server.query::<()>(
         redis::cmd("ZADD")
-            .arg(prefix_name("redisson_lock_timeout", FULL))
-            .arg(now_ms() + 4_000)
+            .arg(format!("{timeouts}:redlease"))
+            .arg(due)
             .arg(dead),
     );
+}
+
+#[test]
+fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    // A redlease waiter that died just now, at the head.
+    let dead = "00000000-0000-4000-8000-000000000000:7";
+    leave_dead_entry(&server, dead);
     let other = fair(&server);
     let took = Arc::new(Mutex::new(None));
     let (o, t) = (other.clone(), Arc::clone(&took));
@@ -344,17 +353,7 @@ fn a_live_redlease_waiter_drops_a_dead_head_and_wakes_the_redisson_one_behind_it
     let lock = fair(&server);
     let held = lock.try_lock().unwrap().expect("free");
     let dead = "00000000-0000-4000-8000-000000000000:9";
-    server.query::<()>(
-        redis::cmd("RPUSH")
-            .arg(prefix_name("redisson_lock_queue", FULL))
-            .arg(dead),
-    );
-    server.query::<()>(
-        redis::cmd("ZADD")
-            .arg(prefix_name("redisson_lock_timeout", FULL))
-            .arg(now_ms() + 4_000)
-            .arg(dead),
-    );
+    leave_dead_entry(&server, dead);
     let mut java = RedissonFair::new(&server);
     let mut listen = server.conn();
     let mut sub = listen.as_pubsub();
