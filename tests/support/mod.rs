@@ -12,6 +12,7 @@ pub mod cli;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
+pub mod fair_queue;
 pub mod pin;
 pub mod proxy;
 pub mod redisson;
