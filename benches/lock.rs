@@ -234,7 +234,7 @@ fn uncontended(c: &mut Criterion) {
         b.iter(|| floor.lock_unlock("bench:f"));
     });
     g.finish();
-    // 20,000 cycles, as issue 10 measured them: enough for a stable p99.
+    // 20,000 cycles: enough for a stable p99.
     let (mut ours, mut base) = paired(
         20_000,
         || assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held()),

@@ -1,6 +1,6 @@
 mod support;
 
-// Redis ACL users (issue 16, item 4): the documented minimal rule works end to end, a user
+// Redis ACL users: the documented minimal rule works end to end, a user
 // who could take a lock but not release it is refused by `build()` before any lock is
 // taken, and a user without channel permissions (Redis 7's default) releases without an
 // error while its waiters poll. No password ever shows in an error or `Debug` output.
@@ -145,7 +145,7 @@ fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wake
 }
 
 #[test]
-fn issue_23_a_user_without_the_bulk_renewal_commands_renews_one_command_per_lease() {
+fn a_user_without_the_bulk_renewal_commands_renews_one_command_per_lease() {
     let server = RedisServer::start();
     let bulk = ["+mget", "+time", "+pexpireat", "+exists"];
     let rules: Vec<&str> = LOCKER
@@ -311,7 +311,7 @@ fn a_server_started_with_requirepass_serves_clients_that_never_print_the_passwor
 }
 
 #[test]
-fn issue_21_a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone() {
+fn a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone() {
     let server = RedisServer::start();
     let rules: Vec<&str> = LOCKER.iter().copied().filter(|r| *r != "+hset").collect();
     set_user(&server, "nohset", &rules);

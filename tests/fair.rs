@@ -1,6 +1,6 @@
 mod support;
 
-// The fair lock (issue 22) against real `redis-server` processes: strict
+// The fair lock against real `redis-server` processes: strict
 // arrival order across two clients, a Redisson waiter (Redisson's own scripts
 // through raw `EVAL`) in the same queue woken by and waking ours, a dead
 // waiter's entry delaying the next waiter by a bounded time only, and bad

@@ -1,6 +1,6 @@
 mod support;
 
-// The reentrant scheme (issue 12) against real `redis-server` processes: nested holds,
+// The reentrant scheme against real `redis-server` processes: nested holds,
 // Redisson's wire format in both directions (spoken here with Redisson's own scripts
 // through raw `EVAL`), mutual exclusion, the token scheme on the same key, renewal and
 // loss, fencing, cancellation, and replica confirmation with `WAIT` on a real replica.

@@ -1,6 +1,6 @@
 mod support;
 
-// The read-write lock (issue 22) against real `redis-server` processes: readers
+// The read-write lock against real `redis-server` processes: readers
 // share across clients, a writer excludes, Redisson's `RReadWriteLock` format in
 // both directions (spoken here with Redisson's own scripts through raw `EVAL`),
 // a write release waking every waiting reader at once, a writer not starved by

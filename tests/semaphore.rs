@@ -1,6 +1,6 @@
 mod support;
 
-// The lease semaphore (issue 22) against real `redis-server` processes: permits
+// The lease semaphore against real `redis-server` processes: permits
 // shared up to N across clients, waiters woken by the release message, a dead
 // holder's permit coming back at the end of its lease, renewal, Redisson's
 // `RPermitExpirableSemaphore` format in both directions (spoken here with
