@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, Release};
+use support::acl;
 use support::cluster::Cluster;
 use support::{RedisServer, eventually};
 
@@ -370,39 +371,7 @@ fn a_crashed_shard_master_is_replaced_by_its_replica() {
 fn the_minimal_acl_user_runs_fenced_locks_on_every_master() {
     let cluster = Cluster::start(3, 0);
     for n in &cluster.nodes {
-        let () = n.query(
-            redis::cmd("ACL")
-                .arg("SETUSER")
-                .arg("locker")
-                .arg("on")
-                .arg(">pw")
-                .arg("~lock:*")
-                .arg("&{lock:*")
-                .arg("&redlease:waiter:*")
-                .arg("+ping")
-                .arg("+set")
-                .arg("+get")
-                .arg("+del")
-                .arg("+pttl")
-                .arg("+pexpire")
-                .arg("+incr")
-                .arg("+mget")
-                .arg("+time")
-                .arg("+pexpireat")
-                .arg("+exists")
-                .arg("+evalsha")
-                .arg("+script|load")
-                .arg("+publish")
-                .arg("+subscribe")
-                .arg("+unsubscribe")
-                .arg("+punsubscribe")
-                .arg("+cluster|slots")
-                .arg("+asking")
-                .arg("+command|info")
-                .arg("+ssubscribe")
-                .arg("+sunsubscribe")
-                .arg("+spublish"),
-        );
+        acl::set_user(n, "locker", "pw", &[acl::LOCK_RULE, acl::CLUSTER_RULE]);
     }
     let urls: Vec<String> = cluster
         .urls()
