@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, Release};
+use support::acl;
 use support::cluster::Cluster;
 use support::{RedisServer, eventually};
 
@@ -93,7 +94,7 @@ fn client(cluster: &Cluster) -> LockClient {
 }
 
 #[test]
-fn issue_13_eight_threads_on_keys_of_every_master_never_overlap() {
+fn eight_threads_on_keys_of_every_master_never_overlap() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let keys: Vec<String> = (0..24).map(|i| format!("job:{i}")).collect();
@@ -135,7 +136,7 @@ fn issue_13_eight_threads_on_keys_of_every_master_never_overlap() {
 }
 
 #[test]
-fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
+fn fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let opts = LockOptions::new().fencing(true);
@@ -162,7 +163,7 @@ fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
 }
 
 #[test]
-fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
+fn a_waiter_is_woken_by_the_release_message_not_by_polling() {
     let cluster = Cluster::start(3, 0);
     let holder = client(&cluster);
     let waiter = polling_rarely(&cluster.urls());
@@ -179,7 +180,7 @@ fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
 }
 
 #[test]
-fn issue_13_a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
+fn a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let key = "moving";
@@ -249,7 +250,7 @@ fn issue_13_a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
 }
 
 #[test]
-fn issue_13_a_failover_of_a_shard_master_is_followed() {
+fn a_failover_of_a_shard_master_is_followed() {
     let cluster = Cluster::start(3, 1);
     let client = client(&cluster);
     let key = "{fo}";
@@ -289,7 +290,7 @@ fn issue_13_a_failover_of_a_shard_master_is_followed() {
 }
 
 #[test]
-fn issue_13_a_server_outside_any_cluster_is_a_config_error() {
+fn a_server_outside_any_cluster_is_a_config_error() {
     let server = RedisServer::start();
     let err = LockClient::cluster([server.url()]).build().unwrap_err();
     assert!(matches!(err, Error::Config { .. }), "{err:?}");
@@ -300,7 +301,7 @@ fn issue_13_a_server_outside_any_cluster_is_a_config_error() {
 }
 
 #[test]
-fn issue_13_a_foreign_token_holder_on_the_cluster_excludes_us() {
+fn a_foreign_token_holder_on_the_cluster_excludes_us() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let owner = &cluster.nodes[cluster.owner(cluster.slot("lock:shared"))];
@@ -321,7 +322,7 @@ fn issue_13_a_foreign_token_holder_on_the_cluster_excludes_us() {
 }
 
 #[test]
-fn issue_13_a_crashed_shard_master_is_replaced_by_its_replica() {
+fn a_crashed_shard_master_is_replaced_by_its_replica() {
     let cluster = Cluster::start(3, 1);
     let client = client(&cluster);
     let slot = cluster.slot("lock:{crash}");
@@ -367,42 +368,10 @@ fn issue_13_a_crashed_shard_master_is_replaced_by_its_replica() {
 }
 
 #[test]
-fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
+fn the_minimal_acl_user_runs_fenced_locks_on_every_master() {
     let cluster = Cluster::start(3, 0);
     for n in &cluster.nodes {
-        let () = n.query(
-            redis::cmd("ACL")
-                .arg("SETUSER")
-                .arg("locker")
-                .arg("on")
-                .arg(">pw")
-                .arg("~lock:*")
-                .arg("&{lock:*")
-                .arg("&redlease:waiter:*")
-                .arg("+ping")
-                .arg("+set")
-                .arg("+get")
-                .arg("+del")
-                .arg("+pttl")
-                .arg("+pexpire")
-                .arg("+incr")
-                .arg("+mget")
-                .arg("+time")
-                .arg("+pexpireat")
-                .arg("+exists")
-                .arg("+evalsha")
-                .arg("+script|load")
-                .arg("+publish")
-                .arg("+subscribe")
-                .arg("+unsubscribe")
-                .arg("+punsubscribe")
-                .arg("+cluster|slots")
-                .arg("+asking")
-                .arg("+command|info")
-                .arg("+ssubscribe")
-                .arg("+sunsubscribe")
-                .arg("+spublish"),
-        );
+        acl::set_user(n, "locker", "pw", &[acl::LOCK_RULE, acl::CLUSTER_RULE]);
     }
     let urls: Vec<String> = cluster
         .urls()
@@ -449,7 +418,7 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
 
 #[cfg(feature = "tls-rustls")]
 #[test]
-fn issue_13_a_cluster_over_mutual_tls() {
+fn a_cluster_over_mutual_tls_runs_fenced_locks_and_refuses_a_client_without_certificate() {
     use support::tls::Ca;
     let ca = Ca::new("redlease cluster CA");
     let (server, peer, client_cert) = (ca.server(), ca.client(), ca.client());
@@ -499,9 +468,9 @@ fn issue_13_a_cluster_over_mutual_tls() {
 }
 
 #[test]
-fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
+fn dropping_a_cluster_client_joins_every_thread_it_started() {
     use support::alone::{ALONE_ENV, finish, redlease_threads, spawn_self};
-    const TEST: &str = "issue_13_dropping_a_cluster_client_joins_every_thread_it_started";
+    const TEST: &str = "dropping_a_cluster_client_joins_every_thread_it_started";
     if std::env::var_os(ALONE_ENV).is_none() {
         // Other tests' clients live in this process: count in a process of our own.
         finish(
@@ -533,11 +502,11 @@ fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
 }
 
-/// The keys of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]; the
+/// The keys of [`a_slot_moved_under_fenced_load_surfaces_no_error`]; the
 /// first one's slot moves.
 const LOAD_KEYS: [&str; 3] = ["i:alpha", "i:beta", "i:gamma"];
 
-/// What the workers of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]
+/// What the workers of [`a_slot_moved_under_fenced_load_surfaces_no_error`]
 /// share and saw.
 #[derive(Default)]
 struct Load {
@@ -642,7 +611,7 @@ fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
         .sum()
 }
 
-/// Issue 23: six workers, two threads in each of three clients (as three
+/// A slot moved under fenced load: six workers, two threads in each of three clients (as three
 /// processes would; a client's own threads hand the lock to each other), lock
 /// three keys with fences (TTL 5 s, 2 ms sections) while the first key's slot,
 /// which holds its fence counter too, is moved from master to master: `SETSLOT
@@ -650,7 +619,7 @@ fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
 /// master. No acquire or release may fail, no two holders overlap, fences rise
 /// per key.
 #[test]
-fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
+fn a_slot_moved_under_fenced_load_surfaces_no_error() {
     let cluster = Cluster::start(3, 0);
     let slot = cluster.slot("bar:i:alpha");
     let moves = 4 * support::stress_factor();
@@ -714,7 +683,7 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
         load.moving_acquired.load(Ordering::SeqCst),
     );
     println!(
-        "issue 23: {moves} moves of slot {slot} (masters {owners:?}); {acquired} acquisitions \
+        "slot moves: {moves} moves of slot {slot} (masters {owners:?}); {acquired} acquisitions \
          ({moving} of the moving key), {} errors, {} gave up, {} overlaps; the masters replied \
          ASK {}, TRYAGAIN {}, MOVED {}",
         errors.len(),
@@ -748,14 +717,14 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
     );
 }
 
-/// Issue 23: while a slot is mid-migration, a free lock's fenced acquire meets
+/// While a slot is mid-migration, a free lock's fenced acquire meets
 /// `TRYAGAIN` (its two keys, lock and fence counter, are never both on the master
 /// asked) until the slot has moved. A caller that does not wait has it resent
 /// for one read timeout, then gets it quoted; one that waits waits it out as for a
 /// busy lock, up to its deadline; an unfenced lock (one key) is taken through
 /// `ASK` at once.
 #[test]
-fn issue_23_a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
+fn a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
     let cluster = Cluster::start(3, 0);
     let read_timeout = Duration::from_millis(600);
     let client = LockClient::cluster(cluster.urls())
@@ -833,7 +802,7 @@ fn errors(node: &RedisServer, code: &str) -> u64 {
 }
 
 #[test]
-fn issue_23_a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_lease() {
+fn a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_lease() {
     const N: usize = 20;
     let cluster = Cluster::start(3, 0);
     let client = LockClient::cluster(cluster.urls())

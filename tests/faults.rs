@@ -194,7 +194,7 @@ fn a_fenced_acquire_whose_reply_is_lost_leaves_no_ghost_lock() {
     );
 }
 
-// ---- issue 16, item 2: a call takes the time the caller gave it, and says what failed ----
+// ---- a call takes the time the caller gave it, and says what failed ----
 
 /// Read timeout of the clients below; their connect timeout stays at its 2 s default.
 const READ: Duration = Duration::from_secs(1);
@@ -237,7 +237,7 @@ fn assert_timeout_of(err: &Error, op: &str, key: &str) {
 }
 
 #[test]
-fn issue_16_calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so() {
+fn calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so() {
     let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
     let client = slow_builder(&server.url()).build().unwrap();
     assert!(client.try_lock("warm").unwrap().is_some());
@@ -292,7 +292,7 @@ fn issue_16_calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so()
 }
 
 #[test]
-fn issue_16_try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout() {
+fn try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = slow_builder(&proxy.url()).build().unwrap();
@@ -323,7 +323,7 @@ fn issue_16_try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout(
 }
 
 #[test]
-fn issue_16_an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_two() {
+fn an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_two() {
     let server = RedisServer::start();
     let client = slow_builder(&server.url()).build().unwrap();
     let guard = client.lock("k").unwrap();
@@ -359,7 +359,7 @@ fn issue_16_an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_tw
 }
 
 #[test]
-fn issue_16_a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
+fn a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
     // A foreign holder; the caller waits 1.5 s with a 1 s read timeout, and the
     // server freezes while it waits: the poll in flight at the deadline must not
     // add a whole read timeout to the wait.

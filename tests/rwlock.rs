@@ -1,6 +1,6 @@
 mod support;
 
-// The read-write lock (issue 22) against real `redis-server` processes: readers
+// The read-write lock against real `redis-server` processes: readers
 // share across clients, a writer excludes, Redisson's `RReadWriteLock` format in
 // both directions (spoken here with Redisson's own scripts through raw `EVAL`),
 // a write release waking every waiting reader at once, a writer not starved by
@@ -11,7 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockClientBuilder, LockOptions, ReadWriteLock, Release};
-use support::redisson_rwlock::RedissonRwLock;
+use support::acl;
+use support::redisson::rwlock::RedissonRwLock;
 use support::{Masters, RedisServer, eventually};
 
 const NAME: &str = "cfg";
@@ -367,22 +368,8 @@ fn redlock_refuses_a_read_write_lock() {
 #[test]
 fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
     let server = RedisServer::start();
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER")
-        .arg("rw")
-        .arg("reset")
-        .arg("on")
-        .arg(">pw");
     // The README's lock rule, and its read-write lock additions.
-    cmd.arg(
-        "~lock:* &{lock:* &redlease:waiter:* +ping +set +get +del +pttl +pexpire +incr \
-         +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
-         ~{lock:* &redisson_rwlock:* +exists +hget +hset +hincrby +hdel +hlen +hkeys \
-         +hexists +hgetall +type"
-            .split_whitespace()
-            .collect::<Vec<_>>(),
-    );
-    let () = server.query(&cmd);
+    acl::set_user(&server, "rw", "pw", &[acl::LOCK_RULE, acl::RWLOCK_RULE]);
     let url = format!("redis://rw:pw@127.0.0.1:{}/", server.port());
     let slow = |url: &str| {
         LockClient::builder(url)
@@ -413,7 +400,7 @@ fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
         took < Duration::from_secs(5),
         "woken by the message, not a poll: {took:?}"
     );
-    let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    let refusals = acl::refusals(&server);
     assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
 }
 

@@ -170,8 +170,8 @@ fn four_processes_incrementing_with_get_then_set_under_the_lock_lose_no_update()
 }
 
 #[test]
-fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
-    const TEST: &str = "issue_16_four_processes_of_four_threads_share_one_key_fairly";
+fn four_processes_of_four_threads_share_one_key_fairly() {
+    const TEST: &str = "four_processes_of_four_threads_share_one_key_fairly";
     const PROCESSES: usize = 4;
     const THREADS: usize = 4;
     let run_for = Duration::from_secs(4);
@@ -232,7 +232,7 @@ fn issue_16_four_processes_of_four_threads_share_one_key_fairly() {
     let ratio = *min as f64 / *max as f64;
     eprintln!("sections per process {counts:?}: min/max {ratio:.2}");
     // Turns go round: a process that gave the key away waits until each other
-    // process had a turn (issue 23). Under a load average of 7-13 this is
+    // process had a turn. Under a load average of 7-13 this is
     // 0.72-0.98 (`cargo bench --bench lock`, group `fleet`); when each real release
     // was a race it was 0.16-0.74, one or two processes in four winning far fewer
     // turns; without the hand-off bound and the hold-off 0.06-0.16. The bound
@@ -954,7 +954,7 @@ fn dropping_the_last_clone_joins_the_background_threads() {
 }
 
 #[test]
-fn issue_9_a_server_that_lost_its_scripts_gets_them_loaded_again_not_an_error() {
+fn a_server_that_lost_its_scripts_gets_them_loaded_again_not_an_error() {
     // A restarted server, or `SCRIPT FLUSH`, answers `NOSCRIPT` to every `EVALSHA`:
     // each call loads its scripts and goes on, never surfacing it.
     let server = RedisServer::start();
