@@ -893,3 +893,208 @@ fn issue_23_a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_leas
         assert_eq!(g.unlock().unwrap(), Release::Released);
     }
 }
+
+/// Six workers, two threads in each of three clients of `prefix` (TTL 5 s, read
+/// timeout `read_timeout`), lock [`LOAD_KEYS`] fenced with a wait of 30 s while
+/// `faults` runs; they stop once it returns. Returns what they saw.
+fn under_load(
+    cluster: &Cluster,
+    prefix: &str,
+    read_timeout: Duration,
+    faults: impl FnOnce(&Load),
+) -> Load {
+    let clients: Vec<LockClient> = (0..3)
+        .map(|_| {
+            LockClient::cluster(cluster.urls())
+                .key_prefix(prefix)
+                .ttl(Duration::from_secs(5))
+                .read_timeout(read_timeout)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let opts = LockOptions::new()
+        .fencing(true)
+        .wait(Duration::from_secs(30));
+    let load = Load::default();
+    // The fence counters exist before the faults, so each slot has a key.
+    for (k, key) in LOAD_KEYS.iter().enumerate() {
+        let first = clients[0].lock_with(key, &opts).unwrap().unwrap();
+        load.fences[k].store(first.fence().unwrap(), Ordering::SeqCst);
+        assert_eq!(first.unlock().unwrap(), Release::Released);
+    }
+    thread::scope(|s| {
+        for t in 0..6 {
+            let (load, client, opts) = (&load, &clients[t % clients.len()], &opts);
+            s.spawn(move || load.work(client, opts, t));
+        }
+        // Set however the faults end (a failed assertion too): workers stop.
+        let _stop = Stop(&load.stop);
+        faults(&load);
+    });
+    load
+}
+
+/// No acquire or release failed, no two holders overlapped, no wait ran out.
+fn assert_no_error(load: &Load, what: &str) {
+    let errors = load.errors.lock().clone();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &errors {
+        *kinds.entry(e.as_str()).or_default() += 1;
+    }
+    println!(
+        "{what}: {} acquisitions ({} of the first key), {} errors, {} gave up, {} overlaps",
+        load.acquired.load(Ordering::SeqCst),
+        load.moving_acquired.load(Ordering::SeqCst),
+        errors.len(),
+        load.gave_up.load(Ordering::SeqCst),
+        load.overlaps.load(Ordering::SeqCst),
+    );
+    assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
+    assert_eq!(
+        load.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+    assert_eq!(
+        load.gave_up.load(Ordering::SeqCst),
+        0,
+        "a wait of 30 s ran out"
+    );
+}
+
+/// `SETSLOT NODE` told to the source first (as tools and operators may): for
+/// 300 ms the source answers `MOVED` to the target and the target, still
+/// importing, `MOVED` back. Callers in that window pause and send again, with the
+/// map read again, until the two agree; no acquire or release fails, and a lease
+/// held across the moves is kept.
+#[test]
+fn a_slot_moved_source_first_under_fenced_load_surfaces_no_error() {
+    let cluster = Cluster::start(3, 0);
+    let slot = cluster.slot("bar:i:alpha");
+    let moves = 4 * support::stress_factor();
+    let holder = client(&cluster);
+    // In the moving slot (its hash tag), renewed across the moves.
+    let held = holder.lock("{bar:i:alpha}:held").unwrap();
+    let mut owners = vec![cluster.owner(slot)];
+    let mut redirected = 0;
+    let load = under_load(&cluster, "bar:", Duration::from_secs(2), |load| {
+        load.progress(&cluster);
+        for _ in 0..moves {
+            let from = *owners.last().unwrap();
+            let to = (from + 1) % 3;
+            cluster.begin_migration(slot, from, to);
+            load.progress(&cluster);
+            assert!(
+                cluster.move_keys(slot, from, to) > 0,
+                "the slot held no key"
+            );
+            load.progress(&cluster);
+            let before = error_replies(&cluster.nodes, "MOVED");
+            cluster.finish_migration_source_first(slot, from, to, Duration::from_millis(300));
+            redirected += error_replies(&cluster.nodes, "MOVED") - before;
+            load.progress(&cluster);
+            owners.push(to);
+        }
+    });
+    println!("{moves} moves of slot {slot} (masters {owners:?}), {redirected} MOVED replies");
+    assert_no_error(&load, "source first");
+    assert!(
+        redirected >= moves as u64,
+        "only {redirected} MOVED replies: the windows were not met"
+    );
+    let moving = load.moving_acquired.load(Ordering::SeqCst);
+    assert!(moving > 20, "only {moving} sections of the moving key");
+    assert!(held.is_held(), "a lease held across the moves was lost");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+}
+
+/// A graceful `CLUSTER FAILOVER` of the first key's master, and back, twice, while
+/// workers lock and release: calls follow the new master, and a node that sees
+/// the cluster failed for a moment is waited out. (The old master holds writes
+/// until its replica has taken over, which can take seconds on a loaded machine:
+/// a call with no reply by then may have run and is an error, so the clients wait
+/// 10 s for a reply.)
+#[test]
+fn a_failover_under_fenced_load_surfaces_no_error() {
+    let cluster = Cluster::start(3, 1);
+    let slot = cluster.slot("bar:i:alpha");
+    let master = cluster.owner(slot);
+    let replica = 3 + master;
+    let mut took = Vec::new();
+    let load = under_load(&cluster, "bar:", Duration::from_secs(10), |load| {
+        load.progress(&cluster);
+        for round in 0..4 {
+            let at = Instant::now();
+            cluster.failover(if round % 2 == 0 { replica } else { master });
+            took.push(at.elapsed());
+            load.progress(&cluster);
+        }
+    });
+    println!(
+        "failovers took {took:?}: the nodes replied MOVED {}, CLUSTERDOWN {}",
+        error_replies(&cluster.nodes, "MOVED"),
+        error_replies(&cluster.nodes, "CLUSTERDOWN"),
+    );
+    assert_no_error(&load, "failover");
+    assert!(
+        load.moving_acquired.load(Ordering::SeqCst) > 20,
+        "too few sections of the failed-over key"
+    );
+}
+
+/// A master frozen (`SIGSTOP`) until the others mark it failed and its replica
+/// takes over: meanwhile the healthy masters answer `CLUSTERDOWN` to every call,
+/// keys of their own slots too. Workers on those keys pause and send again; no
+/// acquire or release fails.
+#[test]
+fn a_cluster_briefly_down_surfaces_no_error_on_healthy_masters() {
+    let cluster = Cluster::start(3, 1);
+    // A prefix that puts no key of the load on the master to freeze.
+    let frozen = 0;
+    let prefix = (0..1000)
+        .map(|i| format!("d{i}:"))
+        .find(|p| {
+            LOAD_KEYS
+                .iter()
+                .all(|k| cluster.owner(cluster.slot(&format!("{p}{k}"))) != frozen)
+        })
+        .unwrap();
+    let healthy = [1, 2];
+    let mut down_for = Duration::ZERO;
+    let load = under_load(&cluster, &prefix, Duration::from_secs(2), |load| {
+        load.progress(&cluster);
+        cluster.nodes[frozen].pause();
+        let thaw = Thaw(&cluster.nodes[frozen]);
+        let down = eventually(Duration::from_secs(20), || {
+            healthy.iter().any(|&i| cluster.state(i) == "fail")
+        });
+        assert!(down, "no healthy master saw the cluster down");
+        let at = Instant::now();
+        let slot0 = 0;
+        let replica_port = cluster.nodes[3].port();
+        let up = eventually(Duration::from_secs(30), || {
+            healthy.iter().all(|&i| {
+                cluster.state(i) == "ok" && cluster.owner_seen_by(i, slot0) == Some(replica_port)
+            })
+        });
+        assert!(up, "the replica never took over");
+        down_for = at.elapsed();
+        // Thawed first: the progress check reads every node's counters.
+        drop(thaw);
+        load.progress(&cluster);
+    });
+    let refused = error_replies(&cluster.nodes[1..3], "CLUSTERDOWN");
+    println!("down for {down_for:?}: the healthy masters replied CLUSTERDOWN {refused}");
+    assert_no_error(&load, "cluster down");
+    assert!(refused > 0, "no call met the cluster down");
+}
+
+/// Resumes a paused server when dropped (a failed assertion too).
+struct Thaw<'a>(&'a RedisServer);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
