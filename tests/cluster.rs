@@ -1012,9 +1012,9 @@ fn a_slot_moved_source_first_under_fenced_load_surfaces_no_error() {
 /// A graceful `CLUSTER FAILOVER` of the first key's master, and back, twice, while
 /// workers lock and release: calls follow the new master, and a node that sees
 /// the cluster failed for a moment is waited out. (The old master holds writes
-/// until its replica has taken over, which can take seconds on a loaded machine:
-/// a call with no reply by then may have run and is an error, so the clients wait
-/// 10 s for a reply.)
+/// while its replica takes over, for up to 5 s when an attempt times out: a call
+/// with no reply by then may have run and is an error, so the clients wait 10 s
+/// for a reply.)
 #[test]
 fn a_failover_under_fenced_load_surfaces_no_error() {
     let cluster = Cluster::start(3, 1);

@@ -235,6 +235,16 @@ impl Cluster {
             info(&self.nodes[replica], "replication").contains("master_link_status:up")
         });
         assert!(synced, "replica {port} did not sync before its failover");
+        // Every other node must know it as a replica, or the masters deny their
+        // votes and its master holds writes until the manual failover times out.
+        let id = self.id(replica);
+        let known = eventually(CONVERGE, || {
+            self.nodes
+                .iter()
+                .filter(|n| n.port() != port)
+                .all(|n| role_seen(n, &id).is_some_and(|flags| flags.contains("slave")))
+        });
+        assert!(known, "replica {port} is not known as one everywhere");
         let promoted = || {
             info(&self.nodes[replica], "replication").contains("role:master")
                 && self
@@ -267,6 +277,18 @@ fn node(extra: &[String]) -> RedisServer {
     ];
     args.extend(extra.iter().map(String::as_str));
     RedisServer::start_with(&args)
+}
+
+/// The flags (`master`, `slave`, `myself`, `fail?` …) `n` shows for node `id`.
+fn role_seen(n: &RedisServer, id: &str) -> Option<String> {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut n.conn())
+        .unwrap_or_default();
+    nodes.lines().find_map(|l| {
+        let mut fields = l.split_whitespace();
+        (fields.next()? == id).then(|| fields.nth(1).unwrap_or_default().to_owned())
+    })
 }
 
 fn bus_port(n: &RedisServer) -> u16 {
