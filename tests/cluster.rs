@@ -1051,7 +1051,7 @@ fn a_failover_under_fenced_load_surfaces_no_error() {
 /// A master frozen (`SIGSTOP`) until the others mark it failed and its replica
 /// takes over: meanwhile the healthy masters answer `CLUSTERDOWN` to every call,
 /// keys of their own slots too. Workers on those keys pause and send again; no
-/// acquire or release fails.
+/// acquire or release fails, and a lease held across the outage is kept.
 #[test]
 fn a_cluster_briefly_down_surfaces_no_error_on_healthy_masters() {
     let cluster = Cluster::start(3, 1);
@@ -1066,6 +1066,9 @@ fn a_cluster_briefly_down_surfaces_no_error_on_healthy_masters() {
         })
         .unwrap();
     let healthy = [1, 2];
+    // On a healthy master (the first key's hash tag), renewed across the outage.
+    let holder = client(&cluster);
+    let held = holder.lock(&format!("{{{prefix}i:alpha}}:held")).unwrap();
     let mut down_for = Duration::ZERO;
     let load = under_load(&cluster, &prefix, Duration::from_secs(2), |load| {
         load.progress(&cluster);
@@ -1093,6 +1096,8 @@ fn a_cluster_briefly_down_surfaces_no_error_on_healthy_masters() {
     println!("down for {down_for:?}: the healthy masters replied CLUSTERDOWN {refused}");
     assert_no_error(&load, "cluster down");
     assert!(refused > 0, "no call met the cluster down");
+    assert!(held.is_held(), "a lease held across the outage was lost");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
 }
 
 /// Resumes a paused server when dropped (a failed assertion too).

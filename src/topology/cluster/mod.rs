@@ -151,7 +151,8 @@ impl Cluster {
         let slot = slot(key.as_bytes());
         let mut retry = match patience {
             Patience::Resend(by) => Retry::new(self.read_timeout, by),
-            Patience::Return => Retry::new(Duration::ZERO, Some(Instant::now())),
+            // No span: no pause ends in time, only the free hops are followed.
+            Patience::Return => Retry::new(Duration::ZERO, None),
         };
         // Where the next send goes when not by the map: a node named by `MOVED`,
         // or one that answered `ASK` (with `ASKING`).

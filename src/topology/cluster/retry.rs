@@ -77,7 +77,8 @@ pub(super) struct Retry {
 }
 
 impl Retry {
-    /// Tries for at most `span` after the first pause, and never past `by`.
+    /// Tries for at most `span` after the first pause, and never past `by`; with
+    /// a zero `span`, follows the first redirections only.
     pub(super) fn new(span: Duration, by: Option<Instant>) -> Self {
         Self {
             span,
@@ -172,6 +173,10 @@ mod tests {
         // A caller's bound already past: nothing is sent again after a pause.
         let mut late = Retry::new(Duration::from_secs(2), Some(Instant::now()));
         assert!(!late.again(&Hop::Down));
+        // No span: the free hops only.
+        let mut once = Retry::new(Duration::ZERO, None);
+        assert!(once.again(&moved) && once.again(&moved));
+        assert!(!once.again(&moved) && !once.again(&Hop::TryAgain));
     }
 
     #[test]
