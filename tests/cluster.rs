@@ -1108,3 +1108,51 @@ impl Drop for Thaw<'_> {
         self.0.resume();
     }
 }
+
+/// While the source of a moved slot points at the destination and the
+/// destination, still importing, points back, a call that does not wait keeps
+/// sending itself (paused, the map read again) for one read timeout, then quotes
+/// the last `MOVED`; a release too, its lock left to its TTL. Once the
+/// destination is told, the same calls succeed.
+#[test]
+fn a_lasting_disagreement_is_quoted_after_one_read_timeout() {
+    let cluster = Cluster::start(3, 0);
+    let read_timeout = Duration::from_millis(600);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .read_timeout(read_timeout)
+        .build()
+        .unwrap();
+    let slot = cluster.slot("lock:{split}:held");
+    let (from, to) = (cluster.owner(slot), (cluster.owner(slot) + 1) % 3);
+    let held = client.try_lock("{split}:held").unwrap().expect("free");
+    cluster.begin_migration(slot, from, to);
+    assert!(cluster.move_keys(slot, from, to) > 0, "the lock moved");
+    // The source only: it now points at the destination, which points back.
+    let () = cluster.nodes[from].query(
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(cluster.id(to)),
+    );
+    let in_bounds = |took: Duration| took >= read_timeout / 2 && took < read_timeout * 4;
+    let at = Instant::now();
+    let tried = client.try_lock("{split}:other");
+    let took = at.elapsed();
+    let e = tried.expect_err("no node serves the slot yet");
+    assert!(
+        e.to_string()
+            .starts_with(r#"acquiring lock "lock:{split}:other": redis replied MOVED: "#),
+        "{e}"
+    );
+    assert!(in_bounds(took), "resent for {took:?}");
+    let at = Instant::now();
+    let e = held.unlock().expect_err("no node serves the slot yet");
+    let took = at.elapsed();
+    assert!(e.to_string().contains("redis replied MOVED: "), "{e}");
+    assert!(in_bounds(took), "resent for {took:?}");
+    cluster.finish_migration(slot, from, to);
+    let after = client.try_lock("{split}:other").unwrap().expect("free");
+    assert_eq!(after.unlock().unwrap(), Release::Released);
+}
