@@ -370,7 +370,10 @@ impl LockClient {
             return false;
         }
         let hub = &self.inner.hub;
-        log::debug!("grant of `{}` came after its validity; given back", keys.lock);
+        log::debug!(
+            "grant of `{}` came after its validity; given back",
+            keys.lock
+        );
         if !plan.backend.reentrant() {
             // The value landed before its reply came back: it expires a TTL after.
             let until = Instant::now() + plan.ttl;

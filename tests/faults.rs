@@ -437,10 +437,15 @@ fn late_client(proxy: &Proxy) -> LockClient {
 fn assert_not_acquired<G: std::fmt::Debug>(call: &str, out: redlease::Result<Option<G>>) {
     match out {
         Ok(None) => {}
-        Ok(Some(guard)) => panic!("{call} handed over a lease granted after its validity: {guard:?}"),
+        Ok(Some(guard)) => {
+            panic!("{call} handed over a lease granted after its validity: {guard:?}")
+        }
         Err(e) => panic!("{call}: {e:?}"),
     }
 }
+
+/// One of the lock calls that wait.
+type LockCall<'a> = dyn Fn() -> redlease::Result<Option<redlease::LockGuard>> + 'a;
 
 #[test]
 fn a_lock_granted_after_its_validity_is_given_back_not_handed_over() {
@@ -449,13 +454,16 @@ fn a_lock_granted_after_its_validity_is_given_back_not_handed_over() {
     let client = late_client(&proxy);
     proxy.delay(LATE);
     let opts = LockOptions::new().wait(LATE_WAIT);
-    let calls: [(&str, &dyn Fn() -> redlease::Result<Option<redlease::LockGuard>>); 2] = [
+    let calls: [(&str, &LockCall<'_>); 2] = [
         ("try_lock_for", &|| client.try_lock_for("k", LATE_WAIT)),
         ("lock_with", &|| client.lock_with("k", &opts)),
     ];
     for (call, f) in calls {
         let (out, took) = timed(f);
-        println!("{call} under replies {:?} late: {out:?} after {took:?}", LATE * 2);
+        println!(
+            "{call} under replies {:?} late: {out:?} after {took:?}",
+            LATE * 2
+        );
         if let Ok(Some(guard)) = &out {
             println!(
                 "valid until {:?} before it was returned; is_held: {}",
@@ -537,7 +545,10 @@ fn a_permit_granted_after_its_validity_is_given_back_not_handed_over() {
         "late permits still stored: {:?}",
         permits()
     );
-    let permit = semaphore.try_acquire().unwrap().expect("the permit is free");
+    let permit = semaphore
+        .try_acquire()
+        .unwrap()
+        .expect("the permit is free");
     assert!(permit.is_held());
     assert_eq!(permit.unlock().unwrap(), Release::Released);
 }
