@@ -372,7 +372,9 @@ fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
     let ran = dir.file("ran");
     let script = format!("touch {}", ran.display());
     let url = proxy.url();
-    let args = ["run", "--url", &url, "--ttl", "400ms", "--wait", "6s", "job"];
+    let args = [
+        "run", "--url", &url, "--ttl", "400ms", "--wait", "6s", "job",
+    ];
     let mut child = redlease(args.iter().chain(&["--", "sh", "-c", &script]))
         .spawn()
         .unwrap();

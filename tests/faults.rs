@@ -416,8 +416,16 @@ const LATE_WAIT: Duration = Duration::from_secs(2);
 /// round trip (so a late reply is read, not timed out). Its connections are opened,
 /// and the scripts loaded, while the proxy is fast.
 fn late_client(proxy: &Proxy) -> LockClient {
+    late_client_with(proxy, |b| b)
+}
+
+/// [`late_client`], its builder first passed through `tune`.
+fn late_client_with(
+    proxy: &Proxy,
+    tune: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+) -> LockClient {
     let patient = Duration::from_secs(4);
-    let client = LockClient::builder(proxy.url())
+    let client = tune(LockClient::builder(proxy.url()))
         .key_prefix("lock:")
         .ttl(SHORT_TTL)
         .connect_timeout(patient)
@@ -551,4 +559,52 @@ fn a_permit_granted_after_its_validity_is_given_back_not_handed_over() {
         .expect("the permit is free");
     assert!(permit.is_held());
     assert_eq!(permit.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_lock_handed_over_after_its_validity_is_given_back_not_taken() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    // Waiters poll seldom, so the waiter sleeps with its offer out when the holder
+    // unlocks, and is handed the lock by script (it wants another TTL).
+    let slow = |b: LockClientBuilder| b.backoff(Duration::from_secs(5), Duration::from_secs(10));
+    let client = late_client_with(&proxy, slow);
+    let long = LockOptions::new().ttl(Duration::from_secs(30));
+    let holder = client.lock_with("k", &long).unwrap().unwrap();
+    let before = client.metrics().attempts;
+    let (out, retried, handoffs) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| client.try_lock_for("k", Duration::from_secs(20)));
+        // Its first attempt, then the one after subscribing: it is asleep.
+        let subscribed = eventually(Duration::from_secs(10), || {
+            let subs: (String, i64) =
+                server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{lock:k}:released"));
+            subs.1 >= 1 && client.metrics().attempts >= before + 2
+        });
+        assert!(subscribed, "the waiter never slept");
+        let asleep = client.metrics().attempts;
+        // The hand-off's reply comes 1.1 s after the script ran: the 400 ms lease it
+        // wrote for the waiter is over when the waiter wakes.
+        proxy.delay(LATE);
+        assert_eq!(holder.unlock().unwrap(), Release::Released);
+        let handoffs = client.metrics().handoffs;
+        // Given back: the waiter tries again.
+        let retried = eventually(Duration::from_secs(8), || {
+            client.metrics().attempts > asleep
+        });
+        proxy.delay(Duration::ZERO);
+        (waiter.join().unwrap(), retried, handoffs)
+    });
+    println!("hand-offs: {handoffs}; the waiter got {out:?}");
+    let guard = match out {
+        Ok(Some(guard)) => guard,
+        other => panic!("not acquired once replies came in time: {other:?}"),
+    };
+    let now = Instant::now();
+    assert!(
+        retried,
+        "the waiter took the late lock: valid until {:?} before now",
+        now.saturating_duration_since(guard.valid_until())
+    );
+    assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
