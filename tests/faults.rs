@@ -6,7 +6,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockClientBuilder, LockOptions, Release};
+use redlease::{
+    Error, LegacyTimestamp, LockClient, LockClientBuilder, LockOptions, Release, Scheme,
+};
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, free_port};
 
@@ -607,4 +609,24 @@ fn a_lock_handed_over_after_its_validity_is_given_back_not_taken() {
     );
     assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
     assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_legacy_lock_granted_after_its_validity_is_deleted_not_left_to_its_grace() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let legacy = |b: LockClientBuilder| b.scheme(Scheme::LegacyTimestamp(LegacyTimestamp::new()));
+    let client = late_client_with(&proxy, legacy);
+    proxy.delay(LATE);
+    let (out, took) = timed(|| client.try_lock_for("k", LATE_WAIT));
+    assert_not_acquired("try_lock_for", out);
+    assert!(took >= LATE_WAIT, "gave up after {took:?}");
+    proxy.delay(Duration::ZERO);
+    // The timestamp it stored had passed before its reply came, but the key itself
+    // would stay for the 30 s grace: the late grant is deleted instead.
+    assert!(
+        eventually(Duration::from_secs(5), || !exists(&server, "lock:k")),
+        "a late grant is still stored: {:?}",
+        server.query::<Option<String>>(redis::cmd("GET").arg("lock:k"))
+    );
 }
