@@ -139,8 +139,11 @@
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
 //! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of
 //! the TTL; only a confirmed renewal moves it forward. [`LockGuard::is_held`] never
-//! says true past it. What no lock client can promise: a process paused past its
-//! lease still believes, for a moment, that it holds it. Fencing closes that gap.
+//! says true past it, and no call hands over a lease already past it: a grant whose
+//! reply came later (a frozen server, a slow network) is deleted in the background
+//! and the call waits on, or reports not acquired. What no lock client can promise:
+//! a process paused past its lease still believes, for a moment, that it holds it.
+//! Fencing closes that gap.
 //!
 //! Every call returns within `max(wait, read timeout)` plus 200 ms and a little
 //! scheduling when Redis is frozen or unreachable: one timeout, never two stacked (a

@@ -265,6 +265,57 @@ fn wait_zero_on_a_held_key_exits_at_once_with_the_busy_code() {
 }
 
 #[test]
+fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let dir = Scratch::new();
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("job")
+            .arg("theirs")
+            .arg("PX")
+            .arg(60_000),
+    );
+    let ran = dir.file("ran");
+    let script = format!("touch {}", ran.display());
+    let url = proxy.url();
+    let args = [
+        "run", "--url", &url, "--ttl", "400ms", "--wait", "6s", "job",
+    ];
+    let mut child = redlease(args.iter().chain(&["--", "sh", "-c", &script]))
+        .spawn()
+        .unwrap();
+    // Waiting, through the proxy while it is fast: subscribed to the release channel.
+    let waiting = eventually(STARTUP, || {
+        let subs: (String, i64) =
+            server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{job}:released"));
+        subs.1 >= 1
+    });
+    assert!(waiting, "redlease never started waiting");
+    // Every reply now comes 1.1 s after its command, 700 ms after a 400 ms lease
+    // taken by it ended; the holder goes, and the next attempt is granted, late.
+    proxy.delay(Duration::from_millis(550));
+    let _: i64 = server.query(redis::cmd("DEL").arg("job"));
+    let status = exit_within(&mut child, HUNG);
+    let out = child.wait_with_output().unwrap();
+    println!("{status:?}: {}", stderr(&out));
+    // Not acquired within the wait; or, when an attempt was in flight at its end,
+    // no reply within what was left of it (the reply takes 1.1 s). Never started:
+    // the command was not run, then stopped as lost.
+    assert!(
+        matches!(status.code(), Some(NOT_ACQUIRED | UNAVAILABLE)),
+        "{status:?}: {}",
+        stderr(&out)
+    );
+    assert!(!ran.exists(), "the command ran");
+    proxy.delay(Duration::ZERO);
+    let gone = eventually(Duration::from_secs(5), || {
+        server.query::<i64>(redis::cmd("EXISTS").arg("job")) == 0
+    });
+    assert!(gone, "a late grant is still stored");
+}
+
+#[test]
 fn sigint_while_waiting_exits_promptly_and_leaves_nothing_behind() {
     let server = RedisServer::start();
     let dir = Scratch::new("cli");
