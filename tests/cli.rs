@@ -268,7 +268,7 @@ fn wait_zero_on_a_held_key_exits_at_once_with_the_busy_code() {
 fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
     let server = RedisServer::start();
     let proxy = support::proxy::Proxy::start(server.port());
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let _: () = server.query(
         redis::cmd("SET")
             .arg("job")
