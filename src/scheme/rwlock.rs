@@ -137,14 +137,16 @@ impl Backend for RwBackend {
             send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
         } else {
             let prefix = timeout_prefix(name, value);
+            let base = suffix_name(name, "");
             let write_field = format!("{value}:write");
             let args = [
                 Arg::from("EVALSHA"),
                 READ_ACQUIRE.get_hash().into(),
-                3.into(),
+                4.into(),
                 name.into(),
                 prefix.as_str().into(),
                 mark.as_str().into(),
+                base.as_str().into(),
                 ttl.into(),
                 value.into(),
                 write_field.as_str().into(),
