@@ -244,69 +244,42 @@
     warn(clippy::unwrap_used, clippy::print_stdout, clippy::print_stderr)
 )]
 
-// Layers, bottom to top; a module imports only from its own layer or below.
-// leaves
-mod cancel;
-mod error;
-mod failure;
-mod metrics;
-mod owner;
-mod scripts;
-#[cfg(feature = "cluster")]
-mod slots;
-mod time;
-mod tls;
-// connection, node
-mod connection;
-mod node;
-mod resp;
-#[cfg(feature = "sentinel")]
-mod sentinel;
-mod target;
-// storage formats
-mod scheme;
-// a held lease's shared state
-mod lease;
-// where locks live
-mod topology;
-// background threads
-mod notify;
-mod renewal;
-mod wait;
-// facade
-mod builder;
+// Layers, bottom to top; a file imports only from its own layer or below
+// (tests/layers.rs checks it).
 mod client;
-mod fair;
-mod guard;
-mod inspect;
-mod options;
-mod permit;
-mod rw_guard;
-mod rwlock;
-mod semaphore;
+mod error;
+mod lease;
+mod metrics;
+mod net;
+mod owner;
+mod primitives;
+mod scheme;
+mod threads;
+mod time;
+mod topology;
 
-pub use builder::{
+pub use client::LockClient;
+pub use client::builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
     DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
 };
-pub use cancel::CancelToken;
-pub use client::LockClient;
+pub use client::guard::LockGuard;
+pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS};
+pub use client::options::{LockOptions, Renewal};
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
-pub use fair::FairLock;
-pub use guard::LockGuard;
-pub use inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
-pub use options::{LockOptions, Renewal};
-pub use owner::{ClientTag, Owner, Session};
-pub use permit::PermitGuard;
-pub use rw_guard::{ReadGuard, WriteGuard};
-pub use rwlock::ReadWriteLock;
-pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
-pub use semaphore::{Permits, Semaphore};
-pub use time::{MAX_TTL, MIN_TTL};
 #[cfg(feature = "tls-rustls")]
-pub use tls::TlsCertificates;
+pub use net::tls::TlsCertificates;
+pub use owner::{ClientTag, Owner, Session};
+pub use primitives::fair::FairLock;
+pub use primitives::permit::PermitGuard;
+pub use primitives::rw_guard::{ReadGuard, WriteGuard};
+pub use primitives::rwlock::ReadWriteLock;
+pub use primitives::semaphore::{Permits, Semaphore};
+pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
+pub use threads::cancel::CancelToken;
+pub use time::{MAX_TTL, MIN_TTL};
 
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]

@@ -8,22 +8,20 @@ use std::time::Duration;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::LockClient;
-use crate::connection::Redacted;
+use crate::client::options::{Renewal, Settings, check_interval, check_ttl};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
-use crate::node::{Node, NodeConfig};
-use crate::options::{Renewal, Settings, check_interval, check_ttl};
+use crate::net::connection::Redacted;
+use crate::net::node::{Node, NodeConfig};
+use crate::net::tls::Tls;
 use crate::owner::ClientId;
 use crate::scheme::{self, Replicas, Scheme};
-use crate::tls::Tls;
+use crate::threads::wait::KICK_PREFIX;
 #[cfg(feature = "cluster")]
 use crate::topology::Cluster;
 use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe, redlock};
-use crate::wait::KICK_PREFIX;
 
-mod deploy;
-
-use deploy::check_quorum;
+use super::deploy::check_quorum;
 
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
@@ -49,7 +47,7 @@ impl LockClient {
 }
 
 /// Where the locks live, as the constructor was given it.
-enum Servers {
+pub(super) enum Servers {
     /// Boxed: with `tls-rustls` a `ConnectionInfo` is large.
     One(Box<Result<ConnectionInfo, redis::RedisError>>),
     Quorum(Vec<Result<ConnectionInfo, redis::RedisError>>),
@@ -68,28 +66,28 @@ enum Servers {
 /// [`Error::Config`] for one out of range.
 #[must_use]
 pub struct LockClientBuilder {
-    servers: Servers,
-    key_prefix: String,
-    ttl: Duration,
-    pool_size: u32,
-    connect_timeout: Duration,
-    read_timeout: Duration,
-    write_timeout: Duration,
-    backoff_min: Duration,
-    backoff_max: Duration,
-    renewal: Renewal,
-    renew_interval: Option<Duration>,
-    max_hold: Option<Duration>,
-    fencing: bool,
-    pubsub: bool,
-    scheme: Scheme,
-    replicas: Option<(u32, Duration)>,
-    node_timeout: Option<Duration>,
-    tls: Tls,
+    pub(super) servers: Servers,
+    pub(super) key_prefix: String,
+    pub(super) ttl: Duration,
+    pub(super) pool_size: u32,
+    pub(super) connect_timeout: Duration,
+    pub(super) read_timeout: Duration,
+    pub(super) write_timeout: Duration,
+    pub(super) backoff_min: Duration,
+    pub(super) backoff_max: Duration,
+    pub(super) renewal: Renewal,
+    pub(super) renew_interval: Option<Duration>,
+    pub(super) max_hold: Option<Duration>,
+    pub(super) fencing: bool,
+    pub(super) pubsub: bool,
+    pub(super) scheme: Scheme,
+    pub(super) replicas: Option<(u32, Duration)>,
+    pub(super) node_timeout: Option<Duration>,
+    pub(super) tls: Tls,
 }
 
 impl LockClientBuilder {
-    fn new(url: impl IntoConnectionInfo) -> Self {
+    pub(super) fn new(url: impl IntoConnectionInfo) -> Self {
         Self {
             servers: Servers::One(Box::new(url.into_connection_info())),
             key_prefix: String::new(),
@@ -274,8 +272,9 @@ impl LockClientBuilder {
                 let (seeds, open) = self.cluster_targets(urls)?;
                 let check = |node: &Node, (first, last): (u16, u16)| {
                     let kick = self.pubsub.then_some(kick.as_str());
-                    let fits =
-                        |lock: &str| (first..=last).contains(&crate::slots::slot(lock.as_bytes()));
+                    let fits = |lock: &str| {
+                        (first..=last).contains(&crate::net::slots::slot(lock.as_bytes()))
+                    };
                     probe(node, &*backend, &self.key_prefix, kick, Some(&fits)).map(|a| a.subscribe)
                 };
                 let (cluster, io, subscribe) =

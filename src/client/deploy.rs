@@ -7,12 +7,12 @@ use std::sync::Arc;
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 #[cfg(feature = "sentinel")]
-use super::bad_url;
-use super::{LockClientBuilder, Servers};
+use super::builder::bad_url;
+use super::builder::{LockClientBuilder, Servers};
 use crate::client::LockClient;
-use crate::connection::Redacted;
-use crate::connection::Target;
 use crate::error::{Error, Result};
+use crate::net::connection::Redacted;
+use crate::net::connection::Target;
 use crate::scheme::Scheme;
 use crate::topology::redlock;
 
@@ -222,7 +222,7 @@ impl LockClientBuilder {
         let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
         let infos = infos.map_err(|_| bad_url())?;
         self.check_tls(infos.first().ok_or_else(bad_url)?)?;
-        let master = crate::sentinel::Master::new(name.to_owned(), infos, self.tls.clone());
+        let master = crate::net::sentinel::Master::new(name.to_owned(), infos, self.tls.clone());
         Ok(Target::Sentinel(Arc::new(master)))
     }
 
@@ -235,7 +235,7 @@ impl LockClientBuilder {
     ) -> Result<(Vec<(String, u16)>, crate::topology::Opener)> {
         use redis::ConnectionAddr;
         let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
-        let infos = infos.map_err(|_| super::bad_url())?;
+        let infos = infos.map_err(|_| bad_url())?;
         let first = infos
             .first()
             .ok_or(Error::config("urls", "a cluster needs a seed node"))?;

@@ -6,13 +6,13 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::client::options::check_ttl;
 use crate::error::{Error, Operation, Result};
 use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
 use crate::metrics::export::Hold;
-use crate::options::check_ttl;
 use crate::scheme::{Extend, Release};
-use crate::wait::{Hub, release};
+use crate::threads::wait::{Hub, release};
 
 /// A held lock. Releases it when dropped (also while unwinding from a panic).
 ///

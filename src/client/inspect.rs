@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Script, Value};
 
-use crate::connection::Conn;
 use crate::lease::LeaseState;
+use crate::net::connection::Conn;
 use crate::owner::{ClientTag, Owner};
+use crate::scheme::token::scripts::TOKEN_PREFIX;
 use crate::scheme::{timeouts, write_wait};
-use crate::scripts::TOKEN_PREFIX;
 
 /// The most permit ids of one semaphore that [`LockInfo::holders`] lists.
 pub const MAX_PERMITS: usize = 1000;

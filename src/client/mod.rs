@@ -4,20 +4,25 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cancel::CancelToken;
+use crate::client::guard::LockGuard;
+use crate::client::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::error::{Error, Operation, Result};
-use crate::guard::LockGuard;
 use crate::lease::LeaseState;
 use crate::metrics::export::{self, Timer};
 use crate::metrics::{Counters, Metrics, bump};
-use crate::notify::Notifier;
-use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
 use crate::owner::{ClientId, SessionWrite};
-use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
+use crate::threads::cancel::CancelToken;
+use crate::threads::notify::Notifier;
+use crate::threads::renewal::{Lease, Renewer};
+use crate::threads::wait::{Hub, Next, WaitSlot, Waiters, Want};
 use crate::topology::{Attempt, IoThread, Topology};
-use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
 
+pub(crate) mod builder;
+mod deploy;
+pub(crate) mod guard;
+pub(crate) mod inspect;
+pub(crate) mod options;
 mod owners;
 mod plan;
 

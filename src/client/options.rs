@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::lease::{LeaseLost, LostCallback};
 use crate::scheme::{Backend, Replicas, Scheme};
+use crate::threads::cancel::CancelToken;
 use crate::time::{MAX_TTL, MIN_TTL};
 
 /// Whether a held lease is renewed in the background.

@@ -2,8 +2,10 @@
 
 use std::io;
 
-use crate::failure::Limits;
-pub use crate::failure::{Operation, RedisFailure};
+pub(crate) mod failure;
+
+use failure::Limits;
+pub use failure::{Operation, RedisFailure};
 
 /// Errors returned by redlease.
 ///

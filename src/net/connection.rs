@@ -8,8 +8,8 @@ use std::time::Duration;
 use redis::{ConnectionLike, RedisResult};
 
 #[cfg(feature = "cluster")]
-use crate::slots::Redirects;
-pub(crate) use crate::target::{Redacted, Target};
+use crate::net::slots::Redirects;
+pub(crate) use crate::net::target::{Redacted, Target};
 
 /// The r2d2 pool of Redis connections.
 pub(crate) type Pool = r2d2::Pool<Manager>;
@@ -150,7 +150,7 @@ impl Manager {
                 .set_protocol(redis::ProtocolVersion::RESP3);
             let client = redis::Client::open(info.set_redis_settings(settings))?;
             let limit = self.connect_timeout.min(self.read_timeout);
-            return self.timed(crate::target::within(&client, limit)?);
+            return self.timed(crate::net::target::within(&client, limit)?);
         }
         self.connect_raw()
     }

@@ -9,7 +9,7 @@
 
 use redis::{ConnectionLike, RedisResult, Value};
 
-use crate::connection::Conn;
+use crate::net::connection::Conn;
 
 /// A command's argument: bytes, or a number written in decimal.
 #[derive(Debug, Clone, Copy)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ErrorKind, RedisError, RedisResult};
 
-use crate::tls::Tls;
+use crate::net::tls::Tls;
 
 /// A master known by name to a set of sentinels.
 pub(crate) struct Master {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use redis::{Connection, ConnectionAddr, ConnectionInfo, RedisResult};
 
 #[cfg(feature = "sentinel")]
-use crate::sentinel::Master;
+use crate::net::sentinel::Master;
 #[cfg(feature = "cluster")]
-use crate::slots::Redirects;
+use crate::net::slots::Redirects;
 
 /// Where a manager's connections go.
 #[derive(Clone)]

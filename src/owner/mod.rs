@@ -16,7 +16,7 @@ mod write;
 pub use record::Session;
 pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
 
-use crate::scripts::TOKEN_PREFIX;
+use crate::scheme::token::scripts::TOKEN_PREFIX;
 
 /// The tag of a redlease client: the first 16 hex digits of its UUID, which every
 /// value it writes carries, and which names its session record.

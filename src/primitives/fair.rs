@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
+use crate::client::guard::LockGuard;
+use crate::client::options::LockOptions;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
-use crate::options::LockOptions;
 use crate::scheme::{Backend, FAIR_SCRIPTS, FairBackend, Scheme, fair_keys, leave_cmd};
 
 impl LockClient {

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
+use crate::client::guard::LockGuard;
 use crate::error::Result;
-use crate::guard::LockGuard;
 use crate::lease::LeaseLost;
 use crate::scheme::Release;
 

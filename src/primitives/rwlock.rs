@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
+use crate::client::options::LockOptions;
 use crate::error::{Error, Result};
-use crate::options::LockOptions;
-use crate::rw_guard::{ReadGuard, WriteGuard};
+use crate::primitives::rw_guard::{ReadGuard, WriteGuard};
 use crate::scheme::{Backend, RW_INSPECT, RW_SCRIPTS, RwBackend, Scheme, UPGRADE};
 
 impl LockClient {

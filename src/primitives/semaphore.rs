@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
+use crate::client::options::LockOptions;
 use crate::error::{Error, Result};
-use crate::options::LockOptions;
-use crate::permit::PermitGuard;
+use crate::primitives::permit::PermitGuard;
 use crate::scheme::{
     Admin, Announce, Backend, Found, Release, Scheme, SemaphoreBackend, State, id_bytes,
 };

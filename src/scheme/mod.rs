@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use crate::connection::Conn;
+use crate::net::connection::Conn;
 use crate::owner::ClientId;
 
 mod bulk;
@@ -23,7 +23,7 @@ mod replicas;
 mod request;
 mod rwlock;
 mod semaphore;
-mod token;
+pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
@@ -258,7 +258,7 @@ pub(crate) fn with_scripts<T>(
     mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
 ) -> RedisResult<T> {
     match f(conn) {
-        Err(e) if crate::scripts::is_noscript(&e) => {
+        Err(e) if crate::scheme::token::scripts::is_noscript(&e) => {
             for s in scripts {
                 conn.run(|c| s.load(c))?;
             }

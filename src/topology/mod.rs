@@ -14,7 +14,7 @@ use crossbeam_channel::Sender;
 
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
-use crate::node::Node;
+use crate::net::node::Node;
 use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme};
 

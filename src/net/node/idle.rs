@@ -20,8 +20,8 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use redis::ConnectionLike;
 
-use crate::connection::{Conn, Manager, Pool};
 use crate::error::{Error, Result};
+use crate::net::connection::{Conn, Manager, Pool};
 
 /// Boxed once when the pool hands it out, so the stack moves a pointer, not the
 /// connection's few hundred bytes.

@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use crate::connection::{Conn, Manager, Pool, Target, is_stale};
 use crate::error::Result;
-use crate::failure::Limits;
+use crate::error::failure::Limits;
+use crate::net::connection::{Conn, Manager, Pool, Target, is_stale};
 use idle::Idle;
 pub(crate) use idle::NodeConn;
 

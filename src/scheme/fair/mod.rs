@@ -30,8 +30,8 @@ mod scripts;
 
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, Waiting, fixed_extend_cmd};
 use super::{send_acquire, with_scripts};
-use crate::connection::Conn;
-use crate::resp::Arg;
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
 use crate::time::ttl_millis;
 use scripts::{ACQUIRE, LEAVE, RELEASE};
 

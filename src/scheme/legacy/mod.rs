@@ -13,9 +13,11 @@ use parking_lot::Mutex;
 use redis::{ErrorKind, RedisResult, Script};
 
 use super::{Acquire, Backend, Keys, Request, acquired, send_acquire};
-use crate::connection::Conn;
-use crate::resp::Arg;
-use crate::scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
+use crate::scheme::token::scripts::{
+    LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED,
+};
 use crate::time::{MAX_TTL, ttl_millis};
 
 mod options;

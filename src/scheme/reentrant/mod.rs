@@ -34,9 +34,9 @@ use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
 };
-use crate::connection::Conn;
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
 use crate::owner::ClientId;
-use crate::resp::Arg;
 use crate::time::ttl_millis;
 
 /// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).

@@ -33,8 +33,8 @@ use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, Waiting, send_acquire, with_scripts,
 };
-use crate::connection::Conn;
-use crate::resp::Arg;
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
 use crate::time::ttl_millis;
 
 mod scripts;

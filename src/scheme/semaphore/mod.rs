@@ -29,8 +29,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, send_acquire, with_scripts};
-use crate::connection::Conn;
-use crate::resp::Arg;
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
 use crate::time::ttl_millis;
 
 mod admin;

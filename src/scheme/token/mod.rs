@@ -14,6 +14,8 @@
 //! PX` and `EVALSHA <release> 1 key token`, the floor's own. A caller that may wait
 //! adds `GET` once its client has a channel subscribed (see `Waiting::FirstAlone`).
 
+pub(crate) mod scripts;
+
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -25,14 +27,14 @@ use super::{
     Acquire, Backend, Keys, Replicas, Request, Waiting, acquired, fixed_extend_cmd, send_acquire,
     with_scripts,
 };
-use crate::connection::Conn;
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
 use crate::owner::ClientTag;
-use crate::resp::Arg;
-use crate::scripts::{
+use crate::time::ttl_millis;
+use scripts::{
     TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_LEN, TOKEN_MARK, TOKEN_PREFIX, TOKEN_RELEASE,
     TOKEN_RELEASE_SHARDED,
 };
-use crate::time::ttl_millis;
 
 /// The token scheme's commands, for one client: its tokens carry the client's tag.
 #[derive(Debug)]

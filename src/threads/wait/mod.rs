@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::metrics::Counters;
 use crate::owner::ClientTag;
+use crate::threads::cancel::CancelToken;
 use crate::topology::Topology;
 
 mod backoff;

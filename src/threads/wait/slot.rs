@@ -10,11 +10,11 @@ use crossbeam_channel::{Receiver, Sender};
 use super::backoff::{backoff_cap, jitter};
 use super::handoff::{ABANDONED, OPEN, Offer, Want, give_back};
 use super::{Command, Hub, Waiter, Wake};
-use crate::cancel::{CancelToken, Watch};
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::metrics::bump;
 use crate::scheme::{Keys, TokenBackend, new_token};
+use crate::threads::cancel::{CancelToken, Watch};
 
 /// How long a caller behind the head sleeps before it looks at the line again on
 /// its own, in units of the longest polling step. It sends nothing when it wakes.

@@ -21,10 +21,10 @@ use redis::Value;
 use self::answers::{RETRY_MAX, jitter, late, remaining};
 use self::ballot::{Ballot, Count, Vote};
 use self::quorum::{Quorum, no_fencing, no_quorum, send};
-use crate::connection::{Conn, Target};
 use crate::error::{Error, Operation, Result};
 use crate::metrics::{Counters, bump};
-use crate::node::{Node, NodeConfig};
+use crate::net::connection::{Conn, Target};
+use crate::net::node::{Node, NodeConfig};
 use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,

@@ -128,7 +128,7 @@ impl Worker {
     }
 
     /// The node the thread listens on.
-    fn node(&self) -> &crate::node::Node {
+    fn node(&self) -> &crate::net::node::Node {
         let i = self.shared.node.load(Ordering::Acquire);
         self.hub.topology.subscriber(i)
     }

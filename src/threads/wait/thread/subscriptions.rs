@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::{LINGER, RESUBSCRIBE, Wake, Worker};
-use crate::wait::listen::Listener;
+use crate::threads::wait::listen::Listener;
 
 impl Worker {
     pub(super) fn subscribe_pending(&mut self, ps: &mut Listener<'_>) -> redis::RedisResult<()> {
