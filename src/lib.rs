@@ -230,7 +230,7 @@
 //! | `sentinel` | `LockClient::sentinel`: the master is looked up through Redis Sentinel at every new connection, and a failover followed (what it can do to a lock is in its docs) |
 //! | `cluster` | `LockClient::cluster`: locks routed to the master of their key's slot, a fence counter per slot, `MOVED`/`ASK`/`TRYAGAIN` followed within the call (`crc16`) |
 //! | `metrics` | counters, gauges and histograms through the `metrics` crate's facade (`redlease_acquisitions_total`, `redlease_wait_seconds`, `redlease_hold_seconds`, `redlease_leases_held`, `redlease_leases_lost_total`, `redlease_renewals_total`); none names a lock |
-//! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
+//! | `cli` | the `redlease` command-line tool (`src/bin/redlease/main.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!
 //! # MSRV
 //!

@@ -16,28 +16,16 @@
 
 #![forbid(unsafe_code)]
 
-// The modules live in `src/bin/redlease/`, beside this crate root.
-#[path = "redlease/args.rs"]
 mod args;
-#[path = "redlease/child.rs"]
 mod child;
-#[path = "redlease/exit.rs"]
 mod exit;
-#[path = "redlease/held.rs"]
 mod held;
-#[path = "redlease/inspect.rs"]
 mod inspect;
-#[path = "redlease/list.rs"]
 mod list;
-#[path = "redlease/owners.rs"]
 mod owners;
-#[path = "redlease/probe.rs"]
 mod probe;
-#[path = "redlease/release.rs"]
 mod release;
-#[path = "redlease/run.rs"]
 mod run;
-#[path = "redlease/status.rs"]
 mod status;
 
 use std::process::ExitCode;
