@@ -2,24 +2,17 @@
 //! connects and starts the client's threads.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::LockClient;
-use crate::client::options::{Renewal, Settings, check_interval, check_ttl};
+use crate::client::options::{Renewal, check_interval, check_ttl};
 use crate::error::{Error, Result};
-use crate::metrics::Counters;
 use crate::net::connection::Redacted;
-use crate::net::node::{Node, NodeConfig};
 use crate::net::tls::Tls;
-use crate::owner::ClientId;
-use crate::scheme::{self, Replicas, Scheme};
-use crate::threads::wait::KICK_PREFIX;
-#[cfg(feature = "cluster")]
-use crate::topology::Cluster;
-use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe, redlock};
+use crate::scheme::{Replicas, Scheme};
+use crate::topology::redlock;
 
 use super::deploy::check_quorum;
 
@@ -199,119 +192,7 @@ impl LockClientBuilder {
         self.node_timeout = Some(timeout);
         self
     }
-    /// Checks the settings, connects (one `PING`), checks what the Redis user may do,
-    /// and starts the background threads.
-    ///
-    /// The check runs one lock cycle (release, acquire, extend, release) of the
-    /// default scheme on a key of its own, `<prefix>redlease:probe:<uuid>`, and tries
-    /// `SUBSCRIBE` on the wake-up channels, so that a Redis ACL that would let the
-    /// client take locks it cannot release is refused here, before any lock is
-    /// taken. A user that may not subscribe (Redis 7's default for new users) gets a
-    /// client whose waits poll, with one warning logged.
-    ///
-    /// Waits at most the connect timeout plus the read timeout, and a few more
-    /// round trips, each bounded by the read timeout.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
-    /// the server cannot be reached (or its TLS certificate is not trusted),
-    /// [`Error::Permission`] when the Redis user lacks a
-    /// permission locks need, [`Error::Spawn`] when a thread cannot start.
-    pub fn build(self) -> Result<LockClient> {
-        self.validate()?;
-        let config = NodeConfig {
-            pool_size: self.pool_size,
-            connect_timeout: self.connect_timeout,
-            read_timeout: self.read_timeout,
-            write_timeout: self.write_timeout,
-        };
-        // Before any lock: a user who could take locks but not release them is
-        // refused, and one who may not subscribe polls.
-        let kick = format!("{KICK_PREFIX}probe");
-        let id = ClientId::new();
-        let backend = scheme::backend(&self.scheme, &id);
-        let check = |node: &Node| {
-            let kick = self.pubsub.then_some(kick.as_str());
-            probe(node, &*backend, &self.key_prefix, kick, None).map(|a| a.subscribe)
-        };
-        let counters = Arc::new(Counters::default());
-        let (topology, io, subscribe): (Arc<dyn Topology>, _, _) = match &self.servers {
-            Servers::One(url) => {
-                let info = (**url).clone().map_err(|_| bad_url())?;
-                let node = Node::connect(self.target(info)?, config)?;
-                single(node, &counters, check)?
-            }
-            Servers::Quorum(urls) => {
-                let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
-                let wait = Wait {
-                    fixed: self.node_timeout,
-                    default: DEFAULT_NODE_TIMEOUT,
-                };
-                let infos = infos.map_err(|_| bad_url())?;
-                let targets = infos
-                    .into_iter()
-                    .map(|info| self.target(info))
-                    .collect::<Result<Vec<_>>>()?;
-                let (redlock, io, subscribe) = Redlock::connect(
-                    targets,
-                    config,
-                    wait,
-                    self.ttl,
-                    (&counters, id.tag()),
-                    check,
-                )?;
-                (Arc::new(redlock), io, subscribe)
-            }
-            #[cfg(feature = "sentinel")]
-            Servers::Sentinel(urls, name) => {
-                let node = Node::connect(self.sentinel_target(urls, name)?, config)?;
-                single(node, &counters, check)?
-            }
-            #[cfg(feature = "cluster")]
-            Servers::Cluster(urls) => {
-                let (seeds, open) = self.cluster_targets(urls)?;
-                let check = |node: &Node, (first, last): (u16, u16)| {
-                    let kick = self.pubsub.then_some(kick.as_str());
-                    let fits = |lock: &str| {
-                        (first..=last).contains(&crate::net::slots::slot(lock.as_bytes()))
-                    };
-                    probe(node, &*backend, &self.key_prefix, kick, Some(&fits)).map(|a| a.subscribe)
-                };
-                let (cluster, io, subscribe) =
-                    Cluster::connect(&seeds, open, config, &counters, check)?;
-                (Arc::new(cluster), io, subscribe)
-            }
-        };
-        if self.pubsub && !subscribe {
-            log::warn!(
-                "the redis user may not subscribe to redlease's channels: waits poll \
-                 instead of being woken by releases"
-            );
-        }
-        let settings = Settings {
-            key_prefix: self.key_prefix,
-            ttl: self.ttl,
-            renewal: self.renewal,
-            renew_interval: self.renew_interval,
-            max_hold: self.max_hold,
-            fencing: self.fencing,
-            pubsub: self.pubsub && subscribe,
-            scheme: self.scheme,
-            replicas: self
-                .replicas
-                .map_or(Ok(None), |(n, t)| Replicas::checked(n, t))?,
-        };
-        LockClient::start(
-            settings,
-            topology,
-            io,
-            counters,
-            (self.backoff_min, self.backoff_max),
-            id,
-        )
-    }
-
-    fn validate(&self) -> Result<()> {
+    pub(super) fn validate(&self) -> Result<()> {
         check_ttl("ttl", self.ttl)?;
         if self.pool_size == 0 {
             return Err(Error::config("pool_size", "must be at least 1"));
@@ -350,21 +231,6 @@ impl LockClientBuilder {
         }
         Ok(())
     }
-}
-
-/// A client of one node: a server, or the master of a Sentinel group.
-fn single(
-    node: Node,
-    counters: &Arc<Counters>,
-    check: impl Fn(&Node) -> Result<bool>,
-) -> Result<(Arc<dyn Topology>, Vec<IoThread>, bool)> {
-    let subscribe = check(&node)?;
-    let (single, io) = Single::new(node, Arc::clone(counters))?;
-    Ok((Arc::new(single), vec![io], subscribe))
-}
-
-pub(super) fn bad_url() -> Error {
-    Error::config("url", "not a valid redis url")
 }
 
 impl fmt::Debug for LockClientBuilder {

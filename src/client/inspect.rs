@@ -10,8 +10,8 @@ use redis::{RedisResult, Script, Value};
 
 use crate::lease::LeaseState;
 use crate::net::connection::Conn;
+use crate::owner::TOKEN_PREFIX;
 use crate::owner::{ClientTag, Owner};
-use crate::scheme::token::scripts::TOKEN_PREFIX;
 use crate::scheme::{timeouts, write_wait};
 
 /// The most permit ids of one semaphore that [`LockInfo::holders`] lists.

@@ -16,7 +16,13 @@ mod write;
 pub use record::Session;
 pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
 
-use crate::scheme::token::scripts::TOKEN_PREFIX;
+/// The prefix of a redlease token (`rl1:` and 32 hex digits). Only values with it
+/// are marked: a value another client wrote must stay byte for byte as it is, or
+/// that client's compare-and-delete would no longer find it.
+pub(crate) const TOKEN_PREFIX: &str = "rl1:";
+
+/// The length of a redlease token: [`TOKEN_PREFIX`] and a UUID's 32 hex digits.
+pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
 
 /// The tag of a redlease client: the first 16 hex digits of its UUID, which every
 /// value it writes carries, and which names its session record.

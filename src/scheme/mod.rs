@@ -258,7 +258,7 @@ pub(crate) fn with_scripts<T>(
     mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
 ) -> RedisResult<T> {
     match f(conn) {
-        Err(e) if crate::scheme::token::scripts::is_noscript(&e) => {
+        Err(e) if is_noscript(&e) => {
             for s in scripts {
                 conn.run(|c| s.load(c))?;
             }
@@ -266,4 +266,10 @@ pub(crate) fn with_scripts<T>(
         }
         other => other,
     }
+}
+
+/// Whether a reply says the server does not know the script (after a restart or
+/// `SCRIPT FLUSH`), so it must be loaded and the call repeated.
+fn is_noscript(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOSCRIPT")
 }

@@ -15,14 +15,14 @@ use redis::{ErrorKind, RedisResult, Script};
 use super::{Acquire, Backend, Keys, Request, acquired, send_acquire};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
-use crate::scheme::token::scripts::{
-    LEGACY_ACQUIRE, LEGACY_EXTEND, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED,
-};
+use crate::scheme::token::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::{MAX_TTL, ttl_millis};
 
 mod options;
+mod scripts;
 
 pub use options::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
+use scripts::{LEGACY_ACQUIRE, LEGACY_EXTEND};
 
 /// How many distinct keys get a "not a timestamp" warning; keys past that get none.
 const WARN_KEYS: usize = 1024;

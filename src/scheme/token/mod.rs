@@ -29,11 +29,10 @@ use super::{
 };
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
-use crate::owner::ClientTag;
+use crate::owner::{ClientTag, TOKEN_LEN, TOKEN_PREFIX};
 use crate::time::ttl_millis;
 use scripts::{
-    TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_LEN, TOKEN_MARK, TOKEN_PREFIX, TOKEN_RELEASE,
-    TOKEN_RELEASE_SHARDED,
+    TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED,
 };
 
 /// The token scheme's commands, for one client: its tokens carry the client's tag.
