@@ -14,8 +14,6 @@ use crate::net::tls::Tls;
 use crate::scheme::{Replicas, Scheme};
 use crate::topology::redlock;
 
-use super::deploy::check_quorum;
-
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// Default number of pooled connections: 16.
@@ -231,6 +229,26 @@ impl LockClientBuilder {
         }
         Ok(())
     }
+}
+
+/// What a Redlock client refuses before connecting: no node, the same node twice
+/// (two votes for one server would fake a majority), and what the topology refuses
+/// (the legacy scheme, fencing).
+fn check_quorum(
+    urls: &[Result<ConnectionInfo, redis::RedisError>],
+    scheme: &Scheme,
+    fencing: bool,
+) -> Result<()> {
+    if urls.is_empty() {
+        return Err(Error::config("urls", "redlock needs at least one node"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for info in urls.iter().flatten() {
+        if !seen.insert(Redacted(Some(info)).to_string()) {
+            return Err(Error::config("urls", "the same node is listed twice"));
+        }
+    }
+    redlock::refuse(scheme, fencing)
 }
 
 impl fmt::Debug for LockClientBuilder {

@@ -11,14 +11,14 @@ use crate::client::LockClient;
 use crate::client::options::Settings;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
-use crate::net::connection::{Redacted, Target};
+use crate::net::connection::Target;
 use crate::net::node::{Node, NodeConfig};
 use crate::owner::ClientId;
-use crate::scheme::{self, Replicas, Scheme};
+use crate::scheme::{self, Replicas};
 use crate::threads::wait::KICK_PREFIX;
 #[cfg(feature = "cluster")]
 use crate::topology::Cluster;
-use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe, redlock};
+use crate::topology::{IoThread, Redlock, Single, Topology, Wait, probe};
 
 impl LockClient {
     /// Starts building a Redlock client over independent Redis masters, one URL
@@ -400,26 +400,6 @@ impl LockClientBuilder {
         }
         Ok(())
     }
-}
-
-/// What a Redlock client refuses before connecting: no node, the same node twice
-/// (two votes for one server would fake a majority), and what the topology refuses
-/// (the legacy scheme, fencing).
-pub(super) fn check_quorum(
-    urls: &[Result<ConnectionInfo, redis::RedisError>],
-    scheme: &Scheme,
-    fencing: bool,
-) -> Result<()> {
-    if urls.is_empty() {
-        return Err(Error::config("urls", "redlock needs at least one node"));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for info in urls.iter().flatten() {
-        if !seen.insert(Redacted(Some(info)).to_string()) {
-            return Err(Error::config("urls", "the same node is listed twice"));
-        }
-    }
-    redlock::refuse(scheme, fencing)
 }
 
 /// A client of one node: a server, or the master of a Sentinel group.
