@@ -471,3 +471,45 @@ fn the_reader_finds_a_ring_between_two_sibling_files() {
         vec![vec!["a/x".to_owned(), "a/y".to_owned()]]
     );
 }
+
+#[test]
+fn every_folder_module_doc_maps_its_files_in_a_layout_paragraph() {
+    let mut dirs = vec![src()];
+    let mut wrong = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let mut entries: Vec<String> = Vec::new();
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() {
+                dirs.push(path);
+                entries.push(format!("{name}/"));
+            } else if name.ends_with(".rs") && name != "mod.rs" {
+                entries.push(name);
+            }
+        }
+        let module = dir.join("mod.rs");
+        if dir == src() || dir.ends_with("bin") || !module.exists() || entries.is_empty() {
+            continue; // the root's map is lib.rs; a lone mod.rs has nothing to map
+        }
+        let text = fs::read_to_string(&module).unwrap();
+        let doc: String = text
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let Some(layout) = doc.split("Layout:").nth(1) else {
+            wrong.push(format!("{}: no \"Layout:\" paragraph", module.display()));
+            continue;
+        };
+        for entry in entries {
+            if !layout.contains(&format!("`{entry}")) {
+                wrong.push(format!(
+                    "{}: its Layout names no `{entry}`",
+                    module.display()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -1,4 +1,14 @@
-//! [`LockClient`]: the pool, the background threads, and the entry points.
+//! The plain keyed lock: [`LockClient`] (the pool, the background threads, and the
+//! entry points), how it is built, and what it hands out. The named primitives built on
+//! it are in `primitives/`.
+//!
+//! Layout: this file is [`LockClient`] and its lock calls; `acquire.rs` how a call runs
+//! (the attempts and waits, the guard made for the lease taken); `plan.rs` a call's
+//! options with the client's defaults filled in; `options.rs` [`LockOptions`] and the
+//! client-wide settings; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
+//! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
+//! constructors; `inspect.rs` what `inspect` and `held` return; `owners.rs` `inspect`
+//! and `held` themselves.
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,4 +1,9 @@
-//! The crate's error type.
+//! The crate's error type: [`Error`], one variant per concept, and what a failed call
+//! to Redis carries. Busy is never an error.
+//!
+//! Layout: this file is [`Error`], [`Result`] and [`NodeFailure`] (what one node of a
+//! Redlock quorum said); `failure.rs` is [`RedisFailure`]: the [`Operation`], the key
+//! and the limit that ran out.
 
 use std::io;
 

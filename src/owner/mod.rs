@@ -6,6 +6,11 @@
 //! `<client uuid>:<thread>`, a permit id `<tag><16 hex random>`. The client keeps
 //! one session record, `<prefix>redlease:session:<tag>` (`record`), so a reader
 //! finds a holder's owner with one `HGETALL`, and a lock costs nothing more.
+//!
+//! Layout: this file is [`ClientTag`], [`Owner`] and the token's identity format
+//! (`TOKEN_PREFIX`, `TOKEN_LEN`), which the token scheme writes and every reader
+//! parses; `record.rs` reads a session record ([`Session`]); `write.rs` writes it
+//! (`ClientId`, `SessionWrite`).
 
 use std::collections::HashMap;
 use std::fmt;

@@ -3,6 +3,18 @@
 //! A backend turns acquire / release / extend into Redis commands and their
 //! replies into outcomes. It keeps no state; the lease value it wrote travels with
 //! the lease.
+//!
+//! Layout: this file is the seam ([`Backend`], [`Scheme`], the outcomes of acquire,
+//! release and extend). A folder per format, each with its own Lua scripts: `token/`
+//! (the default; `scripts.rs` its scripts, the hand-off's included), `legacy/`
+//! (deployed timestamp locks; `options.rs`, `scripts.rs`), `reentrant/` (Redisson's
+//! `RLock`; `fences.rs`), `rwlock/` (`RReadWriteLock`; `scripts.rs`), `fair/`
+//! (`RFairLock`; `scripts.rs`), `semaphore/` (`RPermitExpirableSemaphore`; `admin.rs`,
+//! `names.rs`). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
+//! what an acquire asks for, `call.rs` script calls and replies, `bulk.rs` the renewal
+//! of many leases in one call, `replicas.rs` `WAIT` behind an acquire. This folder is
+//! the wire side of the read-write lock, the fair lock and the semaphore; their
+//! handles, under the same names, are in `primitives/`.
 
 use std::fmt;
 use std::sync::Arc;

@@ -3,7 +3,9 @@
 //!
 //! A topology is made of nodes: one for a single server, N for a Redlock quorum.
 //!
-//! Idle connections wait in a stack in front of the pool (`idle.rs`).
+//! Layout: this file is `Node` and its connector; `idle.rs` the stack of idle
+//! connections in front of the pool, and the checkout that never waits on a
+//! connection the pool is still making.
 
 mod idle;
 

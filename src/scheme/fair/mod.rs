@@ -17,6 +17,10 @@
 //! other entries' deadlines (Redisson's chained scores only grow more lenient);
 //! an entry without a score is dropped instead of failing the script; and a
 //! waiter's own attempt never drops its own entry (it is alive), only refreshes it.
+//!
+//! Layout: this file is the wire format's backend and the replies it reads;
+//! `scripts.rs` its Lua scripts. The handle, [`FairLock`](crate::FairLock), is
+//! `primitives/fair.rs`.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

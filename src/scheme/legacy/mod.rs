@@ -4,6 +4,10 @@
 //! It shares keys with the `SETNX`/`GET`/`GETSET` clients already deployed (the
 //! common Jedis-style code); see [`LegacyTimestamp`] for what it can and cannot
 //! promise.
+//!
+//! Layout: this file is the backend; `options.rs` [`LegacyTimestamp`] and its parts;
+//! `scripts.rs` its acquire and extend scripts (its release is the token's
+//! compare-and-delete).
 
 use std::collections::HashSet;
 use std::sync::LazyLock;

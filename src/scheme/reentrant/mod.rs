@@ -17,7 +17,10 @@
 //! - a fencing token is taken (`INCR` on the same counter as the other schemes)
 //!   by the outermost acquisition only; nested holds carry its fence (`fences`).
 //!
-//! The scripts live here rather than in `scripts.rs`: they are this wire format.
+//! The scripts live in this file: they are this wire format.
+//!
+//! Layout: this file is the backend and its scripts; `fences.rs` the fences of this
+//! client's outermost holds.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -22,6 +22,10 @@
 //! a short TTL refreshed by each of its attempts), while which redlease readers
 //! holding no read of the name do not start one. Redisson's readers do not know
 //! the mark: they can still keep a redlease writer waiting.
+//!
+//! Layout: this file is the wire format's backend and the replies it reads;
+//! `scripts.rs` its Lua scripts. The handle, [`ReadWriteLock`](crate::ReadWriteLock),
+//! is `primitives/rwlock.rs`.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};

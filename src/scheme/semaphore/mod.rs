@@ -17,11 +17,16 @@
 //! A permit id is 32 hex digits in the API (Redisson's `hexDump` of its 16 bytes):
 //! redlease's are the client's tag (16 hex of its UUID) and 16 random hex digits.
 //!
-//! The scripts are this format's, as in `reentrant.rs`. Where they differ from
+//! The scripts are this format's, as in `reentrant/`. Where they differ from
 //! Redisson's no Redisson client can tell: the acquire takes one permit and
 //! answers in a table; the renewal does not reclaim other permits, and refuses a
 //! permit already past its score (it counts as gone, as anyone's next acquire
 //! would find it).
+//!
+//! Layout: this file is the wire format's backend and its acquire, release and renewal
+//! scripts; `admin.rs` the count (read, create, set, add); `names.rs` its names and
+//! permit ids. The handle, [`Semaphore`](crate::Semaphore), is
+//! `primitives/semaphore.rs`.
 
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

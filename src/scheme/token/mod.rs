@@ -13,6 +13,9 @@
 //! commands of an uncontended lock and unlock are packed by hand (`resp`): `SET NX
 //! PX` and `EVALSHA <release> 1 key token`, the floor's own. A caller that may wait
 //! adds `GET` once its client has a channel subscribed (see `Waiting::FirstAlone`).
+//!
+//! Layout: this file is the backend and its tokens; `scripts.rs` the token's Lua
+//! scripts (mark, fenced acquire, release, extend) and the hand-off's.
 
 pub(crate) mod scripts;
 

@@ -1,6 +1,6 @@
 //! Waiting: the waiter thread's handle and the callers' side of a wait.
 //!
-//! The waiter thread (`thread.rs`) holds one pub/sub connection per client and turns
+//! The waiter thread (`thread/`) holds one pub/sub connection per client and turns
 //! release messages into wake-ups, one local waiter per message, oldest first.
 //!
 //! Callers never block on the thread. A caller about to wait puts a [`WaitSlot`] in
@@ -11,6 +11,13 @@
 //! Data flows one way: callers send [`Command`]s, the thread sends [`Wake`]s back on
 //! each slot's own channel. The thread owns the queues; callers only read the
 //! [`Shared`] view (is the connection up, which channels are subscribed).
+//!
+//! Layout: this file is the waiter's handle ([`Hub`], `Waiters`) and the messages
+//! between callers and the thread; `thread/` the thread itself (`subscriptions.rs` its
+//! channels); `listen.rs` its pub/sub connection; `slot.rs` one caller's side of a
+//! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
+//! hand-off; `backoff.rs` the polling step; `shared.rs` what callers read from the
+//! thread.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

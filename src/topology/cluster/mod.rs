@@ -19,6 +19,9 @@
 //! A node that fails (no answer, refused) has the `redlease-map` thread read the
 //! whole map again, so a crashed master's slots move to the replica that took
 //! over. Renewals go in one pipeline per master per tick.
+//!
+//! Layout: this file is [`Cluster`]: routing by slot and redirections; `slot_map.rs`
+//! the slot map and its `redlease-map` thread.
 
 mod slot_map;
 

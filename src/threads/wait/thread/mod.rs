@@ -1,5 +1,8 @@
 //! The waiter thread itself: its queues, its pub/sub connection, and what it does
 //! with each command and each message.
+//!
+//! Layout: this file is the thread's queues and loop; `subscriptions.rs` its
+//! subscriptions.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
