@@ -48,8 +48,9 @@ impl LockClient {
     ///   fails: a release publishes on every node), and polls.
     /// - **Not offered:** fencing (no single counter can order fences across
     ///   independent masters: use one master with replicas confirmed by `WAIT`) and
-    ///   [`Scheme::LegacyTimestamp`] (its takeover trusts one server's value). Both
-    ///   are refused with [`Error::Config`], by `build()` and per call.
+    ///   [`Scheme::LegacyTimestamp`](crate::Scheme::LegacyTimestamp) (its takeover
+    ///   trusts one server's value). Both are refused with [`Error::Config`], by
+    ///   `build()` and per call.
     ///
     /// Safety needs bounded clock drift between the nodes (each expires keys by its
     /// own clock), and a node that restarts must not rejoin with an empty dataset

@@ -128,7 +128,7 @@ impl LockClient {
     ///
     /// Waits for a release message (or the holder's TTL, whichever comes first) and
     /// retries; never returns while someone else holds the lock. The lease is renewed
-    /// in the background per the client's [`Renewal`] policy.
+    /// in the background per the client's [`Renewal`](crate::Renewal) policy.
     ///
     /// # Errors
     /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] when Redis fails or
