@@ -86,6 +86,13 @@
 //! [`Error::Permission`] what a Redis ACL refuses, found by `build()`. Bad input never
 //! panics. README: *Errors*, *Redis ACL users*.
 //!
+//! # Foreign types
+//!
+//! [`RedisFailure::redis_error`] is a [`redis::RedisError`], and a failure's source
+//! that or an [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`]
+//! accepts; [`Owner::lookup`] reads through any [`redis::ConnectionLike`]; the lost
+//! channel is a [`crossbeam_channel::Receiver`].
+//!
 //! # Feature flags
 //!
 //! | feature (all off by default; README: *Deployments*) | what it adds |
