@@ -484,7 +484,7 @@ fn every_folder_module_doc_maps_its_files_in_a_layout_paragraph() {
             if path.is_dir() {
                 dirs.push(path);
                 entries.push(format!("{name}/"));
-            } else if name.ends_with(".rs") && name != "mod.rs" {
+            } else if path.extension().is_some_and(|e| e == "rs") && name != "mod.rs" {
                 entries.push(name);
             }
         }
