@@ -76,7 +76,8 @@
 //!   past it. Every call returns within `max(wait, read timeout)` + 200 ms (and
 //!   a little scheduling).
 //! - A process paused past its lease still believes, for a moment, that it holds it:
-//!   [`LockGuard::fence`], strictly increasing, lets downstream systems refuse it.
+//!   [`LockGuard::fence`], strictly increasing (at least the server's clock in µs,
+//!   so it keeps rising across a failover), lets downstream systems refuse it.
 //!   README: *What it gives you*, *What it does not promise*, *Redlock*.
 //!
 //! # Errors

@@ -117,6 +117,13 @@ impl RedisServer {
         cmd.query(&mut self.conn()).unwrap()
     }
 
+    /// The server's clock (`TIME`) in microseconds since the Unix epoch: the least
+    /// fence a fenced acquire after this call can get.
+    pub fn clock_micros(&self) -> u64 {
+        let (s, us): (u64, u64) = self.query(&redis::cmd("TIME"));
+        s * 1_000_000 + us
+    }
+
     /// Pid of the current process (changes on [`RedisServer::restart`]).
     pub fn pid(&self) -> u32 {
         self.pid.load(Ordering::SeqCst)

@@ -6,6 +6,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use crate::scheme::token::scripts::{EFFECTS, FENCE};
+
 /// Legacy timestamp acquire: `SETNX`, or take over an expired timestamp.
 ///
 /// KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] our expiry timestamp, ARGV[2] now
@@ -20,19 +22,19 @@ use redis::Script;
 /// `GETSET` returns the very expired value it read, and this script replaces that
 /// value before any other command runs. Whoever replaces it first wins; the other
 /// sees a fresh, unexpired value (our `GET`) or not the value it read (its `GETSET`).
-/// A failed `PEXPIRE` or `INCR` after the write (an ACL that denies it) deletes our
-/// value again before the error is returned, as in
+/// A failed `PEXPIRE` or fence ([`FENCE`]) after the write (an ACL that denies it)
+/// deletes our value again before the error is returned, as in
 /// [`TOKEN_ACQUIRE_FENCED`](crate::scheme::token::scripts::TOKEN_ACQUIRE_FENCED).
 pub(crate) static LEGACY_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{EFFECTS}
 if redis.call('SETNX', KEYS[1], ARGV[1]) == 0 then
   local v = redis.pcall('GET', KEYS[1])
   if type(v) ~= 'string' or #v > 18 or not string.find(v, '^%-?%d+$') then
-    return {0, -1}
+    return {{0, -1}}
   end
   local left = tonumber(v) - tonumber(ARGV[2])
-  if left >= 0 then return {0, math.min(left + 1, 1e15)} end
+  if left >= 0 then return {{0, math.min(left + 1, 1e15)}} end
   redis.call('SET', KEYS[1], ARGV[1])
 end
 if ARGV[3] ~= '0' then
@@ -42,15 +44,16 @@ if ARGV[3] ~= '0' then
     return set
   end
 end
-if ARGV[4] ~= '1' then return {1, 0} end
-local fence = redis.pcall('INCR', KEYS[2])
+if ARGV[4] ~= '1' then return {{1, 0}} end
+local fence
+{FENCE}
 if type(fence) == 'table' then
   redis.call('DEL', KEYS[1])
   return fence
 end
-return {1, fence}
-",
-    )
+return {{1, fence}}
+"
+    ))
 });
 
 /// Legacy timestamp extend (also the renewal): compare-and-set to a later expiry.
