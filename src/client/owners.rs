@@ -2,9 +2,9 @@
 //! this client holds.
 
 use super::LockClient;
-use crate::connection::Conn;
+use crate::client::inspect::{self, HeldLock, LockInfo};
 use crate::error::{Error, Operation, Result};
-use crate::inspect::{self, HeldLock, LockInfo};
+use crate::net::connection::Conn;
 use crate::owner::Owner;
 use crate::scheme::Keys;
 use crate::topology::Topology;

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::options::Renewal;
 use crate::lease::{LostCallback, Terms};
-use crate::options::Renewal;
 use crate::scheme::{Backend, Replicas};
 
 /// A lock call's options with the client's defaults filled in.

@@ -6,6 +6,11 @@
 //! `<client uuid>:<thread>`, a permit id `<tag><16 hex random>`. The client keeps
 //! one session record, `<prefix>redlease:session:<tag>` (`record`), so a reader
 //! finds a holder's owner with one `HGETALL`, and a lock costs nothing more.
+//!
+//! Layout: this file is [`ClientTag`], [`Owner`] and the token's identity format
+//! (`TOKEN_PREFIX`, `TOKEN_LEN`), which the token scheme writes and every reader
+//! parses; `record.rs` reads a session record ([`Session`]); `write.rs` writes it
+//! (`ClientId`, `SessionWrite`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,7 +21,13 @@ mod write;
 pub use record::Session;
 pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
 
-use crate::scripts::TOKEN_PREFIX;
+/// The prefix of a redlease token (`rl1:` and 32 hex digits). Only values with it
+/// are marked: a value another client wrote must stay byte for byte as it is, or
+/// that client's compare-and-delete would no longer find it.
+pub(crate) const TOKEN_PREFIX: &str = "rl1:";
+
+/// The length of a redlease token: [`TOKEN_PREFIX`] and a UUID's 32 hex digits.
+pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
 
 /// The tag of a redlease client: the first 16 hex digits of its UUID, which every
 /// value it writes carries, and which names its session record.

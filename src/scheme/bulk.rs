@@ -19,7 +19,7 @@ use redis::{Script, Value};
 
 use crate::time::ttl_millis;
 
-/// [`TOKEN_EXTEND`](crate::scripts::TOKEN_EXTEND) for many keys: the value may carry
+/// [`TOKEN_EXTEND`](crate::scheme::token::scripts::TOKEN_EXTEND) for many keys: the value may carry
 /// a waiter's mark (`<token>+`) and is left as it is. One `MGET` reads every value
 /// (a key of another type reads as nil; `EXISTS` then tells it from a gone one).
 /// The expiry is set as `PEXPIREAT` the server's `TIME` + the TTL: the same moment

@@ -5,9 +5,9 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::{Acquire, Announce, Freed, Release};
-use crate::connection::Conn;
-use crate::resp::{self, Arg};
-use crate::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
+use crate::net::connection::Conn;
+use crate::net::resp::{self, Arg};
+use crate::scheme::token::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::ttl_millis;
 
 /// Room for a script call's arguments and their bytes, so that adding them does

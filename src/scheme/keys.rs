@@ -40,7 +40,9 @@ impl Keys {
     /// slot, so one script can touch both.
     #[cfg(feature = "cluster")]
     pub(crate) fn in_cluster(mut self) -> Self {
-        self.slot_tag = Some(crate::slots::tag(crate::slots::slot(self.lock.as_bytes())));
+        self.slot_tag = Some(crate::net::slots::tag(crate::net::slots::slot(
+            self.lock.as_bytes(),
+        )));
         self
     }
 
@@ -57,7 +59,7 @@ impl Keys {
     ///
     /// Redis Cluster needs a script's keys in one slot: there the counter is one
     /// per hash slot, `<prefix>redlease:fence:{t}`, with `t` a short
-    /// [tag](crate::slots::tag) that hashes to the lock key's slot — at most 16384
+    /// [tag](crate::net::slots::tag) that hashes to the lock key's slot — at most 16384
     /// counters per prefix, still independent of the number of lock names, and
     /// moved with the slot when the cluster is resharded.
     pub(crate) fn fence(&self) -> String {
@@ -149,7 +151,7 @@ mod tests {
     #[cfg(feature = "cluster")]
     #[test]
     fn in_a_cluster_the_fence_counter_shares_the_lock_keys_slot() {
-        use crate::slots::slot;
+        use crate::net::slots::slot;
         for key in ["a", "order:999", "user:{42}:invoice", "x}y"] {
             let keys = Keys::new("lock:", key, &token()).unwrap().in_cluster();
             let fence = keys.fence();

@@ -3,6 +3,18 @@
 //! A backend turns acquire / release / extend into Redis commands and their
 //! replies into outcomes. It keeps no state; the lease value it wrote travels with
 //! the lease.
+//!
+//! Layout: this file is the seam ([`Backend`], [`Scheme`], the outcomes of acquire,
+//! release and extend). A folder per format, each with its own Lua scripts: `token/`
+//! (the default; `scripts.rs` its scripts, the hand-off's included), `legacy/`
+//! (deployed timestamp locks; `options.rs`, `scripts.rs`), `reentrant/` (Redisson's
+//! `RLock`; `fences.rs`), `rwlock/` (`RReadWriteLock`; `scripts.rs`), `fair/`
+//! (`RFairLock`; `scripts.rs`), `semaphore/` (`RPermitExpirableSemaphore`; `admin.rs`,
+//! `names.rs`). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
+//! what an acquire asks for, `call.rs` script calls and replies, `bulk.rs` the renewal
+//! of many leases in one call, `replicas.rs` `WAIT` behind an acquire. This folder is
+//! the wire side of the read-write lock, the fair lock and the semaphore; their
+//! handles, under the same names, are in `primitives/`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,7 +22,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Value};
 
-use crate::connection::Conn;
+use crate::net::connection::Conn;
 use crate::owner::ClientId;
 
 mod bulk;
@@ -23,7 +35,7 @@ mod replicas;
 mod request;
 mod rwlock;
 mod semaphore;
-mod token;
+pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
@@ -258,7 +270,7 @@ pub(crate) fn with_scripts<T>(
     mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
 ) -> RedisResult<T> {
     match f(conn) {
-        Err(e) if crate::scripts::is_noscript(&e) => {
+        Err(e) if is_noscript(&e) => {
             for s in scripts {
                 conn.run(|c| s.load(c))?;
             }
@@ -266,4 +278,10 @@ pub(crate) fn with_scripts<T>(
         }
         other => other,
     }
+}
+
+/// Whether a reply says the server does not know the script (after a restart or
+/// `SCRIPT FLUSH`), so it must be loaded and the call repeated.
+fn is_noscript(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOSCRIPT")
 }

@@ -14,9 +14,9 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 
 use super::{Acquire, Announce, Backend, Keys, Request, with_scripts};
-use crate::connection::Conn;
 use crate::error::{Error, Result};
-use crate::resp::{self, Arg};
+use crate::net::connection::Conn;
+use crate::net::resp::{self, Arg};
 use crate::time::{MAX_TTL, ttl_millis};
 
 /// How many replicas must acknowledge an acquisition, and how long to wait for them.

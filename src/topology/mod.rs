@@ -5,6 +5,11 @@
 //! the lease's scheme ([`Backend`]). One server is [`Single`]; a Redlock quorum of
 //! independent masters is [`Redlock`]; a Redis Cluster is `Cluster`, a
 //! [`Single`] per master and a slot map.
+//!
+//! Layout: this file is the seam ([`Topology`] and what it answers); a folder per
+//! deployment: `single/` one server, `redlock/` a quorum of independent masters,
+//! `cluster/` a Redis Cluster (feature `cluster`); `io/` the per-node I/O machinery
+//! they share; `probe.rs` what the Redis user may do, checked by `build()`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +19,7 @@ use crossbeam_channel::Sender;
 
 use crate::error::Result;
 use crate::lease::{LeaseState, LossReason};
-use crate::node::Node;
+use crate::net::node::Node;
 use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme};
 

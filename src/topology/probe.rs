@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult, Value};
 
 use crate::error::{Error, Result};
-use crate::node::Node;
+use crate::net::node::Node;
 use crate::scheme::{Acquire, Announce, Backend, Keys, Request, Waiting, with_scripts};
 
 /// The TTL of the probe's own lock: far longer than the probe, and all that a

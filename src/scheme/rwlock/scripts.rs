@@ -1,5 +1,6 @@
 //! The read-write lock's Lua scripts: Redisson's `RedissonReadLock` and
-//! `RedissonWriteLock` scripts, with the changes `rwlock.rs` lists.
+//! `RedissonWriteLock` scripts, with the changes the
+//! parent module lists.
 //!
 //! Every key a script touches sits in the name's hash slot: KEYS[1] is the name,
 //! the others are Redisson's `suffixName` of it (`{name}:…`), and the per-hold

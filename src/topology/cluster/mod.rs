@@ -33,6 +33,9 @@
 //! over. Renewals go in one pipeline per master per tick; a renewal that meets a
 //! moving slot is answered failed (the lease stays valid as it was) and is tried
 //! again shortly, where the map then says.
+//!
+//! Layout: this file is [`Cluster`]: routing by slot and redirections; `slot_map.rs`
+//! the slot map and its `redlease-map` thread.
 
 mod retry;
 mod slot_map;
@@ -50,10 +53,10 @@ pub(crate) use self::slot_map::Opener;
 use self::slot_map::{Shared, first_map};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
-use crate::node::{Node, NodeConfig};
+use crate::net::node::{Node, NodeConfig};
+use crate::net::slots::slot;
 use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request, Waiting};
-use crate::slots::slot;
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};

@@ -11,11 +11,11 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 use redis::Value;
 
-use crate::connection::{Manager, Target};
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
-use crate::node::{Node, NodeConfig};
-use crate::slots::{Redirects, SLOTS};
+use crate::net::connection::{Manager, Target};
+use crate::net::node::{Node, NodeConfig};
+use crate::net::slots::{Redirects, SLOTS};
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
 

@@ -14,10 +14,10 @@ use redis::Value;
 
 use super::Link;
 use super::pipeline::{Item, Loaded, exchange, slot_rule};
-use crate::connection::Conn;
 use crate::lease::{Held, LeaseState, LossReason};
 use crate::metrics::{Counters, bump};
-use crate::node::Node;
+use crate::net::connection::Conn;
+use crate::net::node::Node;
 use crate::scheme::{Backend, Extend};
 use crate::topology::{Renew, Renewed};
 

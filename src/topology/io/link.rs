@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult};
 
-use crate::connection::{Conn, is_stale};
 use crate::error::{Error, Result};
-use crate::node::Node;
+use crate::net::connection::{Conn, is_stale};
+use crate::net::node::Node;
 
 /// One thread's own connection to a node.
 pub(crate) struct Link {

@@ -1,6 +1,10 @@
 //! The per-node I/O machinery every deployment shares: a node's I/O thread
 //! ([`Worker`], kept alive by an [`IoThread`]), the pipelined renewal batch it
 //! sends, and a thread's own connection to a node ([`Link`]).
+//!
+//! Layout: `worker.rs` a node's I/O thread; `batch.rs` a node's share of a renewal
+//! tick; `pipeline.rs` how that share goes on the wire; `link.rs` a thread's own
+//! connection to a node.
 
 pub(crate) mod batch;
 mod link;

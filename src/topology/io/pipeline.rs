@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use crate::connection::Conn;
 use crate::metrics::{Counters, bump};
-use crate::node::Node;
+use crate::net::connection::Conn;
+use crate::net::node::Node;
 use crate::scheme::{Backend, bulk_extend_cmd, bulk_replies};
 use crate::time::ttl_millis;
 
@@ -93,8 +93,8 @@ enum Unit {
 #[cfg_attr(not(feature = "cluster"), expect(unused_variables))]
 pub(super) fn slot_rule(node: &Node) -> fn(&str) -> u16 {
     #[cfg(feature = "cluster")]
-    if matches!(node.address(), crate::connection::Target::Shard(..)) {
-        return |key| crate::slots::slot(key.as_bytes());
+    if matches!(node.address(), crate::net::connection::Target::Shard(..)) {
+        return |key| crate::net::slots::slot(key.as_bytes());
     }
     |_| 0
 }

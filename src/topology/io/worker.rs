@@ -19,7 +19,7 @@ use super::batch::{self, Reply, Spec};
 use super::pipeline::Loaded;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
-use crate::node::Node;
+use crate::net::node::Node;
 use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Keys, Release};
 use crate::topology::{Renew, Renewed};
@@ -273,7 +273,7 @@ impl Io<'_> {
     /// Writes the session record, through the pool or the thread's own connection
     /// (then within its bound); a failure is logged.
     fn write_session(&mut self, write: &SessionWrite) {
-        let send = |conn: &mut crate::connection::Conn| conn.run(|c| write.send(c));
+        let send = |conn: &mut crate::net::connection::Conn| conn.run(|c| write.send(c));
         let answer = match &mut self.link {
             Some((link, bound)) => link.call(Instant::now() + *bound, *bound, send),
             None => self.node.with_retry(send),
@@ -293,7 +293,7 @@ impl Io<'_> {
             value,
             ..
         } = cleanup;
-        let delete = |conn: &mut crate::connection::Conn| {
+        let delete = |conn: &mut crate::net::connection::Conn| {
             backend.release(
                 conn,
                 &keys.lock,

@@ -15,7 +15,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::error::{Error, Result};
-use crate::node::Node;
+use crate::net::node::Node;
 use crate::topology::io::{IoThread, Link};
 
 /// A call for a lane: runs on the lane's thread with its connection.

@@ -6,6 +6,10 @@
 //! the same `SET NX PX` on every node; it holds when a majority granted it while
 //! its validity (`sent + ttl - drift`) is still ahead; anything else is taken out
 //! again, off the caller's time, by the nodes' I/O threads.
+//!
+//! Layout: this file is [`Redlock`], its calls; `quorum.rs` the nodes and how a call
+//! asks them all at once; `lane.rs` a node's lane thread; `ballot.rs` the majority rule
+//! and the renewal tick's ballot; `answers.rs` reading an acquire's answers.
 
 mod answers;
 mod ballot;
@@ -21,10 +25,10 @@ use redis::Value;
 use self::answers::{RETRY_MAX, jitter, late, remaining};
 use self::ballot::{Ballot, Count, Vote};
 use self::quorum::{Quorum, no_fencing, no_quorum, send};
-use crate::connection::{Conn, Target};
 use crate::error::{Error, Operation, Result};
 use crate::metrics::{Counters, bump};
-use crate::node::{Node, NodeConfig};
+use crate::net::connection::{Conn, Target};
+use crate::net::node::{Node, NodeConfig};
 use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,

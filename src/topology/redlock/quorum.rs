@@ -10,11 +10,11 @@ use redis::RedisResult;
 
 use super::ballot::{Ballot, Count, Vote};
 use super::lane::{Call, Lane};
-use crate::connection::{Conn, Target};
+use crate::error::failure::Limits;
 use crate::error::{Error, NodeFailure, Operation, Result};
-use crate::failure::Limits;
 use crate::metrics::Counters;
-use crate::node::{Node, NodeConfig};
+use crate::net::connection::{Conn, Target};
+use crate::net::node::{Node, NodeConfig};
 use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{Announce, Backend, Keys, Scheme, TokenBackend};
 use crate::topology::io::batch::{Reply, Spec};

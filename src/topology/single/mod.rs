@@ -5,16 +5,16 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 
-use crate::connection::is_stale;
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, bump};
-use crate::node::Node;
+use crate::net::connection::is_stale;
+use crate::net::node::Node;
 use crate::owner::SessionWrite;
+use crate::scheme::token::scripts::TOKEN_HANDOFF;
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
     acquire_confirmed, with_scripts,
 };
-use crate::scripts::TOKEN_HANDOFF;
 use crate::time::ttl_millis;
 use crate::topology::io::{Cleanup, IoThread, Job, Worker};
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};

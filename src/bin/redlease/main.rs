@@ -1,0 +1,147 @@
+//! `redlease`: run a command under a distributed lock on Redis, inspect a lock
+//! key, force-release a stuck one.
+//!
+//! What `flock(1)` is on one machine, for a fleet: the lease is renewed while the
+//! command runs, and the command is stopped if the lock is lost. Built on the
+//! library's public API only (the administrative reads of `inspect` and `release
+//! --force` use the `redis` crate directly). Modules, one per subcommand plus
+//! their helpers:
+//!
+//! - `args`: what clap parses, turned into library settings;
+//! - `exit`: the exit codes and the failure type that carries one;
+//! - `run`, with `held` (a lock or a semaphore's permit), `child` (the command's
+//!   process group) and `status` (the line shown while waiting on a terminal);
+//! - `inspect`, `list` and `release`, on `probe` (reading a key as an
+//!   administrator) and `owners` (who holds it, from session records).
+
+#![forbid(unsafe_code)]
+
+mod args;
+mod child;
+mod exit;
+mod held;
+mod inspect;
+mod list;
+mod owners;
+mod probe;
+mod release;
+mod run;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::{Parser, Subcommand};
+
+use crate::args::{InspectArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs};
+use crate::exit::{EXIT_CODES, USAGE};
+
+/// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
+#[derive(Debug, Parser)]
+#[command(name = "redlease", version, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+/// `run --help`'s description.
+const RUN_ABOUT: &str = "\
+Acquire KEY, run COMMAND while renewing the lease, release when it exits.
+
+The command gets REDLEASE_KEY (the full key) and, with --fence, REDLEASE_FENCE in
+its environment. It runs in its own process group: if the lock is lost, the group
+gets SIGTERM, then SIGKILL after --kill-grace. SIGINT and SIGTERM are forwarded to
+it; while waiting for the lock they cancel the wait. When redlease's stdin is a
+terminal, the command's stdin is /dev/null: a background process group cannot read
+the terminal.";
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Acquire KEY, run COMMAND while renewing the lease, release when it exits.
+    #[command(
+        after_help = EXIT_CODES,
+        long_about = RUN_ABOUT,
+        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
+    )]
+    Run(RunArgs),
+    /// Show which lock format holds KEY, the time left on it, its fence counter and its owners.
+    #[command(after_help = EXIT_CODES)]
+    Inspect(InspectArgs),
+    /// List every lock under --prefix (taken literally), with format, time left and owners.
+    #[command(after_help = EXIT_CODES)]
+    List(ListArgs),
+    /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
+    #[command(after_help = EXIT_CODES)]
+    Release(ReleaseArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_failure(&e),
+    };
+    let server: &ServerArgs = match &cli.command {
+        Cmd::Run(a) => &a.server,
+        Cmd::Inspect(a) => &a.server,
+        Cmd::List(a) => &a.server,
+        Cmd::Release(a) => &a.server,
+    };
+    let secrets = server.secrets();
+    let result = match &cli.command {
+        Cmd::Run(a) => run::run(a),
+        Cmd::Inspect(a) => inspect::inspect(a),
+        Cmd::List(a) => list::list(a),
+        Cmd::Release(a) => release::release(a),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("redlease: {}", redact(&failure.message, &secrets));
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+/// Help and version go to stdout with code 0; any other parse error is one line
+/// on stderr with [`USAGE`], rather than clap's paragraph and its code 2.
+fn parse_failure(err: &clap::Error) -> ExitCode {
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            ExitCode::SUCCESS
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            ExitCode::from(USAGE)
+        }
+        _ => {
+            // clap's error, its possible values and tips, without the usage and
+            // the pointer to --help that follow them.
+            let text = err.render().to_string();
+            let mut line = String::new();
+            let wanted = text
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.starts_with("Usage:"))
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"));
+            for part in wanted {
+                if !line.is_empty() {
+                    let goes_on = part.starts_with('[') || line.ends_with(':');
+                    line.push_str(if goes_on { " " } else { "; " });
+                }
+                line.push_str(part.strip_prefix("error: ").unwrap_or(part));
+            }
+            eprintln!("redlease: {line} (see --help)");
+            ExitCode::from(USAGE)
+        }
+    }
+}
+
+/// `message` with every secret replaced by `***`. Messages are built to hold no
+/// password; this makes sure of it.
+fn redact(message: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(message.to_owned(), |m, s| m.replace(s.as_str(), "***"))
+}

@@ -1,0 +1,347 @@
+//! [`LockClientBuilder`]: every client-wide setting, checked by `build()`, which
+//! connects and starts the client's threads.
+
+use std::fmt;
+use std::time::Duration;
+
+use redis::{ConnectionInfo, IntoConnectionInfo};
+
+use crate::client::LockClient;
+use crate::client::options::{Renewal, check_interval, check_ttl};
+use crate::error::{Error, Result};
+use crate::net::connection::Redacted;
+use crate::net::tls::Tls;
+use crate::scheme::{Replicas, Scheme};
+use crate::topology::redlock;
+
+/// Default lease time to live: 30 seconds.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// Default number of pooled connections: 16.
+pub const DEFAULT_POOL_SIZE: u32 = 16;
+/// Default time allowed to open a connection: 2 seconds.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default time allowed for one reply (or one write): 2 seconds.
+pub const DEFAULT_IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default shortest retry delay while polling: 4 milliseconds.
+pub const DEFAULT_BACKOFF_MIN: Duration = Duration::from_millis(4);
+/// Default longest retry delay while polling: 200 milliseconds.
+pub const DEFAULT_BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// Default time a Redlock call waits for each node: 50 milliseconds, and never more
+/// than 1/20 of the lease's TTL.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+impl LockClient {
+    /// Starts building a client for the server at `url` (`redis://[user:password@]host[:port][/db]`).
+    pub fn builder(url: impl IntoConnectionInfo) -> LockClientBuilder {
+        LockClientBuilder::new(url)
+    }
+}
+
+/// Where the locks live, as the constructor was given it.
+pub(super) enum Servers {
+    /// Boxed: with `tls-rustls` a `ConnectionInfo` is large.
+    One(Box<Result<ConnectionInfo, redis::RedisError>>),
+    Quorum(Vec<Result<ConnectionInfo, redis::RedisError>>),
+    /// The sentinels, and the name of the master they watch.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Vec<Result<ConnectionInfo, redis::RedisError>>, String),
+    /// Seed nodes of a Redis Cluster.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<Result<ConnectionInfo, redis::RedisError>>),
+}
+
+/// Builds a [`LockClient`]; made by [`LockClient::builder`] and
+/// [`LockClient::redlock`].
+///
+/// Setters never fail; [`build`](Self::build) checks every value and returns
+/// [`Error::Config`] for one out of range.
+#[must_use]
+pub struct LockClientBuilder {
+    pub(super) servers: Servers,
+    pub(super) key_prefix: String,
+    pub(super) ttl: Duration,
+    pub(super) pool_size: u32,
+    pub(super) connect_timeout: Duration,
+    pub(super) read_timeout: Duration,
+    pub(super) write_timeout: Duration,
+    pub(super) backoff_min: Duration,
+    pub(super) backoff_max: Duration,
+    pub(super) renewal: Renewal,
+    pub(super) renew_interval: Option<Duration>,
+    pub(super) max_hold: Option<Duration>,
+    pub(super) fencing: bool,
+    pub(super) pubsub: bool,
+    pub(super) scheme: Scheme,
+    pub(super) replicas: Option<(u32, Duration)>,
+    pub(super) node_timeout: Option<Duration>,
+    pub(super) tls: Tls,
+}
+
+impl LockClientBuilder {
+    pub(super) fn new(url: impl IntoConnectionInfo) -> Self {
+        Self {
+            servers: Servers::One(Box::new(url.into_connection_info())),
+            key_prefix: String::new(),
+            ttl: DEFAULT_TTL,
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            read_timeout: DEFAULT_IO_TIMEOUT,
+            write_timeout: DEFAULT_IO_TIMEOUT,
+            backoff_min: DEFAULT_BACKOFF_MIN,
+            backoff_max: DEFAULT_BACKOFF_MAX,
+            renewal: Renewal::Auto,
+            renew_interval: None,
+            max_hold: None,
+            fencing: false,
+            pubsub: true,
+            scheme: Scheme::Token,
+            replicas: None,
+            node_timeout: None,
+            tls: Tls::default(),
+        }
+    }
+    /// Prepended to every lock key. redlease's own keys live under it too (the fence
+    /// counter `<prefix>redlease:fence`, the key `build` checks permissions on), so a
+    /// Redis ACL key pattern for the prefix covers them; lock names starting with
+    /// `redlease:` are reserved. Defaults to `""`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+    /// Lease time to live, between [`MIN_TTL`](crate::MIN_TTL) and [`MAX_TTL`](crate::MAX_TTL). Defaults to 30 seconds.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    /// Largest number of pooled connections. Defaults to 16.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+    /// Time allowed to open a connection, handshake included, or for a call to get
+    /// one; the read timeout bounds both too. Defaults to 2 seconds.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+    /// Time allowed for a reply: a call that gets none fails after this long with an
+    /// [`Error::Redis`] that says so. Defaults to 2 seconds.
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.read_timeout = timeout;
+        self
+    }
+    /// Time allowed for sending a command. Defaults to 2 seconds.
+    pub fn write_timeout(mut self, timeout: Duration) -> Self {
+        self.write_timeout = timeout;
+        self
+    }
+    /// Shortest and longest delay between polling attempts (exponential, full jitter).
+    /// Defaults to 4 ms and 200 ms.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max;
+        self
+    }
+    /// Default renewal policy. Defaults to [`Renewal::Auto`].
+    pub fn renewal(mut self, renewal: Renewal) -> Self {
+        self.renewal = renewal;
+        self
+    }
+    /// Time between renewals. Defaults to a third of each lease's TTL.
+    pub fn renew_interval(mut self, every: Duration) -> Self {
+        self.renew_interval = Some(every);
+        self
+    }
+    /// Stop renewing a lease this long after it was acquired. Defaults to no bound.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
+    }
+    /// Take a fencing token with every lock. Defaults to `false`.
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+    /// Wake waiters by pub/sub (`true`) or only poll (`false`). Defaults to `true`.
+    pub fn pubsub(mut self, on: bool) -> Self {
+        self.pubsub = on;
+        self
+    }
+    /// Default storage scheme. Defaults to [`Scheme::Token`].
+    pub fn scheme(mut self, scheme: Scheme) -> Self {
+        self.scheme = scheme;
+        self
+    }
+    /// Confirm each acquisition on `count` replicas within `timeout` (`WAIT`, in the
+    /// acquire's round trip); a lock fewer acknowledged is given back, and the call
+    /// fails with [`Error::NotReplicated`]. It lowers, and does not remove, the risk
+    /// of losing a lock on failover: see [`LockOptions::replicas`](crate::LockOptions::replicas)
+    /// for its limits. `count` 0 turns it off. Defaults to no confirmation.
+    pub fn replicas(mut self, count: u32, timeout: Duration) -> Self {
+        self.replicas = Some((count, timeout));
+        self
+    }
+    /// Redlock: how long a call waits for each node before counting it as failed.
+    /// Keep it small against the TTL: an acquire whose majority answers after the
+    /// lease's validity has ended is refused anyway. Defaults to
+    /// [`DEFAULT_NODE_TIMEOUT`] (50 ms), and never more than 1/20 of the lease's
+    /// TTL; a value set here is used as is.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+    pub(super) fn validate(&self) -> Result<()> {
+        check_ttl("ttl", self.ttl)?;
+        if self.pool_size == 0 {
+            return Err(Error::config("pool_size", "must be at least 1"));
+        }
+        for (name, t) in [
+            ("connect_timeout", self.connect_timeout),
+            ("read_timeout", self.read_timeout),
+            ("write_timeout", self.write_timeout),
+        ] {
+            if t.is_zero() {
+                return Err(Error::config(name, "must be above zero"));
+            }
+        }
+        if self.backoff_min.is_zero() {
+            return Err(Error::config("backoff", "minimum must be above zero"));
+        }
+        if self.backoff_min > self.backoff_max {
+            return Err(Error::config("backoff", "minimum exceeds maximum"));
+        }
+        if let Some(every) = self.renew_interval {
+            check_interval(every, self.ttl)?;
+        }
+        if self.max_hold.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config("max_hold", "must be above zero"));
+        }
+        self.replicas
+            .map_or(Ok(None), |(n, t)| Replicas::checked(n, t))?;
+        if self.node_timeout.is_some_and(|d| d.is_zero()) {
+            return Err(Error::config("node_timeout", "must be above zero"));
+        }
+        if let Servers::Quorum(urls) = &self.servers {
+            check_quorum(urls, &self.scheme, self.fencing)?;
+            if self.replicas.is_some_and(|(count, _)| count > 0) {
+                return Err(redlock::no_replicas());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a Redlock client refuses before connecting: no node, the same node twice
+/// (two votes for one server would fake a majority), and what the topology refuses
+/// (the legacy scheme, fencing).
+fn check_quorum(
+    urls: &[Result<ConnectionInfo, redis::RedisError>],
+    scheme: &Scheme,
+    fencing: bool,
+) -> Result<()> {
+    if urls.is_empty() {
+        return Err(Error::config("urls", "redlock needs at least one node"));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for info in urls.iter().flatten() {
+        if !seen.insert(Redacted(Some(info)).to_string()) {
+            return Err(Error::config("urls", "the same node is listed twice"));
+        }
+    }
+    redlock::refuse(scheme, fencing)
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("servers", &self.servers)
+            .field("key_prefix", &self.key_prefix)
+            .field("ttl", &self.ttl)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .field("backoff", &(self.backoff_min, self.backoff_max))
+            .field("renewal", &self.renewal)
+            .field("renew_interval", &self.renew_interval)
+            .field("max_hold", &self.max_hold)
+            .field("fencing", &self.fencing)
+            .field("pubsub", &self.pubsub)
+            .field("scheme", &self.scheme)
+            .field("replicas", &self.replicas)
+            .field("node_timeout", &self.node_timeout)
+            .field("tls", &self.tls)
+            .finish()
+    }
+}
+
+impl fmt::Debug for Servers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn shown(url: &Result<ConnectionInfo, redis::RedisError>) -> Redacted<'_> {
+            Redacted(url.as_ref().ok())
+        }
+        match self {
+            Servers::One(url) => shown(url).fmt(f),
+            Servers::Quorum(urls) => f.debug_list().entries(urls.iter().map(shown)).finish(),
+            #[cfg(feature = "sentinel")]
+            Servers::Sentinel(urls, name) => {
+                let sentinels: Vec<_> = urls.iter().map(shown).collect();
+                write!(f, "master {name:?} of sentinels {sentinels:?}")
+            }
+            #[cfg(feature = "cluster")]
+            Servers::Cluster(urls) => {
+                let seeds: Vec<_> = urls.iter().map(shown).collect();
+                write!(f, "cluster of {seeds:?}")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> LockClientBuilder {
+        LockClientBuilder::new("redis://127.0.0.1:1/")
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        builder().validate().unwrap();
+    }
+
+    #[test]
+    fn nonsense_is_rejected_with_the_option_named() {
+        let cases: Vec<(LockClientBuilder, &str)> = vec![
+            (builder().ttl(Duration::ZERO), "ttl"),
+            (builder().ttl(Duration::from_micros(999)), "ttl"),
+            (builder().ttl(Duration::MAX), "ttl"),
+            (builder().pool_size(0), "pool_size"),
+            (builder().connect_timeout(Duration::ZERO), "connect_timeout"),
+            (builder().read_timeout(Duration::ZERO), "read_timeout"),
+            (builder().write_timeout(Duration::ZERO), "write_timeout"),
+            (
+                builder().backoff(Duration::from_secs(2), Duration::from_secs(1)),
+                "backoff",
+            ),
+            (builder().backoff(Duration::ZERO, Duration::ZERO), "backoff"),
+            (builder().renew_interval(DEFAULT_TTL), "renew_interval"),
+            (builder().max_hold(Duration::ZERO), "max_hold"),
+            (builder().replicas(1, Duration::ZERO), "replicas"),
+        ];
+        for (b, name) in cases {
+            match b.validate() {
+                Err(Error::Config { option, .. }) => assert_eq!(option, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn debug_never_prints_the_password() {
+        let b = LockClientBuilder::new("redis://user:hunter2@127.0.0.1:6379/3");
+        let text = format!("{b:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("127.0.0.1:6379"), "{text}");
+    }
+}

@@ -1,0 +1,225 @@
+//! [`LockGuard`]: a held lease, released when dropped.
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use crate::client::options::check_ttl;
+use crate::error::{Error, Operation, Result};
+use crate::lease::{LeaseLost, LeaseState, LossReason};
+use crate::metrics::bump;
+use crate::metrics::export::Hold;
+use crate::scheme::{Extend, Release};
+use crate::threads::wait::{Hub, release};
+
+/// A held lock. Releases it when dropped (also while unwinding from a panic).
+///
+/// Made by [`LockClient::lock`](crate::LockClient::lock),
+/// [`try_lock`](crate::LockClient::try_lock),
+/// [`try_lock_for`](crate::LockClient::try_lock_for),
+/// [`try_lock_until`](crate::LockClient::try_lock_until) and
+/// [`lock_with`](crate::LockClient::lock_with).
+///
+/// The guard guards a key in Redis, not local data, so it has no `Deref`. A lease
+/// can end while the guard lives (expiry, a paused process, someone deleting the
+/// key); [`is_held`](Self::is_held), [`check`](Self::check) and [`lost`](Self::lost)
+/// say so, and [`fence`](Self::fence) lets downstream systems reject late writers.
+#[must_use = "if unused the lock is released immediately"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    state: Arc<LeaseState>,
+    /// Taken by the first release, so releasing twice is a no-op.
+    hub: Option<Arc<Hub>>,
+    fence: Option<u64>,
+    lost: OnceLock<Receiver<LeaseLost>>,
+    hold: Hold,
+}
+
+impl LockGuard {
+    pub(crate) fn new(hub: Arc<Hub>, state: Arc<LeaseState>, fence: Option<u64>) -> Self {
+        Self {
+            state,
+            hub: Some(hub),
+            fence,
+            lost: OnceLock::new(),
+            hold: Hold::start(),
+        }
+    }
+
+    /// The value stored for this lease (a token, a permit id).
+    pub(crate) fn value(&self) -> String {
+        self.state.held.lock().value.clone()
+    }
+
+    /// The lock key, with the client's prefix.
+    pub fn key(&self) -> &str {
+        &self.state.key
+    }
+
+    /// The fencing token taken with the lock, when fencing was asked for.
+    ///
+    /// Strictly increasing per key across all clients: pass it with every write to
+    /// a downstream system and have that system reject a token lower than the
+    /// highest it has seen. This is what keeps a holder that was paused past its
+    /// lease from overwriting the work of the next holder.
+    ///
+    /// Not consecutive: a fence is at least the Redis server's clock in
+    /// microseconds since the Unix epoch, so that a failover which lost the last
+    /// increments of the counter still gives higher fences (see the crate docs).
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// The instant (local monotonic clock) until which the lease is surely valid:
+    /// when the last confirmed acquire or renewal was sent, plus the TTL, minus a
+    /// clock-drift allowance (2 ms + 1 % of the TTL).
+    pub fn valid_until(&self) -> Instant {
+        self.state.valid_until()
+    }
+
+    /// Whether the lease is still ours: not known lost, and within
+    /// [`valid_until`](Self::valid_until). A local check; never blocks.
+    pub fn is_held(&self) -> bool {
+        self.state.is_held()
+    }
+
+    /// Like [`is_held`](Self::is_held), as a `Result` for use with `?` right before a
+    /// side effect that needs the lock.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] once the lease is lost or past its validity.
+    pub fn check(&self) -> Result<()> {
+        if self.is_held() {
+            Ok(())
+        } else {
+            Err(Error::LockLost {
+                key: self.state.key.clone(),
+            })
+        }
+    }
+
+    /// A channel that receives one [`LeaseLost`] message if the lease is lost.
+    ///
+    /// The message comes from the renewal thread when a renewal finds the key gone
+    /// or taken, when renewals fail until the validity ends, when a fixed lease runs
+    /// out, or when the client is dropped (reason [`LossReason::Shutdown`]: nothing
+    /// renews the lease any more). After a normal release no message is sent; the
+    /// channel disconnects once the renewal thread has dropped the lease. Use it in
+    /// `crossbeam_channel::select!` to abort work.
+    pub fn lost(&self) -> &Receiver<LeaseLost> {
+        self.lost.get_or_init(|| self.state.lost_receiver())
+    }
+
+    /// Sets the lease's remaining time to `ttl` from now, if it is still ours.
+    ///
+    /// Background renewals then use `ttl` too. One round trip, bounded by the
+    /// client's timeouts.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when the key is gone or someone else's (the lease is then
+    /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`]
+    /// when Redis fails or does not answer in time; validity is then unchanged.
+    pub fn extend(&self, ttl: Duration) -> Result<()> {
+        check_ttl("ttl", ttl)?;
+        let hub = self.hub.as_ref().ok_or(Error::Shutdown)?;
+        let mut held = self.state.held.lock();
+        let (new_value, sent, outcome) = hub.topology.extend(
+            &*self.state.backend,
+            &self.state.key,
+            &held.value,
+            &held.maybe,
+            ttl,
+        );
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                if e.is_timeout() || e.is_connection_error() {
+                    // No reply: the extend may have landed and rewritten the value.
+                    held.unconfirmed(new_value);
+                }
+                return Err(self.context(e, Operation::Extend, hub));
+            }
+        };
+        match outcome {
+            Extend::Extended => {
+                held.confirmed(new_value);
+                self.state.confirm(sent, ttl);
+                Ok(())
+            }
+            outcome => {
+                drop(held);
+                let reason = if outcome == Extend::Taken {
+                    LossReason::Taken
+                } else {
+                    LossReason::Expired
+                };
+                self.state.notify_lost(reason, &hub.counters);
+                Err(Error::LockLost {
+                    key: self.state.key.clone(),
+                })
+            }
+        }
+    }
+
+    /// Releases the lock and says what Redis found.
+    ///
+    /// [`Release::Expired`] and [`Release::Taken`] mean the lease ended before the
+    /// release: work done under it may have overlapped another holder's. One round
+    /// trip, bounded by the client's timeouts.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the release could not be sent or got no answer in
+    /// time; the lock then runs out with its TTL.
+    pub fn unlock(mut self) -> Result<Release> {
+        self.release().unwrap_or(Ok(Release::Released))
+    }
+
+    /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
+    fn release(&mut self) -> Option<Result<Release>> {
+        let hub = self.hub.take()?;
+        self.hold.end();
+        // A caller of this client waiting for the key takes the lease, or the lock,
+        // over directly; otherwise compare-and-delete.
+        let outcome = release(&hub, &self.state);
+        match &outcome {
+            Ok(Release::Released) => bump(&hub.counters.released, 1),
+            Ok(_) => {}
+            Err(_) => bump(&hub.counters.release_errors, 1),
+        }
+        Some(outcome.map_err(|e| self.context(e, Operation::Release, &hub)))
+    }
+
+    /// Names the call, the key and the limit that ran out in a Redis failure.
+    fn context(&self, e: Error, op: Operation, hub: &Hub) -> Error {
+        e.during(op, &self.state.key, hub.topology.subscriber(0).limits())
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        match self.release() {
+            // The error names the call and the key.
+            Some(Err(e)) => log::warn!("dropped guard: {e}"),
+            Some(Ok(outcome)) if !outcome.was_held() => {
+                log::warn!(
+                    "lock `{}` had ended before release: {outcome:?}",
+                    self.state.key
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.state.key)
+            .field("fence", &self.fence)
+            .field("held", &self.is_held())
+            .field("valid_until", &self.valid_until())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,331 @@
+//! The read-write lock: Redisson's `RReadWriteLock`, field for field.
+//!
+//! A read-write lock named `n` (with the client's prefix) is a hash at `n`:
+//! - `mode`: `read` or `write`;
+//! - one field per reader, `<client uuid>:<thread id>`, whose value is its hold
+//!   count, and per writer `<client uuid>:<thread id>:write` likewise;
+//! - with a `PEXPIRE` that covers every hold.
+//!
+//! Each read hold also has a timeout key, `{n}:<uuid>:<thread>:rwlock_timeout:<i>`
+//! for its `i`-th hold (`n:<uuid>…` when `n` holds a `{`, Redisson's
+//! `suffixName`), with the hold's TTL: a reader that dies stops renewing its
+//! keys, and the next release that finds no live timeout key deletes the name.
+//! Releases publish on `redisson_rwlock:{n}` (`prefixName`): `0` when the last
+//! reader leaves, `1` when a writer does, as Redisson's `LockPubSub` reads them.
+//!
+//! Where these scripts differ from Redisson's (`scripts.rs`), no Redisson client
+//! can tell: a hash without `mode` (a reentrant lock) is refused, never turned
+//! into a read-write lock; TTLs are only lengthened while more holds remain; a
+//! reader of a thread asking to write is answered at once (Redisson would wait
+//! for itself); a write release that leaves this thread's reads publishes too;
+//! and a redlease writer that waits sets `{n}:redlease:write_wait` (its field,
+//! a short TTL refreshed by each of its attempts), while which redlease readers
+//! holding no read of the name do not start one, as long as every live read
+//! hold honours the mark. A redlease reader's timeout keys hold `redlease`
+//! (Redisson writes `1` and reads only their TTL), so the read script tells
+//! them apart: beside a live Redisson reader, which does not know the mark and
+//! keeps the name read-held whatever redlease readers do, holding them back
+//! would only starve them with the writer, so they read.
+//!
+//! Layout: this file is the wire format's backend and the replies it reads;
+//! `scripts.rs` its Lua scripts. The handle, [`ReadWriteLock`](crate::ReadWriteLock),
+//! is `primitives/rwlock.rs`.
+
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::{RedisResult, Script, Value};
+
+use super::token::busy;
+use super::{
+    Acquire, Announce, Backend, Freed, Keys, Request, Waiting, send_acquire, with_scripts,
+};
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
+use crate::time::ttl_millis;
+
+mod scripts;
+
+pub(crate) use scripts::INSPECT as RW_INSPECT;
+use scripts::{
+    READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE, WRITE_EXTEND, WRITE_RELEASE,
+};
+
+/// Redisson's channel prefix (`RedissonReadLock.getChannelName`).
+const CHANNEL_PREFIX: &str = "redisson_rwlock";
+
+/// How long a waiting writer's mark holds new redlease readers back after its
+/// last attempt: several of its polling steps, so a writer that died stops
+/// holding them back within it.
+pub(crate) const WRITE_WAIT: Duration = Duration::from_secs(2);
+
+/// The detail of the error a reader of a thread gets when it asks to write.
+pub(crate) const UPGRADE: &str = "a reader of this thread asked to write";
+
+pub(crate) static RW_SCRIPTS: [&LazyLock<Script>; 7] = [
+    &READ_ACQUIRE,
+    &READ_RELEASE,
+    &READ_EXTEND,
+    &WRITE_ACQUIRE,
+    &WRITE_RELEASE,
+    &WRITE_EXTEND,
+    &scripts::INSPECT,
+];
+
+/// Numbers this process's threads for the read-write lock's fields: drawn on a
+/// thread's first use and kept for its life (Redisson uses Java's thread id).
+static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+/// One side of the read-write lock, for one client.
+#[derive(Debug)]
+pub(crate) struct RwBackend {
+    /// The client's UUID: the first part of every field it writes.
+    client: String,
+    /// Whether this side writes.
+    write: bool,
+}
+
+impl RwBackend {
+    /// The read side (`write` false) or write side of client `client` (a UUID).
+    pub(crate) fn new(client: &str, write: bool) -> Self {
+        Self {
+            client: client.to_owned(),
+            write,
+        }
+    }
+
+    /// The calling thread's reader field, `<client uuid>:<thread number>`.
+    pub(crate) fn reader(&self) -> String {
+        format!("{}:{}", self.client, THREAD.with(|t| *t))
+    }
+}
+
+impl Backend for RwBackend {
+    /// The calling thread's field; the lease keeps it, so a guard moved to
+    /// another thread still releases its own hold.
+    fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
+        let reader = self.reader();
+        Ok(if self.write {
+            reader + ":write"
+        } else {
+            reader
+        })
+    }
+
+    fn acquire(
+        &self,
+        conn: &mut Conn,
+        keys: &Keys,
+        value: &str,
+        req: Request,
+    ) -> RedisResult<Acquire> {
+        let name = keys.lock.as_str();
+        let mark = write_wait(name);
+        let ttl = ttl_millis(req.ttl);
+        let (reply, acked) = if self.write {
+            let reader = value.strip_suffix(":write").unwrap_or(value);
+            let waits = if req.wait == Waiting::No { "0" } else { "1" };
+            let args = [
+                Arg::from("EVALSHA"),
+                WRITE_ACQUIRE.get_hash().into(),
+                2.into(),
+                name.into(),
+                mark.as_str().into(),
+                ttl.into(),
+                value.into(),
+                reader.into(),
+                waits.into(),
+                ttl_millis(WRITE_WAIT).into(),
+            ];
+            send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
+        } else {
+            let prefix = timeout_prefix(name, value);
+            let base = suffix_name(name, "");
+            let write_field = format!("{value}:write");
+            let args = [
+                Arg::from("EVALSHA"),
+                READ_ACQUIRE.get_hash().into(),
+                4.into(),
+                name.into(),
+                prefix.as_str().into(),
+                mark.as_str().into(),
+                base.as_str().into(),
+                ttl.into(),
+                value.into(),
+                write_field.as_str().into(),
+            ];
+            send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
+        };
+        match reply {
+            Value::Nil => Ok(Acquire::Acquired { fence: None, acked }),
+            Value::Int(pttl) => Ok(busy(pttl)),
+            Value::SimpleString(s) if s == "upgrade" => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "refused",
+                UPGRADE.to_owned(),
+            ))),
+            other => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "unexpected read-write lock reply",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+
+    fn release(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        announce: Announce<'_>,
+        value: &str,
+        _maybe: &[String],
+    ) -> RedisResult<Freed> {
+        let publish = if conn.sharded() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
+        let n = with_scripts(conn, &RW_SCRIPTS, |c| {
+            c.run(|c| {
+                if self.write {
+                    WRITE_RELEASE
+                        .key(key)
+                        .arg("1")
+                        .arg(value)
+                        .arg(publish)
+                        .arg(announce.channel)
+                        .invoke::<i64>(c)
+                } else {
+                    READ_RELEASE
+                        .key(key)
+                        .key(timeout_prefix(key, value))
+                        .key(suffix_name(key, ""))
+                        .arg("0")
+                        .arg(value)
+                        .arg(publish)
+                        .arg(announce.channel)
+                        .invoke::<i64>(c)
+                }
+            })
+        })?;
+        Ok(Freed::from_reply(n))
+    }
+
+    fn extend_cmd(
+        &self,
+        key: &str,
+        value: &str,
+        _maybe: &[String],
+        ttl: Duration,
+    ) -> (redis::Cmd, String) {
+        let mut cmd = redis::Cmd::with_capacity(8, 192);
+        if self.write {
+            cmd.arg("EVALSHA")
+                .arg(WRITE_EXTEND.get_hash())
+                .arg(1)
+                .arg(key);
+        } else {
+            cmd.arg("EVALSHA")
+                .arg(READ_EXTEND.get_hash())
+                .arg(2)
+                .arg(key)
+                .arg(timeout_prefix(key, value));
+        }
+        if self.write {
+            cmd.arg(value).arg(ttl_millis(ttl));
+        } else {
+            cmd.arg(ttl_millis(ttl)).arg(value);
+        }
+        (cmd, value.to_owned())
+    }
+
+    fn publishes(&self) -> bool {
+        true
+    }
+
+    fn channel(&self, lock: &str) -> String {
+        channel(lock)
+    }
+
+    fn reentrant(&self) -> bool {
+        true
+    }
+
+    fn shares(&self) -> bool {
+        !self.write
+    }
+
+    fn client_id(&self) -> Option<&str> {
+        Some(&self.client)
+    }
+
+    fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
+        &RW_SCRIPTS
+    }
+}
+
+/// Redisson's `prefixName("redisson_rwlock", name)`.
+pub(crate) fn channel(name: &str) -> String {
+    if name.contains('{') {
+        format!("{CHANNEL_PREFIX}:{name}")
+    } else {
+        format!("{CHANNEL_PREFIX}:{{{name}}}")
+    }
+}
+
+/// Redisson's `suffixName(name, suffix)`: a name in the name's slot; with an
+/// empty suffix, the prefix itself (`{name}`, or `name` when it holds a `{`).
+fn suffix_name(name: &str, suffix: &str) -> String {
+    let base = if name.contains('{') {
+        name.to_owned()
+    } else {
+        format!("{{{name}}}")
+    };
+    if suffix.is_empty() {
+        base
+    } else {
+        format!("{base}:{suffix}")
+    }
+}
+
+/// The prefix of a reader's timeout keys (`getReadWriteTimeoutNamePrefix`).
+pub(crate) fn timeout_prefix(name: &str, reader: &str) -> String {
+    suffix_name(name, &format!("{reader}:rwlock_timeout"))
+}
+
+/// The waiting-writer mark of `name`.
+pub(crate) fn write_wait(name: &str) -> String {
+    suffix_name(name, "redlease:write_wait")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_redissons_prefix_and_suffix_rules() {
+        assert_eq!(channel("cfg"), "redisson_rwlock:{cfg}");
+        assert_eq!(channel("a:{b}"), "redisson_rwlock:a:{b}");
+        assert_eq!(timeout_prefix("cfg", "u:1"), "{cfg}:u:1:rwlock_timeout");
+        assert_eq!(timeout_prefix("a{b}", "u:1"), "a{b}:u:1:rwlock_timeout");
+        assert_eq!(write_wait("cfg"), "{cfg}:redlease:write_wait");
+        assert_eq!(suffix_name("cfg", ""), "{cfg}");
+    }
+
+    #[test]
+    fn fields_are_the_client_and_thread_and_writers_end_in_write() {
+        let r = RwBackend::new("c0ffee", false);
+        let w = RwBackend::new("c0ffee", true);
+        let here = r.reader();
+        assert!(here.starts_with("c0ffee:"));
+        assert_eq!(here, w.reader(), "one number per thread");
+        let there = std::thread::spawn(move || r.reader()).join().unwrap();
+        assert_ne!(here, there);
+        assert!(!w.shares() && w.reentrant() && w.publishes());
+    }
+}

@@ -1,0 +1,307 @@
+//! The lease semaphore: Redisson's `RPermitExpirableSemaphore`, field for field.
+//!
+//! A semaphore named `n` (with the client's prefix) is two keys in one hash slot:
+//! - `n`, a string: the number of free permits (`INCRBY`/`DECR`);
+//! - `{n}:timeout` (`n:timeout` when `n` holds a `{`, Redisson's `suffixName`), a
+//!   sorted set: one member per permit held, the permit id as 16 raw bytes, its
+//!   score the unix time in ms at which the permit expires (Redisson writes
+//!   922337203685477 for a permit without lease).
+//!
+//! Whoever touches the semaphore first moves expired members back into the
+//! count, and publishes the new count on `redisson_sc:{n}` (`prefixName`) when it
+//! is above zero; so does every release. Redisson's waiters read the message as a
+//! number of free permits, and so it is: a release publishes the count after it.
+//! Expiry compares the scores with the writer's clock: the clients sharing a
+//! semaphore must agree on the time within the leases' drift allowance.
+//!
+//! A permit id is 32 hex digits in the API (Redisson's `hexDump` of its 16 bytes):
+//! redlease's are the client's tag (16 hex of its UUID) and 16 random hex digits.
+//!
+//! The scripts are this format's, as in `reentrant/`. Where they differ from
+//! Redisson's no Redisson client can tell: the acquire takes one permit and
+//! answers in a table; the renewal does not reclaim other permits, and refuses a
+//! permit already past its score (it counts as gone, as anyone's next acquire
+//! would find it).
+//!
+//! Layout: this file is the wire format's backend and its acquire, release and renewal
+//! scripts; `admin.rs` the count (read, create, set, add); `names.rs` its names and
+//! permit ids. The handle, [`Semaphore`](crate::Semaphore), is
+//! `primitives/semaphore.rs`.
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{RedisResult, Script, Value};
+
+use super::{Acquire, Announce, Backend, Freed, Keys, Request, send_acquire, with_scripts};
+use crate::net::connection::Conn;
+use crate::net::resp::Arg;
+use crate::time::ttl_millis;
+
+mod admin;
+mod names;
+
+pub(crate) use admin::{Admin, Found, State};
+pub(crate) use names::{channel, id_bytes, timeouts};
+
+/// Redisson's score for a permit without lease (`nonExpirableTimeout`).
+pub(crate) const NO_LEASE: u64 = 922_337_203_685_477;
+
+/// Takes one permit.
+///
+/// KEYS[1] permits, KEYS[2] timeouts. ARGV[1] the permit's expiry (unix ms),
+/// ARGV[2] now (unix ms), ARGV[3] the permit id (16 bytes), ARGV[4] the channel,
+/// ARGV[5] `PUBLISH` or `SPUBLISH`. Reclaims expired permits first (publishing
+/// the count, as Redisson's acquire does). Returns 1 taken, `{0, ms}` none free
+/// and the first lease ends in `ms`, `{0}` none free and no lease ends (or the
+/// semaphore does not exist). A value that is no number is an error, left alone
+/// (one that is no integer fails at `DECR`, before anything is written).
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if value and not tonumber(value) then
+  return redis.error_reply('ERR not a semaphore count')
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], 0, ARGV[2])
+if #expired > 0 then
+  redis.call('ZREM', KEYS[2], unpack(expired))
+  value = redis.call('INCRBY', KEYS[1], #expired)
+  if value > 0 then redis.pcall(ARGV[5], ARGV[4], value) end
+end
+if value and tonumber(value) >= 1 then
+  redis.call('DECR', KEYS[1])
+  redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+  return 1
+end
+local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+if first[1] and tonumber(first[2]) < 922337203685477 then
+  return {0, tonumber(first[2]) - tonumber(ARGV[2])}
+end
+return {0}
+",
+    )
+});
+
+/// Gives one permit back: Redisson's `tryRelease`.
+///
+/// KEYS[1] permits, KEYS[2] timeouts. ARGV[1] the permit id, ARGV[2] now (unix
+/// ms), ARGV[3] the channel, ARGV[4] `PUBLISH` or `SPUBLISH`. A permit found is
+/// counted back and the new count published; returns 1 + the clients the message
+/// reached when the permit was still within its lease, 0 when it was not there
+/// or had expired (counted back all the same, as Redisson does).
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local expire = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not expire then return 0 end
+redis.call('ZREM', KEYS[2], ARGV[1])
+local value = redis.call('INCRBY', KEYS[1], 1)
+local heard = redis.pcall(ARGV[4], ARGV[3], value)
+if type(heard) ~= 'number' then heard = 0 end
+if tonumber(expire) <= tonumber(ARGV[2]) then return 0 end
+return 1 + heard
+",
+    )
+});
+
+/// Renews one permit: Redisson's `updateLeaseTime` for a permit within its lease.
+///
+/// KEYS[1] timeouts. ARGV[1] the permit id, ARGV[2] the new expiry (unix ms),
+/// ARGV[3] now (unix ms). Returns 1 renewed, 0 gone or expired.
+static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local expire = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not expire or tonumber(expire) <= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return 1
+",
+    )
+});
+
+static SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &admin::ADMIN];
+
+/// The semaphore's commands, for one client.
+#[derive(Debug)]
+pub(crate) struct SemaphoreBackend {
+    /// 16 hex digits naming the client: the first half of its permit ids.
+    tag: String,
+}
+
+impl SemaphoreBackend {
+    /// A backend for the client whose tag (16 hex digits) is `tag`.
+    pub(crate) fn new(tag: &str) -> Self {
+        Self {
+            tag: tag.to_owned(),
+        }
+    }
+
+    /// A permit id: the client's tag and 16 random hex digits.
+    fn new_id(&self) -> String {
+        use std::fmt::Write as _;
+        let mut id = String::with_capacity(32);
+        id.push_str(&self.tag);
+        let _ = write!(id, "{:016x}", fastrand::u64(..));
+        id
+    }
+}
+
+impl Backend for SemaphoreBackend {
+    fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
+        Ok(self.new_id())
+    }
+
+    fn acquire(
+        &self,
+        conn: &mut Conn,
+        keys: &Keys,
+        value: &str,
+        req: Request,
+    ) -> RedisResult<Acquire> {
+        let id = id_bytes(value)?;
+        let timeouts = timeouts(&keys.lock);
+        let now = now_millis();
+        let args = [
+            Arg::from("EVALSHA"),
+            ACQUIRE.get_hash().into(),
+            2.into(),
+            keys.lock.as_str().into(),
+            timeouts.as_str().into(),
+            expiry(now, req.ttl).into(),
+            now.into(),
+            Arg::Bytes(&id),
+            keys.channel.as_str().into(),
+            publish(conn).into(),
+        ];
+        let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
+        // 1 taken, `{0, ms}` busy until the first lease ends, `{0}` busy.
+        Ok(match reply {
+            Value::Int(1) => Acquire::Acquired { fence: None, acked },
+            Value::Array(busy) => match busy[..] {
+                [_, Value::Int(ms)] => Acquire::Busy {
+                    remaining: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                },
+                _ => Acquire::Busy { remaining: None },
+            },
+            other => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "semaphore acquire: unexpected reply",
+                    format!("{other:?}"),
+                )));
+            }
+        })
+    }
+
+    fn release(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        announce: Announce<'_>,
+        value: &str,
+        _maybe: &[String],
+    ) -> RedisResult<Freed> {
+        let id = id_bytes(value)?;
+        let timeouts = timeouts(key);
+        let args = [
+            Arg::from("EVALSHA"),
+            RELEASE.get_hash().into(),
+            2.into(),
+            key.into(),
+            timeouts.as_str().into(),
+            Arg::Bytes(&id),
+            now_millis().into(),
+            announce.channel.into(),
+            publish(conn).into(),
+        ];
+        let reply = with_scripts(conn, &SCRIPTS, |c| c.request(&args))?;
+        let n: i64 = redis::from_redis_value(reply)?;
+        Ok(Freed::from_reply(n))
+    }
+
+    fn extend_cmd(
+        &self,
+        key: &str,
+        value: &str,
+        _maybe: &[String],
+        ttl: Duration,
+    ) -> (redis::Cmd, String) {
+        let now = now_millis();
+        let mut cmd = redis::Cmd::with_capacity(7, 128);
+        cmd.arg("EVALSHA")
+            .arg(EXTEND.get_hash())
+            .arg(1)
+            .arg(timeouts(key))
+            .arg(&id_bytes(value).unwrap_or_default()[..])
+            .arg(expiry(now, ttl))
+            .arg(now);
+        (cmd, value.to_owned())
+    }
+
+    fn publishes(&self) -> bool {
+        true
+    }
+
+    fn channel(&self, lock: &str) -> String {
+        channel(lock)
+    }
+
+    fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
+        &SCRIPTS
+    }
+}
+
+/// `PUBLISH`, or `SPUBLISH` on a connection to a cluster with sharded pub/sub
+/// (Redisson's `getPublishCommand`).
+pub(crate) fn publish(conn: &Conn) -> &'static str {
+    if conn.sharded() {
+        "SPUBLISH"
+    } else {
+        "PUBLISH"
+    }
+}
+
+/// The unix time in milliseconds, the clock of the expiry scores.
+pub(crate) fn now_millis() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The score of a permit leased for `ttl` from `now`: kept below [`NO_LEASE`], so
+/// that a very long lease is never read as none.
+fn expiry(now: u64, ttl: Duration) -> u64 {
+    now.saturating_add(ttl_millis(ttl)).min(NO_LEASE - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permit_ids_are_the_client_tag_and_random_hex_and_round_trip_as_bytes() {
+        let b = SemaphoreBackend::new("0123456789abcdef");
+        let (a, c) = (b.new_id(), b.new_id());
+        assert_ne!(a, c);
+        for id in [a, c] {
+            assert_eq!(id.len(), 32);
+            assert!(id.starts_with("0123456789abcdef"));
+            assert_eq!(
+                uuid::Uuid::from_bytes(id_bytes(&id).unwrap())
+                    .simple()
+                    .to_string(),
+                id
+            );
+        }
+        assert!(id_bytes("xyz").is_err());
+        assert!(id_bytes("0123456789abcdef-0123456789abcde").is_err());
+    }
+
+    #[test]
+    fn expiries_stay_below_redissons_no_lease_score() {
+        assert_eq!(expiry(1_000, Duration::from_secs(1)), 2_000);
+        assert_eq!(expiry(1_000, Duration::MAX), NO_LEASE - 1);
+    }
+}
