@@ -34,8 +34,9 @@
 //! moving slot is answered failed (the lease stays valid as it was) and is tried
 //! again shortly, where the map then says.
 //!
-//! Layout: this file is [`Cluster`]: routing by slot and redirections; `slot_map.rs`
-//! the slot map and its `redlease-map` thread.
+//! Layout: this file is [`Cluster`]: routing by slot and redirections; `retry.rs`
+//! what a redirection or a down cluster asks for and how long it is waited out;
+//! `slot_map.rs` the slot map and its `redlease-map` thread.
 
 mod retry;
 mod slot_map;
