@@ -107,7 +107,7 @@ impl Floor {
 
 fn lock(server: &RedisServer, name: &str) -> ReadWriteLock {
     let client = LockClient::builder(server.url()).build().unwrap();
-    client.read_write(name).unwrap()
+    client.read_write_lock(name).unwrap()
 }
 
 /// Medians of `a` and `b`, sampled alternately so both see the same machine state.

@@ -11,7 +11,7 @@ use crate::lease::LeaseState;
 use crate::metrics::export::{self, Timer};
 use crate::metrics::{Counters, Metrics, bump};
 use crate::notify::Notifier;
-use crate::options::{LockOptions, Renewal, Settings, check_interval, check_ttl};
+use crate::options::{LockOptions, Renewal, Settings, Wait, check_interval, check_ttl};
 use crate::owner::{ClientId, SessionWrite};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
@@ -127,7 +127,7 @@ impl LockClient {
     /// [`Error::NotReplicated`] when [replica confirmation](crate::LockClientBuilder::replicas)
     /// is on and too few replicas acknowledged the lock (it was given back).
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
-        let acquired = self.acquire(key, &LockOptions::default(), None, true)?;
+        let acquired = self.acquire(key, &LockOptions::default(), Wait::InLine(None))?;
         // Without a deadline the wait ends only in a guard or an error.
         acquired.ok_or(Error::Shutdown)
     }
@@ -139,7 +139,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
-        self.acquire(key, &LockOptions::default(), Some(Instant::now()), false)
+        self.acquire(key, &LockOptions::default(), Wait::Once)
     }
 
     /// Acquires the lock on `key`, waiting at most `wait`.
@@ -150,7 +150,7 @@ impl LockClient {
     /// As [`lock`](Self::lock).
     pub fn try_lock_for(&self, key: &str, wait: Duration) -> Result<Option<LockGuard>> {
         let deadline = Instant::now().checked_add(wait);
-        self.acquire(key, &LockOptions::default(), deadline, true)
+        self.acquire(key, &LockOptions::default(), Wait::InLine(deadline))
     }
 
     /// Acquires the lock on `key`, waiting until `deadline` at most.
@@ -158,7 +158,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.acquire(key, &LockOptions::default(), Some(deadline), true)
+        self.acquire(key, &LockOptions::default(), Wait::InLine(Some(deadline)))
     }
 
     /// Acquires the lock on `key` with per-call options.
@@ -171,13 +171,8 @@ impl LockClient {
     /// As [`lock`](Self::lock); [`Error::Config`] for an out-of-range option;
     /// [`Error::Cancelled`] when the wait was cancelled.
     pub fn lock_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        let now = Instant::now();
-        let by_wait = opts.wait.and_then(|w| now.checked_add(w));
-        let deadline = match (by_wait, opts.deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.acquire(key, opts, deadline, true)
+        let deadline = opts.deadline_from(Instant::now());
+        self.acquire(key, opts, Wait::InLine(deadline))
     }
 
     /// Runs `f` while holding the lock on `key`, then releases it.
@@ -191,12 +186,7 @@ impl LockClient {
     pub fn with_lock<R>(&self, key: &str, f: impl FnOnce() -> R) -> Result<R> {
         let guard = self.lock(key)?;
         let out = f();
-        let key = guard.key().to_owned();
-        if guard.unlock()?.was_held() {
-            Ok(out)
-        } else {
-            Err(Error::LockLost { key })
-        }
+        guard.finish(out)
     }
 
     /// A snapshot of this client's counters.
@@ -220,16 +210,16 @@ impl LockClient {
         self.inner.renewer.sync();
     }
 
-    /// Acquires `key`; a Redis failure names the call, the key and the limit.
+    /// Acquires `key`, waiting as `wait` says; a Redis failure names the call,
+    /// the key and the limit.
     pub(crate) fn acquire(
         &self,
         key: &str,
         opts: &LockOptions,
-        deadline: Option<Instant>,
-        fair: bool,
+        wait: Wait,
     ) -> Result<Option<LockGuard>> {
         let began = Timer::start();
-        let out = self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+        let out = self.acquire_loop(key, opts, wait).map_err(|e| {
             let key = format!("{}{key}", self.inner.settings.key_prefix);
             let limits = self.inner.hub.topology.subscriber(0).limits();
             e.during(Operation::Acquire, &key, limits)
@@ -239,13 +229,9 @@ impl LockClient {
         out
     }
 
-    fn acquire_loop(
-        &self,
-        key: &str,
-        opts: &LockOptions,
-        deadline: Option<Instant>,
-        fair: bool,
-    ) -> Result<Option<LockGuard>> {
+    fn acquire_loop(&self, key: &str, opts: &LockOptions, wait: Wait) -> Result<Option<LockGuard>> {
+        // `in_line`: whether this call queues behind this client's callers of the key.
+        let (deadline, in_line) = wait.bounds();
         let hub = &*self.inner.hub;
         let plan = self.plan(opts)?;
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
@@ -274,7 +260,7 @@ impl LockClient {
         let mut next = Next::Attempt;
         // A reentrant owner may hold the lock already: it tries before queueing, or
         // it would wait behind callers that wait for it.
-        let queue_first = fair && arrival.crowded() && !plan.backend.reentrant();
+        let queue_first = in_line && arrival.crowded() && !plan.backend.reentrant();
         if queue_first && deadline.is_none_or(|d| d > Instant::now()) {
             next = slot
                 .insert(WaitSlot::new(hub, waiter(), &keys, cancel, want))
@@ -294,7 +280,7 @@ impl LockClient {
             }
             if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
                 return Err(Error::Cancelled {
-                    key: keys.lock.clone(),
+                    key: keys.lock.as_str().into(),
                 });
             }
             let will_wait = deadline.is_none_or(|d| d > Instant::now());

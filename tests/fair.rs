@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, FairLock, LockClient, Release};
+use redlease::{Error, FairLock, LockClient, LockFormat, Release};
 use support::redisson_fair::{RedissonFair, now_ms, prefix_name};
 use support::{Masters, RedisServer, eventually};
 
@@ -165,8 +165,12 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     let lock = fair(&server);
     server.query::<()>(redis::cmd("SET").arg(FULL).arg("rl1:someone"));
     match lock.try_lock() {
-        Err(Error::NotFairLock { name, found }) => {
-            assert_eq!(&*name, FULL);
+        Err(Error::WrongFormat {
+            key,
+            expected,
+            found,
+        }) => {
+            assert_eq!((&*key, expected), (FULL, LockFormat::Fair));
             assert!(found.contains("string"), "{found}");
         }
         other => panic!("{other:?}"),
@@ -176,10 +180,18 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     server.query::<()>(redis::cmd("DEL").arg(FULL));
     let q = prefix_name("redisson_lock_queue", FULL);
     server.query::<()>(redis::cmd("SET").arg(&q).arg("x"));
-    assert!(matches!(
-        lock.try_lock_for(Duration::from_millis(200)),
-        Err(Error::NotFairLock { .. })
-    ));
+    match lock.try_lock_for(Duration::from_millis(200)) {
+        Err(Error::WrongFormat {
+            key,
+            expected,
+            found,
+        }) => {
+            // The queue holds it; the error names the lock's key.
+            assert_eq!((&*key, expected), (FULL, LockFormat::Fair));
+            assert!(found.contains("string"), "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
     let v: String = server.query(redis::cmd("GET").arg(&q));
     assert_eq!(v, "x");
     let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
@@ -190,7 +202,13 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
 fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
     let masters = Masters::start(3);
     let client = LockClient::redlock(masters.urls()).build().unwrap();
-    assert!(matches!(client.fair_lock(NAME), Err(Error::Config { .. })));
+    assert!(matches!(
+        client.fair_lock(NAME),
+        Err(Error::Unsupported {
+            what: "a fair lock",
+            by: "redlock"
+        })
+    ));
     let server = RedisServer::start();
     let lock = fair(&server);
     let fenced = redlease::LockOptions::default().fencing(true);
@@ -200,7 +218,7 @@ fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
             .build()
             .unwrap()
             .fair_lock(""),
-        Err(Error::InvalidKey { .. })
+        Err(Error::Invalid { .. })
     ));
 }
 

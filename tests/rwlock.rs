@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockClientBuilder, LockOptions, ReadWriteLock, Release};
+use redlease::{
+    Error, LockClient, LockClientBuilder, LockFormat, LockOptions, ReadWriteLock, Release,
+};
 use support::redisson_rwlock::RedissonRwLock;
 use support::{Masters, RedisServer, eventually};
 
@@ -26,7 +28,11 @@ fn builder(server: &RedisServer) -> LockClientBuilder {
 }
 
 fn rwlock(server: &RedisServer) -> ReadWriteLock {
-    builder(server).build().unwrap().read_write(NAME).unwrap()
+    builder(server)
+        .build()
+        .unwrap()
+        .read_write_lock(NAME)
+        .unwrap()
 }
 
 fn mode(server: &RedisServer) -> Option<String> {
@@ -85,7 +91,7 @@ fn a_reader_asking_to_write_is_refused_at_once_and_a_writer_may_read() {
     let r = lock.read().unwrap();
     let asked = Instant::now();
     match lock.write() {
-        Err(Error::ReadHeld { name }) => assert_eq!(&*name, FULL),
+        Err(Error::ReadHeld { key }) => assert_eq!(&*key, FULL),
         other => panic!("expected ReadHeld, got {other:?}"),
     }
     assert!(
@@ -176,7 +182,7 @@ fn a_write_release_wakes_every_waiting_reader_at_once() {
         .backoff(Duration::from_secs(3), Duration::from_secs(6))
         .build()
         .unwrap()
-        .read_write(NAME)
+        .read_write_lock(NAME)
         .unwrap();
     let w = writer.write().unwrap();
     let holding = AtomicUsize::new(0);
@@ -273,7 +279,7 @@ fn holds_are_renewed_past_their_ttl() {
         .ttl(Duration::from_secs(1))
         .build()
         .unwrap();
-    let lock = client.read_write(NAME).unwrap();
+    let lock = client.read_write_lock(NAME).unwrap();
     let r = lock.read().unwrap();
     let key = format!("{{{FULL}}}:{}:rwlock_timeout:1", r.field());
     let start = Instant::now();
@@ -331,24 +337,29 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
     for (name, write, found) in cases {
         let _: () = server.query(&write);
         let dump: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
-        let lock = client.read_write(name).unwrap();
+        let lock = client.read_write_lock(name).unwrap();
         for result in [lock.try_read().map(|_| ()), lock.try_write().map(|_| ())] {
             match result {
-                Err(Error::NotReadWriteLock { name: n, found: f }) => {
-                    assert_eq!(&*n, format!("lock:{name}"));
+                Err(Error::WrongFormat {
+                    key,
+                    expected,
+                    found: f,
+                }) => {
+                    assert_eq!(&*key, format!("lock:{name}"));
+                    assert_eq!(expected, LockFormat::ReadWrite);
                     assert!(f.starts_with(found), "{f}");
                 }
-                other => panic!("{name}: expected NotReadWriteLock, got {other:?}"),
+                other => panic!("{name}: expected WrongFormat, got {other:?}"),
             }
         }
         let after: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
         assert_eq!(dump, after, "{name} left as it was");
     }
     assert!(matches!(
-        client.read_write(""),
-        Err(Error::InvalidKey { .. })
+        client.read_write_lock(""),
+        Err(Error::Invalid { .. })
     ));
-    let lock = client.read_write(NAME).unwrap();
+    let lock = client.read_write_lock(NAME).unwrap();
     let fenced = LockOptions::new().fencing(true);
     assert!(matches!(lock.read_with(&fenced), Err(Error::Config { .. })));
     assert!(matches!(
@@ -361,7 +372,13 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
 fn redlock_refuses_a_read_write_lock() {
     let masters = Masters::start(3);
     let client = LockClient::redlock(masters.urls()).build().unwrap();
-    assert!(matches!(client.read_write(NAME), Err(Error::Config { .. })));
+    assert!(matches!(
+        client.read_write_lock(NAME),
+        Err(Error::Unsupported {
+            what: "a read-write lock",
+            by: "redlock"
+        })
+    ));
 }
 
 #[test]
@@ -390,7 +407,7 @@ fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
             .backoff(Duration::from_secs(10), Duration::from_secs(10))
             .build()
             .unwrap()
-            .read_write(NAME)
+            .read_write_lock(NAME)
             .unwrap()
     };
     let (a, b) = (slow(&url), slow(&url));
@@ -426,7 +443,7 @@ fn a_cluster_serves_readers_and_a_woken_writer_on_the_names_slot() {
             .key_prefix("lock:")
             .build()
             .unwrap()
-            .read_write(NAME)
+            .read_write_lock(NAME)
             .unwrap()
     };
     let (a, b) = (lock(), lock());
