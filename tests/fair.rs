@@ -160,6 +160,61 @@ fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
 }
 
 #[test]
+fn try_lock_until_gives_up_at_its_deadline_and_takes_the_lock_released_before_it() {
+    let server = RedisServer::start();
+    let (a, b) = (fair(&server), fair(&server));
+    assert_eq!(
+        (b.name(), b.key()),
+        (NAME, FULL),
+        "name as passed, key prefixed"
+    );
+    let held = a.try_lock().unwrap().expect("free");
+    let deadline = Instant::now() + Duration::from_millis(300);
+    assert!(b.try_lock_until(deadline).unwrap().is_none(), "held");
+    assert!(Instant::now() >= deadline, "waited until its deadline");
+    assert!(
+        queue(&server).is_empty(),
+        "it left the queue when it gave up"
+    );
+    let (b2, deadline) = (b.clone(), Instant::now() + BOUND);
+    let waiter = thread::spawn(move || {
+        let guard = b2
+            .try_lock_until(deadline)
+            .unwrap()
+            .expect("released in time");
+        let at = Instant::now();
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+        at
+    });
+    assert!(eventually(BOUND, || queue(&server).len() == 1), "queued");
+    let released = Instant::now();
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    assert!(
+        waiter.join().unwrap() >= released,
+        "took it after the release"
+    );
+    assert!(queue(&server).is_empty());
+}
+
+#[test]
+fn with_lock_runs_the_closure_under_the_lock_and_releases_it() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let out = lock
+        .with_lock(|| server.query::<u64>(redis::cmd("EXISTS").arg(FULL)))
+        .unwrap();
+    assert_eq!(out, 1, "held while the closure ran");
+    let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0, "released after it");
+    // A lock lost while the closure ran: its result is not returned.
+    let lost = lock.with_lock(|| server.query::<()>(redis::cmd("DEL").arg(FULL)));
+    match lost {
+        Err(Error::LockLost { key }) => assert_eq!(&*key, FULL),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     let server = RedisServer::start();
     let lock = fair(&server);

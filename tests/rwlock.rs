@@ -369,6 +369,87 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
 }
 
 #[test]
+fn with_read_and_with_write_run_the_closure_under_the_hold_and_release_it() {
+    let server = RedisServer::start();
+    let lock = rwlock(&server);
+    assert_eq!(
+        (lock.name(), lock.key()),
+        (NAME, FULL),
+        "name as passed, key prefixed"
+    );
+    let seen = lock.with_read(|| mode(&server)).unwrap();
+    assert_eq!(seen.as_deref(), Some("read"), "read while the closure ran");
+    assert_eq!(mode(&server), None, "released after it");
+    let seen = lock.with_write(|| mode(&server)).unwrap();
+    assert_eq!(
+        seen.as_deref(),
+        Some("write"),
+        "written while the closure ran"
+    );
+    assert_eq!(mode(&server), None, "released after it");
+    // A hold lost while the closure ran: its result is not returned.
+    for lost in [
+        lock.with_read(|| server.query::<()>(redis::cmd("DEL").arg(FULL))),
+        lock.with_write(|| server.query::<()>(redis::cmd("DEL").arg(FULL))),
+    ] {
+        match lost {
+            Err(Error::LockLost { key }) => assert_eq!(&*key, FULL),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn every_primitive_names_a_key_of_another_format_with_one_error() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    let _: () = server.query(redis::cmd("RPUSH").arg("lock:list").arg("a"));
+    let cases = [
+        (
+            LockFormat::Fair,
+            client.fair_lock("list").unwrap().try_lock().map(|_| ()),
+        ),
+        (
+            LockFormat::ReadWrite,
+            client
+                .read_write_lock("list")
+                .unwrap()
+                .try_read()
+                .map(|_| ()),
+        ),
+        (
+            LockFormat::ReadWrite,
+            client
+                .read_write_lock("list")
+                .unwrap()
+                .try_write()
+                .map(|_| ()),
+        ),
+        (
+            LockFormat::Semaphore,
+            client.semaphore("list").unwrap().try_acquire().map(|_| ()),
+        ),
+    ];
+    for (asked, result) in cases {
+        let err = result.unwrap_err();
+        match &err {
+            Error::WrongFormat {
+                key,
+                expected,
+                found,
+            } => assert_eq!((&**key, *expected, *found), ("lock:list", asked, "a list")),
+            other => panic!("{asked}: expected WrongFormat, got {other:?}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            format!("`lock:list` holds a list, not {asked}")
+        );
+    }
+    let left: Vec<String> = server.query(redis::cmd("LRANGE").arg("lock:list").arg(0).arg(-1));
+    assert_eq!(left, ["a"], "left as it was");
+}
+
+#[test]
 fn redlock_refuses_a_read_write_lock() {
     let masters = Masters::start(3);
     let client = LockClient::redlock(masters.urls()).build().unwrap();

@@ -336,6 +336,36 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
 }
 
 #[test]
+fn with_permit_runs_the_closure_on_a_permit_and_a_forced_release_by_id_ends_it() {
+    let server = RedisServer::start();
+    let sem = semaphore(&server);
+    assert_eq!(
+        (sem.name(), sem.key()),
+        (NAME, FULL),
+        "name as passed, key prefixed"
+    );
+    sem.ensure_permits(2).unwrap();
+    let inside = sem.with_permit(|| free(&server)).unwrap();
+    assert_eq!(inside, 1, "one permit taken while the closure ran");
+    assert_eq!(free(&server), 2, "given back after it");
+    // Another client forces the release of the permit by its id, while the
+    // closure runs: the closure's result is not returned.
+    let other = semaphore(&server);
+    let lost = sem.with_permit(|| {
+        let ids = held(&server);
+        assert_eq!(ids.len(), 1);
+        let id: String = ids[0].0.iter().map(|b| format!("{b:02x}")).collect();
+        other.release_by_id(&id).unwrap()
+    });
+    match lost {
+        Err(Error::LockLost { key }) => assert_eq!(&*key, FULL),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(free(&server), 2, "counted back once");
+    assert!(held(&server).is_empty());
+}
+
+#[test]
 fn a_wait_ends_at_its_deadline_and_on_cancel() {
     let server = RedisServer::start();
     let sem = semaphore(&server);
