@@ -120,7 +120,7 @@ impl LockClient {
     /// in the background per the client's [`Renewal`] policy.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] when Redis fails or
+    /// [`Error::Invalid`] for an empty key, [`Error::Redis`] when Redis fails or
     /// does not answer within the configured timeouts (the lock may then have been
     /// taken: redlease removes it in the background),
     /// [`Error::Shutdown`] when the client is [closed](Self::close),
@@ -229,9 +229,9 @@ impl LockClient {
         out
     }
 
-    fn acquire_loop(&self, key: &str, opts: &LockOptions, wait: Wait) -> Result<Option<LockGuard>> {
+    fn acquire_loop(&self, key: &str, opts: &LockOptions, how: Wait) -> Result<Option<LockGuard>> {
         // `in_line`: whether this call queues behind this client's callers of the key.
-        let (deadline, in_line) = wait.bounds();
+        let (deadline, in_line) = how.bounds();
         let hub = &*self.inner.hub;
         let plan = self.plan(opts)?;
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;

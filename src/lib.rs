@@ -196,8 +196,12 @@
 //! `redis` or `r2d2` as [`source`](std::error::Error::source). [`Error::Permission`]
 //! names what a Redis ACL refuses; `build()` checks that before any lock is taken
 //! (README: the minimal ACL rule). Bad input ([`Error::Config`],
-//! [`Error::InvalidKey`]) never panics. Neither `Display` nor `Debug` ever shows a
-//! URL's password.
+//! [`Error::Invalid`]) never panics. A fair lock, read-write lock or semaphore
+//! whose key holds another format gets one [`Error::WrongFormat`] naming the key,
+//! the [`LockFormat`] asked for and what it found, and writes nothing; a
+//! deployment that cannot hold one (Redlock) refuses it with
+//! [`Error::Unsupported`]. Neither `Display` nor `Debug` ever shows a URL's
+//! password.
 //!
 //! # Interoperability
 //!
@@ -205,9 +209,16 @@
 //! redlock-rs, the reentrant scheme Redisson's `RLock`, so they and redlease exclude
 //! (and Redisson and redlease wake) each other on the same key. A [`Semaphore`]
 //! ([`LockClient::semaphore`]) is Redisson's `RPermitExpirableSemaphore`: N permits
-//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A [`FairLock`]
+//! shared with Redisson clients, each a lease held by a [`PermitGuard`]. A
+//! [`ReadWriteLock`] ([`LockClient::read_write_lock`]) is Redisson's `RReadWriteLock`,
+//! held by a [`ReadGuard`] or [`WriteGuard`]. A [`FairLock`]
 //! ([`LockClient::fair_lock`]) is Redisson's `RFairLock`: one queue in arrival order for
-//! redlease and Redisson waiters, whose calls return a [`LockGuard`]. A key holding another
+//! redlease and Redisson waiters, whose calls return a [`LockGuard`]. Each offers the
+//! lock's whole family (`x`, `try_x`, `try_x_for`, `try_x_until`, `x_with`, and a
+//! closure form: `with_lock`, `with_read`, `with_write`, `with_permit`), and each
+//! guard `key()`, `is_held()`, `lost()`, `valid_until()`, `check()`, `extend()` and
+//! `unlock()`; a handle's `name()` is the name as passed, its `key()` the name with
+//! the client's prefix. A key holding another
 //! type or another scheme's value is treated as held, never overwritten.
 //! [`LockClientBuilder::replicas`] confirms acquisitions on replicas with `WAIT`.
 //!
