@@ -54,7 +54,8 @@ pub struct LockOptions {
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) replicas: Option<(u32, Duration)>,
-    /// Set by a primitive that is not a lock (a semaphore): its format.
+    /// Set by a named primitive (a fair lock, read-write lock or semaphore, through
+    /// its handle): its format.
     pub(crate) backend: Option<Arc<dyn Backend>>,
 }
 
