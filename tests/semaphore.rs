@@ -354,7 +354,10 @@ fn with_permit_runs_the_closure_on_a_permit_and_a_forced_release_by_id_ends_it()
     let lost = sem.with_permit(|| {
         let ids = held(&server);
         assert_eq!(ids.len(), 1);
-        let id = uuid::Uuid::from_slice(&ids[0].0).unwrap().simple().to_string();
+        let id = uuid::Uuid::from_slice(&ids[0].0)
+            .unwrap()
+            .simple()
+            .to_string();
         other.release_by_id(&id).unwrap()
     });
     match lost {
