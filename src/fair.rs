@@ -45,10 +45,12 @@ impl LockClient {
 /// Made by [`LockClient::fair_lock`]. Cheap to clone. A hold belongs to the
 /// client and the calling thread (Redisson's `<uuid>:<thread id>`), which may
 /// lock again while it holds it. A waiter queues once, on its first busy
-/// attempt, and keeps its place while it lives: each of its attempts (at least
-/// one a second) extends its entry; an entry not extended for 4 s is dropped
-/// by the next attempt of any waiter, which wakes the new head. Its calls
-/// return the [`LockGuard`] of any lock (without a [`fence`](LockGuard::fence)).
+/// attempt, and keeps its place while it lives, whichever side (redlease or
+/// Redisson) acquires before it: each of its attempts (at least one a second)
+/// extends its entry, scored as Redisson's arithmetic expects; an entry not
+/// extended for 4 s is dropped by the next attempt of any redlease waiter,
+/// which wakes the new head. Its calls return the [`LockGuard`] of any lock
+/// (without a [`fence`](LockGuard::fence)).
 #[derive(Clone)]
 pub struct FairLock {
     handle: Handle,

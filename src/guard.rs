@@ -64,6 +64,10 @@ impl LockGuard {
     /// a downstream system and have that system reject a token lower than the
     /// highest it has seen. This is what keeps a holder that was paused past its
     /// lease from overwriting the work of the next holder.
+    ///
+    /// Not consecutive: a fence is at least the Redis server's clock in
+    /// microseconds since the Unix epoch, so that a failover which lost the last
+    /// increments of the counter still gives higher fences (see the crate docs).
     pub fn fence(&self) -> Option<u64> {
         self.fence
     }

@@ -38,10 +38,14 @@
 //! [`Scheme::Token`] (the default) stores `SET key rl1:<tag><random> NX PX <ttl>` (the
 //! client's [`ClientTag`] and 64 random bits, 32 hex digits in all); release is a
 //! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
-//! extend a lock they do not hold. With fencing, the acquire script also `INCR`s the
-//! key prefix's one counter, `<prefix>redlease:fence`, in the same atomic step:
-//! [`LockGuard::fence`] is strictly increasing per key (and across the prefix's keys),
-//! and a million lock names still leave one counter. Pass it to downstream systems
+//! extend a lock they do not hold. With fencing, the acquire script also takes a fence
+//! from the key prefix's one counter, `<prefix>redlease:fence`, in the same atomic
+//! step: one more than the counter and at least the server's clock in microseconds
+//! (`TIME`), so fences keep rising across a failover that lost the counter's last
+//! increments (as long as the two servers' clocks agree to within the failover's
+//! time). [`LockGuard::fence`] is strictly increasing per key (and across the
+//! prefix's keys), large (about 1.8 × 10¹⁵) and not consecutive, and a million lock
+//! names still leave one counter. Pass it to downstream systems
 //! and have them reject lower fences: that is what makes a paused, expired holder
 //! harmless. Lock names starting with `redlease:` are reserved.
 //!

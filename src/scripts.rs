@@ -48,21 +48,67 @@ end
 pub(crate) static TOKEN_MARK: LazyLock<Script> =
     LazyLock::new(|| Script::new(&format!("{}return t\n", *MARK)));
 
+/// Takes the next fencing token from the counter KEYS[2] into the script's local
+/// `fence`: one more than the counter, and at least the server's clock in
+/// microseconds since the Unix epoch (`TIME`), stored back in the counter. A Lua
+/// fragment written in place in every script that takes a fence (see [`MARK`] for
+/// why not a function); the script declares `local fence` before it.
+///
+/// The counter alone is kept on the master only as far as it has replicated: a
+/// failover to a replica that missed the last increments would hand out their
+/// values again. The clock floor rules that out at no extra round trip: the new
+/// master's clock has moved past every fence the old one gave out, as long as the
+/// two servers' clocks differ by less than the time from the old master's last
+/// fence to the new master's first (a failover takes seconds). Within one server,
+/// more than one fence per microsecond is not possible (a script takes longer), so
+/// the counter follows the clock; a counter set ahead of the clock (by another
+/// client's `INCR`, or a clock stepped back) keeps counting by one from there.
+/// Values stay below 2^53 (about 1.8e15 today, 9e15 in the year 2255), exact in
+/// Lua's numbers.
+///
+/// `fence` becomes the error table when a command fails (an ACL that denies
+/// `INCR`, `TIME` or `SET`): the script undoes its write and returns it. `TIME`
+/// before a write needs effect replication: Redis 5 and later replicate scripts
+/// that way; [`EFFECTS`] asks an older one for it.
+pub(crate) const FENCE: &str = r"
+fence = redis.pcall('INCR', KEYS[2])
+if type(fence) == 'number' then
+  local now = redis.pcall('TIME')
+  if now.err then
+    fence = now
+  else
+    now = now[1] * 1000000 + now[2]
+    if fence < now then
+      local set = redis.pcall('SET', KEYS[2], string.format('%.0f', now))
+      if set.err then fence = set else fence = now end
+    end
+  end
+end
+";
+
+/// The first line of every script that takes a fence: a server older than 5.0
+/// replicates a script's effects, not the script, only when asked before its
+/// first write (later ones always do; a server without the call is not asked).
+pub(crate) const EFFECTS: &str =
+    "if redis.replicate_commands then redis.replicate_commands() end\n";
+
 /// Token acquire with a fencing token.
 ///
 /// KEYS[1] lock key, KEYS[2] fence counter. ARGV[1] token, ARGV[2] TTL in ms,
 /// ARGV[3] `1` to mark a redlease holder's token when busy (the caller will wait,
 /// see [`TOKEN_MARK`]).
 /// Returns `{1, fence}` when acquired, `{0, pttl}` when busy (`pttl` is the holder's
-/// remaining time, -1 when the key has no TTL). The `INCR` runs in the same atomic
-/// step as the `SET`, so fences are strictly increasing in acquisition order. A
-/// failed `INCR` (an ACL that denies it) deletes the token again before the error
-/// is returned: a script is not rolled back, and nobody would release that lock.
+/// remaining time, -1 when the key has no TTL). The fence ([`FENCE`]) is taken in
+/// the same atomic step as the `SET`, so fences are strictly increasing in
+/// acquisition order. A failed fence (an ACL that denies a command of it) deletes
+/// the token again before the error is returned: a script is not rolled back, and
+/// nobody would release that lock.
 pub(crate) static TOKEN_ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        r"
+        r"{EFFECTS}
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.pcall('INCR', KEYS[2])
+  local fence
+{FENCE}
   if type(fence) == 'table' then
     redis.call('DEL', KEYS[1])
     return fence
@@ -166,18 +212,19 @@ return 1
 /// `GETSET` returns the very expired value it read, and this script replaces that
 /// value before any other command runs. Whoever replaces it first wins; the other
 /// sees a fresh, unexpired value (our `GET`) or not the value it read (its `GETSET`).
-/// A failed `PEXPIRE` or `INCR` after the write (an ACL that denies it) deletes our
-/// value again before the error is returned, as in [`TOKEN_ACQUIRE_FENCED`].
+/// A failed `PEXPIRE` or fence ([`FENCE`]) after the write (an ACL that denies it)
+/// deletes our value again before the error is returned, as in
+/// [`TOKEN_ACQUIRE_FENCED`].
 pub(crate) static LEGACY_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{EFFECTS}
 if redis.call('SETNX', KEYS[1], ARGV[1]) == 0 then
   local v = redis.pcall('GET', KEYS[1])
   if type(v) ~= 'string' or #v > 18 or not string.find(v, '^%-?%d+$') then
-    return {0, -1}
+    return {{0, -1}}
   end
   local left = tonumber(v) - tonumber(ARGV[2])
-  if left >= 0 then return {0, math.min(left + 1, 1e15)} end
+  if left >= 0 then return {{0, math.min(left + 1, 1e15)}} end
   redis.call('SET', KEYS[1], ARGV[1])
 end
 if ARGV[3] ~= '0' then
@@ -187,15 +234,16 @@ if ARGV[3] ~= '0' then
     return set
   end
 end
-if ARGV[4] ~= '1' then return {1, 0} end
-local fence = redis.pcall('INCR', KEYS[2])
+if ARGV[4] ~= '1' then return {{1, 0}} end
+local fence
+{FENCE}
 if type(fence) == 'table' then
   redis.call('DEL', KEYS[1])
   return fence
 end
-return {1, fence}
-",
-    )
+return {{1, fence}}
+"
+    ))
 });
 
 /// Legacy timestamp extend (also the renewal): compare-and-set to a later expiry.
@@ -226,27 +274,31 @@ return 1
 /// holder's token, ARGV[3] its TTL in ms, ARGV[4] `1` to take a fence for it.
 /// Returns `{1, fence}` handed over, `{0, 0}` our lock was gone, `{-1, 0}` someone
 /// else's value is there. Compare and replace are one atomic step, so the lock is
-/// held by exactly one of the two tokens at every moment. The fence is taken before
-/// the write, so a failed `INCR` (an ACL that denies it) leaves the lock as it was.
+/// held by exactly one of the two tokens at every moment. The fence ([`FENCE`]) is
+/// taken before the write, so a failed one (an ACL that denies a command of it)
+/// leaves the lock as it was.
 /// A waiter's mark on our token passes to the new one: that waiter still waits.
 pub(crate) static TOKEN_HANDOFF: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{EFFECTS}
 local v = redis.pcall('GET', KEYS[1])
-if v == false then return {0, 0} end
-if type(v) == 'table' then return {-1, 0} end
+if v == false then return {{0, 0}} end
+if type(v) == 'table' then return {{-1, 0}} end
 local new = ARGV[2]
 if v == ARGV[1] .. '+' then
   new = new .. '+'
 elseif v ~= ARGV[1] then
-  return {-1, 0}
+  return {{-1, 0}}
 end
 local fence = 0
-if ARGV[4] == '1' then fence = redis.call('INCR', KEYS[2]) end
+if ARGV[4] == '1' then
+{FENCE}
+  if type(fence) == 'table' then return fence end
+end
 redis.call('SET', KEYS[1], new, 'PX', ARGV[3])
-return {1, fence}
-",
-    )
+return {{1, fence}}
+"
+    ))
 });
 
 /// Whether a reply says the server does not know the script (after a restart or

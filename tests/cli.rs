@@ -192,15 +192,24 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
         env.display(),
         go.display()
     );
-    for fence in ["1", "2"] {
+    let mut last = 0;
+    for _ in 0..2 {
+        let floor = server.clock_micros();
         let child = run_sh(&server, &["--prefix", "p:", "--fence"], "job", &script)
             .spawn()
             .unwrap();
         assert!(eventually(STARTUP, || has_line(&env)));
-        assert_eq!(
-            fs::read_to_string(&env).unwrap(),
-            format!("p:job {fence}\n")
+        let line = fs::read_to_string(&env).unwrap();
+        let fence: u64 = line
+            .strip_prefix("p:job ")
+            .and_then(|f| f.trim_end().parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        // Rising, and at least the server's clock in microseconds.
+        assert!(
+            fence > last && fence >= floor,
+            "{fence} after {last}, clock {floor}"
         );
+        last = fence;
         // Held while the command runs: a token with a TTL, seen by `inspect` (given
         // the prefix, whose fence counter it reads).
         let url = server.url();
@@ -212,7 +221,7 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
         assert_eq!(held["key"], "p:job", "{held}");
         assert_eq!(held["format"], "token", "{held}");
         assert!(held["pttl_ms"].as_u64().unwrap() > 0, "{held}");
-        assert_eq!(held["fence"].to_string(), fence, "{held}");
+        assert_eq!(held["fence"].as_u64(), Some(fence), "{held}");
         fs::write(&go, "").unwrap();
         let out = finish(child);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -730,7 +739,7 @@ fn cluster_runs_a_fenced_command_on_the_keys_master() {
     let owner = &cluster.nodes[cluster.owner(cluster.slot("job:7"))];
     // While the command runs, the key is held on the master of its slot, with a fence.
     let script = format!(
-        "test \"$(redis-cli -p {} exists job:7)\" = 1 && test \"$REDLEASE_FENCE\" = 1",
+        "test \"$(redis-cli -p {} exists job:7)\" = 1 && test \"$REDLEASE_FENCE\" -gt 1000000000000000",
         owner.port()
     );
     let mut run = args.clone();

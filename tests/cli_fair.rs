@@ -78,3 +78,65 @@ fn a_queued_run_killed_with_sigkill_delays_the_next_waiter_by_under_6_s() {
     assert!(delay <= Duration::from_secs(6), "held up {delay:?}");
     eprintln!("FIGURE next waiter took it {delay:?} after the release (killed run queued first)");
 }
+
+#[test]
+fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() {
+    use support::fair_queue::{Turns, await_queued, queue_len, queue_ours, queue_redisson};
+    use support::redisson_fair::RedissonFair;
+    const SECTION: Duration = Duration::from_millis(100);
+    let server = RedisServer::start();
+    let url = server.url();
+    let ours = || {
+        LockClient::builder(url.as_str())
+            .build()
+            .unwrap()
+            .fair_lock("job")
+            .unwrap()
+    };
+    let mut holder = RedissonFair::new(&server);
+    assert_eq!(
+        holder.attempt("job"),
+        None,
+        "free: the Redisson holder takes it"
+    );
+    let turns = Turns::default();
+    // Ours and Redisson's in turn; the third, a `redlease run --fair`, dies queued.
+    let mut waiters = vec![
+        queue_ours(&server, "job", &ours(), 0, SECTION, &turns, HUNG),
+        queue_redisson(&server, "job", 1, SECTION, &turns, HUNG),
+    ];
+    let mut doomed = redlease(&["run", "--url", &url, "--fair", "job", "--", "true"])
+        .spawn()
+        .unwrap();
+    await_queued(&server, "job", 3, HUNG, "the run");
+    waiters.push(queue_redisson(&server, "job", 3, SECTION, &turns, HUNG));
+    waiters.push(queue_ours(
+        &server,
+        "job",
+        &ours(),
+        4,
+        SECTION,
+        &turns,
+        HUNG,
+    ));
+    waiters.push(queue_redisson(&server, "job", 5, SECTION, &turns, HUNG));
+    // The holder's section goes on past every waiter's first wait (Redisson's
+    // waiters then wait for their wake-up only); the run dies at its end, its
+    // entry as fresh as it gets.
+    std::thread::sleep(Duration::from_secs(5));
+    doomed.kill().unwrap(); // SIGKILL: no cleanup runs
+    doomed.wait().unwrap();
+    let released = std::time::Instant::now();
+    assert_eq!(holder.unlock("job"), Some(1));
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(turns.order(), vec![0, 1, 3, 4, 5], "arrival order");
+    let (gap, who) = turns.worst_gap(released);
+    eprintln!("FIGURE after a killed run: longest release-to-turn gap {gap:?} (waiter {who})");
+    assert!(
+        gap <= Duration::from_secs(6),
+        "waiter {who} woken {gap:?} after its predecessor's release"
+    );
+    assert_eq!(queue_len(&server, "job"), 0);
+}

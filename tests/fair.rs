@@ -13,6 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, FairLock, LockClient, LockFormat, Release};
+use support::fair_queue::{Turns, queue_ours, queue_redisson};
 use support::redisson_fair::{RedissonFair, now_ms, prefix_name};
 use support::{Masters, RedisServer, eventually};
 
@@ -116,25 +117,34 @@ fn a_redisson_waiter_queues_with_ours_and_they_wake_each_other() {
     assert_eq!(*order.lock(), vec![1, 2]);
 }
 
-#[test]
-fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
-    let server = RedisServer::start();
-    let lock = fair(&server);
-    let held = lock.try_lock().unwrap().expect("free");
-    // What a redlease waiter that died just now leaves: its entry at the head,
-    // with the deadline of its last attempt.
-    let dead = "00000000-0000-4000-8000-000000000000:7";
+/// What a redlease waiter that died just now, with nobody ahead of it, leaves:
+/// its entry at the tail of the queue, with the deadline of its last attempt
+/// as its score and as its own deadline.
+fn leave_dead_entry(server: &RedisServer, dead: &str) {
+    let timeouts = prefix_name("redisson_lock_timeout", FULL);
+    let due = now_ms() + 4_000;
     server.query::<()>(
         redis::cmd("RPUSH")
             .arg(prefix_name("redisson_lock_queue", FULL))
             .arg(dead),
     );
+    server.query::<()>(redis::cmd("ZADD").arg(&timeouts).arg(due).arg(dead));
     server.query::<()>(
         redis::cmd("ZADD")
-            .arg(prefix_name("redisson_lock_timeout", FULL))
-            .arg(now_ms() + 4_000)
+            .arg(format!("{timeouts}:redlease"))
+            .arg(due)
             .arg(dead),
     );
+}
+
+#[test]
+fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let held = lock.try_lock().unwrap().expect("free");
+    // A redlease waiter that died just now, at the head.
+    let dead = "00000000-0000-4000-8000-000000000000:7";
+    leave_dead_entry(&server, dead);
     let other = fair(&server);
     let took = Arc::new(Mutex::new(None));
     let (o, t) = (other.clone(), Arc::clone(&took));
@@ -157,6 +167,74 @@ fn a_dead_waiter_delays_the_next_by_a_bounded_time_only() {
     );
     eprintln!("FIGURE next waiter took it {delay:?} after the release (dead head before it)");
     assert!(!queue(&server).contains(&dead.to_owned()), "dropped");
+}
+
+/// How long each waiter of a mixed queue holds the lock: shorter than a
+/// redlease waiter's poll, so a Redisson holder's release comes before it.
+const SECTION: Duration = Duration::from_millis(100);
+
+#[test]
+fn a_queue_of_redlease_and_redisson_waiters_in_turn_keeps_arrival_order() {
+    let server = RedisServer::start();
+    let mut holder = RedissonFair::new(&server);
+    assert_eq!(
+        holder.attempt(FULL),
+        None,
+        "free: the Redisson holder takes it"
+    );
+    let turns = Turns::default();
+    // Six waiters, ours (each a client of its own, as processes would be) and
+    // Redisson's in turn, each queued before the next
+    // arrives; each Redisson acquisition lowers the deadlines queued behind it
+    // by its thread wait time.
+    let waiters: Vec<_> = (0..6)
+        .map(|id| {
+            if id % 2 == 0 {
+                queue_ours(&server, FULL, &fair(&server), id, SECTION, &turns, BOUND)
+            } else {
+                queue_redisson(&server, FULL, id, SECTION, &turns, BOUND)
+            }
+        })
+        .collect();
+    let released = Instant::now();
+    assert_eq!(holder.unlock(FULL), Some(1));
+    for w in waiters {
+        w.join().unwrap();
+    }
+    assert_eq!(turns.order(), vec![0, 1, 2, 3, 4, 5], "arrival order");
+    let (gap, who) = turns.worst_gap(released);
+    eprintln!("FIGURE mixed queue of 6: longest release-to-turn gap {gap:?} (waiter {who})");
+    assert!(
+        gap <= Duration::from_secs(6),
+        "waiter {who} woken after {gap:?}"
+    );
+    assert!(queue(&server).is_empty());
+}
+
+#[test]
+fn a_dead_redisson_waiter_ahead_of_ours_delays_it_to_its_deadline_only() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let short = redlease::LockOptions::default().ttl(Duration::from_secs(1));
+    let held = lock.lock_with(&short).unwrap().expect("free");
+    // A Redisson `tryLock(3 s)` that queued and died: its entry is due 3 s
+    // after the lock's PTTL.
+    let mut java = RedissonFair::new(&server);
+    let wait_ms = 3_000;
+    let pttl = java.attempt_waiting(FULL, wait_ms).expect("held: queued");
+    let due = Instant::now() + Duration::from_millis(u64::try_from(pttl).unwrap() + wait_ms);
+    drop(java); // no `acquireFailed`: it died
+    let turns = Turns::default();
+    let ours = queue_ours(&server, FULL, &fair(&server), 1, SECTION, &turns, BOUND);
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    ours.join().unwrap();
+    let late = turns.all()[0].took.saturating_duration_since(due);
+    eprintln!("FIGURE ours took it {late:?} after the dead Redisson entry was due");
+    assert!(
+        late <= Duration::from_secs(2),
+        "held up {late:?} past its deadline"
+    );
+    assert!(queue(&server).is_empty());
 }
 
 #[test]
@@ -348,17 +426,7 @@ fn a_live_redlease_waiter_drops_a_dead_head_and_wakes_the_redisson_one_behind_it
     let lock = fair(&server);
     let held = lock.try_lock().unwrap().expect("free");
     let dead = "00000000-0000-4000-8000-000000000000:9";
-    server.query::<()>(
-        redis::cmd("RPUSH")
-            .arg(prefix_name("redisson_lock_queue", FULL))
-            .arg(dead),
-    );
-    server.query::<()>(
-        redis::cmd("ZADD")
-            .arg(prefix_name("redisson_lock_timeout", FULL))
-            .arg(now_ms() + 4_000)
-            .arg(dead),
-    );
+    leave_dead_entry(&server, dead);
     let mut java = RedissonFair::new(&server);
     let mut listen = server.conn();
     let mut sub = listen.as_pubsub();

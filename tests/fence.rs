@@ -8,7 +8,7 @@ use std::thread;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use redlease::{LegacyTimestamp, LockClient, LockClientBuilder, Release, Scheme};
+use redlease::{LegacyTimestamp, LockClient, LockClientBuilder, LockOptions, Release, Scheme};
 use support::RedisServer;
 
 /// The one counter under the prefix `lock:`.
@@ -62,7 +62,9 @@ fn issue_16_a_thousand_fenced_lock_names_leave_one_counter_not_a_thousand() {
         .fencing(true)
         .build()
         .unwrap();
-    assert_eq!(other.lock("order:0").unwrap().fence(), Some(1));
+    let floor = server.clock_micros();
+    let fence = other.lock("order:0").unwrap().fence().unwrap();
+    assert!(fence >= floor, "{fence} < the server's clock {floor}");
     assert_eq!(dbsize(&server), 2);
 }
 
@@ -108,4 +110,46 @@ fn fences_strictly_increase_per_key_across_clients_hand_offs_and_the_legacy_sche
     let handoffs: u64 = clients.iter().map(|c| c.metrics().handoffs).sum();
     assert!(handoffs > 0, "no hand-off happened");
     assert_eq!(dbsize(&server), 1, "only the counter is left");
+}
+
+#[test]
+fn fences_keep_rising_in_every_scheme_when_the_counter_is_lost() {
+    // What a failover to a replica that missed the last increments does to the
+    // counter, in its extreme: it is gone (or, the same, far behind). Each fence is
+    // at least the server's clock in microseconds, so the next one is still higher.
+    let server = RedisServer::start();
+    let client = fenced(&server).build().unwrap();
+    let schemes = [
+        Scheme::Token,
+        Scheme::LegacyTimestamp(LegacyTimestamp::new()),
+        Scheme::Reentrant,
+    ];
+    let mut last = 0;
+    for round in 0..2 {
+        for scheme in &schemes {
+            let floor = server.clock_micros();
+            let opts = LockOptions::new().scheme(scheme.clone());
+            let guard = client.lock_with("k", &opts).unwrap().expect("free");
+            let fence = guard.fence().expect("fencing is on");
+            assert!(
+                fence > last && fence >= floor,
+                "{scheme:?}: {fence} after {last} (server clock {floor}), round {round}"
+            );
+            last = fence;
+            assert_eq!(counter(&server), Some(fence));
+            assert!(guard.unlock().unwrap().was_held());
+            let _: i64 = server.query(redis::cmd("DEL").arg(COUNTER));
+        }
+    }
+    // A client that `INCR`s the same counter still gets a fence above ours, and
+    // ours stay above its.
+    let foreign: u64 = server.query(redis::cmd("INCR").arg(COUNTER));
+    let ours = client.lock("k").unwrap().fence().unwrap();
+    assert!(ours > foreign);
+    let foreign: u64 = server.query(redis::cmd("INCR").arg(COUNTER));
+    assert!(foreign > ours);
+    // A counter ahead of the clock (set so by another client) counts on by one.
+    let ahead = 8_000_000_000_000_000_u64;
+    let _: () = server.query(redis::cmd("SET").arg(COUNTER).arg(ahead));
+    assert_eq!(client.lock("k").unwrap().fence(), Some(ahead + 1));
 }

@@ -7,12 +7,14 @@ mod support;
 // reported lost, never silently kept. Every wait is bounded.
 
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redlease::{LockClient, LockGuard};
 use support::eventually;
-use support::sentinel::{Deployment, MASTER_NAME, try_query};
+use support::sentinel::{Deployment, MASTER_NAME, role, try_query};
 
 /// Whether `key` is on `server`; `false` when the query fails.
 fn exists(server: &support::RedisServer, key: &str) -> bool {
@@ -162,4 +164,168 @@ fn woken_on_the_new_master(other: &LockClient, fresh: LockGuard, new: &support::
         assert!(got, "the waiter did not get the lock");
         assert!(wakeups >= 1, "woken by polling, not by the release message");
     });
+}
+
+// ---- fences across a failover ----
+
+/// The lock names of the fenced workers below.
+const FENCED_KEYS: [&str; 2] = ["fenced:a", "fenced:b"];
+
+/// What fenced workers saw: per key, every fence in the order its holders held
+/// it (each pushed while the lock is held), and how often two held a key at once.
+#[derive(Default)]
+struct Ledger {
+    fences: [Mutex<Vec<u64>>; 2],
+    held: [AtomicBool; 2],
+    overlaps: AtomicUsize,
+}
+
+impl Ledger {
+    fn count(&self, key: usize) -> usize {
+        self.fences[key].lock().len()
+    }
+
+    fn total(&self) -> usize {
+        self.count(0) + self.count(1)
+    }
+
+    fn max(&self) -> u64 {
+        let max = |k: usize| self.fences[k].lock().iter().copied().max().unwrap_or(0);
+        max(0).max(max(1))
+    }
+
+    /// Takes the keys in turn until `stop`; every call bounded (500 ms wait, 1 s
+    /// timeouts). An error (the master gone) is paced, not counted on.
+    fn work(&self, client: &LockClient, stop: &AtomicBool) {
+        let mut n = 0;
+        while !stop.load(Ordering::SeqCst) {
+            let k = n % 2;
+            n += 1;
+            match client.try_lock_for(FENCED_KEYS[k], Duration::from_millis(500)) {
+                Ok(Some(guard)) => {
+                    if self.held[k].swap(true, Ordering::SeqCst) {
+                        self.overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    self.fences[k]
+                        .lock()
+                        .push(guard.fence().expect("fencing is on"));
+                    self.held[k].store(false, Ordering::SeqCst);
+                    // The master may be gone with the lock: the outcome does not matter.
+                    let _ = guard.unlock();
+                }
+                Ok(None) => {}
+                Err(_) => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+/// Pairs of consecutive fences of one key where the later is not higher.
+fn regressions(fences: &[u64]) -> Vec<(u64, u64)> {
+    fences
+        .windows(2)
+        .filter(|w| w[0] >= w[1])
+        .map(|w| (w[0], w[1]))
+        .collect()
+}
+
+#[test]
+fn fences_keep_rising_when_a_failover_loses_increments_the_replica_never_got() {
+    let d = Deployment::start_through_proxy();
+    let link = d
+        .link
+        .as_ref()
+        .expect("the replica replicates through a proxy");
+    let old = d.server(d.master_port().unwrap());
+    let new = d.servers.iter().find(|s| s.port() != old.port()).unwrap();
+    let clients: Vec<LockClient> = (0..5)
+        .map(|_| {
+            let fast = Duration::from_secs(1);
+            LockClient::sentinel(d.sentinel_urls(), MASTER_NAME)
+                .ttl(Duration::from_secs(2))
+                .connect_timeout(fast)
+                .read_timeout(fast)
+                .write_timeout(fast)
+                .fencing(true)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let ledger = Ledger::default();
+    let stop = AtomicBool::new(false);
+    let (handed_out, replicated) = thread::scope(|s| {
+        for client in &clients {
+            s.spawn(|| ledger.work(client, &stop));
+        }
+        let stopped = || stop.store(true, Ordering::SeqCst);
+        // Fenced load on both keys, replicated as it goes.
+        let warm = eventually(Duration::from_secs(20), || {
+            ledger.count(0) >= 10 && ledger.count(1) >= 10
+        });
+        assert!(warm, "no fenced load: {} fences", ledger.total());
+        // From here the replica hears nothing: every fence the master hands out is
+        // an increment it will not have.
+        link.blackhole(true);
+        let before = ledger.total();
+        let unreplicated = eventually(Duration::from_secs(20), || ledger.total() >= before + 40);
+        assert!(unreplicated, "no fences after the replica was cut off");
+        // The master fails with them.
+        old.kill();
+        let handed_out = ledger.max();
+        let replicated: Option<u64> = new.query(redis::cmd("GET").arg("redlease:fence"));
+        promote(&d, new);
+        // Fenced load on both keys again, on the new master.
+        let counts = [ledger.count(0), ledger.count(1)];
+        let resumed = eventually(Duration::from_secs(30), || {
+            ledger.count(0) >= counts[0] + 10 && ledger.count(1) >= counts[1] + 10
+        });
+        stopped();
+        assert!(resumed, "no fenced load on the new master");
+        (handed_out, replicated.unwrap_or(0))
+    });
+    // The scenario happened: the new master's counter was behind the fences given out.
+    assert!(
+        replicated < handed_out,
+        "the replica was not behind ({replicated} ≥ {handed_out}): nothing was lost"
+    );
+    let fences = ledger.fences.map(Mutex::into_inner);
+    let regressed: Vec<Vec<(u64, u64)>> = fences.iter().map(|f| regressions(f)).collect();
+    let mut all: Vec<u64> = fences.concat();
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        (regressed[0].len(), regressed[1].len(), n - all.len()),
+        (0, 0, 0),
+        "fences went back ({regressed:?}) or were handed out twice; the new master's \
+         counter was at {replicated}, the old master had given out up to {handed_out}"
+    );
+    assert_eq!(
+        ledger.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+}
+
+/// Has a sentinel fail the group over to `new` (the master is dead: asked again
+/// while refused, e.g. while the sentinels' own failover is under way), and waits
+/// until it is master and every sentinel names it.
+fn promote(d: &Deployment, new: &support::RedisServer) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut asked: Option<Instant> = None;
+    loop {
+        if role(new) == "master" && d.sentinels.iter().all(|s| s.master_port_is(new.port())) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the failover did not complete");
+        if asked.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
+            let failover = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(MASTER_NAME)
+                .clone();
+            let _ = d.sentinels[0].try_query::<()>(&failover);
+            asked = Some(Instant::now());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -7,16 +7,28 @@
 //! - `redisson_lock_timeout:{n}`, a sorted set of the same owners scored by the
 //!   unix time in ms after which an entry is dropped as dead;
 //! - per waiter, the channel `redisson_lock__channel:{n}:<owner>`: a release
-//!   publishes `0` on the queue head's channel only.
+//!   publishes `0` on the queue head's channel only;
+//! - redlease's own addition, which Redisson never reads:
+//!   `redisson_lock_timeout:{n}:redlease`, a sorted set of the redlease
+//!   waiters only, scored by their own deadline (with a `PEXPIRE` of one
+//!   [`QUEUE_DEADLINE`]: it goes when no redlease waiter is left).
 //!
-//! Where these scripts differ from Redisson's, no Redisson client can tell: a
-//! redlease waiter takes a [`QUEUE_DEADLINE`] (not Redisson's 300 s after its
-//! predecessor's) and refreshes it with every attempt, at least once a
-//! [`POLL`]; an attempt that drops a dead head while the lock is free publishes
-//! the wake-up on the new head's channel; an acquisition does not shorten the
-//! other entries' deadlines (Redisson's chained scores only grow more lenient);
-//! an entry without a score is dropped instead of failing the script; and a
-//! waiter's own attempt never drops its own entry (it is alive), only refreshes it.
+//! Redisson's arithmetic: a Redisson waiter's score is its predecessor's (or
+//! the lock's PTTL from now) plus its thread wait, and every Redisson
+//! acquisition takes its thread wait off every score. A redlease waiter's
+//! score is its own deadline ([`QUEUE_DEADLINE`] after its last attempt, at
+//! least once a [`POLL`]) plus [`REDISSON_WAIT`] per Redisson entry ahead of
+//! it: when it reaches the head, Redisson's acquisitions have taken all those
+//! off, so Redisson's scripts drop it only when it is dead, and a Redisson
+//! waiter queued behind it gets a full thread wait of its own, as behind one
+//! of Redisson's. Where these scripts differ from Redisson's otherwise, no
+//! Redisson client can tell: a redlease acquisition takes nothing off the
+//! scores (it added nothing to them), nor does a redlease waiter that leaves;
+//! a redlease entry at the head is dead when its own deadline has passed; an
+//! attempt that drops a dead head while the lock is free publishes the
+//! wake-up on the new head's channel; an entry without a score is dropped
+//! instead of failing the script; and a waiter's own attempt never drops its
+//! own entry (it is alive), only refreshes it.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,6 +55,11 @@ pub(crate) const QUEUE_DEADLINE: Duration = Duration::from_secs(4);
 /// The longest a redlease waiter goes without an attempt (which refreshes its
 /// entry and drops a dead head), whatever the holder's TTL.
 pub(crate) const POLL: Duration = Duration::from_secs(1);
+
+/// Redisson's `threadWaitTime` when none is given (`60000 * 5` ms): what a
+/// Redisson `lock()` adds to a new waiter's score and takes off every score
+/// when it acquires.
+pub(crate) const REDISSON_WAIT: Duration = Duration::from_secs(300);
 
 /// Every script the fair lock calls, to load after `NOSCRIPT`.
 pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE];
@@ -78,13 +95,15 @@ impl FairBackend {
 /// fair lock `name` (a caller that stopped waiting).
 pub(crate) fn leave_cmd(name: &str, client: &str) -> redis::Cmd {
     let [queue, timeouts, base] = fair_keys(name);
+    let alive = alive_key(&timeouts);
     let owner = FairBackend::new(client).owner();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(LEAVE.get_hash())
-        .arg(3)
+        .arg(4)
         .arg(name)
         .arg(queue)
         .arg(timeouts)
+        .arg(alive)
         .arg(owner)
         .arg(base);
     cmd
@@ -106,6 +125,12 @@ pub(crate) fn fair_keys(name: &str) -> [String; 3] {
         prefix_name("redisson_lock_timeout", name),
         prefix_name("redisson_lock__channel", name),
     ]
+}
+
+/// The redlease waiters' own deadlines, beside the timeout set `timeouts`
+/// (in its hash slot, and under an ACL rule for `redisson_lock_timeout:…`).
+fn alive_key(timeouts: &str) -> String {
+    format!("{timeouts}:redlease")
 }
 
 /// The current unix time in ms, the clock Redisson's deadlines use.
@@ -136,14 +161,16 @@ impl Backend for FairBackend {
         req: Request,
     ) -> RedisResult<Acquire> {
         let [queue, timeouts, base] = fair_keys(&keys.lock);
+        let alive = alive_key(&timeouts);
         let waits = if req.wait == Waiting::No { "0" } else { "1" };
         let args = [
             Arg::from("EVALSHA"),
             ACQUIRE.get_hash().into(),
-            3.into(),
+            4.into(),
             keys.lock.as_str().into(),
             queue.as_str().into(),
             timeouts.as_str().into(),
+            alive.as_str().into(),
             ttl_millis(req.ttl).into(),
             value.into(),
             ttl_millis(QUEUE_DEADLINE).into(),
@@ -151,6 +178,7 @@ impl Backend for FairBackend {
             waits.into(),
             publish_cmd(conn).into(),
             base.as_str().into(),
+            ttl_millis(REDISSON_WAIT).into(),
         ];
         let (reply, acked) = send_acquire(conn, &FAIR_SCRIPTS, &args, req.replicas)?;
         match reply {
@@ -179,6 +207,7 @@ impl Backend for FairBackend {
         _maybe: &[String],
     ) -> RedisResult<Freed> {
         let [queue, timeouts, base] = fair_keys(key);
+        let alive = alive_key(&timeouts);
         let publish = publish_cmd(conn);
         let n = with_scripts(conn, &FAIR_SCRIPTS, |c| {
             c.run(|c| {
@@ -186,6 +215,7 @@ impl Backend for FairBackend {
                     .key(key)
                     .key(&queue)
                     .key(&timeouts)
+                    .key(&alive)
                     .arg(value)
                     .arg(&base)
                     .arg(0)
@@ -239,6 +269,7 @@ mod tests {
         assert_eq!(q, "redisson_lock_queue:{job}");
         assert_eq!(t, "redisson_lock_timeout:{job}");
         assert_eq!(c, "redisson_lock__channel:{job}");
+        assert_eq!(alive_key(&t), "redisson_lock_timeout:{job}:redlease");
         assert_eq!(
             prefix_name("redisson_lock_queue", "a{b}"),
             "redisson_lock_queue:a{b}"

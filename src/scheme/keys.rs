@@ -48,10 +48,11 @@ impl Keys {
     /// The fencing counter: one per key prefix on a node, `<prefix>redlease:fence`,
     /// the one place that names it.
     ///
-    /// Every fenced acquire and hand-off under the prefix `INCR`s it in the same
-    /// script as the write it fences. Strictly increasing on the node, it is
-    /// strictly increasing per key, and the number of counters does not grow with
-    /// the number of lock names. It sits under the prefix so that an ACL user
+    /// Every fenced acquire and hand-off under the prefix takes its fence from it
+    /// in the same script as the write it fences (`scripts::FENCE`: one more than
+    /// the counter, at least the server's clock in µs). Strictly increasing on the
+    /// node, it is strictly increasing per key, and the number of counters does not
+    /// grow with the number of lock names. It sits under the prefix so that an ACL user
     /// restricted to the prefix's keys (`~lock:*`) may touch it; lock names
     /// starting with `redlease:` are redlease's own under any prefix.
     ///

@@ -14,7 +14,7 @@
 //! - with more than one hold, neither an acquire nor a renewal ever shortens the
 //!   key's TTL (each hold's guard counts on its own TTL), and an unlock above zero
 //!   leaves the TTL alone (the remaining holds are renewed by their own guards);
-//! - a fencing token is taken (`INCR` on the same counter as the other schemes)
+//! - a fencing token is taken (from the same counter as the other schemes)
 //!   by the outermost acquisition only; nested holds carry its fence (`fences`).
 //!
 //! The scripts live here rather than in `scripts.rs`: they are this wire format.
@@ -37,6 +37,7 @@ use super::{
 use crate::connection::Conn;
 use crate::owner::ClientId;
 use crate::resp::Arg;
+use crate::scripts::{EFFECTS, FENCE};
 use crate::time::ttl_millis;
 
 /// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).
@@ -50,11 +51,12 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// another owner, or a value of another type, holds it (`HEXISTS` on another type
 /// is an error, which `pcall` returns as a table: not 1); `{fence}` for a first
 /// hold that took a fence, and `{}` for one more hold. A first hold sets the TTL;
-/// one more only lengthens it. A failed `INCR` (an ACL that denies it) deletes the
+/// one more only lengthens it. The fence is the one every scheme takes
+/// ([`FENCE`]); a failed one (an ACL that denies a command of it) deletes the
 /// first hold again before the error is returned: a script is not rolled back.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+    Script::new(&format!(
+        r"{EFFECTS}
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.pcall('HEXISTS', KEYS[1], ARGV[2]) ~= 1 then
   return redis.call('PTTL', KEYS[1])
 end
@@ -62,16 +64,17 @@ local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if count == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
-if count > 1 then return {} end
+if count > 1 then return {{}} end
 if ARGV[3] ~= '1' then return nil end
-local fence = redis.pcall('INCR', KEYS[2])
+local fence
+{FENCE}
 if type(fence) == 'table' then
   redis.call('DEL', KEYS[1])
   return fence
 end
-return {fence}
-",
-    )
+return {{fence}}
+"
+    ))
 });
 
 /// The start of the unlock and extend scripts (KEYS[1] lock key, ARGV[1] owner

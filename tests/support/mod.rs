@@ -12,6 +12,7 @@ pub mod cli;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
+pub mod fair_queue;
 pub mod pin;
 pub mod proxy;
 pub mod redisson;
@@ -115,6 +116,13 @@ impl RedisServer {
     /// Runs `cmd` on a new [`RedisServer::conn`], unwrapped.
     pub fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
         cmd.query(&mut self.conn()).unwrap()
+    }
+
+    /// The server's clock (`TIME`) in microseconds since the Unix epoch: the least
+    /// fence a fenced acquire after this call can get.
+    pub fn clock_micros(&self) -> u64 {
+        let (s, us): (u64, u64) = self.query(&redis::cmd("TIME"));
+        s * 1_000_000 + us
     }
 
     /// Pid of the current process (changes on [`RedisServer::restart`]).

@@ -108,6 +108,12 @@ impl RedissonFair {
 
     /// One attempt of `lock()`: `None` acquired, else queued (a wait in ms).
     pub fn attempt(&mut self, name: &str) -> Option<i64> {
+        self.attempt_waiting(name, WAIT_MS)
+    }
+
+    /// One attempt of `tryLock(wait, ...)`: Redisson passes the caller's wait
+    /// (`wait_ms`) where `lock()` passes its thread wait time.
+    pub fn attempt_waiting(&mut self, name: &str, wait_ms: u64) -> Option<i64> {
         redis::cmd("EVAL")
             .arg(LOCK)
             .arg(3)
@@ -116,10 +122,47 @@ impl RedissonFair {
             .arg(prefix_name("redisson_lock_timeout", name))
             .arg(LEASE_MS)
             .arg(&self.owner)
-            .arg(WAIT_MS)
+            .arg(wait_ms)
             .arg(now_ms())
             .query(&mut self.con)
             .unwrap()
+    }
+
+    /// Redisson's `lock()` loop (`RedissonLock.lock`): one attempt; when
+    /// queued, it subscribes to its own channel and attempts again after each
+    /// wake-up, or when the wait the script returned runs out; after a negative
+    /// wait only a wake-up makes it try again (Redisson waits for it without
+    /// end; here at most `bound`, then it tries once more). `listen` is a
+    /// connection of its own for the subscription. `Err` when it has not the
+    /// lock after `bound` in all.
+    pub fn lock(
+        &mut self,
+        listen: &mut redis::Connection,
+        name: &str,
+        bound: std::time::Duration,
+    ) -> Result<(), String> {
+        use std::time::{Duration, Instant};
+        let end = Instant::now() + bound;
+        if self.attempt(name).is_none() {
+            return Ok(());
+        }
+        let mut sub = listen.as_pubsub();
+        sub.subscribe(self.channel(name)).unwrap();
+        loop {
+            let Some(wait) = self.attempt(name) else {
+                return Ok(());
+            };
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!("{} not acquired in {bound:?}", self.owner));
+            }
+            let wait = match u64::try_from(wait) {
+                Ok(ms) => Duration::from_millis(ms.max(1)).min(left),
+                Err(_) => left,
+            };
+            sub.set_read_timeout(Some(wait)).unwrap();
+            let _woken = sub.get_message().is_ok();
+        }
     }
 
     /// `unlock()`: `Some(1)` released, `None` not held.

@@ -1,11 +1,13 @@
 //! A Sentinel deployment for the tests: one master, one replica (`--replicaof`) and
 //! three `redis-server <conf> --sentinel` processes with a generated config, all on
-//! free loopback ports, killed on `Drop`.
+//! free loopback ports, killed on `Drop`. The replica may replicate through a
+//! [`Proxy`], so a test can hold back what reaches it.
 
 use std::fs::{self, File};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use super::proxy::Proxy;
 use super::{RedisServer, TempDir, binary, connect, eventually, free_port};
 
 pub const MASTER_NAME: &str = "mymaster";
@@ -17,25 +19,45 @@ pub struct Sentinel {
     _dir: TempDir,
 }
 
+/// Sentinels' `failover-timeout` in ms.
+const FAILOVER_TIMEOUT: u64 = 10_000;
+
 /// Master, replica and three sentinels watching them as [`MASTER_NAME`].
 pub struct Deployment {
     pub servers: [RedisServer; 2],
     pub sentinels: Vec<Sentinel>,
+    /// The proxy the replica replicates through, if [`Deployment::start_through_proxy`].
+    pub link: Option<Proxy>,
 }
 
 impl Deployment {
     /// Starts everything and waits (bounded) until the replica is in sync and every
     /// sentinel knows it.
     pub fn start() -> Deployment {
+        Deployment::launch(false, FAILOVER_TIMEOUT)
+    }
+
+    /// [`Deployment::start`] with the replica replicating through [`Deployment::link`]
+    /// (its `blackhole` holds back every write from the replica). Sentinels repoint a
+    /// replica that names another address than the master's after their
+    /// `failover-timeout`: it is 120 s here, longer than a test, so the proxy stays.
+    pub fn start_through_proxy() -> Deployment {
+        Deployment::launch(true, 120_000)
+    }
+
+    fn launch(proxied: bool, failover_timeout: u64) -> Deployment {
         let master = RedisServer::start();
-        let port = master.port().to_string();
+        let link = proxied.then(|| Proxy::start(master.port()));
+        let port = link.as_ref().map_or(master.port(), Proxy::port).to_string();
         let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
         let synced = eventually(Duration::from_secs(10), || {
             let info: Option<String> = try_query(&replica, redis::cmd("INFO").arg("replication"));
             info.is_some_and(|i| i.contains("master_link_status:up"))
         });
         assert!(synced, "replica did not sync");
-        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port())).collect();
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|_| Sentinel::start(master.port(), failover_timeout))
+            .collect();
         for s in &sentinels {
             let knows = eventually(Duration::from_secs(20), || {
                 let replicas: Vec<Vec<String>> = s
@@ -51,6 +73,7 @@ impl Deployment {
         Deployment {
             servers: [master, replica],
             sentinels,
+            link,
         }
     }
 
@@ -89,15 +112,6 @@ impl Deployment {
         });
         assert!(sent, "SENTINEL FAILOVER was refused");
         let done = eventually(Duration::from_secs(30), || {
-            let role = |server: &RedisServer| {
-                // Sentinel closes the clients of a server it reconfigures: a query may fail.
-                let role: Vec<redis::Value> =
-                    try_query(server, &redis::cmd("ROLE")).unwrap_or_default();
-                match role.first() {
-                    Some(redis::Value::BulkString(r)) => String::from_utf8_lossy(r).into_owned(),
-                    _ => String::new(),
-                }
-            };
             // Done when the old master is a replica of the new one too (Sentinel closed
             // its clients then) and every sentinel names the new one.
             role(new) == "master"
@@ -110,7 +124,7 @@ impl Deployment {
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
+    fn start(master_port: u16, failover_timeout: u64) -> Sentinel {
         for _ in 0..10 {
             let port = free_port();
             let dir = TempDir::new(port);
@@ -120,7 +134,7 @@ impl Sentinel {
                 "port {port}\nbind 127.0.0.1\ndir {}\nlogfile {}\n\
                  sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
                  sentinel down-after-milliseconds {MASTER_NAME} 2000\n\
-                 sentinel failover-timeout {MASTER_NAME} 10000\n\
+                 sentinel failover-timeout {MASTER_NAME} {failover_timeout}\n\
                  sentinel parallel-syncs {MASTER_NAME} 1\n",
                 dir.0.display(),
                 log.display()
@@ -164,13 +178,23 @@ impl Sentinel {
         self.try_query(cmd).unwrap()
     }
 
-    fn master_port_is(&self, port: u16) -> bool {
+    pub fn master_port_is(&self, port: u16) -> bool {
         let addr: Option<Option<(String, u16)>> = self.try_query(
             redis::cmd("SENTINEL")
                 .arg("GET-MASTER-ADDR-BY-NAME")
                 .arg(MASTER_NAME),
         );
         matches!(addr, Some(Some((_, p))) if p == port)
+    }
+}
+
+/// `server`'s `ROLE` (`master`, `slave`), empty when the query fails (Sentinel closes
+/// the clients of a server it reconfigures).
+pub fn role(server: &RedisServer) -> String {
+    let role: Vec<redis::Value> = try_query(server, &redis::cmd("ROLE")).unwrap_or_default();
+    match role.first() {
+        Some(redis::Value::BulkString(r)) => String::from_utf8_lossy(r).into_owned(),
+        _ => String::new(),
     }
 }
 

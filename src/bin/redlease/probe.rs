@@ -104,7 +104,7 @@ pub(crate) struct Snapshot {
 }
 
 /// The fence counter's key for lock keys under `prefix`: where the library's
-/// fencing `INCR`s.
+/// fencing takes its fences.
 ///
 /// Today this is one counter per key prefix, `<prefix>redlease:fence` (the
 /// library's private `Keys::fence()` in `src/scheme/mod.rs`). The library does not

@@ -5,9 +5,11 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3]; ARGV[4]
-/// now), but never `me`, the live caller (a Redisson acquisition lowers every
-/// queued deadline); `dropped` tells whether it dropped any.
+/// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3], KEYS[4];
+/// ARGV[4] now), but never `me`, the live caller. A redlease entry (one in
+/// KEYS[4]) is dead when its own deadline there has passed, whatever its score
+/// in KEYS[3]; a Redisson entry when its score in KEYS[3] has. `dropped` tells
+/// whether it dropped any.
 macro_rules! drop_dead {
     () => {
         r"
@@ -15,9 +17,11 @@ local dropped = false
 while true do
   local first = redis.call('LINDEX', KEYS[2], 0)
   if first == false or first == me then break end
-  local t = tonumber(redis.call('ZSCORE', KEYS[3], first))
+  local t = tonumber(redis.call('ZSCORE', KEYS[4], first))
+  if t == nil then t = tonumber(redis.call('ZSCORE', KEYS[3], first)) end
   if t == nil or t <= tonumber(ARGV[4]) then
     redis.call('ZREM', KEYS[3], first)
+    redis.call('ZREM', KEYS[4], first)
     redis.call('LPOP', KEYS[2])
     dropped = true
   else
@@ -28,11 +32,19 @@ end
     };
 }
 
-/// Fair acquire. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeouts; ARGV[1] lease
-/// ms, ARGV[2] owner, ARGV[3] queue deadline ms, ARGV[4] now (unix ms), ARGV[5]
-/// `1` to queue when busy, ARGV[6] the publish command, ARGV[7] the channel base
-/// (an argument, not a key: an ACL user needs no key rule for it). Nil when
-/// acquired, else the lock's PTTL (-2: free, another waiter's turn).
+/// Fair acquire. KEYS[1] lock, KEYS[2] queue, KEYS[3] timeouts, KEYS[4] the
+/// redlease waiters' own deadlines; ARGV[1] lease ms, ARGV[2] owner, ARGV[3]
+/// queue deadline ms, ARGV[4] now (unix ms), ARGV[5] `1` to queue when busy,
+/// ARGV[6] the publish command, ARGV[7] the channel base (an argument, not a
+/// key: an ACL user needs no key rule for it), ARGV[8] Redisson's thread wait
+/// ms. Nil when acquired, else the lock's PTTL (-2: free, another waiter's
+/// turn).
+///
+/// A queued caller's score in KEYS[3] is its own deadline plus one Redisson
+/// thread wait per Redisson entry ahead of it: each of those takes that much
+/// off every score when it acquires, so the score stays its own deadline when
+/// it reaches the head (and a Redisson waiter queued behind it is chained as
+/// behind one of its own).
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "local me = ARGV[2]\n",
@@ -42,6 +54,7 @@ local head = redis.call('LINDEX', KEYS[2], 0)
 if redis.call('EXISTS', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
   if head ~= false then redis.call('LPOP', KEYS[2]) end
   redis.call('ZREM', KEYS[3], ARGV[2])
+  redis.call('ZREM', KEYS[4], ARGV[2])
   redis.call('HSET', KEYS[1], ARGV[2], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return nil
@@ -58,10 +71,21 @@ if dropped and pttl == -2 and head ~= false then
   redis.call(ARGV[6], ARGV[7] .. ':' .. head, 0)
 end
 if ARGV[5] == '1' then
+  local redisson = 0
+  local i = 0
+  while true do
+    local e = redis.call('LINDEX', KEYS[2], i)
+    if e == false or e == ARGV[2] then break end
+    if redis.call('ZSCORE', KEYS[4], e) == false then redisson = redisson + 1 end
+    i = i + 1
+  end
   local deadline = tonumber(ARGV[4]) + tonumber(ARGV[3])
-  if redis.call('ZADD', KEYS[3], deadline, ARGV[2]) == 1 then
+  local score = deadline + redisson * tonumber(ARGV[8])
+  if redis.call('ZADD', KEYS[3], score, ARGV[2]) == 1 then
     redis.call('RPUSH', KEYS[2], ARGV[2])
   end
+  redis.call('ZADD', KEYS[4], deadline, ARGV[2])
+  redis.call('PEXPIRE', KEYS[4], ARGV[3])
 end
 return pttl
 ",
@@ -95,7 +119,8 @@ return 1
 });
 
 /// A waiter that stops waiting (its deadline, a cancel) leaves the queue, as
-/// Redisson's `acquireFailedAsync` does; a head that leaves while the lock is
+/// Redisson's `acquireFailedAsync` does (but takes nothing off the scores
+/// behind it: it added nothing to them); a head that leaves while the lock is
 /// free wakes the next. KEYS as [`ACQUIRE`]'s; ARGV[1] owner, ARGV[2] the
 /// channel base. The wake-up is a classic `PUBLISH`: on a cluster with sharded
 /// pub/sub the next waiter finds its turn by polling.
@@ -105,6 +130,7 @@ pub(super) static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 local head = redis.call('LINDEX', KEYS[2], 0)
 redis.call('LREM', KEYS[2], 0, ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
 if head == ARGV[1] and redis.call('EXISTS', KEYS[1]) == 0 then
   local new = redis.call('LINDEX', KEYS[2], 0)
   if new ~= false then redis.call('PUBLISH', ARGV[2] .. ':' .. new, 0) end

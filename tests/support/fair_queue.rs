@@ -1,0 +1,130 @@
+//! A fair lock's queue of mixed waiters for the interop tests: redlease
+//! `FairLock` callers and Redisson clients (their own `lock()` loop, replayed
+//! by [`RedissonFair`]), each queued in turn and recording when it held the
+//! lock.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redlease::{FairLock, Release};
+
+use super::redisson_fair::{RedissonFair, prefix_name};
+use super::{RedisServer, eventually};
+
+/// One waiter's turn: who, when it had the lock, when it let it go.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn {
+    pub id: usize,
+    pub took: Instant,
+    pub released: Instant,
+}
+
+/// The turns of a queue's waiters, in the order they took the lock.
+#[derive(Clone, Default)]
+pub struct Turns(Arc<Mutex<Vec<Turn>>>);
+
+impl Turns {
+    /// The waiters' ids in the order they took the lock.
+    pub fn order(&self) -> Vec<usize> {
+        self.0.lock().iter().map(|t| t.id).collect()
+    }
+
+    /// Every turn, in order.
+    pub fn all(&self) -> Vec<Turn> {
+        self.0.lock().clone()
+    }
+
+    /// Records a turn that started at `took` and ends now.
+    fn record(&self, id: usize, took: Instant) {
+        self.0.lock().push(Turn {
+            id,
+            took,
+            released: Instant::now(),
+        });
+    }
+
+    /// The longest time from a release to the next waiter's turn, with the
+    /// waiter that waited it (`first_release`: the holder's release before all).
+    pub fn worst_gap(&self, first_release: Instant) -> (Duration, usize) {
+        let mut before = first_release;
+        let mut worst = (Duration::ZERO, usize::MAX);
+        for t in self.all() {
+            let gap = t.took.saturating_duration_since(before);
+            if gap >= worst.0 {
+                worst = (gap, t.id);
+            }
+            before = t.released;
+        }
+        worst
+    }
+}
+
+/// The length of the queue of the fair lock `full` (with its prefix).
+pub fn queue_len(server: &RedisServer, full: &str) -> usize {
+    server.query(redis::cmd("LLEN").arg(prefix_name("redisson_lock_queue", full)))
+}
+
+/// Waits until the queue of `full` is `len` long: a waiter arrived.
+pub fn await_queued(server: &RedisServer, full: &str, len: usize, bound: Duration, who: &str) {
+    assert!(
+        eventually(bound, || queue_len(server, full) == len),
+        "{who} queued (queue {} long, {len} expected)",
+        queue_len(server, full)
+    );
+}
+
+/// Starts a thread that takes `lock` (waiting at most `bound`), holds it
+/// `hold` and records its turn as `id`; returns once it is queued.
+pub fn queue_ours(
+    server: &RedisServer,
+    full: &str,
+    lock: &FairLock,
+    id: usize,
+    hold: Duration,
+    turns: &Turns,
+    bound: Duration,
+) -> JoinHandle<()> {
+    let before = queue_len(server, full);
+    let (lock, turns) = (lock.clone(), turns.clone());
+    let h = thread::spawn(move || {
+        let guard = lock
+            .try_lock_for(bound)
+            .unwrap()
+            .unwrap_or_else(|| panic!("waiter {id} (redlease) not acquired in {bound:?}"));
+        let took = Instant::now();
+        thread::sleep(hold); // the section
+        turns.record(id, took);
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    });
+    await_queued(server, full, before + 1, bound, &format!("waiter {id}"));
+    h
+}
+
+/// Starts a Redisson client's thread that calls `lock()` on `full`, holds it
+/// `hold`, records its turn as `id` and calls `unlock()`; returns once it is
+/// queued.
+pub fn queue_redisson(
+    server: &RedisServer,
+    full: &str,
+    id: usize,
+    hold: Duration,
+    turns: &Turns,
+    bound: Duration,
+) -> JoinHandle<()> {
+    let before = queue_len(server, full);
+    let (mut java, mut listen) = (RedissonFair::new(server), server.conn());
+    let (full_name, turns) = (full.to_owned(), turns.clone());
+    let h = thread::spawn(move || {
+        if let Err(e) = java.lock(&mut listen, &full_name, bound) {
+            panic!("waiter {id} (Redisson): {e}");
+        }
+        let took = Instant::now();
+        thread::sleep(hold); // the section
+        turns.record(id, took);
+        assert_eq!(java.unlock(&full_name), Some(1));
+    });
+    await_queued(server, full, before + 1, bound, &format!("waiter {id}"));
+    h
+}
