@@ -15,14 +15,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
-
 use redlease::LockClient;
+use support::bench::{RELEASE, eight_threads, floor_token, paired, percentile, pin, set_nx_px};
 use support::cluster::Cluster;
-use support::pin::{eight_threads, floor_token, pin};
-
-const RELEASE: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// Raw connections to every master, and the key → master map of the cluster.
 struct Floor {
@@ -44,42 +39,21 @@ impl Floor {
     fn lock_unlock(&mut self, key: &str, owner: usize) {
         let token = floor_token();
         let con = &mut self.cons[owner];
-        let set: redis::Value = redis::cmd("SET")
-            .arg(key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(con)
-            .unwrap();
-        assert_ne!(set, redis::Value::Nil, "floor key busy");
+        assert!(set_nx_px(con, key, &token), "floor key busy");
         let _: i64 = self.release.key(key).arg(&token).invoke(con).unwrap();
     }
-}
-
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort_unstable();
-    v[v.len() / 2]
 }
 
 fn lock_unlock(cluster: &Cluster) {
     let client = LockClient::cluster(cluster.urls()).build().unwrap();
     let mut floor = Floor::new(cluster, 3);
     let owner = cluster.owner(cluster.slot("bench:c"));
-    let (mut ours, mut base) = (Vec::new(), Vec::new());
-    for _ in 0..200 {
-        assert!(client.lock("bench:c").unwrap().unlock().unwrap().was_held());
-        floor.lock_unlock("bench:f{bench:c}", owner);
-    }
-    for _ in 0..3000 {
-        let t = Instant::now();
-        assert!(client.lock("bench:c").unwrap().unlock().unwrap().was_held());
-        ours.push(t.elapsed());
-        let t = Instant::now();
-        floor.lock_unlock("bench:f{bench:c}", owner);
-        base.push(t.elapsed());
-    }
-    let (o, b) = (median(&mut ours), median(&mut base));
+    let mut ours = || assert!(client.lock("bench:c").unwrap().unlock().unwrap().was_held());
+    let mut base = || floor.lock_unlock("bench:f{bench:c}", owner);
+    // Warm-up rounds, not counted.
+    paired(200, &mut ours, &mut base);
+    let (mut ours, mut base) = paired(3000, ours, base);
+    let (o, b) = (percentile(&mut ours, 50), percentile(&mut base, 50));
     println!(
         "RATIO cluster lock+unlock: redlease p50 {o:?} / floor p50 {b:?} (owning master) = {:.3}x",
         o.as_secs_f64() / b.as_secs_f64()

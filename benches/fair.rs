@@ -19,13 +19,16 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
 use redlease::{FairLock, LockClient};
 use support::RedisServer;
-use support::pin::pin;
-use support::redisson_fair::{LEASE_MS, LOCK, UNLOCK, WAIT_MS, now_ms, prefix_name};
+use support::bench::{paired_p50, pin, report};
+use support::redisson::fair::{
+    LEASE_MS, LOCK, UNLOCK, WAIT_MS, now_ms, prefix_name, queue_and_timeouts,
+};
+use support::redisson::owner;
 
 const ROUNDS: usize = 5_000;
 
@@ -40,16 +43,13 @@ impl Floor {
     fn new(server: &RedisServer) -> Self {
         Self {
             con: server.conn(),
-            owner: format!("{}:1", uuid::Uuid::new_v4()),
+            owner: owner(1),
             scripts: [LOCK, UNLOCK].map(redis::Script::new),
         }
     }
 
     fn cycle(&mut self, name: &str) {
-        let (queue, timeouts) = (
-            prefix_name("redisson_lock_queue", name),
-            prefix_name("redisson_lock_timeout", name),
-        );
+        let (queue, timeouts) = queue_and_timeouts(name);
         let got: Option<i64> = self.scripts[0]
             .key(name)
             .key(&queue)
@@ -79,22 +79,6 @@ fn ours(lock: &FairLock) {
     drop(lock.try_lock().unwrap().unwrap());
 }
 
-/// Medians of `a` and `b`, sampled alternately so both see the same machine state.
-fn paired_p50(mut a: impl FnMut(), mut b: impl FnMut()) -> (Duration, Duration) {
-    let (mut ta, mut tb) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
-    for _ in 0..ROUNDS {
-        let t = Instant::now();
-        a();
-        ta.push(t.elapsed());
-        let t = Instant::now();
-        b();
-        tb.push(t.elapsed());
-    }
-    ta.sort_unstable();
-    tb.sort_unstable();
-    (ta[ROUNDS / 2], tb[ROUNDS / 2])
-}
-
 fn fair(c: &mut Criterion) {
     let server = RedisServer::start();
     pin([&server]);
@@ -107,9 +91,8 @@ fn fair(c: &mut Criterion) {
         b.iter(|| floor.cycle("bench:floor"));
     });
     g.finish();
-    let (a, b) = paired_p50(|| ours(&lock), || floor.cycle("bench:floor"));
-    let ratio = a.as_secs_f64() / b.as_secs_f64();
-    println!("RATIO fair lock+unlock: redlease p50 {a:?} / floor p50 {b:?} = {ratio:.3}x");
+    let (a, b) = paired_p50(ROUNDS, || ours(&lock), || floor.cycle("bench:floor"));
+    report("fair lock+unlock", a, b);
 }
 
 fn turns(_c: &mut Criterion) {
@@ -155,10 +138,7 @@ fn turns(_c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = support::bench::criterion();
     targets = fair, turns, fleet_group
 }
 

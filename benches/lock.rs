@@ -47,12 +47,12 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use crossbeam_channel::{Receiver, Sender};
 use redlease::{LockClient, Scheme};
-use support::pin::{eight_threads, floor_token, pin};
-use support::redisson;
+use support::bench::{
+    RELEASE, eight_threads, floor_token, paired, paired_p50, percentile, pin, report, set_nx_px,
+    wanted,
+};
+use support::redisson::{self, rlock};
 use support::{Masters, RedisServer};
-
-const RELEASE: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// The floor: what any correct token lock must send, on one raw connection.
 struct Floor {
@@ -73,15 +73,7 @@ impl Floor {
     }
 
     fn try_set_token(&mut self, key: &str, token: String) -> Option<String> {
-        let set: redis::Value = redis::cmd("SET")
-            .arg(key)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut self.con)
-            .unwrap();
-        (set != redis::Value::Nil).then_some(token)
+        set_nx_px(&mut self.con, key, &token).then_some(token)
     }
 
     fn release(&mut self, key: &str, token: &str) {
@@ -120,9 +112,9 @@ impl RedissonFloor {
     fn new(server: &RedisServer) -> Self {
         Self {
             con: server.conn(),
-            try_lock: redis::Script::new(redisson::TRY_LOCK),
-            unlock: redis::Script::new(redisson::UNLOCK),
-            owner: format!("{}:1", uuid::Uuid::new_v4()),
+            try_lock: redis::Script::new(rlock::TRY_LOCK),
+            unlock: redis::Script::new(rlock::UNLOCK),
+            owner: redisson::owner(1),
         }
     }
 
@@ -155,50 +147,8 @@ impl RedissonFloor {
     }
 }
 
-/// Whether group `name` runs: all by default, or those named in `REDLEASE_BENCH`
-/// (comma-separated).
-fn wanted(name: &str) -> bool {
-    std::env::var("REDLEASE_BENCH").map_or(true, |v| v.split(',').any(|g| g == name))
-}
-
 fn client(server: &RedisServer) -> LockClient {
     LockClient::builder(server.url()).build().unwrap()
-}
-
-/// Medians of `a` and `b`, sampled alternately so both see the same machine state.
-fn paired_p50(rounds: usize, a: impl FnMut(), b: impl FnMut()) -> (Duration, Duration) {
-    let (mut ta, mut tb) = paired(rounds, a, b);
-    (percentile(&mut ta, 50), percentile(&mut tb, 50))
-}
-
-/// Times of `rounds` calls of `a` and of `b`, made alternately.
-fn paired(
-    rounds: usize,
-    mut a: impl FnMut(),
-    mut b: impl FnMut(),
-) -> (Vec<Duration>, Vec<Duration>) {
-    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
-    for _ in 0..rounds {
-        let t = Instant::now();
-        a();
-        ta.push(t.elapsed());
-        let t = Instant::now();
-        b();
-        tb.push(t.elapsed());
-    }
-    (ta, tb)
-}
-
-fn percentile(v: &mut [Duration], p: usize) -> Duration {
-    v.sort_unstable();
-    v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or_default()
-}
-
-fn report(name: &str, ours: Duration, floor: Duration) {
-    let ratio = ours.as_secs_f64() / floor.as_secs_f64();
-    println!("RATIO {name}: redlease p50 {ours:?} / floor p50 {floor:?} = {ratio:.3}x");
 }
 
 fn uncontended(c: &mut Criterion) {
@@ -234,7 +184,7 @@ fn uncontended(c: &mut Criterion) {
         b.iter(|| floor.lock_unlock("bench:f"));
     });
     g.finish();
-    // 20,000 cycles, as issue 10 measured them: enough for a stable p99.
+    // 20,000 cycles: enough for a stable p99.
     let (mut ours, mut base) = paired(
         20_000,
         || assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held()),
@@ -634,7 +584,7 @@ fn reentrant(c: &mut Criterion) {
     let token = client(&server);
     let mut floor = RedissonFloor::new(&server);
     let (key, fkey) = ("bench:re", "bench:rf");
-    let fchan = redisson::channel(fkey);
+    let fchan = rlock::channel(fkey);
     let ours = |lc: &LockClient| assert!(lc.lock(key).unwrap().unlock().unwrap().was_held());
     let mut g = c.benchmark_group("reentrant");
     g.bench_function("redlease_reentrant_lock_unlock", |b| b.iter(|| ours(&lc)));
@@ -682,15 +632,7 @@ impl FanOut {
             handles.push(thread::spawn(move || {
                 while let Ok(Some((seq, set, token))) = rx.recv() {
                     let granted = if set {
-                        let ok: redis::Value = redis::cmd("SET")
-                            .arg("bench:rl")
-                            .arg(&token)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(30_000)
-                            .query(&mut floor.con)
-                            .unwrap();
-                        ok != redis::Value::Nil
+                        set_nx_px(&mut floor.con, "bench:rl", &token)
                     } else {
                         floor.release("bench:rl", &token);
                         true
@@ -789,10 +731,7 @@ fn fleet_group(_c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = support::bench::criterion();
     targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant, fleet_group
 }
 

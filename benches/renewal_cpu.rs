@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use redlease::{LockClient, LockGuard};
 use support::RedisServer;
-use support::pin::pin;
+use support::bench::pin;
 
 const TTL_MS: u64 = 3000;
 const TTL: Duration = Duration::from_millis(TTL_MS);
@@ -167,7 +167,7 @@ return 1
 fn raw(server: &RedisServer, n: usize, secs: u64, renew: impl Fn(&str, &str) -> redis::Cmd) -> Cpu {
     let mut con = server.conn();
     let keys: Vec<(String, String)> = (0..n)
-        .map(|i| (format!("raw:{i}"), support::pin::floor_token()))
+        .map(|i| (format!("raw:{i}"), support::bench::floor_token()))
         .collect();
     let mut set = redis::pipe();
     for (key, token) in &keys {

@@ -27,16 +27,13 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use redlease::{LockClient, ReadWriteLock};
 use support::RedisServer;
-use support::pin::pin;
-use support::redisson_rwlock::{
-    READ_LOCK, READ_UNLOCK, WRITE_LOCK, WRITE_UNLOCK, channel, timeout_prefix,
+use support::bench::{paired_p50, pin, report, wanted};
+use support::redisson::rwlock::{
+    READ_LOCK, READ_UNLOCK, WRITE_LOCK, WRITE_UNLOCK, channel, timeout_prefix, unlock_latch,
 };
+use support::redisson::{self, LEASE_MS};
 
 const ROUNDS: usize = 5_000;
-
-fn wanted(name: &str) -> bool {
-    std::env::var("REDLEASE_BENCH").map_or(true, |v| v.split(',').any(|g| g == name))
-}
 
 /// Redisson's scripts by `EVALSHA` on one raw connection: the floor.
 struct Floor {
@@ -49,7 +46,7 @@ impl Floor {
     fn new(server: &RedisServer) -> Self {
         Self {
             con: server.conn(),
-            field: format!("{}:1", uuid::Uuid::new_v4()),
+            field: redisson::owner(1),
             scripts: [READ_LOCK, READ_UNLOCK, WRITE_LOCK, WRITE_UNLOCK].map(redis::Script::new),
         }
     }
@@ -59,14 +56,14 @@ impl Floor {
         let got: Option<i64> = self.scripts[0]
             .key(name)
             .key(&prefix)
-            .arg(30_000)
+            .arg(LEASE_MS)
             .arg(&self.field)
             .arg(format!("{}:write", self.field))
             .invoke(&mut self.con)
             .unwrap();
         assert!(got.is_none(), "floor name free");
         let key_prefix = format!("{{{name}}}");
-        let latch = format!("redisson_unlock_latch:{{{name}}}:{}", uuid::Uuid::new_v4());
+        let latch = unlock_latch(name);
         let _: Option<i64> = self.scripts[1]
             .key(name)
             .key(channel(name))
@@ -85,18 +82,18 @@ impl Floor {
         let field = format!("{}:write", self.field);
         let got: Option<i64> = self.scripts[2]
             .key(name)
-            .arg(30_000)
+            .arg(LEASE_MS)
             .arg(&field)
             .invoke(&mut self.con)
             .unwrap();
         assert!(got.is_none(), "floor name free");
-        let latch = format!("redisson_unlock_latch:{{{name}}}:{}", uuid::Uuid::new_v4());
+        let latch = unlock_latch(name);
         let _: Option<i64> = self.scripts[3]
             .key(name)
             .key(channel(name))
             .key(latch)
             .arg(1)
-            .arg(30_000)
+            .arg(LEASE_MS)
             .arg(&field)
             .arg("publish")
             .arg(5000)
@@ -108,27 +105,6 @@ impl Floor {
 fn lock(server: &RedisServer, name: &str) -> ReadWriteLock {
     let client = LockClient::builder(server.url()).build().unwrap();
     client.read_write_lock(name).unwrap()
-}
-
-/// Medians of `a` and `b`, sampled alternately so both see the same machine state.
-fn paired_p50(mut a: impl FnMut(), mut b: impl FnMut()) -> (Duration, Duration) {
-    let (mut ta, mut tb) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
-    for _ in 0..ROUNDS {
-        let t = Instant::now();
-        a();
-        ta.push(t.elapsed());
-        let t = Instant::now();
-        b();
-        tb.push(t.elapsed());
-    }
-    ta.sort_unstable();
-    tb.sort_unstable();
-    (ta[ROUNDS / 2], tb[ROUNDS / 2])
-}
-
-fn report(name: &str, ours: Duration, floor: Duration) {
-    let ratio = ours.as_secs_f64() / floor.as_secs_f64();
-    println!("RATIO {name}: redlease p50 {ours:?} / floor p50 {floor:?} = {ratio:.3}x");
 }
 
 fn read(c: &mut Criterion) {
@@ -148,6 +124,7 @@ fn read(c: &mut Criterion) {
     });
     g.finish();
     let (a, b) = paired_p50(
+        ROUNDS,
         || drop(ours.try_read().unwrap().unwrap()),
         || floor.read("bench:f"),
     );
@@ -171,6 +148,7 @@ fn write(c: &mut Criterion) {
     });
     g.finish();
     let (a, b) = paired_p50(
+        ROUNDS,
         || drop(ours.try_write().unwrap().unwrap()),
         || floor.write("bench:f"),
     );
@@ -247,10 +225,7 @@ fn readers_8(_c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = support::bench::criterion();
     targets = read, write, readers_8
 }
 

@@ -13,13 +13,11 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
-
 use criterion::{Criterion, criterion_group};
 use redlease::LockClient;
 use support::RedisServer;
-use support::pin::pin;
-use support::redisson_semaphore::{NO_LEASE, TRY_ACQUIRE, TRY_RELEASE, channel, now_ms, timeouts};
+use support::bench::{paired, percentile, pin};
+use support::redisson::semaphore::{NO_LEASE, TRY_ACQUIRE, TRY_RELEASE, channel, now_ms, timeouts};
 
 /// Redisson's lease when the permit is taken with one (`acquire(leaseTime)`): the
 /// same 30 s as redlease's default TTL.
@@ -79,31 +77,6 @@ impl RedissonFloor {
     }
 }
 
-/// Times of `rounds` calls of `a` and of `b`, made alternately.
-fn paired(
-    rounds: usize,
-    mut a: impl FnMut(),
-    mut b: impl FnMut(),
-) -> (Vec<Duration>, Vec<Duration>) {
-    let (mut ta, mut tb) = (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
-    for _ in 0..rounds {
-        let t = Instant::now();
-        a();
-        ta.push(t.elapsed());
-        let t = Instant::now();
-        b();
-        tb.push(t.elapsed());
-    }
-    (ta, tb)
-}
-
-fn percentile(v: &mut [Duration], p: usize) -> Duration {
-    v.sort_unstable();
-    v.get((v.len() * p / 100).min(v.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or_default()
-}
-
 fn semaphore(c: &mut Criterion) {
     let server = RedisServer::start();
     pin([&server]);
@@ -140,10 +113,7 @@ fn semaphore(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = support::bench::criterion();
     targets = semaphore
 }
 

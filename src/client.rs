@@ -15,8 +15,9 @@ use crate::options::{LockOptions, Renewal, Settings, Wait, check_interval, check
 use crate::owner::{ClientId, SessionWrite};
 use crate::renewal::{Lease, Renewer};
 use crate::scheme::{self, Backend, Keys, Replicas, Request, Scheme, Waiting};
+use crate::time::in_time;
 use crate::topology::{Attempt, IoThread, Topology};
-use crate::wait::{Hub, Next, WaitSlot, Waiters, Want};
+use crate::wait::{Hub, Next, WaitSlot, Waiters, Want, release_later};
 
 mod owners;
 mod plan;
@@ -269,10 +270,18 @@ impl LockClient {
         loop {
             match next {
                 Next::Attempt => {}
+                // A hand-off whose validity ended while this caller woke is
+                // given back, and the caller goes on as after a busy attempt.
                 Next::Handed(h) => {
-                    return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
+                    if !self.late(&plan, &keys, &h.value, h.sent) {
+                        return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
+                    }
                 }
-                Next::Transferred(state) => return Ok(Some(self.take_over(state))),
+                Next::Transferred(state) => {
+                    if let Some(guard) = self.take_over(state) {
+                        return Ok(Some(guard));
+                    }
+                }
                 Next::GaveUp => return Ok(None),
             }
             if hub.shutdown.is_cancelled() {
@@ -297,6 +306,11 @@ impl LockClient {
                 return_by,
             };
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
+                // Granted after its validity ended: not ours to hand over. Who
+                // holds the key now is unknown, so the wait polls.
+                Attempt::Acquired { value, sent, .. } if self.late(&plan, &keys, &value, sent) => {
+                    None
+                }
                 Attempt::Acquired { value, sent, fence } => {
                     // A shared hold passes its wake-up on to the next waiter.
                     if let Some(s) = slot.as_mut().filter(|_| !plan.backend.shares()) {
@@ -316,10 +330,44 @@ impl LockClient {
     }
 
     /// Makes the guard for a lease a releasing guard of this client passed over as
-    /// it is: already stored, renewed and counted by the renewal thread.
-    fn take_over(&self, state: Arc<LeaseState>) -> LockGuard {
-        bump(&self.inner.hub.counters.acquired, 1);
-        LockGuard::new(Arc::clone(&self.inner.hub), state, None)
+    /// it is: already stored, renewed and counted by the renewal thread. `None`
+    /// when its validity ended before this caller woke: it is then released off
+    /// the caller's time, as a late grant is.
+    fn take_over(&self, state: Arc<LeaseState>) -> Option<LockGuard> {
+        let hub = &self.inner.hub;
+        if !state.is_held() {
+            log::debug!("lease of `{}` handed over after its validity", state.key);
+            release_later(hub, &state);
+            return None;
+        }
+        bump(&hub.counters.acquired, 1);
+        Some(LockGuard::new(Arc::clone(hub), state, None))
+    }
+
+    /// Whether a grant of `value` under `keys`, whose command left at `sent`, came
+    /// too late to hand over: its validity (`sent + ttl - drift`, the same rule
+    /// Redlock counts its votes by, see [`in_time`]) has ended. Every acquisition
+    /// passes here: each topology's, a hand-off's, every primitive's. A late grant
+    /// is released as an unanswered acquire is: off the caller's time, retried
+    /// until the value would expire by itself (a reentrant hold is left to its TTL:
+    /// its owner may hold the key again before a background release ran).
+    fn late(&self, plan: &Plan, keys: &Keys, value: &str, sent: Instant) -> bool {
+        if in_time(sent, plan.ttl) {
+            return false;
+        }
+        let hub = &self.inner.hub;
+        log::debug!(
+            "grant of `{}` came after its validity; given back",
+            keys.lock
+        );
+        if !plan.backend.reentrant() {
+            // The value landed before its reply came back: it expires a TTL after.
+            let until = Instant::now() + plan.ttl;
+            let (backend, value) = (Arc::clone(&plan.backend), value.to_owned());
+            hub.topology
+                .release_later(backend, keys.clone(), value, until);
+        }
+        true
     }
 
     /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL

@@ -139,8 +139,11 @@
 //! A lease is valid until `sent + ttl - drift` on the local monotonic clock, where
 //! `sent` is taken before the acquiring command is sent and `drift` is 2 ms + 1 % of
 //! the TTL; only a confirmed renewal moves it forward. [`LockGuard::is_held`] never
-//! says true past it. What no lock client can promise: a process paused past its
-//! lease still believes, for a moment, that it holds it. Fencing closes that gap.
+//! says true past it, and no call hands over a lease already past it: a grant whose
+//! reply came later (a frozen server, a slow network) is deleted in the background
+//! and the call waits on, or reports not acquired. What no lock client can promise:
+//! a process paused past its lease still believes, for a moment, that it holds it.
+//! Fencing closes that gap.
 //!
 //! Every call returns within `max(wait, read timeout)` plus 200 ms and a little
 //! scheduling when Redis is frozen or unreachable: one timeout, never two stacked (a
@@ -243,7 +246,7 @@
 //! | --- | --- |
 //! | `tls-rustls` | `rediss://` URLs; `LockClientBuilder::tls` with `TlsCertificates` for a private CA and client certificates (mutual TLS) |
 //! | `sentinel` | `LockClient::sentinel`: the master is looked up through Redis Sentinel at every new connection, and a failover followed (what it can do to a lock is in its docs) |
-//! | `cluster` | `LockClient::cluster`: locks routed to the master of their key's slot, a fence counter per slot, `MOVED`/`ASK`/`TRYAGAIN` followed within the call (`crc16`) |
+//! | `cluster` | `LockClient::cluster`: locks routed to the master of their key's slot, a fence counter per slot, `MOVED`/`ASK`/`TRYAGAIN`/`CLUSTERDOWN` followed or waited out within the call (`crc16`) |
 //! | `metrics` | counters, gauges and histograms through the `metrics` crate's facade (`redlease_acquisitions_total`, `redlease_wait_seconds`, `redlease_hold_seconds`, `redlease_leases_held`, `redlease_leases_lost_total`, `redlease_renewals_total`); none names a lock |
 //! | `cli` | the `redlease` command-line tool (`src/bin/redlease.rs`; clap, humantime, nix, signal-hook, `serde_json`) |
 //!

@@ -228,10 +228,14 @@ pub(crate) struct Settings {
     pub(crate) replicas: Option<Replicas>,
 }
 
-/// Checks a TTL against what Redis `PX` accepts.
+/// Checks a TTL against what Redis `PX` accepts, and against the drift allowance:
+/// a TTL below [`MIN_TTL`] leaves no validity, so no grant of it could be handed over.
 pub(crate) fn check_ttl(option: &'static str, ttl: Duration) -> Result<()> {
     if ttl < MIN_TTL {
-        return Err(Error::config(option, "must be at least 1 ms"));
+        return Err(Error::config(
+            option,
+            "must be at least 3 ms (a shorter lease has no validity past the drift allowance)",
+        ));
     }
     if ttl > MAX_TTL {
         return Err(Error::config(option, "exceeds what redis `PX` accepts"));

@@ -53,7 +53,9 @@ impl LockClient {
 /// thread may read again while it reads, and read while it writes; a thread that
 /// reads and asks to write gets [`Error::ReadHeld`] at once. A write release
 /// wakes every waiting reader of this client, and they share. While a redlease
-/// writer waits, redlease readers that hold no read of the name wait behind it.
+/// writer waits, redlease readers that hold no read of the name wait behind it,
+/// unless a live Redisson reader holds the name: Redisson's readers ignore the
+/// waiting writer, and while theirs overlap without a pause no writer gets in.
 #[derive(Clone)]
 pub struct ReadWriteLock {
     handle: Handle,

@@ -4,8 +4,11 @@
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-/// The shortest TTL accepted: 1 millisecond (Redis `PX` counts whole milliseconds).
-pub const MIN_TTL: Duration = Duration::from_millis(1);
+/// The shortest TTL accepted: 3 milliseconds, the shortest whole-millisecond TTL
+/// (Redis `PX` counts whole milliseconds) that leaves any validity past the drift
+/// allowance (2 ms + 1 %). A shorter one could never be handed over: a grant is
+/// refused once its validity has ended.
+pub const MIN_TTL: Duration = Duration::from_millis(3);
 /// The longest TTL accepted: what `SET … PX` takes with room for the server's clock
 /// (`PX` fails past `i64::MAX` milliseconds from now). About 146 million years.
 pub const MAX_TTL: Duration = Duration::from_millis((i64::MAX as u64) / 2);
@@ -39,6 +42,16 @@ pub(crate) fn validity_end(sent: Instant, ttl: Duration) -> Instant {
         .unwrap_or_else(|| from_nanos(u64::MAX))
 }
 
+/// Whether a grant whose command left at `sent` with `ttl` may still be handed to
+/// its caller now: its validity ([`validity_end`]) has not ended. This is the
+/// Redlock paper's rule (`ttl - elapsed - drift` must be positive), applied to
+/// every topology, to a lock handed over by a releasing guard, and to every
+/// primitive. The drift allowance is the margin: a reply that comes within it of
+/// the TTL's end is refused too, since the server may already be expiring the key.
+pub(crate) fn in_time(sent: Instant, ttl: Duration) -> bool {
+    Instant::now() < validity_end(sent, ttl)
+}
+
 /// Whole milliseconds of a TTL, as `PX` takes them.
 pub(crate) fn ttl_millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
@@ -60,6 +73,24 @@ mod tests {
     fn a_ttl_below_the_drift_is_never_valid() {
         let now = Instant::now();
         assert_eq!(validity_end(now, Duration::from_millis(1)), now);
+    }
+
+    #[test]
+    fn the_shortest_ttl_leaves_some_validity() {
+        let now = Instant::now();
+        assert!(validity_end(now, MIN_TTL) > now);
+        assert_eq!(
+            validity_end(now, MIN_TTL.saturating_sub(Duration::from_millis(1))),
+            now
+        );
+    }
+
+    #[test]
+    fn a_grant_is_in_time_only_before_its_validity_ends() {
+        let ttl = Duration::from_secs(1);
+        assert!(in_time(Instant::now(), ttl));
+        let long_ago = Instant::now().checked_sub(ttl.saturating_sub(drift(ttl)));
+        assert!(long_ago.is_none_or(|sent| !in_time(sent, ttl)));
     }
 
     proptest! {

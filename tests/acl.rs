@@ -1,6 +1,6 @@
 mod support;
 
-// Redis ACL users (issue 16, item 4): the documented minimal rule works end to end, a user
+// Redis ACL users: the documented minimal rule works end to end, a user
 // who could take a lock but not release it is refused by `build()` before any lock is
 // taken, and a user without channel permissions (Redis 7's default) releases without an
 // error while its waiters poll. No password ever shows in an error or `Debug` output.
@@ -9,43 +9,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockClientBuilder, LockOptions, Release};
+use support::acl::{
+    CLUSTER_RULE, FAIR_RULE, LOCK_RULE, RWLOCK_RULE, SEMAPHORE_RULE, refusals, set_user, without,
+};
 use support::{RedisServer, eventually};
 
 const PASSWORD: &str = "acl-s3cret-pw";
-
-/// The README's minimal rule for a lock user under the prefix `lock:` (token scheme,
-/// fencing, pub/sub wake-ups).
-const LOCKER: &[&str] = &[
-    "~lock:*",
-    "&{lock:*",
-    "&redlease:waiter:*",
-    "+ping",
-    "+set",
-    "+pttl",
-    "+evalsha",
-    "+script|load",
-    "+get",
-    "+del",
-    "+pexpire",
-    "+hset",
-    "+incr",
-    "+mget",
-    "+time",
-    "+pexpireat",
-    "+exists",
-    "+publish",
-    "+subscribe",
-    "+unsubscribe",
-    "+punsubscribe",
-];
-
-/// Creates (or replaces) the user `name` with password [`PASSWORD`] and exactly `rules`.
-fn set_user(server: &RedisServer, name: &str, rules: &[&str]) {
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER").arg(name).arg("reset").arg("on");
-    cmd.arg(format!(">{PASSWORD}")).arg(rules);
-    let () = server.query(&cmd);
-}
 
 fn builder(server: &RedisServer, user: &str) -> LockClientBuilder {
     let url = format!("redis://{user}:{PASSWORD}@127.0.0.1:{}/", server.port());
@@ -71,13 +40,6 @@ fn exists(server: &RedisServer, key: &str) -> bool {
     server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
 }
 
-/// Entries in `ACL LOG`: every command, key or channel the server refused.
-fn refusals(server: &RedisServer) -> usize {
-    server
-        .query::<Vec<redis::Value>>(redis::cmd("ACL").arg("LOG"))
-        .len()
-}
-
 /// Channels of `key` someone subscribes to.
 fn subscribers(server: &RedisServer, key: &str) -> i64 {
     let channel = format!("{{{key}}}:released");
@@ -88,7 +50,7 @@ fn subscribers(server: &RedisServer, key: &str) -> i64 {
 #[test]
 fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wakes_waiters() {
     let server = RedisServer::start();
-    set_user(&server, "locker", LOCKER);
+    set_user(&server, "locker", PASSWORD, &[LOCK_RULE]);
     let ttl = Duration::from_secs(1);
     let a = builder(&server, "locker")
         .ttl(ttl)
@@ -139,21 +101,16 @@ fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wake
     assert!(b.metrics().wakeups >= 1, "{:?}", b.metrics());
     // Shutting down (the waiter's connection leaves pub/sub) is covered too.
     drop((a, b));
-    let log: redis::Value = server.query(redis::cmd("ACL").arg("LOG"));
-    assert_eq!(refusals(&server), 0, "the rule lacks a permission: {log:?}");
+    let log = refusals(&server);
+    assert_eq!(log.len(), 0, "the rule lacks a permission: {log:?}");
     assert_eq!(dbsize(&server), 1, "only the fence counter is left");
 }
 
 #[test]
-fn issue_23_a_user_without_the_bulk_renewal_commands_renews_one_command_per_lease() {
+fn a_user_without_the_bulk_renewal_commands_renews_one_command_per_lease() {
     let server = RedisServer::start();
     let bulk = ["+mget", "+time", "+pexpireat", "+exists"];
-    let rules: Vec<&str> = LOCKER
-        .iter()
-        .copied()
-        .filter(|r| !bulk.contains(r))
-        .collect();
-    set_user(&server, "locker", &rules);
+    set_user(&server, "locker", PASSWORD, &without(LOCK_RULE, &bulk));
     let lc = builder(&server, "locker")
         .ttl(Duration::from_secs(1))
         .build()
@@ -169,7 +126,7 @@ fn issue_23_a_user_without_the_bulk_renewal_commands_renews_one_command_per_leas
     }));
     assert!(guards.iter().all(redlease::LockGuard::is_held));
     assert_eq!(lc.metrics().leases_lost, 0);
-    assert_eq!(refusals(&server), 1, "the bulk script is tried once");
+    assert_eq!(refusals(&server).len(), 1, "the bulk script is tried once");
     for g in &guards {
         assert!(exists(&server, g.key()), "{}", g.key());
     }
@@ -187,7 +144,7 @@ struct Refused {
 /// `Error::Permission` (its cause attached, no password shown).
 fn refused(rules: &[&str]) -> Refused {
     let server = RedisServer::start();
-    set_user(&server, "user", rules);
+    set_user(&server, "user", PASSWORD, rules);
     let err = builder(&server, "user").build().unwrap_err();
     let text = shown(&err);
     assert!(std::error::Error::source(&err).is_some(), "{text}");
@@ -249,7 +206,7 @@ fn a_redis_7_user_without_channels_releases_without_error_and_its_waiters_poll()
     let server = RedisServer::start();
     // `ACL SETUSER` on Redis 7 gives no channel permissions unless asked for
     // (`acl-pubsub-default resetchannels`); `reset` makes that explicit.
-    set_user(&server, "nochan", &["~lock:*", "+@all"]);
+    set_user(&server, "nochan", PASSWORD, &["~lock:*", "+@all"]);
     let a = builder(&server, "nochan").build().unwrap();
     let b = builder(&server, "nochan").build().unwrap();
 
@@ -280,7 +237,12 @@ fn a_redis_7_user_without_channels_releases_without_error_and_its_waiters_poll()
 #[test]
 fn a_fenced_lock_the_user_may_not_count_is_an_error_and_leaves_no_lock() {
     let server = RedisServer::start();
-    set_user(&server, "noincr", &["~lock:*", "&*", "+@all", "-incr"]);
+    set_user(
+        &server,
+        "noincr",
+        PASSWORD,
+        &["~lock:*", "&*", "+@all", "-incr"],
+    );
     let client = builder(&server, "noincr").build().unwrap();
     let opts = LockOptions::new().fencing(true);
     let err = client.lock_with("k", &opts).unwrap_err();
@@ -311,10 +273,9 @@ fn a_server_started_with_requirepass_serves_clients_that_never_print_the_passwor
 }
 
 #[test]
-fn issue_21_a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone() {
+fn a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone() {
     let server = RedisServer::start();
-    let rules: Vec<&str> = LOCKER.iter().copied().filter(|r| *r != "+hset").collect();
-    set_user(&server, "nohset", &rules);
+    set_user(&server, "nohset", PASSWORD, &without(LOCK_RULE, &["+hset"]));
     let client = builder(&server, "nohset").build().unwrap();
     let guard = client.lock("k").unwrap();
     assert!(guard.is_held());
@@ -329,4 +290,64 @@ fn issue_21_a_user_without_hset_locks_as_before_and_its_locks_owner_reads_gone()
         "{info:?}"
     );
     assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+/// The rules quoted in `text` (between backticks or in a code block): every word
+/// that starts with `~`, `&` or `+`, as a sorted set.
+fn quoted_rules(text: &str) -> std::collections::BTreeSet<&str> {
+    text.split(['`', ' ', '\n'])
+        .filter(|w| w.starts_with(['~', '&', '+']))
+        .collect()
+}
+
+/// The README's text from `start` to the first `end` after it.
+fn readme_between<'a>(readme: &'a str, start: &str, end: &str) -> &'a str {
+    let from = readme
+        .find(start)
+        .unwrap_or_else(|| panic!("README: no {start:?}"));
+    let rest = &readme[from + start.len()..];
+    &rest[..rest
+        .find(end)
+        .unwrap_or_else(|| panic!("README: no {end:?}"))]
+}
+
+#[test]
+fn the_readme_quotes_exactly_the_acl_rules_the_tests_run() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let sections = [
+        (
+            "the lock rule",
+            readme_between(&readme, "ACL SETUSER locker on >password", "```"),
+            LOCK_RULE,
+        ),
+        (
+            "the cluster additions",
+            readme_between(&readme, "On a Redis\nCluster add", "; the\nper-slot"),
+            CLUSTER_RULE,
+        ),
+        (
+            "the fair lock additions",
+            readme_between(&readme, "a fair lock user needs", "(`tests/fair.rs`"),
+            FAIR_RULE,
+        ),
+        (
+            "the read-write lock additions",
+            readme_between(
+                &readme,
+                "a read-write lock user needs",
+                "(`tests/rwlock.rs`",
+            ),
+            RWLOCK_RULE,
+        ),
+        (
+            "the semaphore additions",
+            readme_between(&readme, "ACL SETUSER worker ...", "```"),
+            SEMAPHORE_RULE,
+        ),
+    ];
+    for (what, quoted, rule) in sections {
+        let tested: std::collections::BTreeSet<&str> = rule.split_whitespace().collect();
+        assert_eq!(quoted_rules(quoted), tested, "{what}: README {quoted:?}");
+    }
 }

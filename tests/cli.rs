@@ -8,122 +8,26 @@
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::Child;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
-use support::redisson::{self, Redisson};
+use support::cli::{
+    HUNG, LOST, NOT_ACQUIRED, STARTUP, Scratch, USAGE, exit_within, finish, has_line, inspect_json,
+    output, redlease, run_sh, stderr, stdout,
+};
+use support::redisson::rlock::{self as redisson, Redisson};
 use support::{RedisServer, eventually, free_port};
 
-/// Longest a `redlease` process may take in any test before it counts as hung.
-const HUNG: Duration = Duration::from_secs(20);
-/// How long a command may take to show it has started.
-const STARTUP: Duration = Duration::from_secs(10);
-
-/// Exit codes, as `redlease --help` lists them.
-const USAGE: i32 = 64;
+/// Exit codes, as `redlease --help` lists them (the others are in `support::cli`).
 const UNAVAILABLE: i32 = 69;
-const NOT_ACQUIRED: i32 = 75;
-const LOST: i32 = 79;
 const NOT_FOUND: i32 = 127;
-
-static DIRS: AtomicUsize = AtomicUsize::new(0);
-
-/// A scratch directory for the files commands write, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Scratch {
-        let n = DIRS.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("redlease-cli-{}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `redlease ARGS` with stdin closed, stdout and stderr piped, and no `REDIS_URL`
-/// from the environment.
-fn redlease<I, S>(args: I) -> Command
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<std::ffi::OsStr>,
-{
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
-    cmd.args(args)
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// `redlease run --url <server> OPTS KEY -- sh -c SCRIPT`.
-fn run_sh(server: &RedisServer, opts: &[&str], key: &str, script: &str) -> Command {
-    let mut args = vec!["run", "--url"];
-    let url = server.url();
-    args.push(&url);
-    args.extend_from_slice(opts);
-    args.extend_from_slice(&[key, "--", "sh", "-c", script]);
-    redlease(args)
-}
-
-/// Waits at most `timeout` for `child` to exit; kills it (through its handle) and
-/// panics if it does not.
-fn exit_within(child: &mut Child, timeout: Duration) -> ExitStatus {
-    let mut status = None;
-    let exited = eventually(timeout, || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("redlease did not exit within {timeout:?}");
-    }
-    status.unwrap()
-}
-
-/// Waits for `child` (bounded) and collects its output.
-fn finish(mut child: Child) -> Output {
-    exit_within(&mut child, HUNG);
-    child.wait_with_output().unwrap()
-}
-
-/// Runs `cmd` to completion (bounded) and returns its output.
-fn output(mut cmd: Command) -> Output {
-    finish(cmd.spawn().unwrap())
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).unwrap();
-}
-
-/// Whether `path` exists with a first line.
-fn has_line(path: &Path) -> bool {
-    fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
 }
 
 /// The `date +%s%N` stamps written to `path`, in nanoseconds.
@@ -143,12 +47,6 @@ fn keys(server: &RedisServer) -> Vec<String> {
     let mut keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
     keys.sort();
     keys
-}
-
-fn inspect_json(server: &RedisServer, key: &str) -> Value {
-    let out = output(redlease(["inspect", "--json", "--url", &server.url(), key]));
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
@@ -185,7 +83,7 @@ fn run_propagates_the_commands_exit_status() {
 #[test]
 fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let (env, go) = (dir.file("env"), dir.file("go"));
     let script = format!(
         "echo \"$REDLEASE_KEY $REDLEASE_FENCE\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
@@ -238,7 +136,7 @@ fn run_holds_the_lock_and_gives_the_command_its_key_and_fence() {
 #[test]
 fn two_runs_on_one_key_do_not_overlap() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let script = |f: &Path| format!("date +%s%N >> {0}; sleep 1; date +%s%N >> {0}", f.display());
     let (fa, fb) = (dir.file("a"), dir.file("b"));
     let a = run_sh(&server, &[], "job", &script(&fa)).spawn().unwrap();
@@ -273,7 +171,7 @@ fn two_runs_on_one_key_do_not_overlap() {
 #[test]
 fn a_deleted_key_stops_the_command_with_the_lost_code() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let f = dir.file("out");
     let script = format!(
         "echo started > {0}; sleep 30; echo finished >> {0}",
@@ -306,7 +204,7 @@ fn a_deleted_key_stops_the_command_with_the_lost_code() {
 #[test]
 fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let f = dir.file("out");
     // `trap '' TERM` is inherited by `sleep`: only SIGKILL stops the group.
     let script = format!(
@@ -335,7 +233,7 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
 #[test]
 fn wait_zero_on_a_held_key_exits_at_once_with_the_busy_code() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let _: () = server.query(
         redis::cmd("SET")
             .arg("job")
@@ -367,9 +265,60 @@ fn wait_zero_on_a_held_key_exits_at_once_with_the_busy_code() {
 }
 
 #[test]
+fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
+    let server = RedisServer::start();
+    let proxy = support::proxy::Proxy::start(server.port());
+    let dir = Scratch::new("cli");
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("job")
+            .arg("theirs")
+            .arg("PX")
+            .arg(60_000),
+    );
+    let ran = dir.file("ran");
+    let script = format!("touch {}", ran.display());
+    let url = proxy.url();
+    let args = [
+        "run", "--url", &url, "--ttl", "400ms", "--wait", "6s", "job",
+    ];
+    let mut child = redlease(args.iter().chain(&["--", "sh", "-c", &script]))
+        .spawn()
+        .unwrap();
+    // Waiting, through the proxy while it is fast: subscribed to the release channel.
+    let waiting = eventually(STARTUP, || {
+        let subs: (String, i64) =
+            server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{job}:released"));
+        subs.1 >= 1
+    });
+    assert!(waiting, "redlease never started waiting");
+    // Every reply now comes 1.1 s after its command, 700 ms after a 400 ms lease
+    // taken by it ended; the holder goes, and the next attempt is granted, late.
+    proxy.delay(Duration::from_millis(550));
+    let _: i64 = server.query(redis::cmd("DEL").arg("job"));
+    let status = exit_within(&mut child, HUNG);
+    let out = child.wait_with_output().unwrap();
+    println!("{status:?}: {}", stderr(&out));
+    // Not acquired within the wait; or, when an attempt was in flight at its end,
+    // no reply within what was left of it (the reply takes 1.1 s). Never started:
+    // the command was not run, then stopped as lost.
+    assert!(
+        matches!(status.code(), Some(NOT_ACQUIRED | UNAVAILABLE)),
+        "{status:?}: {}",
+        stderr(&out)
+    );
+    assert!(!ran.exists(), "the command ran");
+    proxy.delay(Duration::ZERO);
+    let gone = eventually(Duration::from_secs(5), || {
+        server.query::<i64>(redis::cmd("EXISTS").arg("job")) == 0
+    });
+    assert!(gone, "a late grant is still stored");
+}
+
+#[test]
 fn sigint_while_waiting_exits_promptly_and_leaves_nothing_behind() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let _: () = server.query(
         redis::cmd("SET")
             .arg("job")
@@ -413,7 +362,7 @@ fn sigint_while_waiting_exits_promptly_and_leaves_nothing_behind() {
 #[test]
 fn sigterm_while_running_is_forwarded_and_the_lock_released_after() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let f = dir.file("out");
     // On SIGTERM the command records whether the lock still exists, then exits 7.
     let script = format!(
@@ -515,7 +464,7 @@ fn inspect_identifies_each_format() {
 #[test]
 fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let _: () = server.query(
         redis::cmd("SET")
             .arg("job")
@@ -581,7 +530,7 @@ fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
 #[test]
 fn run_with_the_reentrant_scheme_waits_for_redisson_and_is_woken_by_its_unlock() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let (ran, go) = (dir.file("ran"), dir.file("go"));
     let mut java = Redisson::new(&server);
     let channel = redisson::channel("job");
@@ -622,7 +571,7 @@ fn run_with_the_reentrant_scheme_waits_for_redisson_and_is_woken_by_its_unlock()
 #[test]
 fn bad_input_is_one_line_on_stderr_and_never_shows_the_password() {
     let server = RedisServer::start();
-    let dir = Scratch::new();
+    let dir = Scratch::new("cli");
     let ran = dir.file("ran");
     let touch = ran.display().to_string();
     let url = server.url();

@@ -1,6 +1,6 @@
 #![cfg(feature = "cli")]
 //! `redlease run --fair` and `inspect` of a fair lock's queue, run as processes
-//! against a real `redis-server` (in the style of `tests/cli_rw.rs`). Every wait
+//! against a real `redis-server` (in the style of `tests/cli_rwlock.rs`). Every wait
 //! is bounded.
 
 mod support;
@@ -18,25 +18,21 @@ fn a_fair_run_queues_behind_the_holder_and_runs_after_it() {
     let client = LockClient::builder(url.as_str()).build().unwrap();
     let held = client.fair_lock("job").unwrap().lock().unwrap();
     let at_once = finish(
-        redlease(&[
+        redlease([
             "run", "--url", &url, "--fair", "--wait", "0", "job", "--", "true",
         ])
         .spawn()
         .unwrap(),
     );
     assert_eq!(at_once.status.code(), Some(NOT_ACQUIRED));
-    let waiting = redlease(&["run", "--url", &url, "--fair", "job", "--", "echo", "ran"])
+    let waiting = redlease(["run", "--url", &url, "--fair", "job", "--", "echo", "ran"])
         .spawn()
         .unwrap();
     assert!(
         eventually(HUNG, || inspect_json(&server, "job")["queued"] == 1),
         "the command queued"
     );
-    let text = finish(
-        redlease(&["inspect", "--url", &url, "job"])
-            .spawn()
-            .unwrap(),
-    );
+    let text = finish(redlease(["inspect", "--url", &url, "job"]).spawn().unwrap());
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.contains("queue:   1 waiting (a fair lock"), "{text}");
     assert!(held.unlock().unwrap().was_held());
@@ -53,7 +49,7 @@ fn a_queued_run_killed_with_sigkill_delays_the_next_waiter_by_under_6_s() {
     let client = LockClient::builder(url.as_str()).build().unwrap();
     let lock = client.fair_lock("job").unwrap();
     let held = lock.lock().unwrap();
-    let mut doomed = redlease(&["run", "--url", &url, "--fair", "job", "--", "true"])
+    let mut doomed = redlease(["run", "--url", &url, "--fair", "job", "--", "true"])
         .spawn()
         .unwrap();
     assert!(
@@ -82,7 +78,7 @@ fn a_queued_run_killed_with_sigkill_delays_the_next_waiter_by_under_6_s() {
 #[test]
 fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() {
     use support::fair_queue::{Turns, await_queued, queue_len, queue_ours, queue_redisson};
-    use support::redisson_fair::RedissonFair;
+    use support::redisson::fair::RedissonFair;
     const SECTION: Duration = Duration::from_millis(100);
     let server = RedisServer::start();
     let url = server.url();

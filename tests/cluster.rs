@@ -10,6 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, Release};
+use support::acl;
 use support::cluster::Cluster;
 use support::{RedisServer, eventually};
 
@@ -93,7 +94,7 @@ fn client(cluster: &Cluster) -> LockClient {
 }
 
 #[test]
-fn issue_13_eight_threads_on_keys_of_every_master_never_overlap() {
+fn eight_threads_on_keys_of_every_master_never_overlap() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let keys: Vec<String> = (0..24).map(|i| format!("job:{i}")).collect();
@@ -135,7 +136,7 @@ fn issue_13_eight_threads_on_keys_of_every_master_never_overlap() {
 }
 
 #[test]
-fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
+fn fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let opts = LockOptions::new().fencing(true);
@@ -162,7 +163,7 @@ fn issue_13_fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
 }
 
 #[test]
-fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
+fn a_waiter_is_woken_by_the_release_message_not_by_polling() {
     let cluster = Cluster::start(3, 0);
     let holder = client(&cluster);
     let waiter = polling_rarely(&cluster.urls());
@@ -179,7 +180,7 @@ fn issue_13_a_waiter_is_woken_by_the_release_message_not_by_polling() {
 }
 
 #[test]
-fn issue_13_a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
+fn a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let key = "moving";
@@ -249,7 +250,7 @@ fn issue_13_a_slot_migrated_while_locks_are_held_and_taken_is_followed() {
 }
 
 #[test]
-fn issue_13_a_failover_of_a_shard_master_is_followed() {
+fn a_failover_of_a_shard_master_is_followed() {
     let cluster = Cluster::start(3, 1);
     let client = client(&cluster);
     let key = "{fo}";
@@ -289,7 +290,7 @@ fn issue_13_a_failover_of_a_shard_master_is_followed() {
 }
 
 #[test]
-fn issue_13_a_server_outside_any_cluster_is_a_config_error() {
+fn a_server_outside_any_cluster_is_a_config_error() {
     let server = RedisServer::start();
     let err = LockClient::cluster([server.url()]).build().unwrap_err();
     assert!(matches!(err, Error::Config { .. }), "{err:?}");
@@ -300,7 +301,7 @@ fn issue_13_a_server_outside_any_cluster_is_a_config_error() {
 }
 
 #[test]
-fn issue_13_a_foreign_token_holder_on_the_cluster_excludes_us() {
+fn a_foreign_token_holder_on_the_cluster_excludes_us() {
     let cluster = Cluster::start(3, 0);
     let client = client(&cluster);
     let owner = &cluster.nodes[cluster.owner(cluster.slot("lock:shared"))];
@@ -321,7 +322,7 @@ fn issue_13_a_foreign_token_holder_on_the_cluster_excludes_us() {
 }
 
 #[test]
-fn issue_13_a_crashed_shard_master_is_replaced_by_its_replica() {
+fn a_crashed_shard_master_is_replaced_by_its_replica() {
     let cluster = Cluster::start(3, 1);
     let client = client(&cluster);
     let slot = cluster.slot("lock:{crash}");
@@ -367,42 +368,10 @@ fn issue_13_a_crashed_shard_master_is_replaced_by_its_replica() {
 }
 
 #[test]
-fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
+fn the_minimal_acl_user_runs_fenced_locks_on_every_master() {
     let cluster = Cluster::start(3, 0);
     for n in &cluster.nodes {
-        let () = n.query(
-            redis::cmd("ACL")
-                .arg("SETUSER")
-                .arg("locker")
-                .arg("on")
-                .arg(">pw")
-                .arg("~lock:*")
-                .arg("&{lock:*")
-                .arg("&redlease:waiter:*")
-                .arg("+ping")
-                .arg("+set")
-                .arg("+get")
-                .arg("+del")
-                .arg("+pttl")
-                .arg("+pexpire")
-                .arg("+incr")
-                .arg("+mget")
-                .arg("+time")
-                .arg("+pexpireat")
-                .arg("+exists")
-                .arg("+evalsha")
-                .arg("+script|load")
-                .arg("+publish")
-                .arg("+subscribe")
-                .arg("+unsubscribe")
-                .arg("+punsubscribe")
-                .arg("+cluster|slots")
-                .arg("+asking")
-                .arg("+command|info")
-                .arg("+ssubscribe")
-                .arg("+sunsubscribe")
-                .arg("+spublish"),
-        );
+        acl::set_user(n, "locker", "pw", &[acl::LOCK_RULE, acl::CLUSTER_RULE]);
     }
     let urls: Vec<String> = cluster
         .urls()
@@ -449,7 +418,7 @@ fn issue_13_the_minimal_acl_user_runs_fenced_locks_on_every_master() {
 
 #[cfg(feature = "tls-rustls")]
 #[test]
-fn issue_13_a_cluster_over_mutual_tls() {
+fn a_cluster_over_mutual_tls_runs_fenced_locks_and_refuses_a_client_without_certificate() {
     use support::tls::Ca;
     let ca = Ca::new("redlease cluster CA");
     let (server, peer, client_cert) = (ca.server(), ca.client(), ca.client());
@@ -499,9 +468,9 @@ fn issue_13_a_cluster_over_mutual_tls() {
 }
 
 #[test]
-fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
+fn dropping_a_cluster_client_joins_every_thread_it_started() {
     use support::alone::{ALONE_ENV, finish, redlease_threads, spawn_self};
-    const TEST: &str = "issue_13_dropping_a_cluster_client_joins_every_thread_it_started";
+    const TEST: &str = "dropping_a_cluster_client_joins_every_thread_it_started";
     if std::env::var_os(ALONE_ENV).is_none() {
         // Other tests' clients live in this process: count in a process of our own.
         finish(
@@ -533,11 +502,11 @@ fn issue_13_dropping_a_cluster_client_joins_every_thread_it_started() {
     assert!(redlease_threads().is_empty(), "{:?}", redlease_threads());
 }
 
-/// The keys of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]; the
+/// The keys of [`a_slot_moved_under_fenced_load_surfaces_no_error`]; the
 /// first one's slot moves.
 const LOAD_KEYS: [&str; 3] = ["i:alpha", "i:beta", "i:gamma"];
 
-/// What the workers of [`issue_23_a_slot_moved_under_fenced_load_surfaces_no_error`]
+/// What the workers of [`a_slot_moved_under_fenced_load_surfaces_no_error`]
 /// share and saw.
 #[derive(Default)]
 struct Load {
@@ -642,7 +611,7 @@ fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
         .sum()
 }
 
-/// Issue 23: six workers, two threads in each of three clients (as three
+/// A slot moved under fenced load: six workers, two threads in each of three clients (as three
 /// processes would; a client's own threads hand the lock to each other), lock
 /// three keys with fences (TTL 5 s, 2 ms sections) while the first key's slot,
 /// which holds its fence counter too, is moved from master to master: `SETSLOT
@@ -650,7 +619,7 @@ fn error_replies(nodes: &[RedisServer], code: &str) -> u64 {
 /// master. No acquire or release may fail, no two holders overlap, fences rise
 /// per key.
 #[test]
-fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
+fn a_slot_moved_under_fenced_load_surfaces_no_error() {
     let cluster = Cluster::start(3, 0);
     let slot = cluster.slot("bar:i:alpha");
     let moves = 4 * support::stress_factor();
@@ -714,7 +683,7 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
         load.moving_acquired.load(Ordering::SeqCst),
     );
     println!(
-        "issue 23: {moves} moves of slot {slot} (masters {owners:?}); {acquired} acquisitions \
+        "slot moves: {moves} moves of slot {slot} (masters {owners:?}); {acquired} acquisitions \
          ({moving} of the moving key), {} errors, {} gave up, {} overlaps; the masters replied \
          ASK {}, TRYAGAIN {}, MOVED {}",
         errors.len(),
@@ -748,14 +717,14 @@ fn issue_23_a_slot_moved_under_fenced_load_surfaces_no_error() {
     );
 }
 
-/// Issue 23: while a slot is mid-migration, a free lock's fenced acquire meets
+/// While a slot is mid-migration, a free lock's fenced acquire meets
 /// `TRYAGAIN` (its two keys, lock and fence counter, are never both on the master
 /// asked) until the slot has moved. A caller that does not wait has it resent
 /// for one read timeout, then gets it quoted; one that waits waits it out as for a
 /// busy lock, up to its deadline; an unfenced lock (one key) is taken through
 /// `ASK` at once.
 #[test]
-fn issue_23_a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
+fn a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
     let cluster = Cluster::start(3, 0);
     let read_timeout = Duration::from_millis(600);
     let client = LockClient::cluster(cluster.urls())
@@ -833,7 +802,7 @@ fn errors(node: &RedisServer, code: &str) -> u64 {
 }
 
 #[test]
-fn issue_23_a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_lease() {
+fn a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_lease() {
     const N: usize = 20;
     let cluster = Cluster::start(3, 0);
     let client = LockClient::cluster(cluster.urls())
@@ -892,4 +861,267 @@ fn issue_23_a_renewal_chunk_that_meets_a_migrating_slot_is_renewed_lease_by_leas
     for g in guards {
         assert_eq!(g.unlock().unwrap(), Release::Released);
     }
+}
+
+/// Six workers, two threads in each of three clients of `prefix` (TTL 5 s, read
+/// timeout `read_timeout`), lock [`LOAD_KEYS`] fenced with a wait of 30 s while
+/// `faults` runs; they stop once it returns. Returns what they saw.
+fn under_load(
+    cluster: &Cluster,
+    prefix: &str,
+    read_timeout: Duration,
+    faults: impl FnOnce(&Load),
+) -> Load {
+    let clients: Vec<LockClient> = (0..3)
+        .map(|_| {
+            LockClient::cluster(cluster.urls())
+                .key_prefix(prefix)
+                .ttl(Duration::from_secs(5))
+                .read_timeout(read_timeout)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let opts = LockOptions::new()
+        .fencing(true)
+        .wait(Duration::from_secs(30));
+    let load = Load::default();
+    // The fence counters exist before the faults, so each slot has a key.
+    for (k, key) in LOAD_KEYS.iter().enumerate() {
+        let first = clients[0].lock_with(key, &opts).unwrap().unwrap();
+        load.fences[k].store(first.fence().unwrap(), Ordering::SeqCst);
+        assert_eq!(first.unlock().unwrap(), Release::Released);
+    }
+    thread::scope(|s| {
+        for t in 0..6 {
+            let (load, client, opts) = (&load, &clients[t % clients.len()], &opts);
+            s.spawn(move || load.work(client, opts, t));
+        }
+        // Set however the faults end (a failed assertion too): workers stop.
+        let _stop = Stop(&load.stop);
+        faults(&load);
+    });
+    load
+}
+
+/// No acquire or release failed, no two holders overlapped, no wait ran out.
+fn assert_no_error(load: &Load, what: &str) {
+    let errors = load.errors.lock().clone();
+    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in &errors {
+        *kinds.entry(e.as_str()).or_default() += 1;
+    }
+    println!(
+        "{what}: {} acquisitions ({} of the first key), {} errors, {} gave up, {} overlaps",
+        load.acquired.load(Ordering::SeqCst),
+        load.moving_acquired.load(Ordering::SeqCst),
+        errors.len(),
+        load.gave_up.load(Ordering::SeqCst),
+        load.overlaps.load(Ordering::SeqCst),
+    );
+    assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
+    assert_eq!(
+        load.overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders at once"
+    );
+    assert_eq!(
+        load.gave_up.load(Ordering::SeqCst),
+        0,
+        "a wait of 30 s ran out"
+    );
+}
+
+/// `SETSLOT NODE` told to the source first (as tools and operators may): for
+/// 300 ms the source answers `MOVED` to the target and the target, still
+/// importing, `MOVED` back. Callers in that window pause and send again, with the
+/// map read again, until the two agree; no acquire or release fails, and a lease
+/// held across the moves is kept.
+#[test]
+fn a_slot_moved_source_first_under_fenced_load_surfaces_no_error() {
+    let cluster = Cluster::start(3, 0);
+    let slot = cluster.slot("bar:i:alpha");
+    let moves = 4 * support::stress_factor();
+    let holder = client(&cluster);
+    // In the moving slot (its hash tag), renewed across the moves.
+    let held = holder.lock("{bar:i:alpha}:held").unwrap();
+    let mut owners = vec![cluster.owner(slot)];
+    let mut redirected = 0;
+    let load = under_load(&cluster, "bar:", Duration::from_secs(2), |load| {
+        load.progress(&cluster);
+        for _ in 0..moves {
+            let from = *owners.last().unwrap();
+            let to = (from + 1) % 3;
+            cluster.begin_migration(slot, from, to);
+            load.progress(&cluster);
+            assert!(
+                cluster.move_keys(slot, from, to) > 0,
+                "the slot held no key"
+            );
+            load.progress(&cluster);
+            let before = error_replies(&cluster.nodes, "MOVED");
+            cluster.finish_migration_source_first(slot, from, to, Duration::from_millis(300));
+            redirected += error_replies(&cluster.nodes, "MOVED") - before;
+            load.progress(&cluster);
+            owners.push(to);
+        }
+    });
+    println!("{moves} moves of slot {slot} (masters {owners:?}), {redirected} MOVED replies");
+    assert_no_error(&load, "source first");
+    assert!(
+        redirected >= moves as u64,
+        "only {redirected} MOVED replies: the windows were not met"
+    );
+    let moving = load.moving_acquired.load(Ordering::SeqCst);
+    assert!(moving > 20, "only {moving} sections of the moving key");
+    assert!(held.is_held(), "a lease held across the moves was lost");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+}
+
+/// A graceful `CLUSTER FAILOVER` of each master and back, the first key's master
+/// first, while workers lock and release: calls follow the new master, and a node
+/// that sees the cluster failed for a moment after a failover (`CLUSTERDOWN`, in
+/// about one run of three here) is waited out. (A master is not failed over twice
+/// within 4 s: the other masters would deny their votes, and the master hold
+/// writes for the 5 s the attempt lasts, as long as the locks' TTL. The old master
+/// holds writes while its replica takes over: a call with no reply by then may
+/// have run and is an error, so the clients wait 10 s for a reply.)
+#[test]
+fn a_failover_under_fenced_load_surfaces_no_error() {
+    let cluster = Cluster::start(3, 1);
+    let first = cluster.owner(cluster.slot("bar:i:alpha"));
+    // Replica `3 + m` follows master `m`; each pair swaps roles and back.
+    let order: Vec<usize> = (0..3)
+        .map(|i| (first + i) % 3)
+        .flat_map(|m| [3 + m, m])
+        .collect();
+    let mut took = Vec::new();
+    let load = under_load(&cluster, "bar:", Duration::from_secs(10), |load| {
+        load.progress(&cluster);
+        for node in order {
+            let at = Instant::now();
+            cluster.failover(node);
+            took.push(at.elapsed());
+            load.progress(&cluster);
+        }
+    });
+    println!(
+        "failovers took {took:?}: the nodes replied MOVED {}, CLUSTERDOWN {}",
+        error_replies(&cluster.nodes, "MOVED"),
+        error_replies(&cluster.nodes, "CLUSTERDOWN"),
+    );
+    assert_no_error(&load, "failover");
+    assert!(
+        load.moving_acquired.load(Ordering::SeqCst) > 20,
+        "too few sections of the failed-over key"
+    );
+}
+
+/// A master frozen (`SIGSTOP`) until the others mark it failed and its replica
+/// takes over: meanwhile the healthy masters answer `CLUSTERDOWN` to every call,
+/// keys of their own slots too. Workers on those keys pause and send again; no
+/// acquire or release fails, and a lease held across the outage is kept.
+#[test]
+fn a_cluster_briefly_down_surfaces_no_error_on_healthy_masters() {
+    let cluster = Cluster::start(3, 1);
+    // A prefix that puts no key of the load on the master to freeze.
+    let frozen = 0;
+    let prefix = (0..1000)
+        .map(|i| format!("d{i}:"))
+        .find(|p| {
+            LOAD_KEYS
+                .iter()
+                .all(|k| cluster.owner(cluster.slot(&format!("{p}{k}"))) != frozen)
+        })
+        .unwrap();
+    let healthy = [1, 2];
+    // On a healthy master (the first key's hash tag), renewed across the outage.
+    let holder = client(&cluster);
+    let held = holder.lock(&format!("{{{prefix}i:alpha}}:held")).unwrap();
+    let mut down_for = Duration::ZERO;
+    let load = under_load(&cluster, &prefix, Duration::from_secs(2), |load| {
+        load.progress(&cluster);
+        cluster.nodes[frozen].pause();
+        let thaw = Thaw(&cluster.nodes[frozen]);
+        let down = eventually(Duration::from_secs(20), || {
+            healthy.iter().any(|&i| cluster.state(i) == "fail")
+        });
+        assert!(down, "no healthy master saw the cluster down");
+        let at = Instant::now();
+        let slot0 = 0;
+        let replica_port = cluster.nodes[3].port();
+        let up = eventually(Duration::from_secs(30), || {
+            healthy.iter().all(|&i| {
+                cluster.state(i) == "ok" && cluster.owner_seen_by(i, slot0) == Some(replica_port)
+            })
+        });
+        assert!(up, "the replica never took over");
+        down_for = at.elapsed();
+        // Thawed first: the progress check reads every node's counters.
+        drop(thaw);
+        load.progress(&cluster);
+    });
+    let refused = error_replies(&cluster.nodes[1..3], "CLUSTERDOWN");
+    println!("down for {down_for:?}: the healthy masters replied CLUSTERDOWN {refused}");
+    assert_no_error(&load, "cluster down");
+    assert!(refused > 0, "no call met the cluster down");
+    assert!(held.is_held(), "a lease held across the outage was lost");
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+}
+
+/// Resumes a paused server when dropped (a failed assertion too).
+struct Thaw<'a>(&'a RedisServer);
+
+impl Drop for Thaw<'_> {
+    fn drop(&mut self) {
+        self.0.resume();
+    }
+}
+
+/// While the source of a moved slot points at the destination and the
+/// destination, still importing, points back, a call that does not wait keeps
+/// sending itself (paused, the map read again) for one read timeout, then quotes
+/// the last `MOVED`; a release too, its lock left to its TTL. Once the
+/// destination is told, the same calls succeed.
+#[test]
+fn a_lasting_disagreement_is_quoted_after_one_read_timeout() {
+    let cluster = Cluster::start(3, 0);
+    let read_timeout = Duration::from_millis(600);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .read_timeout(read_timeout)
+        .build()
+        .unwrap();
+    let slot = cluster.slot("lock:{split}:held");
+    let (from, to) = (cluster.owner(slot), (cluster.owner(slot) + 1) % 3);
+    let held = client.try_lock("{split}:held").unwrap().expect("free");
+    cluster.begin_migration(slot, from, to);
+    assert!(cluster.move_keys(slot, from, to) > 0, "the lock moved");
+    // The source only: it now points at the destination, which points back.
+    let () = cluster.nodes[from].query(
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(cluster.id(to)),
+    );
+    let in_bounds = |took: Duration| took >= read_timeout / 2 && took < read_timeout * 4;
+    let at = Instant::now();
+    let tried = client.try_lock("{split}:other");
+    let took = at.elapsed();
+    let e = tried.expect_err("no node serves the slot yet");
+    assert!(
+        e.to_string()
+            .starts_with(r#"acquiring lock "lock:{split}:other": redis replied MOVED: "#),
+        "{e}"
+    );
+    assert!(in_bounds(took), "resent for {took:?}");
+    let at = Instant::now();
+    let e = held.unlock().expect_err("no node serves the slot yet");
+    let took = at.elapsed();
+    assert!(e.to_string().contains("redis replied MOVED: "), "{e}");
+    assert!(in_bounds(took), "resent for {took:?}");
+    cluster.finish_migration(slot, from, to);
+    let after = client.try_lock("{split}:other").unwrap().expect("free");
+    assert_eq!(after.unlock().unwrap(), Release::Released);
 }

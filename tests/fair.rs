@@ -1,6 +1,6 @@
 mod support;
 
-// The fair lock (issue 22) against real `redis-server` processes: strict
+// The fair lock against real `redis-server` processes: strict
 // arrival order across two clients, a Redisson waiter (Redisson's own scripts
 // through raw `EVAL`) in the same queue woken by and waking ours, a dead
 // waiter's entry delaying the next waiter by a bounded time only, and bad
@@ -13,8 +13,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, FairLock, LockClient, LockFormat, Release};
+use support::acl;
 use support::fair_queue::{Turns, queue_ours, queue_redisson};
-use support::redisson_fair::{RedissonFair, now_ms, prefix_name};
+use support::redisson::fair::{RedissonFair, now_ms, prefix_name};
 use support::{Masters, RedisServer, eventually};
 
 const NAME: &str = "job";
@@ -358,23 +359,8 @@ fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
 #[test]
 fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
     let server = RedisServer::start();
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER")
-        .arg("fair")
-        .arg("reset")
-        .arg("on")
-        .arg(">pw");
     // The README's lock rule, and its fair lock additions.
-    cmd.arg(
-        "~lock:* &{lock:* &redlease:waiter:* +ping +set +get +del +pttl +pexpire +incr \
-         +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
-         ~redisson_lock_queue:{lock:* ~redisson_lock_timeout:{lock:* \
-         &redisson_lock__channel:{lock:* +exists +hset +hget +hexists +hincrby +lindex \
-         +lpop +rpush +lrem +llen +zadd +zscore +zrem +type"
-            .split_whitespace()
-            .collect::<Vec<_>>(),
-    );
-    let () = server.query(&cmd);
+    acl::set_user(&server, "fair", "pw", &[acl::LOCK_RULE, acl::FAIR_RULE]);
     let url = format!("redis://fair:pw@127.0.0.1:{}/", server.port());
     let lock = |url: &str| {
         LockClient::builder(url)
@@ -416,7 +402,7 @@ fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
     assert!(held.unlock().unwrap().was_held());
     waiter.join().unwrap();
     assert_eq!(*order.lock(), vec![1]);
-    let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    let refusals = acl::refusals(&server);
     assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
 }
 

@@ -1,11 +1,14 @@
 mod support;
 
 // Real faults under the token scheme: a killed server, a paused (`SIGSTOP`) server, a port
-// nobody listens on, and a proxy that delays replies past the read timeout (no ghost locks).
+// nobody listens on, a proxy that delays replies past the read timeout (no ghost locks), and
+// one that delays them past a short lease's validity (no lease handed over already over).
 
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockClientBuilder, LockOptions, Release};
+use redlease::{
+    Error, LegacyTimestamp, LockClient, LockClientBuilder, LockOptions, Release, Scheme,
+};
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, free_port};
 
@@ -194,7 +197,7 @@ fn a_fenced_acquire_whose_reply_is_lost_leaves_no_ghost_lock() {
     );
 }
 
-// ---- issue 16, item 2: a call takes the time the caller gave it, and says what failed ----
+// ---- a call takes the time the caller gave it, and says what failed ----
 
 /// Read timeout of the clients below; their connect timeout stays at its 2 s default.
 const READ: Duration = Duration::from_secs(1);
@@ -237,7 +240,7 @@ fn assert_timeout_of(err: &Error, op: &str, key: &str) {
 }
 
 #[test]
-fn issue_16_calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so() {
+fn calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so() {
     let server = RedisServer::start_with(&["--requirepass", PASSWORD]);
     let client = slow_builder(&server.url()).build().unwrap();
     assert!(client.try_lock("warm").unwrap().is_some());
@@ -292,7 +295,7 @@ fn issue_16_calls_on_a_frozen_server_return_within_the_read_timeout_and_say_so()
 }
 
 #[test]
-fn issue_16_try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout() {
+fn try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = slow_builder(&proxy.url()).build().unwrap();
@@ -323,7 +326,7 @@ fn issue_16_try_lock_through_a_blackholed_proxy_returns_within_the_read_timeout(
 }
 
 #[test]
-fn issue_16_an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_two() {
+fn an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_two() {
     let server = RedisServer::start();
     let client = slow_builder(&server.url()).build().unwrap();
     let guard = client.lock("k").unwrap();
@@ -359,7 +362,7 @@ fn issue_16_an_unlock_whose_hand_off_gets_no_reply_waits_one_read_timeout_not_tw
 }
 
 #[test]
-fn issue_16_a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
+fn a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
     // A foreign holder; the caller waits 1.5 s with a 1 s read timeout, and the
     // server freezes while it waits: the poll in flight at the deadline must not
     // add a whole read timeout to the wait.
@@ -395,5 +398,235 @@ fn issue_16_a_wait_that_redis_stops_answering_midway_returns_by_its_deadline() {
     assert!(
         took <= wait + Duration::from_millis(200) + SLACK,
         "returned after {took:?}"
+    );
+}
+
+// ---- a grant whose reply comes after the lease's validity is never handed over ----
+
+/// The lease of the late-reply tests: under 1 s, as they are about timing.
+const SHORT_TTL: Duration = Duration::from_millis(400);
+/// The proxy's delay each way: a round trip takes 2 × 550 ms = 2 × TTL + 300 ms, so
+/// every reply comes 700 ms after the lease's validity ended (a stall only makes it
+/// later).
+const LATE: Duration = Duration::from_millis(550);
+/// The wait of the calls made under [`LATE`]: the first attempt's reply comes back
+/// within it (after 1.1 s, 0.9 s to spare), so a refused grant leaves the call
+/// waiting, not returning.
+const LATE_WAIT: Duration = Duration::from_secs(2);
+
+/// A client through `proxy` with [`SHORT_TTL`], reading far longer than a delayed
+/// round trip (so a late reply is read, not timed out). Its connections are opened,
+/// and the scripts loaded, while the proxy is fast.
+fn late_client(proxy: &Proxy) -> LockClient {
+    late_client_with(proxy, |b| b)
+}
+
+/// [`late_client`], its builder first passed through `tune`.
+fn late_client_with(
+    proxy: &Proxy,
+    tune: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+) -> LockClient {
+    let patient = Duration::from_secs(4);
+    let client = tune(LockClient::builder(proxy.url()))
+        .key_prefix("lock:")
+        .ttl(SHORT_TTL)
+        .connect_timeout(patient)
+        .read_timeout(patient)
+        .write_timeout(patient)
+        .build()
+        .unwrap();
+    assert_eq!(
+        client.lock("warm").unwrap().unlock().unwrap(),
+        Release::Released
+    );
+    client
+}
+
+/// Panics unless `out` is "not acquired": a guard returned under [`LATE`] would be
+/// one whose validity had ended before the call returned.
+fn assert_not_acquired<G: std::fmt::Debug>(call: &str, out: redlease::Result<Option<G>>) {
+    match out {
+        Ok(None) => {}
+        Ok(Some(guard)) => {
+            panic!("{call} handed over a lease granted after its validity: {guard:?}")
+        }
+        Err(e) => panic!("{call}: {e:?}"),
+    }
+}
+
+/// One of the lock calls that wait.
+type LockCall<'a> = dyn Fn() -> redlease::Result<Option<redlease::LockGuard>> + 'a;
+
+#[test]
+fn a_lock_granted_after_its_validity_is_given_back_not_handed_over() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = late_client(&proxy);
+    proxy.delay(LATE);
+    let opts = LockOptions::new().wait(LATE_WAIT);
+    let calls: [(&str, &LockCall<'_>); 2] = [
+        ("try_lock_for", &|| client.try_lock_for("k", LATE_WAIT)),
+        ("lock_with", &|| client.lock_with("k", &opts)),
+    ];
+    for (call, f) in calls {
+        let (out, took) = timed(f);
+        println!(
+            "{call} under replies {:?} late: {out:?} after {took:?}",
+            LATE * 2
+        );
+        if let Ok(Some(guard)) = &out {
+            println!(
+                "valid until {:?} before it was returned; is_held: {}",
+                Instant::now().saturating_duration_since(guard.valid_until()),
+                guard.is_held()
+            );
+        }
+        assert_not_acquired(call, out);
+        // The late grant was refused and the wait went on to its end.
+        assert!(took >= LATE_WAIT, "{call} gave up after {took:?}");
+    }
+    proxy.delay(Duration::ZERO);
+    // Nothing of ours is left stored, and anyone can take the lock.
+    assert!(
+        eventually(Duration::from_secs(5), || !exists(&server, "lock:k")),
+        "a late grant is still stored: {:?}",
+        server.query::<Option<String>>(redis::cmd("GET").arg("lock:k"))
+    );
+    let other = builder(&server.url()).build().unwrap();
+    let guard = other.try_lock("k").unwrap().expect("nobody holds it");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_wait_whose_replies_come_in_time_again_acquires_a_valid_lease() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = late_client(&proxy);
+    proxy.delay(LATE);
+    let before = client.metrics().attempts;
+    let (out, retried) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| client.try_lock_for("k", Duration::from_secs(15)));
+        // The first grant came late and was given back: the wait tries again.
+        let retried = eventually(Duration::from_secs(8), || {
+            client.metrics().attempts >= before + 2
+        });
+        proxy.delay(Duration::ZERO);
+        (waiter.join().unwrap(), retried)
+    });
+    let guard = match out {
+        Ok(Some(guard)) => guard,
+        other => panic!("not acquired once replies came in time: {other:?}"),
+    };
+    let now = Instant::now();
+    assert!(
+        retried,
+        "the wait ended on its first, late grant: valid until {:?} before now",
+        now.saturating_duration_since(guard.valid_until())
+    );
+    assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_permit_granted_after_its_validity_is_given_back_not_handed_over() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let client = late_client(&proxy);
+    let semaphore = client.semaphore("imports").unwrap();
+    semaphore.ensure_permits(1).unwrap();
+    proxy.delay(LATE);
+    let opts = LockOptions::new().wait(LATE_WAIT);
+    let (out, took) = timed(|| semaphore.acquire_with(&opts));
+    assert_not_acquired("acquire_with", out);
+    assert!(took >= LATE_WAIT, "gave up after {took:?}");
+    proxy.delay(Duration::ZERO);
+    // Every permit taken late was given back (none left for a later acquire to
+    // sweep), and the one permit is free.
+    let permits = || -> Vec<String> {
+        server.query(
+            redis::cmd("ZRANGE")
+                .arg("{lock:imports}:timeout")
+                .arg(0)
+                .arg(-1),
+        )
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || permits().is_empty()),
+        "late permits still stored: {:?}",
+        permits()
+    );
+    let permit = semaphore
+        .try_acquire()
+        .unwrap()
+        .expect("the permit is free");
+    assert!(permit.is_held());
+    assert_eq!(permit.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_lock_handed_over_after_its_validity_is_given_back_not_taken() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    // Waiters poll seldom, so the waiter sleeps with its offer out when the holder
+    // unlocks, and is handed the lock by script (it wants another TTL).
+    let slow = |b: LockClientBuilder| b.backoff(Duration::from_secs(5), Duration::from_secs(10));
+    let client = late_client_with(&proxy, slow);
+    let long = LockOptions::new().ttl(Duration::from_secs(30));
+    let holder = client.lock_with("k", &long).unwrap().unwrap();
+    let before = client.metrics().attempts;
+    let (out, retried, handoffs) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| client.try_lock_for("k", Duration::from_secs(20)));
+        // Its first attempt, then the one after subscribing: it is asleep.
+        let subscribed = eventually(Duration::from_secs(10), || {
+            let subs: (String, i64) =
+                server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{lock:k}:released"));
+            subs.1 >= 1 && client.metrics().attempts >= before + 2
+        });
+        assert!(subscribed, "the waiter never slept");
+        let asleep = client.metrics().attempts;
+        // The hand-off's reply comes 1.1 s after the script ran: the 400 ms lease it
+        // wrote for the waiter is over when the waiter wakes.
+        proxy.delay(LATE);
+        assert_eq!(holder.unlock().unwrap(), Release::Released);
+        let handoffs = client.metrics().handoffs;
+        // Given back: the waiter tries again.
+        let retried = eventually(Duration::from_secs(8), || {
+            client.metrics().attempts > asleep
+        });
+        proxy.delay(Duration::ZERO);
+        (waiter.join().unwrap(), retried, handoffs)
+    });
+    println!("hand-offs: {handoffs}; the waiter got {out:?}");
+    let guard = match out {
+        Ok(Some(guard)) => guard,
+        other => panic!("not acquired once replies came in time: {other:?}"),
+    };
+    let now = Instant::now();
+    assert!(
+        retried,
+        "the waiter took the late lock: valid until {:?} before now",
+        now.saturating_duration_since(guard.valid_until())
+    );
+    assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
+fn a_legacy_lock_granted_after_its_validity_is_deleted_not_left_to_its_grace() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let legacy = |b: LockClientBuilder| b.scheme(Scheme::LegacyTimestamp(LegacyTimestamp::new()));
+    let client = late_client_with(&proxy, legacy);
+    proxy.delay(LATE);
+    let (out, took) = timed(|| client.try_lock_for("k", LATE_WAIT));
+    assert_not_acquired("try_lock_for", out);
+    assert!(took >= LATE_WAIT, "gave up after {took:?}");
+    proxy.delay(Duration::ZERO);
+    // The timestamp it stored had passed before its reply came, but the key itself
+    // would stay for the 30 s grace: the late grant is deleted instead.
+    assert!(
+        eventually(Duration::from_secs(5), || !exists(&server, "lock:k")),
+        "a late grant is still stored: {:?}",
+        server.query::<Option<String>>(redis::cmd("GET").arg("lock:k"))
     );
 }

@@ -1,6 +1,6 @@
 mod support;
 
-// Fencing tokens (issue 16, item 5): one counter per key prefix, so the number of keys a
+// Fencing tokens: one counter per key prefix, so the number of keys a
 // fenced workload leaves in Redis does not grow with the number of lock names, and fences
 // stay strictly increasing per key across clients, hand-offs and the legacy scheme.
 
@@ -21,7 +21,7 @@ fn fenced(server: &RedisServer) -> LockClientBuilder {
         .fencing(true)
 }
 
-/// Keys in the database but the live clients' session records (issue 21).
+/// Keys in the database but the live clients' session records.
 fn dbsize(server: &RedisServer) -> i64 {
     i64::try_from(keys(server).len()).unwrap()
 }
@@ -42,7 +42,7 @@ fn strictly_increasing(fences: &[u64]) -> bool {
 }
 
 #[test]
-fn issue_16_a_thousand_fenced_lock_names_leave_one_counter_not_a_thousand() {
+fn a_thousand_fenced_lock_names_leave_one_counter_not_a_thousand() {
     let server = RedisServer::start();
     let client = fenced(&server).build().unwrap();
     let mut fences = Vec::with_capacity(1000);

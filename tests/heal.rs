@@ -1,6 +1,6 @@
 mod support;
 
-// Issue 23, item 1: after a network outage heals, the next call works, whatever the
+// Healing: after a network outage heals, the next call works, whatever the
 // pool did while the network was dark. The outage is a proxy that loses every byte
 // both ways (`Proxy::discard`): a handshake sent in the dark is never answered.
 
@@ -38,7 +38,7 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 #[test]
-fn issue_23_the_first_calls_after_an_outage_heals_succeed() {
+fn the_first_calls_after_an_outage_heals_succeed() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = builder(&proxy).build().unwrap();
@@ -104,7 +104,7 @@ fn issue_23_the_first_calls_after_an_outage_heals_succeed() {
 }
 
 #[test]
-fn issue_23_a_call_on_idle_connections_that_all_died_retries_on_a_fresh_one() {
+fn a_call_on_idle_connections_that_all_died_retries_on_a_fresh_one() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let client = builder(&proxy).build().unwrap();
@@ -137,7 +137,7 @@ fn issue_23_a_call_on_idle_connections_that_all_died_retries_on_a_fresh_one() {
 }
 
 #[test]
-fn issue_23_unlocks_after_the_heal_do_not_wait_out_a_renewal_batch_sent_in_the_dark() {
+fn unlocks_after_the_heal_do_not_wait_out_a_renewal_batch_sent_in_the_dark() {
     const LEASES: usize = 20;
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());

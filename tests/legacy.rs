@@ -755,7 +755,7 @@ fn a_legacy_waiter_notices_a_deployed_clients_bare_del_within_one_backoff_step()
 }
 
 #[test]
-fn issue_5_an_extend_whose_reply_is_lost_is_no_false_loss() {
+fn an_extend_whose_reply_is_lost_is_no_false_loss() {
     let server = RedisServer::start();
     let client = legacy_builder(&server, LegacyTimestamp::new())
         .ttl(Duration::from_secs(5))

@@ -1,5 +1,5 @@
 #![cfg(feature = "metrics")]
-//! The `metrics` feature (issue 21): what a client does reaches the application's
+//! The `metrics` feature: what a client does reaches the application's
 //! recorder, here Prometheus's, with no lock name in any label.
 //!
 //! One test in this binary: the recorder is process-wide.

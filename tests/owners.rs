@@ -1,4 +1,4 @@
-//! Owners (issue 21): a lock's holder resolves to its client's session record —
+//! Owners: a lock's holder resolves to its client's session record —
 //! host, process id, program — across processes; a killed holder's owner shows
 //! gone within the record's 10 s TTL while the lock itself lives on; a garbled or
 //! foreign record is an unknown owner, never a wrong one.

@@ -1,6 +1,6 @@
 mod support;
 
-// Redlock (issue 11) over real `redis-server` processes: mutual exclusion, a minority
+// Redlock over real `redis-server` processes: mutual exclusion, a minority
 // and a majority of nodes down, slow and silent nodes (TCP proxy), a node restarted
 // empty, renewal and loss, interop with redis-py- and redsync-style clients, and the
 // options a quorum refuses.

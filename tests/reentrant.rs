@@ -1,6 +1,6 @@
 mod support;
 
-// The reentrant scheme (issue 12) against real `redis-server` processes: nested holds,
+// The reentrant scheme against real `redis-server` processes: nested holds,
 // Redisson's wire format in both directions (spoken here with Redisson's own scripts
 // through raw `EVAL`), mutual exclusion, the token scheme on the same key, renewal and
 // loss, fencing, cancellation, and replica confirmation with `WAIT` on a real replica.
@@ -15,7 +15,7 @@ use redlease::{
     Scheme,
 };
 use support::counter::increment;
-use support::redisson::Redisson;
+use support::redisson::rlock::Redisson;
 use support::{RedisServer, eventually, stress_factor};
 
 const KEY: &str = "job";
@@ -166,7 +166,7 @@ fn redlease_holds_exclude_redisson_and_its_release_publishes_redissons_message()
         // A key with a hash tag is not wrapped again, as Redisson's `prefixName`.
         ("{job}", "lock:{job}", "redisson_lock__channel:lock:{job}"),
     ] {
-        assert_eq!(support::redisson::channel(lock_key), channel);
+        assert_eq!(support::redisson::rlock::channel(lock_key), channel);
         let mut sub = server.conn();
         sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut pubsub = sub.as_pubsub();

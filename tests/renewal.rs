@@ -1,4 +1,4 @@
-//! Lease renewal (issue 3): one renewal thread per client, batching every due lease
+//! Lease renewal: one renewal thread per client, batching every due lease
 //! into one pipelined round trip, and telling the holder when a lease is lost.
 
 mod support;
@@ -29,8 +29,8 @@ fn exists(server: &RedisServer, key: &str) -> i64 {
 
 /// The expiry commands Redis ran (the renewal scripts' `PEXPIRE` or `PEXPIREAT`).
 /// Expiries the server set for leases: every `PEXPIRE` and `PEXPIREAT` but the
-/// session record's (issue 21: one `HSET` + `PEXPIRE` per refresh, and no other
-/// `HSET` in these token-scheme tests).
+/// session record's (one `HSET` + `PEXPIRE` per refresh, and no other `HSET` in
+/// these token-scheme tests).
 fn expiries(server: &RedisServer) -> u64 {
     let all = server.command_calls("pexpire") + server.command_calls("pexpireat");
     all - server.command_calls("hset")
@@ -564,7 +564,7 @@ fn a_panicking_on_lost_callback_does_not_stop_renewal() {
 }
 
 #[test]
-fn issue_16_slow_on_lost_callbacks_delay_no_renewal_and_no_loss_report() {
+fn slow_on_lost_callbacks_delay_no_renewal_and_no_loss_report() {
     let server = RedisServer::start();
     let lc = client(&server.url(), ms(1000));
     let started = Arc::new(AtomicUsize::new(0));
@@ -617,7 +617,7 @@ fn issue_16_slow_on_lost_callbacks_delay_no_renewal_and_no_loss_report() {
 }
 
 #[test]
-fn issue_16_loss_is_told_when_validity_ends_while_a_renewal_hangs() {
+fn loss_is_told_when_validity_ends_while_a_renewal_hangs() {
     // Leases whose validity ends one after another while the server is frozen: the
     // renewal round trip in flight hangs, and the reports must not wait for it.
     let server = RedisServer::start();
@@ -779,7 +779,7 @@ fn renewals_grow(lc: &LockClient, more: u64) {
 }
 
 #[test]
-fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() {
+fn a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() {
     const N: usize = 40;
     let ttl = Duration::from_secs(1);
     let server = RedisServer::start();
@@ -854,7 +854,7 @@ fn issue_23_a_changed_value_in_a_renewal_chunk_is_lost_and_the_others_renewed() 
 }
 
 #[test]
-fn issue_23_renewal_chunks_survive_script_flush_between_ticks() {
+fn renewal_chunks_survive_script_flush_between_ticks() {
     const N: usize = 50;
     let server = RedisServer::start();
     let lc = client(&server.url(), Duration::from_secs(1));

@@ -1,6 +1,6 @@
 mod support;
 
-// The read-write lock (issue 22) against real `redis-server` processes: readers
+// The read-write lock against real `redis-server` processes: readers
 // share across clients, a writer excludes, Redisson's `RReadWriteLock` format in
 // both directions (spoken here with Redisson's own scripts through raw `EVAL`),
 // a write release waking every waiting reader at once, a writer not starved by
@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use redlease::{
     Error, LockClient, LockClientBuilder, LockFormat, LockOptions, ReadWriteLock, Release,
 };
-use support::redisson_rwlock::RedissonRwLock;
+use support::acl;
+use support::redisson::rwlock::RedissonRwLock;
 use support::{Masters, RedisServer, eventually};
 
 const NAME: &str = "cfg";
@@ -465,22 +466,8 @@ fn redlock_refuses_a_read_write_lock() {
 #[test]
 fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
     let server = RedisServer::start();
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER")
-        .arg("rw")
-        .arg("reset")
-        .arg("on")
-        .arg(">pw");
     // The README's lock rule, and its read-write lock additions.
-    cmd.arg(
-        "~lock:* &{lock:* &redlease:waiter:* +ping +set +get +del +pttl +pexpire +incr \
-         +evalsha +script|load +publish +subscribe +unsubscribe +punsubscribe \
-         ~{lock:* &redisson_rwlock:* +exists +hget +hset +hincrby +hdel +hlen +hkeys \
-         +hexists +hgetall +type"
-            .split_whitespace()
-            .collect::<Vec<_>>(),
-    );
-    let () = server.query(&cmd);
+    acl::set_user(&server, "rw", "pw", &[acl::LOCK_RULE, acl::RWLOCK_RULE]);
     let url = format!("redis://rw:pw@127.0.0.1:{}/", server.port());
     let slow = |url: &str| {
         LockClient::builder(url)
@@ -511,7 +498,7 @@ fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
         took < Duration::from_secs(5),
         "woken by the message, not a poll: {took:?}"
     );
-    let refusals: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    let refusals = acl::refusals(&server);
     assert!(refusals.is_empty(), "nothing refused: {refusals:?}");
 }
 
@@ -554,4 +541,191 @@ fn a_cluster_serves_readers_and_a_woken_writer_on_the_names_slot() {
     assert!(took < Duration::from_secs(5), "woken after {took:?}");
     let exists: i64 = owner.query(redis::cmd("EXISTS").arg(FULL));
     assert_eq!(exists, 0);
+}
+
+/// The writer-waiting mark of [`FULL`].
+const MARK: &str = "{lock:cfg}:redlease:write_wait";
+
+fn marked(server: &RedisServer) -> bool {
+    server.query::<i64>(redis::cmd("EXISTS").arg(MARK)) == 1
+}
+
+/// Readers of separate clients, each looping on `lock` until `stop`: a read hold
+/// for `hold`, counted in its slot of `sections`.
+fn stream_reads<'s>(
+    s: &'s thread::Scope<'s, '_>,
+    locks: &'s [ReadWriteLock],
+    sections: &'s [AtomicUsize],
+    stop: &'s AtomicBool,
+    hold: Duration,
+) {
+    for (lock, count) in locks.iter().zip(sections) {
+        s.spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if let Some(g) = lock.try_read_for(Duration::from_secs(1)).unwrap() {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    thread::sleep(hold);
+                    assert_eq!(g.unlock().unwrap(), Release::Released);
+                }
+            }
+        });
+    }
+}
+
+/// Sets its flag when dropped: threads looping on it stop when the test ends,
+/// also by a failed assertion (a scope joins its threads before it unwinds).
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+fn counts(sections: &[AtomicUsize]) -> Vec<usize> {
+    sections.iter().map(|c| c.load(Ordering::SeqCst)).collect()
+}
+
+#[test]
+fn readers_beside_redisson_readers_that_never_pause_read_while_a_writer_waits() {
+    let server = RedisServer::start();
+    let ours: Vec<ReadWriteLock> = (0..3).map(|_| rwlock(&server)).collect();
+    let writer = rwlock(&server);
+    let mut java = [
+        RedissonRwLock::new(&server, FULL, 1),
+        RedissonRwLock::new(&server, FULL, 1),
+    ];
+    let sections: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+    let stop = AtomicBool::new(false);
+    // The writer waits this long: Redisson's readers never let it in.
+    let wait = Duration::from_secs(6);
+    let (during, waited, java_sections) = thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        // Two Redisson readers, 80 ms holds overlapping by 40 ms: each takes its
+        // next hold before the other lets go, so the name is never free and
+        // neither ever waits (Redisson's readers do not know the mark).
+        let java_loop = s.spawn(|| {
+            let mut n = 0;
+            assert_eq!(java[0].read_lock(30_000), None);
+            while !stop.load(Ordering::SeqCst) {
+                for i in [1, 0] {
+                    assert_eq!(java[i].read_lock(30_000), None, "Redisson reads");
+                    thread::sleep(Duration::from_millis(40));
+                    assert_eq!(java[1 - i].read_unlock(), Some(0), "never the last");
+                    n += 1;
+                }
+            }
+            java[0].read_unlock();
+            n
+        });
+        stream_reads(s, &ours, &sections, &stop, Duration::from_millis(20));
+        assert!(eventually(Duration::from_secs(10), || {
+            counts(&sections).iter().all(|&n| n >= 3)
+        }));
+        let asked = s.spawn(|| {
+            let asked = Instant::now();
+            let got = writer.try_write_for(wait);
+            (got.map(|g| g.is_none()), asked.elapsed())
+        });
+        assert!(eventually(Duration::from_secs(5), || marked(&server)));
+        let before = counts(&sections);
+        let (refused, waited) = asked.join().unwrap();
+        let after = counts(&sections);
+        assert!(refused.unwrap(), "Redisson's readers never let it in");
+        stop.store(true, Ordering::SeqCst);
+        let during: Vec<usize> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        (during, waited, java_loop.join().unwrap())
+    });
+    println!(
+        "while the writer waited {waited:?}: ours read {during:?} times, Redisson {java_sections}"
+    );
+    assert!(waited >= wait, "it waited its whole wait: {waited:?}");
+    // 20 ms holds over 5 s or more: about 100 each unloaded; 0 to 5 when the
+    // mark held them back.
+    for (i, n) in during.iter().enumerate() {
+        assert!(
+            *n >= 15,
+            "reader {i} read {n} times beside the writer: {during:?}"
+        );
+    }
+    assert!(!fields(&server).iter().any(|f| f.ends_with(":write")));
+}
+
+#[test]
+fn a_writer_waiting_beside_a_redisson_reader_gets_in_once_it_leaves() {
+    let server = RedisServer::start();
+    let ours = [rwlock(&server), rwlock(&server)];
+    let writer = rwlock(&server);
+    let mut live = RedissonRwLock::new(&server, FULL, 1);
+    let mut dead = RedissonRwLock::new(&server, FULL, 1);
+    assert_eq!(live.read_lock(30_000), None);
+    // A Redisson reader that died: its hold's timeout key runs out, its field
+    // stays while others hold the name.
+    assert_eq!(dead.read_lock(300), None);
+    let dead_key = format!(
+        "{}:1",
+        support::redisson::rwlock::timeout_prefix(FULL, &dead.field)
+    );
+    assert!(eventually(Duration::from_secs(5), || {
+        server.query::<i64>(redis::cmd("EXISTS").arg(&dead_key)) == 0
+    }));
+    let sections = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (during, took) = thread::scope(|s| {
+        let _stop = StopOnDrop(&stop);
+        // Two redlease readers that overlap without a pause, as Redisson's can:
+        // each takes its next hold before the last one ends, so only the mark
+        // frees the name.
+        s.spawn(|| {
+            let mut held = ours[0].try_read_for(Duration::from_secs(5)).unwrap();
+            for i in (0..2).cycle() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let next = ours[i].try_read_for(Duration::from_millis(500)).unwrap();
+                if next.is_some() {
+                    sections.fetch_add(1, Ordering::SeqCst);
+                    thread::sleep(Duration::from_millis(40));
+                }
+                drop(held);
+                held = next;
+            }
+        });
+        assert!(eventually(Duration::from_secs(10), || {
+            sections.load(Ordering::SeqCst) >= 3
+        }));
+        let asked = s.spawn(|| {
+            let w = writer.try_write_for(Duration::from_secs(30)).unwrap();
+            let at = Instant::now();
+            let w = w.expect("the writer got in");
+            assert_eq!(mode(&server).as_deref(), Some("write"));
+            assert_eq!(w.unlock().unwrap(), Release::Released);
+            at
+        });
+        assert!(eventually(Duration::from_secs(5), || marked(&server)));
+        // While the Redisson reader holds, holding ours back would not let the
+        // writer in: they read.
+        let before = sections.load(Ordering::SeqCst);
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                sections.load(Ordering::SeqCst) >= before + 10
+            }),
+            "ours starved beside a live Redisson reader: {before} then {}",
+            sections.load(Ordering::SeqCst)
+        );
+        let during = sections.load(Ordering::SeqCst) - before;
+        assert!(marked(&server), "the writer still waits");
+        let released = Instant::now();
+        assert_eq!(live.read_unlock(), Some(0), "ours still read");
+        let at = asked.join().unwrap();
+        (during, at - released)
+    });
+    println!(
+        "ours read {during} times beside the Redisson reader; the writer got in {took:?} after it left"
+    );
+    // Only ours and a dead hold then: the mark holds ours back again.
+    assert!(
+        took < Duration::from_secs(5),
+        "the writer got in after {took:?}"
+    );
 }

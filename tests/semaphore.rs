@@ -1,6 +1,6 @@
 mod support;
 
-// The lease semaphore (issue 22) against real `redis-server` processes: permits
+// The lease semaphore against real `redis-server` processes: permits
 // shared up to N across clients, waiters woken by the release message, a dead
 // holder's permit coming back at the end of its lease, renewal, Redisson's
 // `RPermitExpirableSemaphore` format in both directions (spoken here with
@@ -14,7 +14,8 @@ use redlease::{
     CancelToken, Error, LockClient, LockClientBuilder, LockFormat, LockOptions, Release, Renewal,
     Semaphore,
 };
-use support::redisson_semaphore::{RedissonSemaphore, now_ms};
+use support::acl;
+use support::redisson::semaphore::{RedissonSemaphore, now_ms};
 use support::{Masters, RedisServer, eventually};
 
 const NAME: &str = "imports";
@@ -427,45 +428,12 @@ fn redlock_refuses_a_semaphore() {
 fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
     let server = RedisServer::start();
     // The README's lock rule, then what a semaphore adds.
-    let rules = [
-        "~lock:*",
-        "&{lock:*",
-        "&redlease:waiter:*",
-        "+ping",
-        "+set",
-        "+get",
-        "+del",
-        "+pttl",
-        "+pexpire",
-        "+hset",
-        "+incr",
-        "+evalsha",
-        "+script|load",
-        "+publish",
-        "+subscribe",
-        "+unsubscribe",
-        "+punsubscribe",
-        "~{lock:*",
-        "&redisson_sc:{lock:*",
-        "+type",
-        "+incrby",
-        "+decr",
-        "+zadd",
-        "+zrem",
-        "+zscore",
-        "+zcard",
-        "+zcount",
-        "+zrange",
-        "+zrangebyscore",
-    ];
-    let mut cmd = redis::cmd("ACL");
-    cmd.arg("SETUSER")
-        .arg("worker")
-        .arg("reset")
-        .arg("on")
-        .arg(">pw")
-        .arg(&rules[..]);
-    let () = server.query(&cmd);
+    acl::set_user(
+        &server,
+        "worker",
+        "pw",
+        &[acl::LOCK_RULE, acl::SEMAPHORE_RULE],
+    );
     let url = format!("redis://worker:pw@127.0.0.1:{}/", server.port());
     let worker = LockClient::builder(url.as_str())
         .key_prefix("lock:")
@@ -483,7 +451,7 @@ fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
         assert!(permit.unlock().unwrap().was_held());
     });
     assert_eq!(worker.add_permits(1).unwrap().total(), 2);
-    let log: Vec<redis::Value> = server.query(redis::cmd("ACL").arg("LOG"));
+    let log = acl::refusals(&server);
     assert!(log.is_empty(), "refused: {log:?}");
 }
 

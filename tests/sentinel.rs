@@ -1,7 +1,7 @@
 #![cfg(feature = "sentinel")]
 mod support;
 
-// Sentinel deployments (issue 13): a client built from sentinel addresses finds the
+// Sentinel deployments: a client built from sentinel addresses finds the
 // master, follows a failover (new locks land on the new master, the waiter's pub/sub
 // connection comes back), and a lease whose key did not survive the failover is
 // reported lost, never silently kept. Every wait is bounded.

@@ -1,7 +1,7 @@
 #![cfg(feature = "tls-rustls")]
 mod support;
 
-// TLS deployments (issue 13): `rediss://` URLs with a CA of the test's own, with and
+// TLS deployments: `rediss://` URLs with a CA of the test's own, with and
 // without client certificates. Locks, renewal and pub/sub wake-ups all run over TLS; a
 // server whose certificate the client does not trust is refused at `build()`.
 

@@ -1,4 +1,4 @@
-//! Waiting woken by pub/sub (issue 4), against real `redis-server` processes: hand-off
+//! Waiting woken by pub/sub, against real `redis-server` processes: hand-off
 //! latency, what many waiters cost Redis, TTL-bounded waits when the holder dies or never
 //! publishes, a killed or restarted pub/sub connection, cancellation, close and drop,
 //! fairness, and the polling mode.
@@ -285,7 +285,7 @@ fn sixty_four_waiters_cost_a_few_commands_each_and_enter_one_at_a_time() {
 }
 
 #[test]
-fn issue_10_sixty_four_idle_waiters_cost_at_most_seventy_commands_in_ten_seconds() {
+fn sixty_four_idle_waiters_cost_at_most_seventy_commands_in_ten_seconds() {
     const WAITERS: usize = 64;
     let wait = Duration::from_secs(10);
     let server = RedisServer::start();
@@ -318,7 +318,7 @@ fn issue_10_sixty_four_idle_waiters_cost_at_most_seventy_commands_in_ten_seconds
         }
     });
     let mut commands = command_counts(&server);
-    // The client's session record (issue 21), `HSET` + `PEXPIRE` every 3 s
+    // The client's session record, `HSET` + `PEXPIRE` every 3 s
     // whether anyone waits or not, is no waiter's cost: counted apart.
     let session: u64 = commands
         .iter()
@@ -840,7 +840,7 @@ fn a_holder_that_never_publishes_delays_a_waiter_by_at_most_its_ttl() {
 }
 
 #[test]
-fn issue_4_a_wake_up_taken_by_a_waiter_that_gives_up_goes_to_the_next() {
+fn a_wake_up_taken_by_a_waiter_that_gives_up_goes_to_the_next() {
     const ROUNDS: usize = 20;
     let server = RedisServer::start();
     let holder = builder(&server)
@@ -901,7 +901,7 @@ fn polling_behind_a_foreign_holder(server: &RedisServer, backoff_max: Duration) 
 }
 
 #[test]
-fn issue_10_the_head_waiter_probes_a_lock_freed_without_a_release_message() {
+fn the_head_waiter_probes_a_lock_freed_without_a_release_message() {
     let server = RedisServer::start();
     let backoff_max = Duration::from_millis(100);
     let client = polling_behind_a_foreign_holder(&server, backoff_max);
@@ -939,7 +939,7 @@ fn issue_10_the_head_waiter_probes_a_lock_freed_without_a_release_message() {
 }
 
 #[test]
-fn issue_10_when_the_head_gives_up_the_next_waiter_probes() {
+fn when_the_head_gives_up_the_next_waiter_probes() {
     let server = RedisServer::start();
     let backoff_max = Duration::from_millis(100);
     let client = polling_behind_a_foreign_holder(&server, backoff_max);
@@ -971,7 +971,7 @@ fn issue_10_when_the_head_gives_up_the_next_waiter_probes() {
 }
 
 #[test]
-fn issue_10_a_foreign_poller_that_never_publishes_does_not_starve_a_waiter() {
+fn a_foreign_poller_that_never_publishes_does_not_starve_a_waiter() {
     // A redis-py-style worker: SET NX PX, a short section, DEL, a 10 ms nap; it never
     // publishes. A redlease worker beside it must still get its turns.
     let server = RedisServer::start();

@@ -11,15 +11,16 @@
 //! process (the uuid part of the field: one client per process).
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
 use redlease::{LockClient, Release};
 
-use super::support::redisson_fair::prefix_name;
-use super::support::{RedisServer, connect, eventually};
+use super::support::bench::{all_started, worker_process};
+use super::support::redisson::fair::prefix_name;
+use super::support::{RedisServer, connect};
 
 /// Set in a worker process: `<url> <run id> <seconds>`.
 pub const FAIR_FLEET_ENV: &str = "REDLEASE_BENCH_FAIR_FLEET";
@@ -46,13 +47,7 @@ pub fn worker(job: &str) {
     let client = LockClient::builder(url).build().unwrap();
     let lock = client.fair_lock(NAME).unwrap();
     let mut con = connect(url, Duration::from_secs(2)).unwrap();
-    let ready = format!("bench:fairfleet:ready:{run}");
-    let _: i64 = redis::cmd("INCR").arg(&ready).query(&mut con).unwrap();
-    let all_up = eventually(Duration::from_secs(30), || {
-        let n: usize = redis::cmd("GET").arg(&ready).query(&mut con).unwrap();
-        n == PROCESSES
-    });
-    assert!(all_up, "the other workers did not start");
+    all_started(&mut con, &format!("bench:fairfleet:ready:{run}"), PROCESSES);
     let (stop, log) = (AtomicBool::new(false), log_key(run));
     let queue = prefix_name("redisson_lock_queue", NAME);
     thread::scope(|s| {
@@ -110,17 +105,8 @@ pub fn bench() {
         .unwrap_or(3.0);
     let server = RedisServer::start();
     let run = "0";
-    let exe = std::env::current_exe().unwrap();
     let children: Vec<Child> = (0..PROCESSES)
-        .map(|_| {
-            Command::new(&exe)
-                .env(FAIR_FLEET_ENV, format!("{} {run} {secs}", server.url()))
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap()
-        })
+        .map(|_| worker_process(FAIR_FLEET_ENV, format!("{} {run} {secs}", server.url())))
         .collect();
     for c in children {
         let out = c.wait_with_output().unwrap();

@@ -8,14 +8,15 @@
 //! process, and `after` counts whose turn each process's turns followed.
 
 use std::fmt::Write as _;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redlease::{LockClient, Release};
 
-use super::support::{RedisServer, connect, eventually, pin::floor_token};
+use super::support::bench::{RELEASE, all_started, floor_token, set_nx_px, worker_process};
+use super::support::{RedisServer, connect};
 
 #[path = "monitor.rs"]
 mod monitor;
@@ -52,13 +53,7 @@ pub fn worker(job: &str) {
     let run_for = Duration::from_secs_f64(secs.parse().unwrap());
     let client = (kind == "ours").then(|| LockClient::builder(url).build().unwrap());
     let mut con = connect(url, Duration::from_secs(2)).unwrap();
-    let ready = format!("bench:fleet:ready:{run}");
-    let _: i64 = redis::cmd("INCR").arg(&ready).query(&mut con).unwrap();
-    let all_up = eventually(Duration::from_secs(30), || {
-        let n: usize = redis::cmd("GET").arg(&ready).query(&mut con).unwrap();
-        n == PROCESSES
-    });
-    assert!(all_up, "the other workers did not start");
+    all_started(&mut con, &format!("bench:fleet:ready:{run}"), PROCESSES);
     let stop = AtomicBool::new(false);
     let stamps = parking_lot::Mutex::new(Vec::new());
     thread::scope(|s| {
@@ -117,22 +112,14 @@ impl FloorLock {
     fn new(url: &str) -> Self {
         Self {
             con: connect(url, Duration::from_secs(2)).unwrap(),
-            release: redis::Script::new(super::RELEASE),
+            release: redis::Script::new(RELEASE),
         }
     }
 
     fn lock(&mut self) -> String {
         let token = floor_token();
         loop {
-            let set: redis::Value = redis::cmd("SET")
-                .arg(KEY)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query(&mut self.con)
-                .unwrap();
-            if set != redis::Value::Nil {
+            if set_nx_px(&mut self.con, KEY, &token) {
                 return token;
             }
         }
@@ -150,19 +137,12 @@ impl FloorLock {
 
 /// Starts the four worker processes of `kind` and reads their reports.
 fn fleet(server: &RedisServer, kind: &str, run: usize, secs: f64) -> Run {
-    let exe = std::env::current_exe().unwrap();
     let watch = (kind == "ours" && std::env::var_os("REDLEASE_FLEET_MONITOR").is_some())
         .then(|| monitor::Monitor::start(server));
     let children: Vec<Child> = (0..PROCESSES)
         .map(|i| {
             let job = format!("{kind} {} {i} {run} {secs}", server.url());
-            Command::new(&exe)
-                .env(FLEET_ENV, job)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap()
+            worker_process(FLEET_ENV, job)
         })
         .collect();
     if let Some(m) = watch {

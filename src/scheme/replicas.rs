@@ -17,7 +17,7 @@ use super::{Acquire, Announce, Backend, Keys, Request, with_scripts};
 use crate::connection::Conn;
 use crate::error::{Error, Result};
 use crate::resp::{self, Arg};
-use crate::time::{MAX_TTL, MIN_TTL, ttl_millis};
+use crate::time::{MAX_TTL, ttl_millis};
 
 /// How many replicas must acknowledge an acquisition, and how long to wait for them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ impl Replicas {
         if count == 0 {
             return Ok(None);
         }
-        if timeout < MIN_TTL {
+        if timeout < Duration::from_millis(1) {
             return Err(Error::config(
                 "replicas",
                 "the timeout must be at least 1 ms",

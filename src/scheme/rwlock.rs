@@ -20,8 +20,12 @@
 //! for itself); a write release that leaves this thread's reads publishes too;
 //! and a redlease writer that waits sets `{n}:redlease:write_wait` (its field,
 //! a short TTL refreshed by each of its attempts), while which redlease readers
-//! holding no read of the name do not start one. Redisson's readers do not know
-//! the mark: they can still keep a redlease writer waiting.
+//! holding no read of the name do not start one, as long as every live read
+//! hold honours the mark. A redlease reader's timeout keys hold `redlease`
+//! (Redisson writes `1` and reads only their TTL), so the read script tells
+//! them apart: beside a live Redisson reader, which does not know the mark and
+//! keeps the name read-held whatever redlease readers do, holding them back
+//! would only starve them with the writer, so they read.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,14 +141,16 @@ impl Backend for RwBackend {
             send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
         } else {
             let prefix = timeout_prefix(name, value);
+            let base = suffix_name(name, "");
             let write_field = format!("{value}:write");
             let args = [
                 Arg::from("EVALSHA"),
                 READ_ACQUIRE.get_hash().into(),
-                3.into(),
+                4.into(),
                 name.into(),
                 prefix.as_str().into(),
                 mark.as_str().into(),
+                base.as_str().into(),
                 ttl.into(),
                 value.into(),
                 write_field.as_str().into(),

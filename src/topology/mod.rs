@@ -42,6 +42,8 @@ pub(crate) type Scripts = &'static [&'static std::sync::LazyLock<redis::Script>]
 pub(crate) enum Attempt {
     /// The lock is ours: `value` is stored under the key, its TTL counts from
     /// `sent` (taken before the command left this process), `fence` when asked for.
+    /// The client hands it over only while its validity lasts (`time::in_time`);
+    /// a late one it releases with [`Topology::release_later`].
     Acquired {
         value: String,
         sent: Instant,
@@ -115,6 +117,11 @@ pub(crate) enum Renewed {
 ///   `Err` from [`release`](Topology::release) leaves the lock to its TTL; one from
 ///   [`extend`](Topology::extend) means the new TTL may or may not be set, and for
 ///   schemes whose value changes, that the new value may be stored.
+/// - **Lateness.** An [`Attempt::Acquired`] may come after its lease's validity
+///   ended (the reply was slow): a topology may refuse it itself, as Redlock does
+///   between rounds, but need not; the client checks every grant, hand-offs
+///   included, by the same rule (`time::in_time`), and gives a late one back
+///   through [`release_later`](Topology::release_later).
 pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// One attempt to take the lock under `keys` with `backend`'s format.
     fn acquire(&self, backend: &Arc<dyn Backend>, keys: &Keys, req: Request) -> Result<Attempt>;

@@ -175,6 +175,17 @@ pub(crate) fn give_back(hub: &Hub, state: &Arc<LeaseState>) {
     }
 }
 
+/// Ends a lease passed over after its validity ended, off the caller's time (as a
+/// late grant is): its value is deleted in the background, retried until it
+/// would expire by itself.
+pub(crate) fn release_later(hub: &Hub, state: &LeaseState) {
+    let (value, _) = take_value(state);
+    let until = Instant::now() + state.ttl();
+    let backend = Arc::clone(&state.backend);
+    hub.topology
+        .release_later(backend, state.keys(), value, until);
+}
+
 /// Marks the lease released and takes the values it may be stored under. Under the
 /// lease's mutex: waits for a renewal in flight, and keeps the renewal thread from
 /// sending another once this returns.

@@ -37,7 +37,7 @@ mod thread;
 use shared::Shared;
 use thread::Worker;
 
-pub(crate) use handoff::{Offers, Want, release};
+pub(crate) use handoff::{Offers, Want, release, release_later};
 use line::Lines;
 pub(crate) use slot::{Next, WaitSlot};
 

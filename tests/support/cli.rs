@@ -1,9 +1,10 @@
 //! Running the `redlease` binary in tests: a scratch directory for the files
 //! commands write, the command itself, and bounded waits for its exit.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -49,7 +50,13 @@ impl Drop for Scratch {
     }
 }
 
-pub fn redlease(args: &[&str]) -> Command {
+/// `redlease ARGS` with stdin closed, stdout and stderr piped, and no `REDIS_URL`
+/// from the environment.
+pub fn redlease<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
     cmd.args(args)
         .env_remove("REDIS_URL")
@@ -68,16 +75,29 @@ pub fn run_sh(server: &RedisServer, opts: &[&str], name: &str, script: &str) -> 
     redlease(&args)
 }
 
-pub fn finish(mut child: Child) -> Output {
-    let exited = eventually(HUNG, || child.try_wait().unwrap().is_some());
+/// Waits at most `timeout` for `child` to exit; kills it (through its handle) and
+/// panics if it does not.
+pub fn exit_within(child: &mut Child, timeout: Duration) -> ExitStatus {
+    let mut status = None;
+    let exited = eventually(timeout, || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
     if !exited {
         let _ = child.kill();
         let _ = child.wait();
-        panic!("redlease did not exit within {HUNG:?}");
+        panic!("redlease did not exit within {timeout:?}");
     }
+    status.unwrap()
+}
+
+/// Waits for `child` (at most [`HUNG`]) and collects its output.
+pub fn finish(mut child: Child) -> Output {
+    exit_within(&mut child, HUNG);
     child.wait_with_output().unwrap()
 }
 
+/// Runs `cmd` to completion (at most [`HUNG`]) and returns its output.
 pub fn output(mut cmd: Command) -> Output {
     finish(cmd.spawn().unwrap())
 }
@@ -86,6 +106,11 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether `path` exists with a first line.
 pub fn has_line(path: &Path) -> bool {
     fs::read_to_string(path).is_ok_and(|s| s.contains('\n'))
 }
@@ -100,8 +125,9 @@ pub fn hold_until(started: &Path, go: &Path, var: &str) -> String {
     )
 }
 
+/// `redlease inspect --json NAME`'s report, parsed; panics unless it succeeds.
 pub fn inspect_json(server: &RedisServer, name: &str) -> Value {
-    let out = output(redlease(&[
+    let out = output(redlease([
         "inspect",
         "--json",
         "--url",

@@ -181,18 +181,85 @@ impl Cluster {
         }
     }
 
+    /// Ends the migration source first: `nodes[from]` is told that `nodes[to]`
+    /// owns `slot`, then, `gap` later, `nodes[to]` and every other master. In
+    /// between the source points at the target while the target, still
+    /// importing, points back (as an operator's tool may leave it for a moment).
+    pub fn finish_migration_source_first(&self, slot: u16, from: usize, to: usize, gap: Duration) {
+        let to_id = self.id(to);
+        let order = [from, to]
+            .into_iter()
+            .chain((0..self.masters).filter(|&i| i != to && i != from));
+        for (n, i) in order.enumerate() {
+            if n == 1 {
+                // Widens the window in which the two disagree.
+                std::thread::sleep(gap);
+            }
+            let () = self.nodes[i].query(
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+            );
+        }
+    }
+
+    /// `cluster_state` as `nodes[i]` sees it: `ok` or `fail` (empty when it does
+    /// not answer).
+    pub fn state(&self, i: usize) -> String {
+        info_cluster(&self.nodes[i])
+            .lines()
+            .find_map(|l| l.strip_prefix("cluster_state:"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    /// The port of the master serving `slot` as `nodes[i]` sees it.
+    pub fn owner_seen_by(&self, i: usize, slot: u16) -> Option<u16> {
+        slots_of(&self.nodes[i])
+            .into_iter()
+            .find(|(s, e, _)| (*s..=*e).contains(&slot))
+            .map(|(_, _, (_, port))| port)
+    }
+
     /// `CLUSTER FAILOVER` on replica `nodes[replica]`, then waits until it is a
-    /// master and every node agrees on the new owner of its slots.
+    /// master and every node agrees on the new owner of its slots. The replica
+    /// is first let sync with its master (a failover right after the last one
+    /// finds it still connecting); a manual failover that timed out (5 s) is
+    /// asked again.
     pub fn failover(&self, replica: usize) {
-        let () = self.nodes[replica].query(redis::cmd("CLUSTER").arg("FAILOVER"));
         let port = self.nodes[replica].port();
-        let promoted = eventually(CONVERGE, || {
-            info(&self.nodes[replica], "replication").contains("role:master")
-                && self.nodes[..self.masters]
-                    .iter()
-                    .all(|n| slots_of(n).iter().any(|(_, _, (_, p))| *p == port))
+        let synced = eventually(CONVERGE, || {
+            info(&self.nodes[replica], "replication").contains("master_link_status:up")
         });
-        assert!(promoted, "replica {port} was not promoted");
+        assert!(synced, "replica {port} did not sync before its failover");
+        // Every other node must know it as a replica, or the masters deny their
+        // votes and its master holds writes until the manual failover times out.
+        let id = self.id(replica);
+        let known = eventually(CONVERGE, || {
+            self.nodes
+                .iter()
+                .filter(|n| n.port() != port)
+                .all(|n| role_seen(n, &id).is_some_and(|flags| flags.contains("slave")))
+        });
+        assert!(known, "replica {port} is not known as one everywhere");
+        let promoted = || {
+            info(&self.nodes[replica], "replication").contains("role:master")
+                && self
+                    .nodes
+                    .iter()
+                    .filter(|n| n.port() != port)
+                    .all(|n| slots_of(n).iter().any(|(_, _, (_, p))| *p == port))
+        };
+        for _ in 0..3 {
+            let () = self.nodes[replica].query(redis::cmd("CLUSTER").arg("FAILOVER"));
+            if eventually(Duration::from_secs(8), promoted) {
+                return;
+            }
+        }
+        panic!("replica {port} was not promoted");
     }
 }
 
@@ -210,6 +277,18 @@ fn node(extra: &[String]) -> RedisServer {
     ];
     args.extend(extra.iter().map(String::as_str));
     RedisServer::start_with(&args)
+}
+
+/// The flags (`master`, `slave`, `myself`, `fail?` …) `n` shows for node `id`.
+fn role_seen(n: &RedisServer, id: &str) -> Option<String> {
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut n.conn())
+        .unwrap_or_default();
+    nodes.lines().find_map(|l| {
+        let mut fields = l.split_whitespace();
+        (fields.next()? == id).then(|| fields.nth(1).unwrap_or_default().to_owned())
+    })
 }
 
 fn bus_port(n: &RedisServer) -> u16 {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redlease::{FairLock, Release};
 
-use super::redisson_fair::{RedissonFair, prefix_name};
+use super::redisson::fair::{RedissonFair, prefix_name};
 use super::{RedisServer, eventually};
 
 /// One waiter's turn: who, when it had the lock, when it let it go.

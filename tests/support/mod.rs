@@ -6,19 +6,17 @@
 //! without sharing keys. The binary is `$REDLEASE_REDIS_SERVER`, else `redis-server` from
 //! `PATH`; a missing binary fails the test, it never skips it.
 
+pub mod acl;
 pub mod alone;
+pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
 pub mod fair_queue;
-pub mod pin;
 pub mod proxy;
 pub mod redisson;
-pub mod redisson_fair;
-pub mod redisson_rwlock;
-pub mod redisson_semaphore;
 pub mod sentinel;
 pub mod tls;
 

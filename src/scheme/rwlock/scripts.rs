@@ -22,35 +22,67 @@ end
     };
 }
 
+/// The value of a redlease reader's timeout keys (Redisson writes `1` and reads
+/// only their TTL): it says the hold honours the waiting-writer mark.
+macro_rules! honours {
+    () => {
+        "'redlease'"
+    };
+}
+
 /// Read acquire: Redisson's read `tryLockInnerAsync`, and a redlease writer's
-/// waiting mark respected by new readers.
+/// waiting mark respected by new readers while it can help the writer.
 ///
 /// KEYS[1] the name, KEYS[2] this hold's timeout prefix
-/// (`{name}:<field>:rwlock_timeout`), KEYS[3] the writer-waiting mark. ARGV[1]
-/// TTL in ms, ARGV[2] the reader field `<uuid>:<thread>`, ARGV[3] the same
-/// thread's write field. Returns nil when held (one more hold: a timeout key
-/// `<prefix>:<n>` with the TTL, the name's TTL only lengthened), else the PTTL
-/// that bounds the wait: the name's, or the mark's while a writer waits and this
-/// thread holds no read yet (a thread already reading reads again, or it would
-/// wait for a writer that waits for it).
+/// (`{name}:<field>:rwlock_timeout`), KEYS[3] the writer-waiting mark, KEYS[4]
+/// the name's timeout prefix (`{name}`). ARGV[1] TTL in ms, ARGV[2] the reader
+/// field `<uuid>:<thread>`, ARGV[3] the same thread's write field. Returns nil
+/// when held (one more hold: a timeout key `<prefix>:<n>` with the TTL and the
+/// value `redlease`, the name's TTL only lengthened), else the PTTL that bounds
+/// the wait: the name's, or the mark's while a writer waits, this thread holds
+/// no read yet (a thread already reading reads again, or it would wait for a
+/// writer that waits for it), and no live hold ignores the mark. A live hold
+/// whose timeout key holds another value (a Redisson reader's `1`) keeps the
+/// name read-held whatever redlease readers do: holding them back then would
+/// only starve them beside the writer, so they read. A dead reader's hold (its
+/// timeout keys run out) does not count: it ends with the next release.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         mode_or_refuse!(),
         r"
+local function ignored()
+  local flat = redis.call('HGETALL', KEYS[1])
+  for i = 1, #flat, 2 do
+    local n = tonumber(flat[i + 1])
+    if flat[i] ~= 'mode' and n then
+      for j = n, 1, -1 do
+        local v = redis.pcall('GET', KEYS[4] .. ':' .. flat[i] .. ':rwlock_timeout:' .. j)
+        if type(v) == 'string' and v ~= ",
+        honours!(),
+        r" then return true end
+      end
+    end
+  end
+  return false
+end
 local mine = mode == 'read' and redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1
 if (mode == false or mode == 'read') and not mine then
   local waiting = redis.call('PTTL', KEYS[3])
-  if waiting > 0 then return waiting end
+  if waiting > 0 and not (mode == 'read' and ignored()) then return waiting end
 end
 if mode == false then
   redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[2], 1)
-  redis.call('SET', KEYS[2] .. ':1', 1, 'PX', ARGV[1])
+  redis.call('SET', KEYS[2] .. ':1', ",
+        honours!(),
+        r", 'PX', ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return nil
 end
 if mode == 'read' or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1) then
   local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-  redis.call('SET', KEYS[2] .. ':' .. n, 1, 'PX', ARGV[1])
+  redis.call('SET', KEYS[2] .. ':' .. n, ",
+        honours!(),
+        r", 'PX', ARGV[1])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[1])
   end
@@ -107,24 +139,26 @@ return 1 + heard
 /// Read renewal: Redisson's read `renewExpirationAsync` for this holder's holds.
 ///
 /// KEYS[1] the name, KEYS[2] this holder's timeout prefix. ARGV[1] TTL in ms,
-/// ARGV[2] the reader field. Sets every timeout key of the holder to the TTL and
-/// lengthens the name's. Returns 1 renewed, 0 this holder's holds are gone, -1
-/// the name holds another type.
+/// ARGV[2] the reader field. Sets every timeout key of the holder to the TTL
+/// (value `redlease`, as the acquire writes it) and lengthens the name's. Returns
+/// 1 renewed, 0 this holder's holds are gone, -1 the name holds another type.
 pub(crate) static READ_EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local count = redis.pcall('HGET', KEYS[1], ARGV[2])
 if type(count) == 'table' then return -1 end
 if not count then return 0 end
 for i = tonumber(count), 1, -1 do
-  redis.call('SET', KEYS[2] .. ':' .. i, 1, 'PX', ARGV[1])
+  redis.call('SET', KEYS[2] .. ':' .. i, ",
+        honours!(),
+        r", 'PX', ARGV[1])
 end
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return 1
 ",
-    )
+    ))
 });
 
 /// Write acquire: Redisson's write `tryLockInnerAsync`; a reader of the same

@@ -4,22 +4,37 @@
 //! touches is in that slot (the fence counter carries a tag of the slot; the
 //! release channel is classic pub/sub, which reaches every node). A call goes to
 //! the master the map names, through that master's [`Single`]: its pool, its I/O
-//! thread. The answers that move a slot are followed within the call:
+//! thread. The answers that say a call ran nowhere are followed within the call
+//! (see [`retry`]):
 //!
 //! - `MOVED` (a slot moved for good, a failover): the connection noted the new
-//!   master in the map's sink; the call is sent again, there.
+//!   master in the map's sink; the call is sent again to the master named.
 //! - `ASK` (a slot being migrated, the key already on the new master): the call
-//!   is sent there once, each command preceded by `ASKING`.
+//!   is sent there, each command preceded by `ASKING`.
 //! - `TRYAGAIN` (a script's keys, lock and fence counter, not all on the master
-//!   asked: a free lock's fenced acquire meets it until its slot has moved):
-//!   nothing ran. A caller that waits is told busy and waits as for a held lock
-//!   (deadline, cancel, shutdown apply); other calls are sent again every 10 ms
-//!   for at most one read timeout (and the caller's bound), then fail with it.
+//!   asked: a free lock's fenced acquire meets it until its slot has moved): sent
+//!   again from the start, where the map says (the slot may have moved meanwhile).
+//! - `CLUSTERDOWN` (the node sees the cluster failed, for a moment after a
+//!   failover): sent again where the map, read again, says.
+//!
+//! The first two redirections are followed at once; after them, and after every
+//! `TRYAGAIN` or `CLUSTERDOWN`, the call pauses 1, 2, 4 … ms (at most 100 ms,
+//! jittered) before it is sent again, and redirections that disagree (a source
+//! already told the new owner, the new owner still importing and pointing back)
+//! have the map read again. A call keeps at it for one read timeout from its
+//! first pause, never past its caller's bound; then a caller that waits is told
+//! busy and waits as for a held lock (deadline, cancel, shutdown apply), and any
+//! other call fails with the last answer. Nothing of this ran anywhere, so an
+//! acquire is sent again too; one that got no answer (a timeout, a lost
+//! connection) may have run, and is not.
 //!
 //! A node that fails (no answer, refused) has the `redlease-map` thread read the
 //! whole map again, so a crashed master's slots move to the replica that took
-//! over. Renewals go in one pipeline per master per tick.
+//! over. Renewals go in one pipeline per master per tick; a renewal that meets a
+//! moving slot is answered failed (the lease stays valid as it was) and is tried
+//! again shortly, where the map then says.
 
+mod retry;
 mod slot_map;
 
 use std::borrow::Cow;
@@ -30,6 +45,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
+use self::retry::{Hop, Retry};
 pub(crate) use self::slot_map::Opener;
 use self::slot_map::{Shared, first_map};
 use crate::error::{Error, Result};
@@ -41,11 +57,6 @@ use crate::slots::slot;
 use crate::topology::io::IoThread;
 use crate::topology::single::Single;
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
-
-/// How many redirections one call follows before it gives up.
-const MAX_HOPS: usize = 5;
-/// The pause before a call that met `TRYAGAIN` is sent again.
-const TRY_AGAIN: Duration = Duration::from_millis(10);
 
 /// The masters of a Redis Cluster hold the locks, each those of its slots.
 pub(crate) struct Cluster {
@@ -60,21 +71,15 @@ pub(crate) struct Cluster {
     read_timeout: Duration,
 }
 
-/// What a call does when it meets `TRYAGAIN`.
+/// How long a call keeps sending itself again after an answer that says it ran
+/// nowhere (a [`Hop`]).
 #[derive(Clone, Copy)]
 enum Patience {
-    /// Sends the call again after [`TRY_AGAIN`], for at most one read timeout from
-    /// the first `TRYAGAIN`, and never past the instant given.
+    /// For one read timeout from its first pause, and never past the instant given.
     Resend(Option<Instant>),
-    /// Returns it: the caller waits as for a busy lock.
+    /// Only the redirections followed at once: a hand-off, whose lock is then
+    /// released the usual way.
     Return,
-}
-
-/// Where a call must go next, after an answer that moved it.
-enum Hop {
-    Moved,
-    Ask(String),
-    TryAgain,
 }
 
 impl Cluster {
@@ -133,22 +138,25 @@ impl Cluster {
     }
 
     /// Sends `call` to the master of `key`'s slot, following the answers that
-    /// move it ([`Hop`]; `TRYAGAIN` as `patience` says); `err` finds the error in
-    /// what a call returns.
+    /// say it ran nowhere ([`Hop`]) as `patience` says; `err` finds the error in
+    /// what a call returns. Returns the last answer, and how long a caller that
+    /// waits should pause before it tries again.
     fn routed<T>(
         &self,
         key: &str,
         err: impl Fn(&T) -> Option<&Error>,
         patience: Patience,
         mut call: impl FnMut(&Single, bool) -> T,
-    ) -> Result<T> {
+    ) -> Result<(T, Duration)> {
         let slot = slot(key.as_bytes());
-        // Set by the first TRYAGAIN: no clock read on the common path.
-        let mut until = None;
-        // Where the next send goes when not by the map: a node that answered ASK
-        // (with `ASKING`), or the one that answered TRYAGAIN.
+        let mut retry = match patience {
+            Patience::Resend(by) => Retry::new(self.read_timeout, by),
+            // No span: no pause ends in time, only the free hops are followed.
+            Patience::Return => Retry::new(Duration::ZERO, None),
+        };
+        // Where the next send goes when not by the map: a node named by `MOVED`,
+        // or one that answered `ASK` (with `ASKING`).
         let mut next: Option<(Arc<Single>, bool)> = None;
-        let mut hops = 0;
         loop {
             let (single, asking) = match next.take() {
                 Some(to) => to,
@@ -160,33 +168,26 @@ impl Cluster {
                 // The master may have been replaced: have the map read again.
                 let _ = self.nudge.try_send(());
             }
-            match e.and_then(hop) {
-                Some(Hop::Moved) if hops < MAX_HOPS => hops += 1,
-                Some(Hop::Ask(addr)) if hops < MAX_HOPS => {
-                    hops += 1;
-                    next = Some((self.shared.at(&addr)?, true));
-                }
-                Some(Hop::TryAgain) if self.again(&mut until, patience) => {
-                    std::thread::sleep(TRY_AGAIN);
-                    next = Some((single, asking));
-                }
-                _ => return Ok(out),
+            let Some(hop) = e.and_then(Hop::of) else {
+                return Ok((out, Duration::ZERO));
+            };
+            if retry.disagree(&hop) {
+                let _ = self.nudge.try_send(());
             }
+            if !retry.again(&hop) {
+                return Ok((out, retry.next_pause()));
+            }
+            next = match hop {
+                // A node we cannot open now is reached through the map.
+                Hop::Moved(addr) => self.shared.at(&addr).ok().map(|s| (s, false)),
+                Hop::Ask(addr) => match self.shared.at(&addr) {
+                    Ok(s) => Some((s, true)),
+                    Err(_) => return Ok((out, retry.next_pause())),
+                },
+                // From the start: the slot's move may have ended or gone on.
+                Hop::TryAgain | Hop::Down => None,
+            };
         }
-    }
-
-    /// Whether a call that met `TRYAGAIN` is sent again after [`TRY_AGAIN`]:
-    /// `until` is when it must stop (set by the first `TRYAGAIN`).
-    fn again(&self, until: &mut Option<Instant>, patience: Patience) -> bool {
-        let Patience::Resend(by) = patience else {
-            return false;
-        };
-        let now = Instant::now();
-        let until = *until.get_or_insert_with(|| {
-            let limit = now + self.read_timeout;
-            by.map_or(limit, |by| by.min(limit))
-        });
-        now + TRY_AGAIN < until
     }
 }
 
@@ -199,20 +200,19 @@ impl Topology for Cluster {
         } else {
             Cow::Borrowed(keys)
         };
-        // A free lock cannot be taken until its slot has moved: see the top.
+        // A caller that waits is bounded by its deadline (`return_by`) and, past
+        // one read timeout, waits as for a held lock: see the top.
         let waits = req.wait != Waiting::No;
-        let patience = if waits {
-            Patience::Return
-        } else {
-            Patience::Resend(req.return_by)
-        };
-        let out = self.routed(&keys.lock, error_of, patience, |single, ask| {
-            single.acquire_asking(backend, &keys, req, ask)
-        })?;
+        let (out, pause) = self.routed(
+            &keys.lock,
+            error_of,
+            Patience::Resend(req.return_by),
+            |single, ask| single.acquire_asking(backend, &keys, req, ask),
+        )?;
         match out {
-            // `TRYAGAIN` comes before anything runs: nothing was written.
-            Err(e) if waits && matches!(hop(&e), Some(Hop::TryAgain)) => Ok(Attempt::Busy {
-                remaining: Some(TRY_AGAIN),
+            // Each `Hop` comes before anything runs: nothing was written.
+            Err(e) if waits && Hop::of(&e).is_some() => Ok(Attempt::Busy {
+                remaining: Some(pause),
             }),
             out => out,
         }
@@ -226,9 +226,10 @@ impl Topology for Cluster {
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
-        self.routed(key, error_of, Patience::Resend(None), |single, ask| {
+        let (out, _) = self.routed(key, error_of, Patience::Resend(None), |single, ask| {
             single.release_asking(backend, key, announce, value, maybe, ask)
-        })?
+        })?;
+        out
     }
 
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
@@ -252,22 +253,23 @@ impl Topology for Cluster {
             Patience::Resend(None),
             |single, ask| single.extend_asking(backend, (key, value, maybe), ttl, ask),
         );
-        out.unwrap_or_else(|e| (value.to_owned(), Instant::now(), Err(e)))
+        out.map_or_else(|e| (value.to_owned(), Instant::now(), Err(e)), |o| o.0)
     }
 
     fn hand_off(&self, keys: &Keys, h: HandOff<'_>) -> Option<Result<Handed>> {
         let keys = keys.clone().in_cluster();
-        // `TRYAGAIN`: ours is released the usual way (one key, never split).
+        // Past the redirections followed at once, ours is released the usual way.
         let out = self.routed(&keys.lock, error_of, Patience::Return, |s, ask| {
             s.hand_off_asking(&keys, h, ask)
         });
-        Some(out.and_then(|r| r))
+        Some(out.and_then(|r| r.0))
     }
 
     fn query(&self, key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
-        self.routed(key, error_of, Patience::Resend(None), |s, a| {
+        let (out, _) = self.routed(key, error_of, Patience::Resend(None), |s, a| {
             s.query_asking(scripts, cmd, a)
-        })?
+        })?;
+        out
     }
 
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
@@ -343,24 +345,6 @@ impl std::fmt::Debug for Cluster {
 
 fn error_of<T>(r: &Result<T>) -> Option<&Error> {
     r.as_ref().err()
-}
-
-/// What an error says about where the call must go.
-fn hop(e: &Error) -> Option<Hop> {
-    let Error::Redis(failure) = e else {
-        return None;
-    };
-    let e = failure.redis_error()?;
-    let kind = e.kind();
-    if kind == redis::ServerErrorKind::Moved.into() {
-        Some(Hop::Moved)
-    } else if kind == redis::ServerErrorKind::Ask.into() {
-        e.redirect_node().map(|(addr, _)| Hop::Ask(addr.to_owned()))
-    } else if kind == redis::ServerErrorKind::TryAgain.into() {
-        Some(Hop::TryAgain)
-    } else {
-        None
-    }
 }
 
 /// Whether `node` knows `SPUBLISH` (Redis 7): `COMMAND INFO` answers a null for

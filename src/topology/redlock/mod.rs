@@ -30,7 +30,7 @@ use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,
     with_scripts,
 };
-use crate::time::validity_end;
+use crate::time::in_time;
 use crate::topology::io::batch::{self, Spec};
 use crate::topology::io::{IoThread, Link, Worker};
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Topology};
@@ -124,7 +124,7 @@ impl Topology for Redlock {
             // A lane sends its `SET` by `sent + wait` at the latest; the value lives
             // a TTL from when it lands.
             let until = sent + wait + req.ttl;
-            if count.won() && Instant::now() < validity_end(sent, req.ttl) {
+            if count.won() && in_time(sent, req.ttl) {
                 return Ok(Attempt::Acquired {
                     value,
                     sent,

@@ -2,9 +2,9 @@
 //! raw connection (current Redisson 3.x, permit ids sent as 16 raw bytes), for the
 //! interop tests; the scripts also make the semaphore benchmark's floor.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use super::RedisServer;
+use super::super::RedisServer;
+pub use super::now_ms;
+use super::{eval, prefix_name, suffix_name};
 
 /// `tryAcquireAsync(ids, timeoutDate)`. KEYS[1] name, KEYS[2] timeouts, KEYS[3]
 /// channel; ARGV[1] permits, ARGV[2] expiry, ARGV[3] now, ARGV[4] no-lease score,
@@ -43,32 +43,14 @@ pub const TRY_SET_PERMITS: &str = "local value = redis.call('get', KEYS[1]); \
 /// Redisson's score for a permit without lease.
 pub const NO_LEASE: u64 = 922_337_203_685_477;
 
-pub fn now_ms() -> u64 {
-    u64::try_from(
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis(),
-    )
-    .unwrap()
-}
-
 /// `redisson_sc:{name}` (`prefixName`).
 pub fn channel(name: &str) -> String {
-    if name.contains('{') {
-        format!("redisson_sc:{name}")
-    } else {
-        format!("redisson_sc:{{{name}}}")
-    }
+    prefix_name("redisson_sc", name)
 }
 
 /// `{name}:timeout` (`suffixName`).
 pub fn timeouts(name: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:timeout")
-    } else {
-        format!("{{{name}}}:timeout")
-    }
+    suffix_name(name, "timeout")
 }
 
 /// Redisson's `generateId()`: 16 random bytes, in hex.
@@ -99,12 +81,8 @@ impl RedissonSemaphore {
     pub fn try_acquire(&mut self, lease_ms: Option<u64>) -> Result<String, Option<String>> {
         let id = generate_id();
         let now = now_ms();
-        let reply: Option<String> = redis::cmd("EVAL")
-            .arg(TRY_ACQUIRE)
-            .arg(3)
-            .arg(&self.name)
-            .arg(timeouts(&self.name))
-            .arg(channel(&self.name))
+        let (timeouts, channel) = (timeouts(&self.name), channel(&self.name));
+        let reply: Option<String> = eval(TRY_ACQUIRE, &[&self.name, &timeouts, &channel])
             .arg(1)
             .arg(lease_ms.map_or(NO_LEASE, |l| now + l))
             .arg(now)
@@ -121,12 +99,8 @@ impl RedissonSemaphore {
 
     /// `tryRelease(permitId)`: whether it was held.
     pub fn try_release(&mut self, id: &str) -> bool {
-        let n: i64 = redis::cmd("EVAL")
-            .arg(TRY_RELEASE)
-            .arg(3)
-            .arg(&self.name)
-            .arg(channel(&self.name))
-            .arg(timeouts(&self.name))
+        let (channel, timeouts) = (channel(&self.name), timeouts(&self.name));
+        let n: i64 = eval(TRY_RELEASE, &[&self.name, &channel, &timeouts])
             .arg(bytes(id))
             .arg(1)
             .arg(now_ms())
@@ -138,11 +112,8 @@ impl RedissonSemaphore {
 
     /// `trySetPermits(permits)`: whether it created the semaphore.
     pub fn try_set_permits(&mut self, permits: u32) -> bool {
-        let n: i64 = redis::cmd("EVAL")
-            .arg(TRY_SET_PERMITS)
-            .arg(2)
-            .arg(&self.name)
-            .arg(channel(&self.name))
+        let channel = channel(&self.name);
+        let n: i64 = eval(TRY_SET_PERMITS, &[&self.name, &channel])
             .arg(permits)
             .arg("publish")
             .query(&mut self.con)

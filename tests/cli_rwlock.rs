@@ -120,7 +120,7 @@ fn an_exclusive_command_runs_alone() {
             stderr(&out)
         );
     }
-    let text = output(redlease(&["inspect", "--url", &server.url(), "cfg"]));
+    let text = output(redlease(["inspect", "--url", &server.url(), "cfg"]));
     assert!(String::from_utf8_lossy(&text.stdout).contains("read-write lock"));
     fs::write(&go, "").unwrap();
     let out = finish(writer);

@@ -1,7 +1,8 @@
 //! One thread of a Redisson client, speaking `RLock`'s own scripts on a raw
 //! connection, for the interop tests; the scripts also make the benchmark's floor.
 
-use super::RedisServer;
+use super::super::RedisServer;
+use super::{LEASE_MS, eval, owner, prefix_name};
 
 /// Redisson 3.19+ `RedissonLock.tryLockInnerAsync`. KEYS[1] lock; ARGV[1] lease ms,
 /// ARGV[2] `<uuid>:<thread id>`. Nil when acquired, else the holder's PTTL.
@@ -19,16 +20,9 @@ pub const UNLOCK: &str = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then
     redis.call('del', KEYS[1]); redis.call('publish', KEYS[2], ARGV[1]); return 1; end; \
     return nil;";
 
-/// Redisson's lease time when none is given (`lockWatchdogTimeout`).
-pub const LEASE_MS: u64 = 30_000;
-
 /// Redisson's unlock channel for `key` (`prefixName("redisson_lock__channel", key)`).
 pub fn channel(key: &str) -> String {
-    if key.contains('{') {
-        format!("redisson_lock__channel:{key}")
-    } else {
-        format!("redisson_lock__channel:{{{key}}}")
-    }
+    prefix_name("redisson_lock__channel", key)
 }
 
 /// A Redisson client's thread: its owner field, `<uuid>:1`, on its own connection.
@@ -41,17 +35,14 @@ impl Redisson {
     pub fn new(server: &RedisServer) -> Self {
         Self {
             con: server.conn(),
-            owner: format!("{}:1", uuid::Uuid::new_v4()),
+            owner: owner(1),
         }
     }
 
     /// Redisson's `tryLock()` attempt (`EVAL`): `None` when acquired, else the
     /// holder's remaining ms.
     pub fn try_lock(&mut self, key: &str) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(TRY_LOCK)
-            .arg(1)
-            .arg(key)
+        eval(TRY_LOCK, &[key])
             .arg(LEASE_MS)
             .arg(&self.owner)
             .query(&mut self.con)
@@ -61,11 +52,7 @@ impl Redisson {
     /// Redisson's `unlock()` (`EVAL`): `Some(1)` released (and `0` published),
     /// `Some(0)` one hold fewer, `None` not held by this owner.
     pub fn unlock(&mut self, key: &str) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(UNLOCK)
-            .arg(2)
-            .arg(key)
-            .arg(channel(key))
+        eval(UNLOCK, &[key, &channel(key)])
             .arg(0)
             .arg(LEASE_MS)
             .arg(&self.owner)

@@ -2,7 +2,9 @@
 //! connection (Redisson 3.x `RedissonFairLock`, `lock()` and `unlock()`), for
 //! the interop tests; the scripts also make the fair lock benchmark's floor.
 
-use super::RedisServer;
+use super::super::RedisServer;
+pub use super::{LEASE_MS, now_ms, prefix_name};
+use super::{eval, owner};
 
 /// `RedissonFairLock.tryLockInnerAsync` (`EVAL_LONG`, what `lock()` sends).
 /// KEYS[1] name, KEYS[2] queue, KEYS[3] timeouts; ARGV[1] lease ms, ARGV[2]
@@ -59,28 +61,16 @@ pub const UNLOCK: &str = "while true do \
     redis.call('publish', KEYS[4] .. ':' .. nextThreadId, ARGV[1]); end; \
     return 1; ";
 
-/// Redisson's lease time when none is given (`lockWatchdogTimeout`).
-pub const LEASE_MS: u64 = 30_000;
 /// Redisson's `threadWaitTime` when none is given (5 minutes).
 pub const WAIT_MS: u64 = 300_000;
 
-/// Redisson's `prefixName(prefix, name)`.
-pub fn prefix_name(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
-}
-
-/// The current unix time in ms, as Redisson passes it.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis()
-        .try_into()
-        .unwrap_or(u64::MAX)
+/// `redisson_lock_queue:{name}` and `redisson_lock_timeout:{name}`: the queue
+/// and the timeouts of a fair lock.
+pub fn queue_and_timeouts(name: &str) -> (String, String) {
+    (
+        prefix_name("redisson_lock_queue", name),
+        prefix_name("redisson_lock_timeout", name),
+    )
 }
 
 /// A Redisson client's thread on a fair lock: its owner, `<uuid>:1`.
@@ -93,7 +83,7 @@ impl RedissonFair {
     pub fn new(server: &RedisServer) -> Self {
         Self {
             con: server.conn(),
-            owner: format!("{}:1", uuid::Uuid::new_v4()),
+            owner: owner(1),
         }
     }
 
@@ -114,12 +104,8 @@ impl RedissonFair {
     /// One attempt of `tryLock(wait, ...)`: Redisson passes the caller's wait
     /// (`wait_ms`) where `lock()` passes its thread wait time.
     pub fn attempt_waiting(&mut self, name: &str, wait_ms: u64) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(LOCK)
-            .arg(3)
-            .arg(name)
-            .arg(prefix_name("redisson_lock_queue", name))
-            .arg(prefix_name("redisson_lock_timeout", name))
+        let (queue, timeouts) = queue_and_timeouts(name);
+        eval(LOCK, &[name, &queue, &timeouts])
             .arg(LEASE_MS)
             .arg(&self.owner)
             .arg(wait_ms)
@@ -167,13 +153,9 @@ impl RedissonFair {
 
     /// `unlock()`: `Some(1)` released, `None` not held.
     pub fn unlock(&mut self, name: &str) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(UNLOCK)
-            .arg(4)
-            .arg(name)
-            .arg(prefix_name("redisson_lock_queue", name))
-            .arg(prefix_name("redisson_lock_timeout", name))
-            .arg(prefix_name("redisson_lock__channel", name))
+        let (queue, timeouts) = queue_and_timeouts(name);
+        let channel = prefix_name("redisson_lock__channel", name);
+        eval(UNLOCK, &[name, &queue, &timeouts, &channel])
             .arg(0)
             .arg(LEASE_MS)
             .arg(&self.owner)

@@ -3,7 +3,8 @@
 //! their unlock latch), for the interop tests; the scripts also make the
 //! read-write lock benchmark's floor.
 
-use super::RedisServer;
+use super::super::RedisServer;
+use super::{eval, prefix_name, suffix_name};
 
 /// `RedissonReadLock.tryLockInnerAsync`. KEYS[1] name, KEYS[2] timeout prefix;
 /// ARGV[1] lease ms, ARGV[2] reader field, ARGV[3] write field. Nil or PTTL.
@@ -125,27 +126,18 @@ pub const WRITE_UNLOCK: &str = "local val = redis.call('get', KEYS[3]); \
     end; \
     return nil;";
 
-/// `prefixName(prefix, name)`.
-fn prefix_name(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
-}
-
-/// `suffixName(name, suffix)`.
-fn suffix_name(name: &str, suffix: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:{suffix}")
-    } else {
-        format!("{{{name}}}:{suffix}")
-    }
-}
-
 /// `redisson_rwlock:{name}`.
 pub fn channel(name: &str) -> String {
     prefix_name("redisson_rwlock", name)
+}
+
+/// A fresh `redisson_unlock_latch:{name}:<uuid>` (`getUnlockLatchName`).
+pub fn unlock_latch(name: &str) -> String {
+    format!(
+        "{}:{}",
+        prefix_name("redisson_unlock_latch", name),
+        uuid::Uuid::new_v4()
+    )
 }
 
 /// `{name}:<field>:rwlock_timeout` (`getReadWriteTimeoutNamePrefix`).
@@ -166,7 +158,7 @@ impl RedissonRwLock {
         Self {
             con: server.conn(),
             name: name.to_owned(),
-            field: format!("{}:{thread}", uuid::Uuid::new_v4()),
+            field: super::owner(thread),
         }
     }
 
@@ -176,11 +168,8 @@ impl RedissonRwLock {
 
     /// `readLock().tryLock(0, lease)`: `None` when held, else the PTTL.
     pub fn read_lock(&mut self, lease_ms: u64) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(READ_LOCK)
-            .arg(2)
-            .arg(&self.name)
-            .arg(timeout_prefix(&self.name, &self.field))
+        let prefix = timeout_prefix(&self.name, &self.field);
+        eval(READ_LOCK, &[&self.name, &prefix])
             .arg(lease_ms)
             .arg(&self.field)
             .arg(self.write_field())
@@ -191,39 +180,29 @@ impl RedissonRwLock {
     /// `readLock().unlock()`: Redisson's reply (1 deleted and published, 0 left
     /// to other holders, nil not held).
     pub fn read_unlock(&mut self) -> Option<i64> {
-        let latch = format!(
-            "{}:{}",
-            prefix_name("redisson_unlock_latch", &self.name),
-            uuid::Uuid::new_v4()
-        );
+        let latch = unlock_latch(&self.name);
         let prefix = timeout_prefix(&self.name, &self.field);
         let key_prefix = prefix
             .split(&format!(":{}", self.field))
             .next()
             .unwrap()
             .to_owned();
-        redis::cmd("EVAL")
-            .arg(READ_UNLOCK)
-            .arg(5)
-            .arg(&self.name)
-            .arg(channel(&self.name))
-            .arg(&prefix)
-            .arg(key_prefix)
-            .arg(latch)
-            .arg(0)
-            .arg(&self.field)
-            .arg("publish")
-            .arg(5000)
-            .query(&mut self.con)
-            .unwrap()
+        let channel = channel(&self.name);
+        eval(
+            READ_UNLOCK,
+            &[&self.name, &channel, &prefix, &key_prefix, &latch],
+        )
+        .arg(0)
+        .arg(&self.field)
+        .arg("publish")
+        .arg(5000)
+        .query(&mut self.con)
+        .unwrap()
     }
 
     /// `writeLock().tryLock(0, lease)`: `None` when held, else the PTTL.
     pub fn write_lock(&mut self, lease_ms: u64) -> Option<i64> {
-        redis::cmd("EVAL")
-            .arg(WRITE_LOCK)
-            .arg(1)
-            .arg(&self.name)
+        eval(WRITE_LOCK, &[&self.name])
             .arg(lease_ms)
             .arg(self.write_field())
             .query(&mut self.con)
@@ -233,17 +212,8 @@ impl RedissonRwLock {
     /// `writeLock().unlock()`: Redisson's reply (1 released, 0 one hold fewer,
     /// nil not held).
     pub fn write_unlock(&mut self) -> Option<i64> {
-        let latch = format!(
-            "{}:{}",
-            prefix_name("redisson_unlock_latch", &self.name),
-            uuid::Uuid::new_v4()
-        );
-        redis::cmd("EVAL")
-            .arg(WRITE_UNLOCK)
-            .arg(3)
-            .arg(&self.name)
-            .arg(channel(&self.name))
-            .arg(latch)
+        let (channel, latch) = (channel(&self.name), unlock_latch(&self.name));
+        eval(WRITE_UNLOCK, &[&self.name, &channel, &latch])
             .arg(1)
             .arg(30_000)
             .arg(self.write_field())
