@@ -104,7 +104,7 @@ impl Floor {
 
 fn lock(server: &RedisServer, name: &str) -> ReadWriteLock {
     let client = LockClient::builder(server.url()).build().unwrap();
-    client.read_write(name).unwrap()
+    client.read_write_lock(name).unwrap()
 }
 
 fn read(c: &mut Criterion) {

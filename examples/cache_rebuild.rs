@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let client = LockClient::builder(url.as_str())
         .key_prefix("lock:")
         .build()?;
-    let report = client.read_write("report")?;
+    let report = client.read_write_lock("report")?;
     let redis = redis::Client::open(url.as_str())?;
     let mut con = redis.get_connection()?;
     let _: () = con.del(&[REPORT, SUM])?;

@@ -132,7 +132,7 @@ fn worker(url: &str, name: &str) -> Result<(), Box<dyn Error>> {
         // The import itself.
         std::thread::sleep(Duration::from_millis(100 + 20 * fastrand::u64(0..5)));
         let _: i64 = warehouse.key(&KEYS[..]).arg(-1).invoke(&mut con)?;
-        if !permit.release()?.was_held() {
+        if !permit.unlock()?.was_held() {
             eprintln!("{name}: the permit's lease had ended before its release");
         }
     }

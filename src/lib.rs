@@ -47,9 +47,14 @@
 //!   (Redisson's `RLock`), [`Scheme::LegacyTimestamp`] (deployed `SETNX`/`GETSET`
 //!   locks, see [`LegacyTimestamp`]; README: *Migrating from `SETNX`/`GETSET`…*).
 //! - Redisson's primitives, each shared with Redisson clients: [`FairLock`]
-//!   ([`LockClient::fair_lock`]), [`ReadWriteLock`] ([`LockClient::read_write`]; a
+//!   ([`LockClient::fair_lock`]), [`ReadWriteLock`] ([`LockClient::read_write_lock`]; a
 //!   [`ReadGuard`] or [`WriteGuard`]), [`Semaphore`] ([`LockClient::semaphore`]; a
-//!   [`PermitGuard`] per permit). README: *Interoperability*, and a section each.
+//!   [`PermitGuard`] per permit). Each offers the lock's whole family (`x`, `try_x`,
+//!   `try_x_for`, `try_x_until`, `x_with`, and `with_lock` / `with_read` /
+//!   `with_write` / `with_permit`), and every guard `key()`, `is_held()`, `lost()`,
+//!   `valid_until()`, `check()`, `extend()` and `unlock()`; a handle's `name()` is the
+//!   name as passed, its `key()` the name with the client's prefix. README:
+//!   *Interoperability*, and a section each.
 //! - [`CancelToken`] stops a blocked wait; [`Metrics`] is a snapshot of a client's
 //!   counters (README: *Metrics*).
 //!
@@ -87,7 +92,10 @@
 //!
 //! [`Error::is_timeout`] and [`Error::is_connection_error`] decide retries; a
 //! [`RedisFailure`] names the [`Operation`], the key and the limit that ran out;
-//! [`Error::Permission`] what a Redis ACL refuses, found by `build()`. Bad input never
+//! [`Error::Permission`] what a Redis ACL refuses, found by `build()`; a key that holds
+//! another format is one [`Error::WrongFormat`] (the key, the [`LockFormat`] asked
+//! for, what it holds), and what a deployment cannot hold (a fair lock on Redlock)
+//! [`Error::Unsupported`]. Bad input ([`Error::Config`], [`Error::Invalid`]) never
 //! panics. README: *Errors*, *Redis ACL users*.
 //!
 //! # Foreign types
@@ -117,7 +125,8 @@
 
 // Layers, bottom to top: a file imports only from its own layer or below, and no
 // two files import each other in a ring (tests/layers.rs checks both).
-// root leaves: counters, the lease clock
+// root leaves: counters, the lease clock, the formats a key can hold
+mod format;
 mod metrics;
 mod time;
 // the error type
@@ -154,8 +163,7 @@ pub use metrics::Metrics;
 pub use net::tls::TlsCertificates;
 pub use owner::{ClientTag, Owner, Session};
 pub use primitives::fair::FairLock;
-pub use primitives::permit::PermitGuard;
-pub use primitives::rw_guard::{ReadGuard, WriteGuard};
+pub use primitives::held::{PermitGuard, ReadGuard, WriteGuard};
 pub use primitives::rwlock::ReadWriteLock;
 pub use primitives::semaphore::{Permits, Semaphore};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};

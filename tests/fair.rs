@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, FairLock, LockClient, Release};
+use redlease::{Error, FairLock, LockClient, LockFormat, Release};
 use support::acl;
 use support::fair_queue::{Turns, queue_ours, queue_redisson};
 use support::redisson::fair::{RedissonFair, now_ms, prefix_name};
@@ -239,13 +239,72 @@ fn a_dead_redisson_waiter_ahead_of_ours_delays_it_to_its_deadline_only() {
 }
 
 #[test]
+fn try_lock_until_gives_up_at_its_deadline_and_takes_the_lock_released_before_it() {
+    let server = RedisServer::start();
+    let (a, b) = (fair(&server), fair(&server));
+    assert_eq!(
+        (b.name(), b.key()),
+        (NAME, FULL),
+        "name as passed, key prefixed"
+    );
+    let held = a.try_lock().unwrap().expect("free");
+    let deadline = Instant::now() + Duration::from_millis(300);
+    assert!(b.try_lock_until(deadline).unwrap().is_none(), "held");
+    assert!(Instant::now() >= deadline, "waited until its deadline");
+    assert!(
+        queue(&server).is_empty(),
+        "it left the queue when it gave up"
+    );
+    let (b2, deadline) = (b.clone(), Instant::now() + BOUND);
+    let waiter = thread::spawn(move || {
+        let guard = b2
+            .try_lock_until(deadline)
+            .unwrap()
+            .expect("released in time");
+        let at = Instant::now();
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+        at
+    });
+    assert!(eventually(BOUND, || queue(&server).len() == 1), "queued");
+    let released = Instant::now();
+    assert_eq!(held.unlock().unwrap(), Release::Released);
+    assert!(
+        waiter.join().unwrap() >= released,
+        "took it after the release"
+    );
+    assert!(queue(&server).is_empty());
+}
+
+#[test]
+fn with_lock_runs_the_closure_under_the_lock_and_releases_it() {
+    let server = RedisServer::start();
+    let lock = fair(&server);
+    let out = lock
+        .with_lock(|| server.query::<u64>(redis::cmd("EXISTS").arg(FULL)))
+        .unwrap();
+    assert_eq!(out, 1, "held while the closure ran");
+    let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
+    assert_eq!(exists, 0, "released after it");
+    // A lock lost while the closure ran: its result is not returned.
+    let lost = lock.with_lock(|| server.query::<()>(redis::cmd("DEL").arg(FULL)));
+    match lost {
+        Err(Error::LockLost { key }) => assert_eq!(&*key, FULL),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     let server = RedisServer::start();
     let lock = fair(&server);
     server.query::<()>(redis::cmd("SET").arg(FULL).arg("rl1:someone"));
     match lock.try_lock() {
-        Err(Error::NotFairLock { name, found }) => {
-            assert_eq!(&*name, FULL);
+        Err(Error::WrongFormat {
+            key,
+            expected,
+            found,
+        }) => {
+            assert_eq!((&*key, expected), (FULL, LockFormat::Fair));
             assert!(found.contains("string"), "{found}");
         }
         other => panic!("{other:?}"),
@@ -255,10 +314,18 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     server.query::<()>(redis::cmd("DEL").arg(FULL));
     let q = prefix_name("redisson_lock_queue", FULL);
     server.query::<()>(redis::cmd("SET").arg(&q).arg("x"));
-    assert!(matches!(
-        lock.try_lock_for(Duration::from_millis(200)),
-        Err(Error::NotFairLock { .. })
-    ));
+    match lock.try_lock_for(Duration::from_millis(200)) {
+        Err(Error::WrongFormat {
+            key,
+            expected,
+            found,
+        }) => {
+            // The queue holds it; the error names the lock's key.
+            assert_eq!((&*key, expected), (FULL, LockFormat::Fair));
+            assert!(found.contains("string"), "{found}");
+        }
+        other => panic!("{other:?}"),
+    }
     let v: String = server.query(redis::cmd("GET").arg(&q));
     assert_eq!(v, "x");
     let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
@@ -269,7 +336,13 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
 fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
     let masters = Masters::start(3);
     let client = LockClient::redlock(masters.urls()).build().unwrap();
-    assert!(matches!(client.fair_lock(NAME), Err(Error::Config { .. })));
+    assert!(matches!(
+        client.fair_lock(NAME),
+        Err(Error::Unsupported {
+            what: "a fair lock",
+            by: "redlock"
+        })
+    ));
     let server = RedisServer::start();
     let lock = fair(&server);
     let fenced = redlease::LockOptions::default().fencing(true);
@@ -279,7 +352,7 @@ fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
             .build()
             .unwrap()
             .fair_lock(""),
-        Err(Error::InvalidKey { .. })
+        Err(Error::Invalid { .. })
     ));
 }
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 /// The top-level modules of `src/`, bottom to top; a file may import from its own
 /// layer or any below. Modules on one line share a layer.
 const LAYERS: &[&[&str]] = &[
-    // root leaves: clocks and TTL bounds, counters
-    &["time", "metrics"],
+    // root leaves: clocks and TTL bounds, counters, the formats a key can hold
+    &["time", "metrics", "format"],
     &["error"],
     &["net"],
     &["owner"],

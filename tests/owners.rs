@@ -43,13 +43,13 @@ fn hold_if_holder() -> bool {
     ];
     let rw = LockOptions::new().ttl(LOCK_TTL);
     let rd = client
-        .read_write("rd")
+        .read_write_lock("rd")
         .unwrap()
         .read_with(&rw)
         .unwrap()
         .unwrap();
     let wr = client
-        .read_write("wr")
+        .read_write_lock("wr")
         .unwrap()
         .write_with(&rw)
         .unwrap()

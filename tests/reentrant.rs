@@ -459,7 +459,7 @@ fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_witho
     assert!(
         matches!(
             nested,
-            Err(Error::NotReplicated { ref key, acked: 0, required: 1 }) if key == LOCK_KEY
+            Err(Error::NotReplicated { ref key, acked: 0, required: 1 }) if &**key == LOCK_KEY
         ),
         "{nested:?}"
     );
@@ -482,7 +482,7 @@ fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_witho
         assert!(
             matches!(
                 got,
-                Err(Error::NotReplicated { ref key, acked: 0, required: 1 }) if key == LOCK_KEY
+                Err(Error::NotReplicated { ref key, acked: 0, required: 1 }) if &**key == LOCK_KEY
             ),
             "{got:?}"
         );

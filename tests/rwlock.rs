@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockClientBuilder, LockOptions, ReadWriteLock, Release};
+use redlease::{
+    Error, LockClient, LockClientBuilder, LockFormat, LockOptions, ReadWriteLock, Release,
+};
 use support::acl;
 use support::redisson::rwlock::RedissonRwLock;
 use support::{Masters, RedisServer, eventually};
@@ -27,7 +29,11 @@ fn builder(server: &RedisServer) -> LockClientBuilder {
 }
 
 fn rwlock(server: &RedisServer) -> ReadWriteLock {
-    builder(server).build().unwrap().read_write(NAME).unwrap()
+    builder(server)
+        .build()
+        .unwrap()
+        .read_write_lock(NAME)
+        .unwrap()
 }
 
 fn mode(server: &RedisServer) -> Option<String> {
@@ -86,7 +92,7 @@ fn a_reader_asking_to_write_is_refused_at_once_and_a_writer_may_read() {
     let r = lock.read().unwrap();
     let asked = Instant::now();
     match lock.write() {
-        Err(Error::ReadHeld { name }) => assert_eq!(&*name, FULL),
+        Err(Error::ReadHeld { key }) => assert_eq!(&*key, FULL),
         other => panic!("expected ReadHeld, got {other:?}"),
     }
     assert!(
@@ -177,7 +183,7 @@ fn a_write_release_wakes_every_waiting_reader_at_once() {
         .backoff(Duration::from_secs(3), Duration::from_secs(6))
         .build()
         .unwrap()
-        .read_write(NAME)
+        .read_write_lock(NAME)
         .unwrap();
     let w = writer.write().unwrap();
     let holding = AtomicUsize::new(0);
@@ -274,7 +280,7 @@ fn holds_are_renewed_past_their_ttl() {
         .ttl(Duration::from_secs(1))
         .build()
         .unwrap();
-    let lock = client.read_write(NAME).unwrap();
+    let lock = client.read_write_lock(NAME).unwrap();
     let r = lock.read().unwrap();
     let key = format!("{{{FULL}}}:{}:rwlock_timeout:1", r.field());
     let start = Instant::now();
@@ -332,24 +338,29 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
     for (name, write, found) in cases {
         let _: () = server.query(&write);
         let dump: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
-        let lock = client.read_write(name).unwrap();
+        let lock = client.read_write_lock(name).unwrap();
         for result in [lock.try_read().map(|_| ()), lock.try_write().map(|_| ())] {
             match result {
-                Err(Error::NotReadWriteLock { name: n, found: f }) => {
-                    assert_eq!(&*n, format!("lock:{name}"));
+                Err(Error::WrongFormat {
+                    key,
+                    expected,
+                    found: f,
+                }) => {
+                    assert_eq!(&*key, format!("lock:{name}"));
+                    assert_eq!(expected, LockFormat::ReadWrite);
                     assert!(f.starts_with(found), "{f}");
                 }
-                other => panic!("{name}: expected NotReadWriteLock, got {other:?}"),
+                other => panic!("{name}: expected WrongFormat, got {other:?}"),
             }
         }
         let after: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
         assert_eq!(dump, after, "{name} left as it was");
     }
     assert!(matches!(
-        client.read_write(""),
-        Err(Error::InvalidKey { .. })
+        client.read_write_lock(""),
+        Err(Error::Invalid { .. })
     ));
-    let lock = client.read_write(NAME).unwrap();
+    let lock = client.read_write_lock(NAME).unwrap();
     let fenced = LockOptions::new().fencing(true);
     assert!(matches!(lock.read_with(&fenced), Err(Error::Config { .. })));
     assert!(matches!(
@@ -359,10 +370,97 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
 }
 
 #[test]
+fn with_read_and_with_write_run_the_closure_under_the_hold_and_release_it() {
+    let server = RedisServer::start();
+    let lock = rwlock(&server);
+    assert_eq!(
+        (lock.name(), lock.key()),
+        (NAME, FULL),
+        "name as passed, key prefixed"
+    );
+    let seen = lock.with_read(|| mode(&server)).unwrap();
+    assert_eq!(seen.as_deref(), Some("read"), "read while the closure ran");
+    assert_eq!(mode(&server), None, "released after it");
+    let seen = lock.with_write(|| mode(&server)).unwrap();
+    assert_eq!(
+        seen.as_deref(),
+        Some("write"),
+        "written while the closure ran"
+    );
+    assert_eq!(mode(&server), None, "released after it");
+    // A hold lost while the closure ran: its result is not returned.
+    for lost in [
+        lock.with_read(|| server.query::<()>(redis::cmd("DEL").arg(FULL))),
+        lock.with_write(|| server.query::<()>(redis::cmd("DEL").arg(FULL))),
+    ] {
+        match lost {
+            Err(Error::LockLost { key }) => assert_eq!(&*key, FULL),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn every_primitive_names_a_key_of_another_format_with_one_error() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    let _: () = server.query(redis::cmd("RPUSH").arg("lock:list").arg("a"));
+    let cases = [
+        (
+            LockFormat::Fair,
+            client.fair_lock("list").unwrap().try_lock().map(|_| ()),
+        ),
+        (
+            LockFormat::ReadWrite,
+            client
+                .read_write_lock("list")
+                .unwrap()
+                .try_read()
+                .map(|_| ()),
+        ),
+        (
+            LockFormat::ReadWrite,
+            client
+                .read_write_lock("list")
+                .unwrap()
+                .try_write()
+                .map(|_| ()),
+        ),
+        (
+            LockFormat::Semaphore,
+            client.semaphore("list").unwrap().try_acquire().map(|_| ()),
+        ),
+    ];
+    for (asked, result) in cases {
+        let err = result.unwrap_err();
+        match &err {
+            Error::WrongFormat {
+                key,
+                expected,
+                found,
+            } => assert_eq!((&**key, *expected, *found), ("lock:list", asked, "a list")),
+            other => panic!("{asked}: expected WrongFormat, got {other:?}"),
+        }
+        assert_eq!(
+            err.to_string(),
+            format!("`lock:list` holds a list, not {asked}")
+        );
+    }
+    let left: Vec<String> = server.query(redis::cmd("LRANGE").arg("lock:list").arg(0).arg(-1));
+    assert_eq!(left, ["a"], "left as it was");
+}
+
+#[test]
 fn redlock_refuses_a_read_write_lock() {
     let masters = Masters::start(3);
     let client = LockClient::redlock(masters.urls()).build().unwrap();
-    assert!(matches!(client.read_write(NAME), Err(Error::Config { .. })));
+    assert!(matches!(
+        client.read_write_lock(NAME),
+        Err(Error::Unsupported {
+            what: "a read-write lock",
+            by: "redlock"
+        })
+    ));
 }
 
 #[test]
@@ -377,7 +475,7 @@ fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
             .backoff(Duration::from_secs(10), Duration::from_secs(10))
             .build()
             .unwrap()
-            .read_write(NAME)
+            .read_write_lock(NAME)
             .unwrap()
     };
     let (a, b) = (slow(&url), slow(&url));
@@ -413,7 +511,7 @@ fn a_cluster_serves_readers_and_a_woken_writer_on_the_names_slot() {
             .key_prefix("lock:")
             .build()
             .unwrap()
-            .read_write(NAME)
+            .read_write_lock(NAME)
             .unwrap()
     };
     let (a, b) = (lock(), lock());

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 use redlease::{
-    CancelToken, Error, LockClient, LockClientBuilder, LockOptions, Release, Renewal, Semaphore,
+    CancelToken, Error, LockClient, LockClientBuilder, LockFormat, LockOptions, Release, Renewal,
+    Semaphore,
 };
 use support::acl;
 use support::redisson::semaphore::{RedissonSemaphore, now_ms};
@@ -73,7 +74,7 @@ fn assert_woken_by(server: &RedisServer, waiter: &Semaphore, what: &str, release
         s.spawn(move || {
             let permit = waiter.acquire().unwrap();
             tx.send(Instant::now()).unwrap();
-            assert!(permit.release().unwrap().was_held());
+            assert!(permit.unlock().unwrap().was_held());
         });
         let asleep = eventually(Duration::from_secs(5), || {
             server.command_calls("evalsha") >= 2 && subscribers(server, CHANNEL) >= 1
@@ -109,7 +110,7 @@ fn permits_are_shared_up_to_n_across_two_clients() {
     assert_eq!(ids[0][..16], ids[2][..16], "one client, one tag");
     assert_ne!(ids[0][..16], ids[1][..16], "two clients, two tags");
     assert_eq!(a.permits().unwrap().unwrap().held(), 3);
-    assert_eq!(two.release().unwrap(), Release::Released);
+    assert_eq!(two.unlock().unwrap(), Release::Released);
     assert_eq!(b.available_permits().unwrap(), 1);
     let again = b.try_acquire().unwrap().expect("the permit given back");
     drop((one, three, again));
@@ -125,7 +126,7 @@ fn the_waiter_beyond_n_is_woken_by_a_release_message() {
     let (first, second) = (holder.acquire().unwrap(), holder.acquire().unwrap());
     let waiter = slow_polling(&server);
     assert_woken_by(&server, &waiter, "a release", || {
-        assert!(first.release().unwrap().was_held());
+        assert!(first.unlock().unwrap().was_held());
     });
     assert!(second.is_held());
 }
@@ -180,7 +181,7 @@ fn renewal_keeps_a_permit_past_its_ttl() {
     assert!(permit.is_held());
     let (_, score) = held(&server)[0].clone();
     assert!(score > now_ms(), "the lease in Redis is ahead of now");
-    assert!(permit.release().unwrap().was_held());
+    assert!(permit.unlock().unwrap().was_held());
 }
 
 #[test]
@@ -205,12 +206,12 @@ fn redisson_and_redlease_permits_count_against_each_other() {
     // Redisson gives back our permit by its id, as `release(permitId)` does.
     assert!(redisson.try_release(mine.permit_id()));
     assert_eq!(
-        mine.release().unwrap(),
+        mine.unlock().unwrap(),
         Release::Expired,
         "released by Redisson"
     );
     assert!(
-        ours.release(&theirs).unwrap().was_held(),
+        ours.release_by_id(&theirs).unwrap().was_held(),
         "we give back Redisson's"
     );
     assert_eq!(free(&server), 2);
@@ -243,7 +244,7 @@ fn our_release_publishes_the_count_redissons_waiters_read() {
     pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    assert!(permit.release().unwrap().was_held());
+    assert!(permit.unlock().unwrap().was_held());
     let msg = pubsub.get_message().unwrap();
     assert_eq!(msg.get_payload::<i64>().unwrap(), 1, "the free count");
 }
@@ -256,10 +257,10 @@ fn an_existing_semaphore_with_another_total_is_refused_and_left_alone() {
     let _held = sem.acquire().unwrap();
     match sem.ensure_permits(5) {
         Err(Error::PermitsMismatch {
-            name,
+            key,
             existing: 3,
             requested: 5,
-        }) => assert_eq!(name, FULL),
+        }) => assert_eq!(&*key, FULL),
         other => panic!("{other:?}"),
     }
     let msg = sem.ensure_permits(5).unwrap_err().to_string();
@@ -274,10 +275,7 @@ fn an_existing_semaphore_with_another_total_is_refused_and_left_alone() {
 fn bad_input_is_a_typed_error_and_writes_nothing() {
     let server = RedisServer::start();
     let client = builder(&server).build().unwrap();
-    assert!(matches!(
-        client.semaphore(""),
-        Err(Error::InvalidKey { .. })
-    ));
+    assert!(matches!(client.semaphore(""), Err(Error::Invalid { .. })));
     let sem = client.semaphore(NAME).unwrap();
     assert!(matches!(
         sem.ensure_permits(0),
@@ -287,8 +285,8 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
         })
     ));
     assert!(matches!(
-        sem.release("not-hex"),
-        Err(Error::InvalidKey { .. })
+        sem.release_by_id("not-hex"),
+        Err(Error::Invalid { .. })
     ));
     assert!(matches!(
         sem.acquire_with(&LockOptions::new().fencing(true)),
@@ -298,8 +296,8 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
     sem.ensure_permits(1).unwrap();
     let permit = sem.acquire().unwrap();
     let id = permit.permit_id().to_owned();
-    assert!(permit.release().unwrap().was_held());
-    assert_eq!(sem.release(&id).unwrap(), Release::Expired);
+    assert!(permit.unlock().unwrap().was_held());
+    assert_eq!(sem.release_by_id(&id).unwrap(), Release::Expired);
     assert_eq!(free(&server), 1, "counted back once");
     // Other formats under the name: named, left alone.
     let token = "rl1:00112233445566778899aabbccddeeff";
@@ -314,8 +312,13 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
             other.add_permits(2).map(|_| ()),
         ] {
             match result {
-                Err(Error::WrongFormat { name: n, found: f }) => {
-                    assert_eq!(&*n, format!("lock:{name}"));
+                Err(Error::WrongFormat {
+                    key,
+                    expected,
+                    found: f,
+                }) => {
+                    assert_eq!(&*key, format!("lock:{name}"));
+                    assert_eq!(expected, LockFormat::Semaphore);
                     assert!(f.starts_with(found), "{f}");
                 }
                 other => panic!("{name}: {other:?}"),
@@ -331,6 +334,39 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
         server.query::<i64>(redis::cmd("HGET").arg("lock:hash").arg("f")),
         1
     );
+}
+
+#[test]
+fn with_permit_runs_the_closure_on_a_permit_and_a_forced_release_by_id_ends_it() {
+    let server = RedisServer::start();
+    let sem = semaphore(&server);
+    assert_eq!(
+        (sem.name(), sem.key()),
+        (NAME, FULL),
+        "name as passed, key prefixed"
+    );
+    sem.ensure_permits(2).unwrap();
+    let inside = sem.with_permit(|| free(&server)).unwrap();
+    assert_eq!(inside, 1, "one permit taken while the closure ran");
+    assert_eq!(free(&server), 2, "given back after it");
+    // Another client forces the release of the permit by its id, while the
+    // closure runs: the closure's result is not returned.
+    let other = semaphore(&server);
+    let lost = sem.with_permit(|| {
+        let ids = held(&server);
+        assert_eq!(ids.len(), 1);
+        let id = uuid::Uuid::from_slice(&ids[0].0)
+            .unwrap()
+            .simple()
+            .to_string();
+        other.release_by_id(&id).unwrap()
+    });
+    match lost {
+        Err(Error::LockLost { key }) => assert_eq!(&*key, FULL),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(free(&server), 2, "counted back once");
+    assert!(held(&server).is_empty());
 }
 
 #[test]
@@ -371,7 +407,7 @@ fn a_fixed_lease_ends_and_its_release_says_expired() {
     assert!(eventually(Duration::from_secs(3), || {
         sem.available_permits().unwrap() == 1
     }));
-    assert_eq!(permit.release().unwrap(), Release::Expired);
+    assert_eq!(permit.unlock().unwrap(), Release::Expired);
     assert_eq!(free(&server), 1);
 }
 
@@ -381,9 +417,9 @@ fn redlock_refuses_a_semaphore() {
     let client = LockClient::redlock(masters.urls()).build().unwrap();
     assert!(matches!(
         client.semaphore(NAME),
-        Err(Error::Config {
-            option: "semaphore",
-            ..
+        Err(Error::Unsupported {
+            what: "a semaphore",
+            by: "redlock"
         })
     ));
 }
@@ -412,7 +448,7 @@ fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
     assert_eq!(worker.available_permits().unwrap(), 0);
     // The user's waiter is subscribed to the channel and woken by a release.
     assert_woken_by(&server, &worker, "a release under the ACL", move || {
-        assert!(permit.release().unwrap().was_held());
+        assert!(permit.unlock().unwrap().was_held());
     });
     assert_eq!(worker.add_permits(1).unwrap().total(), 2);
     let log = acl::refusals(&server);
@@ -469,13 +505,13 @@ fn a_semaphore_on_a_cluster_lives_in_its_names_slot_and_wakes_its_waiters() {
                 n >= 1 && owner.command_calls("evalsha") >= 2
             });
             assert!(listening, "{name}: nobody listens on {channel}");
-            assert!(one.release().unwrap().was_held());
+            assert!(one.unlock().unwrap().was_held());
             let permit = got
                 .join()
                 .unwrap()
                 .unwrap()
                 .expect("a permit after the release");
-            assert!(permit.release().unwrap().was_held());
+            assert!(permit.unlock().unwrap().was_held());
         });
         assert!(
             b.metrics().wakeups > wakeups,

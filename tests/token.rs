@@ -400,7 +400,7 @@ fn extend_fails_once_another_value_replaced_ours_and_marks_the_guard_lost() {
 
     let err = guard.extend(Duration::from_secs(30)).unwrap_err();
     assert!(
-        matches!(&err, Error::LockLost { key } if key == "lock:k"),
+        matches!(&err, Error::LockLost { key } if &**key == "lock:k"),
         "{err:?}"
     );
     assert!(err.is_lock_lost());
@@ -532,15 +532,15 @@ fn an_empty_key_is_rejected_by_every_entry_point() {
     let server = RedisServer::start();
     let client = client(&server);
     let is_invalid =
-        |r: Result<Option<redlease::LockGuard>, Error>| matches!(r, Err(Error::InvalidKey { .. }));
-    assert!(matches!(client.lock(""), Err(Error::InvalidKey { .. })));
+        |r: Result<Option<redlease::LockGuard>, Error>| matches!(r, Err(Error::Invalid { .. }));
+    assert!(matches!(client.lock(""), Err(Error::Invalid { .. })));
     assert!(is_invalid(client.try_lock("")));
     assert!(is_invalid(client.try_lock_for("", Duration::from_secs(1))));
     assert!(is_invalid(client.try_lock_until("", Instant::now())));
     assert!(is_invalid(client.lock_with("", &LockOptions::new())));
     assert!(matches!(
         client.with_lock("", || ()),
-        Err(Error::InvalidKey { .. })
+        Err(Error::Invalid { .. })
     ));
     assert_eq!(client.metrics().attempts, 0);
     // An empty prefix with a non-empty key is fine.
@@ -881,7 +881,7 @@ fn with_lock_reports_lock_lost_when_the_lease_expired_during_the_closure() {
         "done"
     });
     assert!(
-        matches!(&r, Err(Error::LockLost { key }) if key == "lock:k"),
+        matches!(&r, Err(Error::LockLost { key }) if &**key == "lock:k"),
         "{r:?}"
     );
 }

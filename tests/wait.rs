@@ -518,7 +518,7 @@ fn cancel_ends_a_blocked_wait_within_milliseconds() {
         });
         println!("cancel, {what}: the wait returned {took:?} after cancel()");
         match result {
-            Err(Error::Cancelled { key }) => assert_eq!(key, LOCK_KEY),
+            Err(Error::Cancelled { key }) => assert_eq!(&*key, LOCK_KEY),
             other => panic!("{what}: expected Cancelled, got {other:?}"),
         }
         assert!(took < 100 * MS, "{what}: cancel took {took:?}");

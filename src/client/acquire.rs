@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
-use crate::client::options::{LockOptions, Renewal, check_interval, check_ttl};
+use crate::client::options::{LockOptions, Renewal, Wait, check_interval, check_ttl};
 use crate::error::{Error, Operation, Result};
 use crate::lease::LeaseState;
 use crate::metrics::bump;
@@ -22,16 +22,16 @@ use super::LockClient;
 use super::plan::Plan;
 
 impl LockClient {
-    /// Acquires `key`; a Redis failure names the call, the key and the limit.
+    /// Acquires `key`, waiting as `wait` says; a Redis failure names the call,
+    /// the key and the limit.
     pub(crate) fn acquire(
         &self,
         key: &str,
         opts: &LockOptions,
-        deadline: Option<Instant>,
-        fair: bool,
+        wait: Wait,
     ) -> Result<Option<LockGuard>> {
         let began = Timer::start();
-        let out = self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
+        let out = self.acquire_loop(key, opts, wait).map_err(|e| {
             let key = format!("{}{key}", self.inner.settings.key_prefix);
             let limits = self.inner.hub.topology.subscriber(0).limits();
             e.during(Operation::Acquire, &key, limits)
@@ -41,13 +41,9 @@ impl LockClient {
         out
     }
 
-    fn acquire_loop(
-        &self,
-        key: &str,
-        opts: &LockOptions,
-        deadline: Option<Instant>,
-        fair: bool,
-    ) -> Result<Option<LockGuard>> {
+    fn acquire_loop(&self, key: &str, opts: &LockOptions, how: Wait) -> Result<Option<LockGuard>> {
+        // `in_line`: whether this call queues behind this client's callers of the key.
+        let (deadline, in_line) = how.bounds();
         let hub = &*self.inner.hub;
         let plan = self.plan(opts)?;
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
@@ -76,7 +72,7 @@ impl LockClient {
         let mut next = Next::Attempt;
         // A reentrant owner may hold the lock already: it tries before queueing, or
         // it would wait behind callers that wait for it.
-        let queue_first = fair && arrival.crowded() && !plan.backend.reentrant();
+        let queue_first = in_line && arrival.crowded() && !plan.backend.reentrant();
         if queue_first && deadline.is_none_or(|d| d > Instant::now()) {
             next = slot
                 .insert(WaitSlot::new(hub, waiter(), &keys, cancel, want))
@@ -104,7 +100,7 @@ impl LockClient {
             }
             if opts.cancel.as_ref().is_some_and(CancelToken::is_cancelled) {
                 return Err(Error::Cancelled {
-                    key: keys.lock.clone(),
+                    key: keys.lock.as_str().into(),
                 });
             }
             let will_wait = deadline.is_none_or(|d| d > Instant::now());

@@ -95,7 +95,7 @@ impl LockGuard {
             Ok(())
         } else {
             Err(Error::LockLost {
-                key: self.state.key.clone(),
+                key: self.state.key.as_str().into(),
             })
         }
     }
@@ -157,7 +157,7 @@ impl LockGuard {
                 };
                 self.state.notify_lost(reason, &hub.counters);
                 Err(Error::LockLost {
-                    key: self.state.key.clone(),
+                    key: self.state.key.as_str().into(),
                 })
             }
         }
@@ -174,6 +174,17 @@ impl LockGuard {
     /// time; the lock then runs out with its TTL.
     pub fn unlock(mut self) -> Result<Release> {
         self.release().unwrap_or(Ok(Release::Released))
+    }
+
+    /// Releases the lock after a closure under it returned `out` (the `with_*`
+    /// calls): `out` when the lease was still ours, else [`Error::LockLost`].
+    pub(crate) fn finish<R>(self, out: R) -> Result<R> {
+        let key = self.key().into();
+        if self.unlock()?.was_held() {
+            Ok(out)
+        } else {
+            Err(Error::LockLost { key })
+        }
     }
 
     /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Script, Value};
 
+pub use crate::format::LockFormat;
 use crate::lease::LeaseState;
 use crate::net::connection::Conn;
 use crate::owner::TOKEN_PREFIX;
@@ -47,29 +48,6 @@ return {kind, redis.call('PTTL', KEYS[1]), value, fence, ids, waits}
 ",
     )
 });
-
-/// How a lock key is stored, as far as its value tells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LockFormat {
-    /// The key does not exist: the lock is free.
-    Free,
-    /// A string that is not a number: a token lock (redlease's `rl1:…`, or
-    /// another client's token: redis-py, redsync, node-redlock).
-    Token,
-    /// A number: a legacy timestamp lock (its expiry).
-    LegacyTimestamp,
-    /// A hash: Redisson's reentrant layout, one field per owner.
-    Reentrant,
-    /// A hash with a `mode`: Redisson's `RReadWriteLock` layout, one field per
-    /// reader (`<uuid>:<thread>`) and writer (`<uuid>:<thread>:write`).
-    ReadWrite,
-    /// A count with an expiry set of permit ids: Redisson's
-    /// `RPermitExpirableSemaphore` layout.
-    Semaphore,
-    /// Any other type: no lock format.
-    Other,
-}
 
 /// A lock key as Redis shows it, from [`LockClient::inspect`](crate::LockClient::inspect).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
-use crate::client::options::{LockOptions, Settings};
+use crate::client::options::{LockOptions, Settings, Wait};
 use crate::error::{Error, Result};
 use crate::metrics::{Counters, Metrics};
 use crate::owner::{ClientId, SessionWrite};
@@ -131,14 +131,14 @@ impl LockClient {
     /// in the background per the client's [`Renewal`](crate::Renewal) policy.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty key, [`Error::Redis`] when Redis fails or
+    /// [`Error::Invalid`] for an empty key, [`Error::Redis`] when Redis fails or
     /// does not answer within the configured timeouts (the lock may then have been
     /// taken: redlease removes it in the background),
     /// [`Error::Shutdown`] when the client is [closed](Self::close),
     /// [`Error::NotReplicated`] when [replica confirmation](crate::LockClientBuilder::replicas)
     /// is on and too few replicas acknowledged the lock (it was given back).
     pub fn lock(&self, key: &str) -> Result<LockGuard> {
-        let acquired = self.acquire(key, &LockOptions::default(), None, true)?;
+        let acquired = self.acquire(key, &LockOptions::default(), Wait::InLine(None))?;
         // Without a deadline the wait ends only in a guard or an error.
         acquired.ok_or(Error::Shutdown)
     }
@@ -150,7 +150,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock(&self, key: &str) -> Result<Option<LockGuard>> {
-        self.acquire(key, &LockOptions::default(), Some(Instant::now()), false)
+        self.acquire(key, &LockOptions::default(), Wait::Once)
     }
 
     /// Acquires the lock on `key`, waiting at most `wait`.
@@ -161,7 +161,7 @@ impl LockClient {
     /// As [`lock`](Self::lock).
     pub fn try_lock_for(&self, key: &str, wait: Duration) -> Result<Option<LockGuard>> {
         let deadline = Instant::now().checked_add(wait);
-        self.acquire(key, &LockOptions::default(), deadline, true)
+        self.acquire(key, &LockOptions::default(), Wait::InLine(deadline))
     }
 
     /// Acquires the lock on `key`, waiting until `deadline` at most.
@@ -169,7 +169,7 @@ impl LockClient {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock_until(&self, key: &str, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.acquire(key, &LockOptions::default(), Some(deadline), true)
+        self.acquire(key, &LockOptions::default(), Wait::InLine(Some(deadline)))
     }
 
     /// Acquires the lock on `key` with per-call options.
@@ -182,13 +182,8 @@ impl LockClient {
     /// As [`lock`](Self::lock); [`Error::Config`] for an out-of-range option;
     /// [`Error::Cancelled`] when the wait was cancelled.
     pub fn lock_with(&self, key: &str, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        let now = Instant::now();
-        let by_wait = opts.wait.and_then(|w| now.checked_add(w));
-        let deadline = match (by_wait, opts.deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.acquire(key, opts, deadline, true)
+        let deadline = opts.deadline_from(Instant::now());
+        self.acquire(key, opts, Wait::InLine(deadline))
     }
 
     /// Runs `f` while holding the lock on `key`, then releases it.
@@ -202,12 +197,7 @@ impl LockClient {
     pub fn with_lock<R>(&self, key: &str, f: impl FnOnce() -> R) -> Result<R> {
         let guard = self.lock(key)?;
         let out = f();
-        let key = guard.key().to_owned();
-        if guard.unlock()?.was_held() {
-            Ok(out)
-        } else {
-            Err(Error::LockLost { key })
-        }
+        guard.finish(out)
     }
 
     /// A snapshot of this client's counters.

@@ -54,7 +54,8 @@ pub struct LockOptions {
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) replicas: Option<(u32, Duration)>,
-    /// Set by a primitive that is not a lock (a semaphore): its format.
+    /// Set by a named primitive (a fair lock, read-write lock or semaphore, through
+    /// its handle): its format.
     pub(crate) backend: Option<Arc<dyn Backend>>,
 }
 
@@ -153,6 +154,44 @@ impl LockOptions {
     pub fn get_renewal(&self) -> Option<Renewal> {
         self.renewal
     }
+
+    /// The deadline of a call made at `now` with these options: its
+    /// [`wait`](Self::wait) from `now` or its [`deadline`](Self::deadline),
+    /// whichever comes first; `None` (no bound) when neither is set.
+    pub(crate) fn deadline_from(&self, now: Instant) -> Option<Instant> {
+        let by_wait = self.wait.and_then(|w| now.checked_add(w));
+        match (by_wait, self.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// How long one acquire call may wait for a busy lock, and how it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// One attempt; never waits (`try_lock`, `try_read`, `try_acquire`).
+    Once,
+    /// Waits until the deadline (`None`: as long as it takes), in this client's
+    /// line of callers for the key: a caller that arrives while others of this
+    /// client wait for it queues behind them instead of racing them (plain locks).
+    InLine(Option<Instant>),
+    /// Waits until the deadline (`None`: as long as it takes) without joining
+    /// this client's line: a shared hold (a read, a permit) has no turn to wait
+    /// for, and a fair lock keeps its order in Redis.
+    Until(Option<Instant>),
+}
+
+impl Wait {
+    /// The call's deadline (`Once`: now), and whether it lines up behind this
+    /// client's callers.
+    pub(crate) fn bounds(self) -> (Option<Instant>, bool) {
+        match self {
+            Wait::Once => (Some(Instant::now()), false),
+            Wait::InLine(deadline) => (deadline, true),
+            Wait::Until(deadline) => (deadline, false),
+        }
+    }
 }
 
 impl fmt::Debug for LockOptions {
@@ -227,5 +266,21 @@ mod tests {
         check_ttl("ttl", MIN_TTL).unwrap();
         check_ttl("ttl", MAX_TTL).unwrap();
         assert!(check_ttl("ttl", MAX_TTL + Duration::from_millis(1)).is_err());
+    }
+
+    #[test]
+    fn the_deadline_is_the_earlier_of_wait_and_deadline() {
+        let now = Instant::now();
+        let second = Duration::from_secs(1);
+        assert_eq!(LockOptions::new().deadline_from(now), None);
+        let opts = LockOptions::new().wait(second);
+        assert_eq!(opts.deadline_from(now), Some(now + second));
+        let opts = opts.deadline(now + second / 2);
+        assert_eq!(opts.deadline_from(now), Some(now + second / 2));
+        let opts = LockOptions::new().deadline(now + second).wait(second * 2);
+        assert_eq!(opts.deadline_from(now), Some(now + second));
+        assert_eq!(Wait::Until(None).bounds(), (None, false));
+        assert_eq!(Wait::InLine(Some(now)).bounds(), (Some(now), true));
+        assert!(Wait::Once.bounds().0.is_some());
     }
 }

@@ -26,7 +26,7 @@ impl LockClient {
     /// the first master that answers is read; in a cluster, the key's master.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty name, [`Error::Redis`] when no node
+    /// [`Error::Invalid`] for an empty name, [`Error::Redis`] when no node
     /// answered within the read timeout.
     ///
     /// # Examples

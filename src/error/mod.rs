@@ -9,6 +9,7 @@ use std::io;
 
 pub(crate) mod failure;
 
+use crate::format::LockFormat;
 use failure::Limits;
 pub use failure::{Operation, RedisFailure};
 
@@ -52,23 +53,26 @@ pub enum Error {
         /// What is wrong with the value.
         reason: &'static str,
     },
-    /// The lock key is not usable.
-    #[error("invalid lock key: {reason}")]
-    InvalidKey {
-        /// What is wrong with the key.
+    /// An argument is not usable: an empty lock name, a permit id that is not 32
+    /// hex digits.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was passed: `lock key`, `permit id`.
+        what: &'static str,
+        /// What is wrong with it.
         reason: &'static str,
     },
     /// The lease is no longer held: it expired, was taken over, or deleted.
     #[error("lock on `{key}` is no longer held")]
     LockLost {
         /// The lock key, with the client's prefix.
-        key: String,
+        key: Box<str>,
     },
     /// A wait was cancelled through its [`CancelToken`](crate::CancelToken).
     #[error("wait for lock on `{key}` was cancelled")]
     Cancelled {
         /// The lock key, with the client's prefix.
-        key: String,
+        key: Box<str>,
     },
     /// The lock was taken, but fewer replicas than asked for acknowledged it within
     /// the timeout (`WAIT`), so it was given back. Confirmation lowers, and does not
@@ -76,57 +80,54 @@ pub enum Error {
     #[error("lock on `{key}` acknowledged by {acked} of {required} replicas; given back")]
     NotReplicated {
         /// The lock key, with the client's prefix.
-        key: String,
+        key: Box<str>,
         /// Replicas that acknowledged the lock in time.
         acked: u32,
         /// Replicas asked for.
         required: u32,
     },
     /// A semaphore has another total than the one asked for; it was left as it is.
-    #[error("semaphore `{name}` has {existing} permits, not {requested}")]
+    #[error("semaphore `{key}` has {existing} permits, not {requested}")]
     PermitsMismatch {
-        /// The semaphore's name, with the client's prefix.
-        name: String,
+        /// The semaphore's key, with the client's prefix.
+        key: Box<str>,
         /// Its permits in all, free and held.
         existing: i64,
         /// The permits asked for.
         requested: u32,
     },
-    /// The name holds another format than a semaphore; nothing was written.
-    #[error("`{name}` holds {found}, not a semaphore")]
+    /// The key (or a key beside it, such as a fair lock's queue) holds another
+    /// format than the primitive asked for: a token lock's string where a
+    /// semaphore was asked for, a reentrant lock's hash without `mode` where a
+    /// read-write lock was, a list, ... Nothing was written.
+    #[error("`{key}` holds {found}, not {expected}")]
     WrongFormat {
-        /// The name, with the client's prefix (boxed: the error stays small).
-        name: Box<str>,
-        /// What it holds: `a list`, `a hash (a reentrant or read-write lock?)`, ...
-        found: &'static str,
-    },
-    /// The name holds another format than a read-write lock (a token lock, a
-    /// reentrant lock's hash without `mode`, a list, a semaphore); nothing was
-    /// written.
-    #[error("`{name}` holds {found}, not a read-write lock")]
-    NotReadWriteLock {
-        /// The name, with the client's prefix.
-        name: Box<str>,
-        /// What it holds: `a string (a token lock or a semaphore?)`, `a hash
-        /// without mode (a reentrant lock?)`, `a list`, ...
-        found: &'static str,
-    },
-    /// The name (or its queue) holds another format than a fair lock (a token
-    /// lock's string, a list where the lock hash belongs, ...); nothing was
-    /// written.
-    #[error("`{name}` holds {found}, not a fair lock")]
-    NotFairLock {
-        /// The name, with the client's prefix.
-        name: Box<str>,
-        /// What it holds: `a string (a token lock or a semaphore?)`, ...
+        /// The key, with the client's prefix.
+        key: Box<str>,
+        /// What was asked for: [`LockFormat::Fair`], [`LockFormat::ReadWrite`]
+        /// or [`LockFormat::Semaphore`].
+        expected: LockFormat,
+        /// What it holds, as far as its type tells: `a list`, `a string (a token
+        /// lock or a semaphore?)`, `a hash without `mode` (a reentrant lock?)`, ...
         found: &'static str,
     },
     /// A thread holding a read lock asked for the write lock of the same name:
     /// refused at once, as it would wait for its own read.
-    #[error("`{name}` is read-locked by this thread; a reader cannot upgrade to write")]
+    #[error("`{key}` is read-locked by this thread; a reader cannot upgrade to write")]
     ReadHeld {
-        /// The name, with the client's prefix.
-        name: Box<str>,
+        /// The lock key, with the client's prefix.
+        key: Box<str>,
+    },
+    /// The deployment cannot hold what was asked for: a fair lock, read-write lock
+    /// or semaphore (one server's formats) on a Redlock quorum. Made where the
+    /// topology refuses; no option changes it.
+    #[error("{by} cannot hold {what}")]
+    Unsupported {
+        /// What was asked for: `a fair lock`, `a read-write lock`, `a semaphore`.
+        what: &'static str,
+        /// The deployment that refused, and why: `redlock (a quorum of independent
+        /// masters has no one server to hold one server's format)`.
+        by: &'static str,
     },
     /// The client was closed while the call was waiting or starting.
     #[error("lock client is shut down")]
@@ -218,6 +219,15 @@ impl Error {
         Error::Config { option, reason }
     }
 
+    /// The one error for a key that holds another format than `expected`.
+    pub(crate) fn wrong_format(key: &str, expected: LockFormat, found: &'static str) -> Self {
+        Error::WrongFormat {
+            key: key.into(),
+            expected,
+            found,
+        }
+    }
+
     /// Names the call, the key and the limit that ran out in a Redis failure that
     /// does not name them yet; other errors pass unchanged.
     pub(crate) fn during(self, op: Operation, key: &str, limits: Limits) -> Self {
@@ -278,6 +288,16 @@ mod tests {
         assert_eq!(e.to_string(), "lock on `a` is no longer held");
         assert!(e.is_lock_lost());
         assert!(!e.is_timeout());
+        let e = Error::wrong_format("p:q", LockFormat::Fair, "a list");
+        assert_eq!(e.to_string(), "`p:q` holds a list, not a fair lock");
+        let e = Error::Invalid {
+            what: "permit id",
+            reason: "a permit id is 32 hex digits",
+        };
+        assert_eq!(
+            e.to_string(),
+            "invalid permit id: a permit id is 32 hex digits"
+        );
     }
 
     #[test]

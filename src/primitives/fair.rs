@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
 use crate::client::guard::LockGuard;
-use crate::client::options::LockOptions;
+use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
-use crate::scheme::{Backend, FAIR_SCRIPTS, FairBackend, Scheme, fair_keys, leave_cmd};
+use crate::format::LockFormat;
+use crate::primitives::handle::Handle;
+use crate::scheme::{Backend, FAIR_SCRIPTS, FairBackend, fair_keys, leave_cmd};
 
 impl LockClient {
     /// A handle on the fair lock `name` (under the client's key prefix): a lock
@@ -17,8 +19,8 @@ impl LockClient {
     /// Its calls return the [`LockGuard`] of any lock. Sends nothing.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty name; [`Error::Config`] on a Redlock
-    /// client (a fair lock is one server's format).
+    /// [`Error::Invalid`] for an empty name; [`Error::Unsupported`] on a
+    /// Redlock client (a fair lock is one server's format).
     ///
     /// # Examples
     /// ```no_run
@@ -30,29 +32,10 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
-        if name.is_empty() {
-            return Err(Error::InvalidKey {
-                reason: "the key is empty",
-            });
-        }
-        if self
-            .inner
-            .hub
-            .topology
-            .check(&Scheme::Reentrant, false)
-            .is_err()
-        {
-            return Err(Error::config(
-                "fair_lock",
-                "a fair lock is one server's format (Redisson's); redlock cannot hold it",
-            ));
-        }
-        let client_id = self.inner.reentrant.client_id().unwrap_or_default();
+        let handle = Handle::new(self, name, LockFormat::Fair)?;
         Ok(FairLock {
-            client: self.clone(),
-            bare: name.to_owned(),
-            full: format!("{}{name}", self.inner.settings.key_prefix),
-            backend: Arc::new(FairBackend::new(client_id)),
+            backend: Arc::new(FairBackend::new(&handle.client_id())),
+            handle,
         })
     }
 }
@@ -66,27 +49,29 @@ impl LockClient {
 /// Redisson) acquires before it: each of its attempts (at least one a second)
 /// extends its entry, scored as Redisson's arithmetic expects; an entry not
 /// extended for 4 s is dropped by the next attempt of any redlease waiter,
-/// which wakes the new head.
+/// which wakes the new head. Its calls return the [`LockGuard`] of any lock
+/// (without a [`fence`](LockGuard::fence)).
 #[derive(Clone)]
 pub struct FairLock {
-    client: LockClient,
-    /// The name without the client's prefix, as the lock entry points take it.
-    bare: String,
-    /// The name with the client's prefix.
-    full: String,
+    handle: Handle,
     backend: Arc<dyn Backend>,
 }
 
 impl FairLock {
-    /// The lock's name, with the client's prefix.
+    /// The lock's name, as passed to [`LockClient::fair_lock`].
     pub fn name(&self) -> &str {
-        &self.full
+        self.handle.name()
+    }
+
+    /// The lock's key: its name with the client's prefix.
+    pub fn key(&self) -> &str {
+        self.handle.key()
     }
 
     /// Takes the lock, waiting for its turn as long as it takes.
     ///
     /// # Errors
-    /// [`Error::NotFairLock`] when the name or its queue holds another format
+    /// [`Error::WrongFormat`] when the name or its queue holds another format
     /// (left as it is), [`Error::Redis`] when Redis fails or does not answer in
     /// time, [`Error::Shutdown`] when the client is closed.
     pub fn lock(&self) -> Result<LockGuard> {
@@ -100,7 +85,7 @@ impl FairLock {
     /// # Errors
     /// As [`lock`](Self::lock).
     pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.take(&LockOptions::default(), Some(Instant::now()))
+        self.take(&LockOptions::default(), Wait::Once)
     }
 
     /// Takes the lock, waiting at most `wait`. `Ok(None)`: not in time (its
@@ -112,6 +97,15 @@ impl FairLock {
         self.lock_with(&LockOptions::default().wait(wait))
     }
 
+    /// Takes the lock, waiting until `deadline` at most. `Ok(None)`: not in
+    /// time (its queue entry is taken out).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
+        self.take(&LockOptions::default(), Wait::Until(Some(deadline)))
+    }
+
     /// Takes the lock with per-call options (TTL, wait or deadline, renewal,
     /// `max_hold`, a [`CancelToken`](crate::CancelToken), `on_lost`). Without a
     /// wait or deadline it waits as long as it takes.
@@ -120,12 +114,20 @@ impl FairLock {
     /// As [`lock`](Self::lock); [`Error::Config`] for fencing or a scheme (a
     /// fair lock has neither); [`Error::Cancelled`].
     pub fn lock_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        let by_wait = opts.wait.and_then(|w| Instant::now().checked_add(w));
-        let deadline = match (by_wait, opts.deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.take(opts, deadline)
+        self.take(opts, Handle::until(opts))
+    }
+
+    /// Runs `f` while holding the lock, then releases it. Waits like
+    /// [`lock`](Self::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](Self::lock), and [`Error::LockLost`] when the lease had
+    /// ended by the time `f` returned: `f` then ran at least partly without the
+    /// lock, and its result is dropped.
+    pub fn with_lock<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        let guard = self.lock()?;
+        let out = f();
+        guard.finish(out)
     }
 
     /// How many callers wait in the queue (Redisson's and ours).
@@ -133,29 +135,16 @@ impl FairLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub fn queue_len(&self) -> Result<u64> {
-        let [queue, _, _] = fair_keys(&self.full);
+        let [queue, _, _] = fair_keys(self.key());
         let mut cmd = redis::cmd("LLEN");
         cmd.arg(&queue);
-        let reply = self
-            .client
-            .inner
-            .hub
-            .topology
-            .query(&self.full, &FAIR_SCRIPTS, &cmd)?;
+        let reply = self.handle.query(&FAIR_SCRIPTS, &cmd)?;
         Ok(redis::from_redis_value_ref(&reply).unwrap_or(0))
     }
 
-    fn take(&self, opts: &LockOptions, deadline: Option<Instant>) -> Result<Option<LockGuard>> {
-        if opts.fencing == Some(true) {
-            return Err(Error::config("fencing", "a fair lock has no fencing token"));
-        }
-        if opts.scheme.is_some() {
-            return Err(Error::config("scheme", "a fair lock has its own format"));
-        }
-        let mut opts = opts.clone().fencing(false);
-        opts.backend = Some(Arc::clone(&self.backend));
-        let waits = deadline.is_none_or(|d| d > Instant::now());
-        match self.client.acquire(&self.bare, &opts, deadline, false) {
+    fn take(&self, opts: &LockOptions, wait: Wait) -> Result<Option<LockGuard>> {
+        let waits = wait.bounds().0.is_none_or(|d| d > Instant::now());
+        match self.handle.take(&self.backend, opts, wait) {
             // A caller that stops waiting leaves the queue (best effort: else its
             // entry is dropped at its deadline).
             out @ (Ok(None) | Err(Error::Cancelled { .. } | Error::Shutdown)) => {
@@ -164,13 +153,7 @@ impl FairLock {
                 }
                 out
             }
-            Err(e @ Error::Redis(_)) => match self.found() {
-                Ok(Some(found)) => Err(Error::NotFairLock {
-                    name: self.full.as_str().into(),
-                    found,
-                }),
-                _ => Err(e),
-            },
+            Err(e) => Err(self.handle.explain(e, || self.found())),
             other => other,
         }
     }
@@ -178,54 +161,30 @@ impl FairLock {
     /// Takes the calling thread's entry out of the queue, waking the next
     /// waiter when it was the head of a free lock.
     fn leave(&self) {
-        let client_id = self.client.inner.reentrant.client_id().unwrap_or_default();
-        let cmd = leave_cmd(&self.full, client_id);
-        if let Err(e) = self
-            .client
-            .inner
-            .hub
-            .topology
-            .query(&self.full, &FAIR_SCRIPTS, &cmd)
-        {
-            log::debug!("{}: leaving the fair lock's queue failed: {e}", self.full);
+        let cmd = leave_cmd(self.key(), &self.handle.client_id());
+        if let Err(e) = self.handle.query(&FAIR_SCRIPTS, &cmd) {
+            log::debug!("{}: leaving the fair lock's queue failed: {e}", self.key());
         }
     }
 
     /// What the name or its queue holds when it is not a fair lock.
     fn found(&self) -> Result<Option<&'static str>> {
-        let [queue, timeouts, _] = fair_keys(&self.full);
-        let topology = &self.client.inner.hub.topology;
-        for (key, fits) in [(&self.full, "hash"), (&queue, "list"), (&timeouts, "zset")] {
-            let mut cmd = redis::cmd("TYPE");
-            cmd.arg(key);
-            let reply = topology.query(&self.full, &FAIR_SCRIPTS, &cmd)?;
-            let kind: String = redis::from_redis_value_ref(&reply).unwrap_or_default();
+        let [queue, timeouts, _] = fair_keys(self.key());
+        for (key, fits) in [(self.key(), "hash"), (&queue, "list"), (&timeouts, "zset")] {
+            let kind = self.handle.kind(key, &FAIR_SCRIPTS)?;
             if kind != "none" && kind != fits {
-                return Ok(Some(found(&kind)));
+                return Ok(Some(self.handle.found(&kind)));
             }
         }
         Ok(None)
     }
 }
 
-/// What a key of type `kind` that no fair lock writes probably is.
-fn found(kind: &str) -> &'static str {
-    match kind {
-        "string" => "a string (a token lock or a semaphore?)",
-        "hash" => "a hash where the queue belongs",
-        "list" => "a list",
-        "set" => "a set",
-        "zset" => "a sorted set",
-        "stream" => "a stream",
-        _ => "a value of another type",
-    }
-}
-
 impl fmt::Debug for FairLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FairLock")
-            .field("name", &self.full)
-            .field("client", &self.client)
+            .field("key", &self.key())
+            .field("client", &self.handle.client)
             .finish_non_exhaustive()
     }
 }
@@ -235,10 +194,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_cross_threads_and_formats_are_named() {
+    fn handles_cross_threads() {
         fn send_sync<T: Send + Sync>() {}
         send_sync::<FairLock>();
-        assert_eq!(found("string"), "a string (a token lock or a semaphore?)");
-        assert_eq!(found("list"), "a list");
     }
 }

@@ -1,16 +1,21 @@
 //! Redisson's named primitives, each a handle made by a
-//! [`LockClient`](crate::LockClient) method, and its guard. This folder is their API;
-//! the wire format of each is in `scheme/` under the same name.
+//! [`LockClient`](crate::LockClient) method, and their guards. This folder is their
+//! API; the wire format of each is in `scheme/` under the same name.
 //!
-//! Layout: `fair.rs` [`FairLock`](crate::FairLock) (its guard is the plain
-//! [`LockGuard`](crate::LockGuard)); `rwlock.rs`
-//! [`ReadWriteLock`](crate::ReadWriteLock), with `rw_guard.rs` its
-//! [`ReadGuard`](crate::ReadGuard) and [`WriteGuard`](crate::WriteGuard);
-//! `semaphore.rs` [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits), with
-//! `permit.rs` its [`PermitGuard`](crate::PermitGuard).
+//! Every primitive offers the lock's whole family (`x`, `try_x`, `try_x_for`,
+//! `try_x_until`, `x_with` and a closure form), built on one piece of plumbing,
+//! and every guard the same surface.
+//!
+//! Layout: `handle.rs` the plumbing every handle shares (constructor checks, the
+//! deadline, the acquire, the format probe after an error); `held.rs` the one guard
+//! definition, [`ReadGuard`](crate::ReadGuard), [`WriteGuard`](crate::WriteGuard) and
+//! [`PermitGuard`](crate::PermitGuard); `fair.rs` [`FairLock`](crate::FairLock) (its
+//! guard is the plain [`LockGuard`](crate::LockGuard)); `rwlock.rs`
+//! [`ReadWriteLock`](crate::ReadWriteLock); `semaphore.rs`
+//! [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits).
 
 pub(crate) mod fair;
-pub(crate) mod permit;
-pub(crate) mod rw_guard;
+pub(crate) mod handle;
+pub(crate) mod held;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

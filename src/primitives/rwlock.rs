@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
-use crate::client::options::LockOptions;
+use crate::client::guard::LockGuard;
+use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
-use crate::primitives::rw_guard::{ReadGuard, WriteGuard};
-use crate::scheme::{Backend, RW_INSPECT, RW_SCRIPTS, RwBackend, Scheme, UPGRADE};
+use crate::format::LockFormat;
+use crate::primitives::handle::Handle;
+use crate::primitives::held::{ReadGuard, WriteGuard};
+use crate::scheme::{Backend, RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE};
 
 impl LockClient {
     /// A handle on the read-write lock `name` (under the client's key prefix):
@@ -17,47 +20,34 @@ impl LockClient {
     /// Redisson, sharing it. Sends nothing.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty name; [`Error::Config`] on a Redlock
-    /// client (a read-write lock is one server's format).
+    /// [`Error::Invalid`] for an empty name; [`Error::Unsupported`] on a
+    /// Redlock client (a read-write lock is one server's format).
     ///
     /// # Examples
     /// ```no_run
     /// # fn main() -> redlease::Result<()> {
     /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
-    /// let config = client.read_write("config")?;
+    /// let config = client.read_write_lock("config")?;
     /// let reading = config.read()?; // shared with other readers
     /// drop(reading);
     /// let writing = config.write()?; // alone
     /// writing.unlock()?;
     /// # Ok(()) }
     /// ```
-    pub fn read_write(&self, name: &str) -> Result<ReadWriteLock> {
-        if name.is_empty() {
-            return Err(Error::InvalidKey {
-                reason: "the key is empty",
-            });
-        }
-        let hub = &self.inner.hub;
-        if hub.topology.check(&Scheme::Reentrant, false).is_err() {
-            return Err(Error::config(
-                "read_write",
-                "a read-write lock is one server's format (Redisson's); redlock cannot hold it",
-            ));
-        }
-        let client_id = self.inner.reentrant.client_id().unwrap_or_default();
+    pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
+        let handle = Handle::new(self, name, LockFormat::ReadWrite)?;
+        let client_id = handle.client_id();
         Ok(ReadWriteLock {
-            client: self.clone(),
-            bare: name.to_owned(),
-            full: format!("{}{name}", self.inner.settings.key_prefix),
-            read: Arc::new(RwBackend::new(client_id, false)),
-            write: Arc::new(RwBackend::new(client_id, true)),
+            read: Arc::new(RwBackend::new(&client_id, false)),
+            write: Arc::new(RwBackend::new(&client_id, true)),
+            handle,
         })
     }
 }
 
 /// A read-write lock in Redis: shared read holds or one exclusive write hold.
 ///
-/// Made by [`LockClient::read_write`]. Cheap to clone. Each hold is a lease
+/// Made by [`LockClient::read_write_lock`]. Cheap to clone. Each hold is a lease
 /// renewed in the background and released when its guard drops. A hold belongs
 /// to the client and the calling thread (Redisson's `<uuid>:<thread id>`): a
 /// thread may read again while it reads, and read while it writes; a thread that
@@ -68,170 +58,134 @@ impl LockClient {
 /// waiting writer, and while theirs overlap without a pause no writer gets in.
 #[derive(Clone)]
 pub struct ReadWriteLock {
-    client: LockClient,
-    /// The name without the client's prefix, as the lock entry points take it.
-    bare: String,
-    /// The name with the client's prefix.
-    full: String,
+    handle: Handle,
     read: Arc<dyn Backend>,
     write: Arc<dyn Backend>,
 }
 
+/// Generates one side's family (`read`, `try_read`, `try_read_for`,
+/// `try_read_until`, `read_with`, `with_read`, and the same for `write`): the
+/// two differ in their backend, their guard and their docs only.
+macro_rules! side {
+    (
+        $write:literal, $guard:ident, $what:literal,
+        $lock:ident, $try_lock:ident, $try_for:ident, $try_until:ident,
+        $with_opts:ident, $with_fn:ident,
+        $(#[$lock_doc:meta])*
+    ) => {
+        #[doc = concat!("Takes ", $what, ", waiting as long as it takes")]
+        $(#[$lock_doc])*
+        pub fn $lock(&self) -> Result<$guard> {
+            self.$with_opts(&LockOptions::default())?
+                .ok_or(Error::Shutdown)
+        }
+
+        #[doc = concat!("One attempt at ", $what, "; never waits. `Ok(None)`: held by")]
+        /// others (a writer, or, for a read, a redlease writer waiting for it).
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
+        pub fn $try_lock(&self) -> Result<Option<$guard>> {
+            self.take($write, &LockOptions::default(), Wait::Once)
+                .map(|g| g.map($guard::new))
+        }
+
+        #[doc = concat!("Takes ", $what, ", waiting at most `wait`. `Ok(None)`: not in time.")]
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
+        pub fn $try_for(&self, wait: Duration) -> Result<Option<$guard>> {
+            self.$with_opts(&LockOptions::default().wait(wait))
+        }
+
+        #[doc = concat!("Takes ", $what, ", waiting until `deadline` at most. `Ok(None)`: not")]
+        /// in time.
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
+        pub fn $try_until(&self, deadline: Instant) -> Result<Option<$guard>> {
+            self.take($write, &LockOptions::default(), Wait::Until(Some(deadline)))
+                .map(|g| g.map($guard::new))
+        }
+
+        #[doc = concat!("Takes ", $what, " with per-call options (TTL, wait or deadline,")]
+        /// renewal, `max_hold`, a [`CancelToken`](crate::CancelToken), `on_lost`).
+        /// Without a wait or deadline it waits as long as it takes.
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), "); [`Error::Config`] for fencing or a")]
+        /// scheme (a read-write lock has neither); [`Error::Cancelled`].
+        pub fn $with_opts(&self, opts: &LockOptions) -> Result<Option<$guard>> {
+            self.take($write, opts, Handle::until(opts))
+                .map(|g| g.map($guard::new))
+        }
+
+        #[doc = concat!("Runs `f` while holding ", $what, ", then releases it. Waits like")]
+        #[doc = concat!("[`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
+        ///
+        /// # Errors
+        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), "), and [`Error::LockLost`] when the")]
+        /// lease had ended by the time `f` returned: `f` then ran at least partly
+        /// without the hold, and its result is dropped.
+        pub fn $with_fn<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+            let guard = self.$lock()?;
+            let out = f();
+            guard.finish(out)
+        }
+    };
+}
+
 impl ReadWriteLock {
-    /// The lock's name, with the client's prefix.
+    /// The lock's name, as passed to [`LockClient::read_write_lock`].
     pub fn name(&self) -> &str {
-        &self.full
+        self.handle.name()
     }
 
-    /// Takes a read hold, waiting as long as it takes (while a writer holds or
-    /// a redlease writer waits).
-    ///
-    /// # Errors
-    /// [`Error::NotReadWriteLock`] when the name holds another format (left as
-    /// it is), [`Error::Redis`] when Redis fails or does not answer in time,
-    /// [`Error::Shutdown`] when the client is closed.
-    pub fn read(&self) -> Result<ReadGuard> {
-        self.read_with(&LockOptions::default())?
-            .ok_or(Error::Shutdown)
+    /// The lock's key: its name with the client's prefix.
+    pub fn key(&self) -> &str {
+        self.handle.key()
     }
 
-    /// One attempt at a read hold; never waits. `Ok(None)`: a writer holds it
-    /// (or a redlease writer waits for it).
-    ///
-    /// # Errors
-    /// As [`read`](Self::read).
-    pub fn try_read(&self) -> Result<Option<ReadGuard>> {
-        self.take(false, &LockOptions::default(), Some(Instant::now()), false)
-            .map(|g| g.map(ReadGuard::new))
-    }
+    side!(
+        false, ReadGuard, "a read hold",
+        read, try_read, try_read_for, try_read_until, read_with, with_read,
+        /// (while a writer holds or a redlease writer waits).
+        ///
+        /// # Errors
+        /// [`Error::WrongFormat`] when the name holds another format (left as
+        /// it is), [`Error::Redis`] when Redis fails or does not answer in time,
+        /// [`Error::Shutdown`] when the client is closed.
+    );
 
-    /// Takes a read hold, waiting at most `wait`. `Ok(None)`: not in time.
-    ///
-    /// # Errors
-    /// As [`read`](Self::read).
-    pub fn try_read_for(&self, wait: Duration) -> Result<Option<ReadGuard>> {
-        self.read_with(&LockOptions::default().wait(wait))
-    }
+    side!(
+        true, WriteGuard, "the write hold",
+        write, try_write, try_write_for, try_write_until, write_with, with_write,
+        /// (while others read or write).
+        ///
+        /// # Errors
+        /// [`Error::ReadHeld`] when this thread holds a read of the name, else as
+        /// [`read`](Self::read).
+    );
 
-    /// Takes a read hold, waiting until `deadline` at most.
-    ///
-    /// # Errors
-    /// As [`read`](Self::read).
-    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<ReadGuard>> {
-        self.take(false, &LockOptions::default(), Some(deadline), true)
-            .map(|g| g.map(ReadGuard::new))
-    }
-
-    /// Takes a read hold with per-call options (TTL, wait or deadline, renewal,
-    /// `max_hold`, a [`CancelToken`](crate::CancelToken), `on_lost`). Without a
-    /// wait or deadline it waits as long as it takes.
-    ///
-    /// # Errors
-    /// As [`read`](Self::read); [`Error::Config`] for fencing or a scheme (a
-    /// read-write lock has neither); [`Error::Cancelled`].
-    pub fn read_with(&self, opts: &LockOptions) -> Result<Option<ReadGuard>> {
-        self.take(false, opts, deadline(opts), true)
-            .map(|g| g.map(ReadGuard::new))
-    }
-
-    /// Takes the write hold, waiting as long as it takes (while others read or
-    /// write).
-    ///
-    /// # Errors
-    /// [`Error::ReadHeld`] when this thread holds a read of the name, else as
-    /// [`read`](Self::read).
-    pub fn write(&self) -> Result<WriteGuard> {
-        self.write_with(&LockOptions::default())?
-            .ok_or(Error::Shutdown)
-    }
-
-    /// One attempt at the write hold; never waits. `Ok(None)`: held by others.
-    ///
-    /// # Errors
-    /// As [`write`](Self::write).
-    pub fn try_write(&self) -> Result<Option<WriteGuard>> {
-        self.take(true, &LockOptions::default(), Some(Instant::now()), false)
-            .map(|g| g.map(WriteGuard::new))
-    }
-
-    /// Takes the write hold, waiting at most `wait`. `Ok(None)`: not in time.
-    ///
-    /// # Errors
-    /// As [`write`](Self::write).
-    pub fn try_write_for(&self, wait: Duration) -> Result<Option<WriteGuard>> {
-        self.write_with(&LockOptions::default().wait(wait))
-    }
-
-    /// Takes the write hold, waiting until `deadline` at most.
-    ///
-    /// # Errors
-    /// As [`write`](Self::write).
-    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<WriteGuard>> {
-        self.take(true, &LockOptions::default(), Some(deadline), true)
-            .map(|g| g.map(WriteGuard::new))
-    }
-
-    /// Takes the write hold with per-call options, as
-    /// [`read_with`](Self::read_with).
-    ///
-    /// # Errors
-    /// As [`write`](Self::write) and [`read_with`](Self::read_with).
-    pub fn write_with(&self, opts: &LockOptions) -> Result<Option<WriteGuard>> {
-        self.take(true, opts, deadline(opts), true)
-            .map(|g| g.map(WriteGuard::new))
-    }
-
-    fn take(
-        &self,
-        write: bool,
-        opts: &LockOptions,
-        deadline: Option<Instant>,
-        waits: bool,
-    ) -> Result<Option<crate::LockGuard>> {
-        if opts.fencing == Some(true) {
-            return Err(Error::config(
-                "fencing",
-                "a read-write lock has no fencing token",
-            ));
-        }
-        if opts.scheme.is_some() {
-            return Err(Error::config(
-                "scheme",
-                "a read-write lock has its own format",
-            ));
-        }
-        let mut opts = opts.clone().fencing(false);
+    fn take(&self, write: bool, opts: &LockOptions, wait: Wait) -> Result<Option<LockGuard>> {
         let backend = if write { &self.write } else { &self.read };
-        opts.backend = Some(Arc::clone(backend));
-        let deadline = if waits {
-            deadline
-        } else {
-            Some(Instant::now())
-        };
-        match self.client.acquire(&self.bare, &opts, deadline, false) {
+        match self.handle.take(backend, opts, wait) {
             Err(Error::Redis(f)) if f.redis_error().and_then(|e| e.detail()) == Some(UPGRADE) => {
                 Err(Error::ReadHeld {
-                    name: self.full.as_str().into(),
+                    key: self.key().into(),
                 })
             }
             // A name of another format: say what it is.
-            Err(e @ Error::Redis(_)) => match self.found() {
-                Ok(Some(found)) => Err(Error::NotReadWriteLock {
-                    name: self.full.as_str().into(),
-                    found,
-                }),
-                _ => Err(e),
-            },
+            Err(e) => Err(self.handle.explain(e, || self.found())),
             other => other,
         }
     }
 
     /// What the name holds when it is not a read-write lock (or absent).
     fn found(&self) -> Result<Option<&'static str>> {
-        let hub = &self.client.inner.hub;
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(RW_INSPECT.get_hash()).arg(1).arg(&self.full);
-        let reply = hub.topology.query(&self.full, &RW_SCRIPTS, &cmd)?;
+        cmd.arg(RW_INSPECT.get_hash()).arg(1).arg(self.key());
+        let reply = self.handle.query(&RW_SCRIPTS, &cmd)?;
         let (kind, mode): (String, Option<String>) = match reply {
             redis::Value::Array(items) if items.len() >= 2 => (
                 redis::from_redis_value_ref(&items[0]).unwrap_or_default(),
@@ -241,13 +195,7 @@ impl ReadWriteLock {
         };
         Ok(match (kind.as_str(), mode) {
             ("none", _) | ("hash", Some(_)) => None,
-            ("hash", None) => Some("a hash without `mode` (a reentrant lock?)"),
-            ("string", _) => Some("a string (a token lock or a semaphore?)"),
-            ("list", _) => Some("a list"),
-            ("set", _) => Some("a set"),
-            ("zset", _) => Some("a sorted set"),
-            ("stream", _) => Some("a stream"),
-            _ => Some("a value of another type"),
+            (kind, _) => Some(self.handle.found(kind)),
         })
     }
 }
@@ -255,18 +203,9 @@ impl ReadWriteLock {
 impl fmt::Debug for ReadWriteLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReadWriteLock")
-            .field("name", &self.full)
-            .field("client", &self.client)
+            .field("key", &self.key())
+            .field("client", &self.handle.client)
             .finish_non_exhaustive()
-    }
-}
-
-/// The deadline of a call with `opts`: its wait or deadline, the earlier.
-fn deadline(opts: &LockOptions) -> Option<Instant> {
-    let by_wait = opts.wait.and_then(|w| Instant::now().checked_add(w));
-    match (by_wait, opts.deadline) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
     }
 }
 
@@ -275,14 +214,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_and_guards_cross_threads() {
+    fn handles_cross_threads() {
         fn send_sync<T: Send + Sync>() {}
-        fn send<T: Send>() {}
         send_sync::<ReadWriteLock>();
-        send::<ReadGuard>();
-        send::<WriteGuard>();
-        let opts = LockOptions::default().wait(Duration::from_secs(1));
-        assert!(deadline(&opts).is_some());
-        assert!(deadline(&LockOptions::default()).is_none());
     }
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
-use crate::client::options::LockOptions;
+use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
-use crate::primitives::permit::PermitGuard;
-use crate::scheme::{
-    Admin, Announce, Backend, Found, Release, Scheme, SemaphoreBackend, State, id_bytes,
-};
+use crate::format::LockFormat;
+use crate::primitives::handle::Handle;
+use crate::primitives::held::PermitGuard;
+use crate::scheme::{Admin, Announce, Backend, Found, Release, SemaphoreBackend, State, id_bytes};
 
 impl LockClient {
     /// A handle on the semaphore `name` (under the client's key prefix): at most
@@ -24,8 +24,8 @@ impl LockClient {
     /// then it has no permit to give.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an empty name; [`Error::Config`] on a Redlock
-    /// client (a semaphore is one server's format).
+    /// [`Error::Invalid`] for an empty name; [`Error::Unsupported`] on a
+    /// Redlock client (a semaphore is one server's format).
     ///
     /// # Examples
     /// ```no_run
@@ -35,33 +35,14 @@ impl LockClient {
     /// imports.ensure_permits(3)?;
     /// let permit = imports.acquire()?; // one of 3; renewed while it lives
     /// // ... at most 3 processes run this at once ...
-    /// permit.release()?;
+    /// permit.unlock()?;
     /// # Ok(()) }
     /// ```
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
-        let (hub, prefix) = (&self.inner.hub, &self.inner.settings.key_prefix);
-        let client_id = self.inner.reentrant.client_id().unwrap_or_default();
-        if name.is_empty() {
-            return Err(Error::InvalidKey {
-                reason: "the key is empty",
-            });
-        }
-        if hub.topology.check(&Scheme::Reentrant, false).is_err() {
-            return Err(Error::config(
-                "semaphore",
-                "a semaphore is one server's format (Redisson's); redlock cannot hold it",
-            ));
-        }
-        let simple: String = client_id.chars().filter(char::is_ascii_hexdigit).collect();
-        let tag = match simple.get(..16) {
-            Some(tag) => tag.to_ascii_lowercase(),
-            None => format!("{:016x}", fastrand::u64(..)),
-        };
         Ok(Semaphore {
-            client: self.clone(),
-            bare: name.to_owned(),
-            full: format!("{prefix}{name}"),
-            backend: Arc::new(SemaphoreBackend::new(&tag)),
+            handle: Handle::new(self, name, LockFormat::Semaphore)?,
+            // The permit ids start with the client's tag, as its tokens do.
+            backend: Arc::new(SemaphoreBackend::new(self.inner.id.tag().as_str())),
         })
     }
 }
@@ -75,11 +56,8 @@ impl LockClient {
 /// (Redisson's and ours), and poll as a fallback.
 #[derive(Clone)]
 pub struct Semaphore {
-    client: LockClient,
-    /// The name without the client's prefix, as the lock entry points take it.
-    bare: String,
-    /// The name with the client's prefix: the key of the free-permit count.
-    full: String,
+    /// The key is that of the free-permit count.
+    handle: Handle,
     backend: Arc<dyn Backend>,
 }
 
@@ -106,9 +84,15 @@ impl Permits {
 }
 
 impl Semaphore {
-    /// The semaphore's name, with the client's prefix.
+    /// The semaphore's name, as passed to [`LockClient::semaphore`].
     pub fn name(&self) -> &str {
-        &self.full
+        self.handle.name()
+    }
+
+    /// The semaphore's key (of its free-permit count): its name with the
+    /// client's prefix.
+    pub fn key(&self) -> &str {
+        self.handle.key()
     }
 
     /// Takes a permit, waiting as long as it takes.
@@ -122,7 +106,7 @@ impl Semaphore {
     /// attempt may have taken is given back in the background),
     /// [`Error::Shutdown`] when the client is closed.
     pub fn acquire(&self) -> Result<PermitGuard> {
-        self.take(&LockOptions::default(), None, true)?
+        self.take(&LockOptions::default(), Wait::Until(None))?
             .ok_or(Error::Shutdown)
     }
 
@@ -131,7 +115,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
-        self.take(&LockOptions::default(), Some(Instant::now()), false)
+        self.take(&LockOptions::default(), Wait::Once)
     }
 
     /// Takes a permit, waiting at most `wait`. `Ok(None)`: none came free in time.
@@ -139,11 +123,8 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
-        self.take(
-            &LockOptions::default(),
-            Instant::now().checked_add(wait),
-            true,
-        )
+        let deadline = Instant::now().checked_add(wait);
+        self.take(&LockOptions::default(), Wait::Until(deadline))
     }
 
     /// Takes a permit, waiting until `deadline` at most.
@@ -151,7 +132,7 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire).
     pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
-        self.take(&LockOptions::default(), Some(deadline), true)
+        self.take(&LockOptions::default(), Wait::Until(Some(deadline)))
     }
 
     /// Takes a permit with per-call options: TTL, wait or deadline, renewal,
@@ -164,13 +145,20 @@ impl Semaphore {
     /// no fencing token) or a scheme (a semaphore has its own format);
     /// [`Error::Cancelled`] when the wait was cancelled.
     pub fn acquire_with(&self, opts: &LockOptions) -> Result<Option<PermitGuard>> {
-        let now = Instant::now();
-        let by_wait = opts.wait.and_then(|w| now.checked_add(w));
-        let deadline = match (by_wait, opts.deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.take(opts, deadline, true)
+        self.take(opts, Handle::until(opts))
+    }
+
+    /// Runs `f` while holding a permit, then gives it back. Waits like
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire), and [`Error::LockLost`] when the permit's
+    /// lease had ended by the time `f` returned: `f` then ran at least partly
+    /// without it, and its result is dropped.
+    pub fn with_permit<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        let permit = self.acquire()?;
+        let out = f();
+        permit.finish(out)
     }
 
     /// Creates the semaphore with `permits` in all when it does not exist; when it
@@ -188,7 +176,7 @@ impl Semaphore {
         };
         if state.existed && counted.total() != i64::from(permits) {
             return Err(Error::PermitsMismatch {
-                name: self.full.clone(),
+                key: self.key().into(),
                 existing: counted.total(),
                 requested: permits,
             });
@@ -233,71 +221,57 @@ impl Semaphore {
         Ok((state.existed || state.held > 0).then(|| Permits::from(state)))
     }
 
-    /// Gives back the permit `permit_id` (32 hex digits), whoever took it: a
-    /// permit recorded by a process that died, or a Redisson client's.
-    /// [`Release::Expired`] when it was not held (released already, or its lease
-    /// had ended).
+    /// Forces the release of the permit `permit_id` (32 hex digits), whoever
+    /// took it: a permit recorded by a process that died, or a Redisson
+    /// client's. [`Release::Expired`] when it was not held (released already, or
+    /// its lease had ended). A holder's own [`PermitGuard::unlock`] needs no id.
     ///
     /// # Errors
-    /// [`Error::InvalidKey`] for an id that is not 32 hex digits, [`Error::Redis`].
-    pub fn release(&self, permit_id: &str) -> Result<Release> {
+    /// [`Error::Invalid`] for an id that is not 32 hex digits, [`Error::Redis`].
+    pub fn release_by_id(&self, permit_id: &str) -> Result<Release> {
         if id_bytes(permit_id).is_err() {
-            return Err(Error::InvalidKey {
+            return Err(Error::Invalid {
+                what: "permit id",
                 reason: "a permit id is 32 hex digits",
             });
         }
-        let hub = &self.client.inner.hub;
-        let channel = self.backend.channel(&self.full);
+        let hub = &self.handle.client.inner.hub;
+        let channel = self.backend.channel(self.key());
         let announce = Announce::always(&channel);
         let freed = hub
             .topology
-            .release(&*self.backend, &self.full, announce, permit_id, &[])?;
+            .release(&*self.backend, self.key(), announce, permit_id, &[])?;
         Ok(freed.outcome)
     }
 
-    fn take(
-        &self,
-        opts: &LockOptions,
-        deadline: Option<Instant>,
-        waits: bool,
-    ) -> Result<Option<PermitGuard>> {
-        if opts.fencing == Some(true) {
-            return Err(Error::config("fencing", "a permit has no fencing token"));
-        }
-        if opts.scheme.is_some() {
-            return Err(Error::config("scheme", "a semaphore has its own format"));
-        }
-        let mut opts = opts.clone().fencing(false);
-        opts.backend = Some(Arc::clone(&self.backend));
-        let deadline = if waits {
-            deadline
-        } else {
-            Some(Instant::now())
-        };
-        match self.client.acquire(&self.bare, &opts, deadline, false) {
-            Ok(guard) => Ok(guard.map(|g| PermitGuard::new(g, self.full.clone()))),
+    fn take(&self, opts: &LockOptions, wait: Wait) -> Result<Option<PermitGuard>> {
+        match self.handle.take(&self.backend, opts, wait) {
+            Ok(guard) => Ok(guard.map(PermitGuard::new)),
             // A value that is no count, or a key of another type: say what it is.
-            Err(e @ Error::Redis(_)) => match self.admin(Admin::State) {
-                Err(found @ Error::WrongFormat { .. }) => Err(found),
-                _ => Err(e),
-            },
-            Err(e) => Err(e),
+            Err(e) => Err(self.handle.explain(e, || self.found())),
         }
     }
 
     fn admin(&self, op: Admin) -> Result<State> {
-        let hub = &self.client.inner.hub;
-        let cmd = op.cmd(&self.full, hub.topology.sharded());
-        let reply = hub
-            .topology
-            .query(&self.full, self.backend.scripts(), &cmd)?;
-        match Admin::reply(&reply)? {
+        match self.read(op)? {
             Found::Semaphore(state) => Ok(state),
-            Found::Other(kind) => Err(Error::WrongFormat {
-                name: self.full.as_str().into(),
-                found: found(&kind),
-            }),
+            Found::Other(kind) => Err(self.handle.wrong_format(self.handle.found(&kind))),
         }
+    }
+
+    /// What the name holds when it is not a semaphore's count.
+    fn found(&self) -> Result<Option<&'static str>> {
+        Ok(match self.read(Admin::State)? {
+            Found::Semaphore(_) => None,
+            Found::Other(kind) => Some(self.handle.found(&kind)),
+        })
+    }
+
+    fn read(&self, op: Admin) -> Result<Found> {
+        let sharded = self.handle.client.inner.hub.topology.sharded();
+        let cmd = op.cmd(self.key(), sharded);
+        let reply = self.handle.query(self.backend.scripts(), &cmd)?;
+        Ok(Admin::reply(&reply)?)
     }
 }
 
@@ -313,8 +287,8 @@ impl From<State> for Permits {
 impl fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Semaphore")
-            .field("name", &self.full)
-            .field("client", &self.client)
+            .field("key", &self.key())
+            .field("client", &self.handle.client)
             .finish_non_exhaustive()
     }
 }
@@ -325,19 +299,6 @@ fn nonzero(permits: u32) -> Result<u32> {
         return Err(Error::config("permits", "must be at least 1"));
     }
     Ok(permits)
-}
-
-/// Redis's type name as the format found under a name.
-fn found(kind: &str) -> &'static str {
-    match kind {
-        "string" => "a string that is no permit count (a token lock?)",
-        "hash" => "a hash (a reentrant or read-write lock?)",
-        "list" => "a list",
-        "set" => "a set",
-        "zset" => "a sorted set",
-        "stream" => "a stream",
-        _ => "a value of another type",
-    }
 }
 
 #[cfg(test)]
@@ -353,6 +314,5 @@ mod tests {
         let p = Permits { free: -1, held: 3 };
         assert_eq!(p.total(), 2);
         assert!(nonzero(0).is_err());
-        assert_eq!(found("hash"), "a hash (a reentrant or read-write lock?)");
     }
 }

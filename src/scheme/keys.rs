@@ -21,7 +21,8 @@ impl Keys {
     /// Derives the names for `key` as `backend` stores it, checking it.
     pub(crate) fn new(prefix: &str, key: &str, backend: &dyn Backend) -> Result<Self> {
         if key.is_empty() {
-            return Err(Error::InvalidKey {
+            return Err(Error::Invalid {
+                what: "lock key",
                 reason: "the key is empty",
             });
         }
@@ -123,7 +124,7 @@ mod tests {
         let token = TokenBackend::new(crate::owner::ClientId::new().tag());
         assert!(matches!(
             Keys::new("p:", "", &token),
-            Err(Error::InvalidKey { .. })
+            Err(Error::Invalid { .. })
         ));
         let k = Keys::new("p:", "k", &token).unwrap();
         assert_eq!(k.lock, "p:k");

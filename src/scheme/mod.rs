@@ -224,10 +224,6 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn shares(&self) -> bool {
         false
     }
-    /// The client id in the values it writes (the reentrant scheme's UUID).
-    fn client_id(&self) -> Option<&str> {
-        None
-    }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
 }

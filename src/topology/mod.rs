@@ -226,13 +226,25 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// one node for a key, and refuses.
     ///
     /// # Errors
-    /// [`Error::Config`](crate::Error::Config) on a quorum; Redis failures.
+    /// [`Error::Unsupported`](crate::Error::Unsupported) on a quorum; Redis failures.
     fn query(&self, key: &str, scripts: Scripts, cmd: &redis::Cmd) -> Result<redis::Value> {
         let _ = (key, scripts, cmd);
-        Err(crate::error::Error::config(
-            "semaphore",
-            "a semaphore is one server's format (Redisson's); redlock cannot hold it",
-        ))
+        Err(crate::error::Error::Unsupported {
+            what: "one server's format",
+            by: "redlock",
+        })
+    }
+
+    /// Refuses a primitive this topology cannot hold: a quorum of independent
+    /// masters has no one server for one server's formats (a fair lock, a
+    /// read-write lock, a semaphore; `what` names it).
+    ///
+    /// # Errors
+    /// [`Error::Unsupported`](crate::Error::Unsupported) naming `what` and the
+    /// topology.
+    fn holds(&self, what: &'static str) -> Result<()> {
+        let _ = what;
+        Ok(())
     }
 
     /// Refuses what this topology cannot do safely: a scheme, or fencing.

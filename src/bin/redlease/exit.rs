@@ -78,10 +78,9 @@ impl Failure {
     pub(crate) fn from_lib(err: &Error, server: &str) -> Self {
         let code = match err {
             Error::Config { .. }
-            | Error::InvalidKey { .. }
+            | Error::Invalid { .. }
             | Error::WrongFormat { .. }
-            | Error::NotReadWriteLock { .. }
-            | Error::NotFairLock { .. }
+            | Error::Unsupported { .. }
             | Error::ReadHeld { .. } => USAGE,
             Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,

@@ -34,12 +34,12 @@ impl Held {
         match sem.ensure_permits(permits) {
             Ok(_) => {}
             Err(Error::PermitsMismatch {
-                name,
+                key,
                 existing,
                 requested,
             }) => {
                 return Err(Failure::usage(format!(
-                    "semaphore `{name}` has {existing} permits, not the {requested} of \
+                    "semaphore `{key}` has {existing} permits, not the {requested} of \
                      --permits {requested}; use --permits {existing}, or change it on purpose"
                 )));
             }
@@ -56,7 +56,7 @@ impl Held {
         write: bool,
         opts: &LockOptions,
     ) -> Result<Option<Held>> {
-        let lock = client.read_write(name)?;
+        let lock = client.read_write_lock(name)?;
         if write {
             Ok(lock.write_with(opts)?.map(Held::Write))
         } else {
@@ -68,9 +68,9 @@ impl Held {
     pub(crate) fn what(&self) -> String {
         match self {
             Held::Lock(g) => format!("lock on `{}`", g.key()),
-            Held::Permit(p) => format!("permit of `{}`", p.semaphore()),
-            Held::Read(g) => format!("read lock on `{}`", g.name()),
-            Held::Write(g) => format!("write lock on `{}`", g.name()),
+            Held::Permit(p) => format!("permit of `{}`", p.key()),
+            Held::Read(g) => format!("read lock on `{}`", g.key()),
+            Held::Write(g) => format!("write lock on `{}`", g.key()),
         }
     }
 
@@ -85,11 +85,11 @@ impl Held {
                 env
             }
             Held::Permit(p) => vec![
-                ("REDLEASE_KEY", p.semaphore().to_owned()),
+                ("REDLEASE_KEY", p.key().to_owned()),
                 ("REDLEASE_PERMIT_ID", p.permit_id().to_owned()),
             ],
-            Held::Read(g) => vec![("REDLEASE_KEY", g.name().to_owned())],
-            Held::Write(g) => vec![("REDLEASE_KEY", g.name().to_owned())],
+            Held::Read(g) => vec![("REDLEASE_KEY", g.key().to_owned())],
+            Held::Write(g) => vec![("REDLEASE_KEY", g.key().to_owned())],
         }
     }
 
@@ -114,7 +114,7 @@ impl Held {
     pub(crate) fn unlock(self) -> Result<Release> {
         match self {
             Held::Lock(g) => g.unlock(),
-            Held::Permit(p) => p.release(),
+            Held::Permit(p) => p.unlock(),
             Held::Read(g) => g.unlock(),
             Held::Write(g) => g.unlock(),
         }

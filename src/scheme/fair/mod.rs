@@ -258,10 +258,6 @@ impl Backend for FairBackend {
         true
     }
 
-    fn client_id(&self) -> Option<&str> {
-        Some(&self.client)
-    }
-
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &FAIR_SCRIPTS
     }

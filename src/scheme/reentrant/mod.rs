@@ -298,10 +298,6 @@ impl Backend for ReentrantBackend {
         true
     }
 
-    fn client_id(&self) -> Option<&str> {
-        Some(&self.client)
-    }
-
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }

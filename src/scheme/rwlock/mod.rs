@@ -260,10 +260,6 @@ impl Backend for RwBackend {
         !self.write
     }
 
-    fn client_id(&self) -> Option<&str> {
-        Some(&self.client)
-    }
-
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &RW_SCRIPTS
     }

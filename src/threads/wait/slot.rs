@@ -233,7 +233,7 @@ impl<'a> WaitSlot<'a> {
                 }
                 Some(Wake::Cancelled) => {
                     return Err(Error::Cancelled {
-                        key: self.keys.lock.clone(),
+                        key: self.keys.lock.as_str().into(),
                     });
                 }
                 Some(Wake::Shutdown) => return Err(Error::Shutdown),

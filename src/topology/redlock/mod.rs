@@ -353,4 +353,11 @@ impl Topology for Redlock {
     fn check(&self, scheme: &Scheme, fencing: bool) -> Result<()> {
         refuse(scheme, fencing)
     }
+
+    fn holds(&self, what: &'static str) -> Result<()> {
+        Err(Error::Unsupported {
+            what,
+            by: "redlock",
+        })
+    }
 }

@@ -113,7 +113,7 @@ impl Single {
                 Ok(Ok(Acquire::Busy { remaining })) => return Ok(Attempt::Busy { remaining }),
                 Ok(Err(Unreplicated { acked, required })) => {
                     return Err(Error::NotReplicated {
-                        key: keys.lock.clone(),
+                        key: keys.lock.as_str().into(),
                         acked,
                         required,
                     });

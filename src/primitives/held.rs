@@ -1,0 +1,185 @@
+//! The guards of the named primitives, defined once by [`lease_guard!`]:
+//! [`ReadGuard`] and [`WriteGuard`] of a [`ReadWriteLock`](crate::ReadWriteLock),
+//! [`PermitGuard`] of a [`Semaphore`](crate::Semaphore). Each wraps a
+//! [`LockGuard`] (a lease renewed in the background, released when dropped) and
+//! has its methods: the same names, the same docs.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+
+use crate::client::guard::LockGuard;
+use crate::error::Result;
+use crate::lease::LeaseLost;
+use crate::scheme::Release;
+
+/// Defines a guard type around a [`LockGuard`]: `$what` names what it holds in
+/// the docs (`read lock`, `permit`), `$value` the accessor of the value its
+/// lease stored, under the name its users know (Redisson's hash field, permit id).
+macro_rules! lease_guard {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $what:literal,
+        $(#[$value_doc:meta])*
+        fn $value:ident
+    ) => {
+        $(#[$doc])*
+        #[must_use = concat!("if unused the ", $what, " is released immediately")]
+        #[clippy::has_significant_drop]
+        pub struct $name {
+            guard: LockGuard,
+            /// The value the lease stored, read once: it never changes.
+            value: Box<str>,
+        }
+
+        impl $name {
+            pub(crate) fn new(guard: LockGuard) -> Self {
+                Self {
+                    value: guard.value().into(),
+                    guard,
+                }
+            }
+
+            #[doc = concat!("The ", $what, "'s key: its name with the client's prefix.")]
+            pub fn key(&self) -> &str {
+                self.guard.key()
+            }
+
+            $(#[$value_doc])*
+            pub fn $value(&self) -> &str {
+                &self.value
+            }
+
+            #[doc = concat!("Whether the ", $what, " is still ours: not known lost, and within")]
+            /// [`valid_until`](Self::valid_until). A local check; never blocks.
+            pub fn is_held(&self) -> bool {
+                self.guard.is_held()
+            }
+
+            /// The instant until which the lease is surely valid (local monotonic
+            /// clock): the last confirmed acquire or renewal, plus the TTL, minus
+            /// the drift allowance.
+            pub fn valid_until(&self) -> Instant {
+                self.guard.valid_until()
+            }
+
+            #[doc = concat!("A channel that receives one [`LeaseLost`] if the ", $what, "'s lease is")]
+            /// lost (as [`LockGuard::lost`]).
+            pub fn lost(&self) -> &Receiver<LeaseLost> {
+                self.guard.lost()
+            }
+
+            /// [`is_held`](Self::is_held) as a `Result`, for use with `?` right
+            /// before a side effect that needs the hold.
+            ///
+            /// # Errors
+            /// [`Error::LockLost`](crate::Error::LockLost) once the lease is lost
+            /// or past its validity.
+            pub fn check(&self) -> Result<()> {
+                self.guard.check()
+            }
+
+            #[doc = concat!("Makes the ", $what, "'s lease last `ttl` from now at least, if still")]
+            /// ours (a key shared with other holds never has its TTL shortened).
+            /// One round trip.
+            ///
+            /// # Errors
+            /// As [`LockGuard::extend`].
+            pub fn extend(&self, ttl: Duration) -> Result<()> {
+                self.guard.extend(ttl)
+            }
+
+            #[doc = concat!("Releases the ", $what, " and says what Redis found:")]
+            /// [`Release::Expired`] when its lease had ended first. The release
+            /// message wakes waiters. One round trip, bounded by the client's
+            /// timeouts.
+            ///
+            /// # Errors
+            /// [`Error::Redis`](crate::Error::Redis) when the release got no
+            /// answer; the lease then ends with its TTL.
+            pub fn unlock(self) -> Result<Release> {
+                self.guard.unlock()
+            }
+
+            /// Releases after a closure under the hold returned `out`.
+            pub(crate) fn finish<R>(self, out: R) -> Result<R> {
+                self.guard.finish(out)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($name))
+                    .field("key", &self.key())
+                    .field(stringify!($value), &self.value)
+                    .field("held", &self.is_held())
+                    .finish_non_exhaustive()
+            }
+        }
+    };
+}
+
+lease_guard!(
+    /// A held read lock, shared with other readers. Releases its hold when
+    /// dropped (also while unwinding from a panic).
+    ///
+    /// Made by [`ReadWriteLock::read`](crate::ReadWriteLock::read),
+    /// [`try_read`](crate::ReadWriteLock::try_read),
+    /// [`try_read_for`](crate::ReadWriteLock::try_read_for),
+    /// [`try_read_until`](crate::ReadWriteLock::try_read_until) and
+    /// [`read_with`](crate::ReadWriteLock::read_with). Renewed in the background
+    /// (the name and this holder's timeout keys), like a lock's lease.
+    ReadGuard, "read lock",
+    /// The hash field this hold is stored under: `<client uuid>:<thread id>`
+    /// (Redisson's field).
+    fn field
+);
+
+lease_guard!(
+    /// A held write lock, exclusive. Releases its hold when dropped (also while
+    /// unwinding from a panic).
+    ///
+    /// Made by [`ReadWriteLock::write`](crate::ReadWriteLock::write),
+    /// [`try_write`](crate::ReadWriteLock::try_write),
+    /// [`try_write_for`](crate::ReadWriteLock::try_write_for),
+    /// [`try_write_until`](crate::ReadWriteLock::try_write_until) and
+    /// [`write_with`](crate::ReadWriteLock::write_with). Renewed in the
+    /// background like a lock's lease. Its thread may also take read locks of
+    /// the name while it holds it.
+    WriteGuard, "write lock",
+    /// The hash field this hold is stored under: `<client uuid>:<thread
+    /// id>:write` (Redisson's field).
+    fn field
+);
+
+lease_guard!(
+    /// A held permit of a [`Semaphore`](crate::Semaphore). Gives it back when
+    /// dropped (also while unwinding from a panic).
+    ///
+    /// Made by [`Semaphore::acquire`](crate::Semaphore::acquire),
+    /// [`try_acquire`](crate::Semaphore::try_acquire),
+    /// [`try_acquire_for`](crate::Semaphore::try_acquire_for),
+    /// [`try_acquire_until`](crate::Semaphore::try_acquire_until) and
+    /// [`acquire_with`](crate::Semaphore::acquire_with). Its lease is renewed in
+    /// the background like a lock's; [`is_held`](Self::is_held) and
+    /// [`lost`](Self::lost) say when it ended.
+    PermitGuard, "permit",
+    /// The permit id: 32 hex digits, the client's tag (16 hex of its UUID) and
+    /// 16 random ones. Redisson's `release(permitId)` and
+    /// [`Semaphore::release_by_id`](crate::Semaphore::release_by_id) take it.
+    fn permit_id
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guards_cross_threads() {
+        fn send<T: Send>() {}
+        send::<ReadGuard>();
+        send::<WriteGuard>();
+        send::<PermitGuard>();
+    }
+}
