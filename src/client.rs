@@ -230,25 +230,37 @@ impl LockClient {
         fair: bool,
     ) -> Result<Option<LockGuard>> {
         let began = Timer::start();
-        let out = self.acquire_loop(key, opts, deadline, fair).map_err(|e| {
-            let key = format!("{}{key}", self.inner.settings.key_prefix);
-            let limits = self.inner.hub.topology.subscriber(0).limits();
-            e.during(Operation::Acquire, &key, limits)
-        });
-        let scheme = opts.scheme.as_ref().unwrap_or(&self.inner.settings.scheme);
-        export::acquisition(&out, scheme.label(), began);
+        let plan = self.plan(opts);
+        // Metrics tell the primitives apart by the backend that acquires (a
+        // handle's, or the scheme's); an invalid option counts under the scheme.
+        let label = match &plan {
+            Ok(plan) => plan.backend.label(),
+            Err(_) => opts
+                .scheme
+                .as_ref()
+                .unwrap_or(&self.inner.settings.scheme)
+                .label(),
+        };
+        let out = plan
+            .and_then(|plan| self.acquire_loop(key, plan, opts, deadline, fair))
+            .map_err(|e| {
+                let key = format!("{}{key}", self.inner.settings.key_prefix);
+                let limits = self.inner.hub.topology.subscriber(0).limits();
+                e.during(Operation::Acquire, &key, limits)
+            });
+        export::acquisition(&out, label, began);
         out
     }
 
     fn acquire_loop(
         &self,
         key: &str,
+        plan: Plan,
         opts: &LockOptions,
         deadline: Option<Instant>,
         fair: bool,
     ) -> Result<Option<LockGuard>> {
         let hub = &*self.inner.hub;
-        let plan = self.plan(opts)?;
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
         let waiters = self
             .inner

@@ -18,6 +18,7 @@ mod call;
 mod fair;
 mod keys;
 mod legacy;
+mod redisson;
 mod reentrant;
 mod replicas;
 mod request;
@@ -218,6 +219,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
+    /// What it holds, in metrics' `scheme` label: `token`, `legacy`,
+    /// `reentrant`, `fair`, `rwlock_read`, `rwlock_write` or `semaphore`.
+    fn label(&self) -> &'static str;
 }
 
 impl Scheme {
