@@ -242,7 +242,7 @@ impl LockClient {
                 .label(),
         };
         let out = plan
-            .and_then(|plan| self.acquire_loop(key, plan, opts, deadline, fair))
+            .and_then(|plan| self.acquire_loop(key, &plan, opts, deadline, fair))
             .map_err(|e| {
                 let key = format!("{}{key}", self.inner.settings.key_prefix);
                 let limits = self.inner.hub.topology.subscriber(0).limits();
@@ -255,7 +255,7 @@ impl LockClient {
     fn acquire_loop(
         &self,
         key: &str,
-        plan: Plan,
+        plan: &Plan,
         opts: &LockOptions,
         deadline: Option<Instant>,
         fair: bool,
@@ -299,8 +299,8 @@ impl LockClient {
                 // A hand-off whose validity ended while this caller woke is
                 // given back, and the caller goes on as after a busy attempt.
                 Next::Handed(h) => {
-                    if !self.late(&plan, &keys, &h.value, h.sent) {
-                        return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
+                    if !self.late(plan, &keys, &h.value, h.sent) {
+                        return Ok(Some(self.adopt(plan, keys, h.value, h.sent, h.fence)));
                     }
                 }
                 Next::Transferred(state) => {
@@ -334,7 +334,7 @@ impl LockClient {
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who
                 // holds the key now is unknown, so the wait polls.
-                Attempt::Acquired { value, sent, .. } if self.late(&plan, &keys, &value, sent) => {
+                Attempt::Acquired { value, sent, .. } if self.late(plan, &keys, &value, sent) => {
                     None
                 }
                 Attempt::Acquired { value, sent, fence } => {
@@ -342,7 +342,7 @@ impl LockClient {
                     if let Some(s) = slot.as_mut().filter(|_| !plan.backend.shares()) {
                         s.acquired();
                     }
-                    return Ok(Some(self.adopt(&plan, keys, value, sent, fence)));
+                    return Ok(Some(self.adopt(plan, keys, value, sent, fence)));
                 }
                 Attempt::Busy { remaining } => remaining,
             };
