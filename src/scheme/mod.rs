@@ -3,6 +3,10 @@
 //! A backend turns acquire / release / extend into Redis commands and their
 //! replies into outcomes. It keeps no state; the lease value it wrote travels with
 //! the lease.
+//!
+//! Redisson's formats (reentrant, fair, read-write, semaphore) take their names,
+//! owner ids (`<client uuid>:<thread id>`, one per thread for all of them), clock
+//! and publish verb from `redisson.rs`.
 
 use std::fmt;
 use std::sync::Arc;
