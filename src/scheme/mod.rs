@@ -3,10 +3,6 @@
 //! A backend turns acquire / release / extend into Redis commands and their
 //! replies into outcomes. It keeps no state; the lease value it wrote travels with
 //! the lease.
-//!
-//! Redisson's formats (reentrant, fair, read-write, semaphore) take their names,
-//! owner ids (`<client uuid>:<thread id>`, one per thread for all of them), clock
-//! and publish verb from `redisson.rs`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -22,6 +18,8 @@ mod call;
 mod fair;
 mod keys;
 mod legacy;
+/// Redisson's naming, owner ids (one per thread in all its formats), clock and
+/// publish verb, for the reentrant, fair, read-write and semaphore formats.
 mod redisson;
 mod reentrant;
 mod replicas;

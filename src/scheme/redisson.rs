@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::{ErrorKind, RedisError, Value};
 
-use crate::connection::Conn;
+use super::Conn;
 
 /// Numbers this process's threads: a thread's number is drawn on its first use
 /// of any Redisson format and kept for its life, as Redisson uses Java's thread
