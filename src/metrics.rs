@@ -101,8 +101,11 @@ impl Counters {
 ///
 /// Labels never name a lock (their number would grow without bound):
 /// `redlease_acquisitions_total{outcome, scheme}`, `redlease_wait_seconds{scheme}`,
-/// `redlease_hold_seconds`, `redlease_leases_held`,
+/// `redlease_hold_seconds{scheme}`, `redlease_leases_held{scheme}`,
 /// `redlease_leases_lost_total{reason}`, `redlease_renewals_total{outcome}`.
+/// `scheme` is what the lease holds, its backend's
+/// `Backend::label`: `token`, `legacy`, `reentrant`,
+/// `fair`, `rwlock_read`, `rwlock_write` or `semaphore`.
 pub(crate) mod export {
     #[cfg(feature = "metrics")]
     use std::time::Instant;
@@ -125,16 +128,25 @@ pub(crate) mod export {
         }
     }
 
-    /// When a guard began holding its lease.
+    /// When a guard began holding its lease, and what the lease holds.
     #[derive(Debug, Clone, Copy)]
-    pub(crate) struct Hold(Timer);
+    pub(crate) struct Hold {
+        began: Timer,
+        #[cfg(feature = "metrics")]
+        scheme: &'static str,
+    }
 
     impl Hold {
-        /// A guard begins holding: one more lease held.
-        pub(crate) fn start() -> Self {
+        /// A guard of a `scheme` lease begins holding: one more lease held.
+        #[cfg_attr(not(feature = "metrics"), expect(unused_variables))]
+        pub(crate) fn start(scheme: &'static str) -> Self {
             #[cfg(feature = "metrics")]
-            ::metrics::gauge!("redlease_leases_held").increment(1.0);
-            Hold(Timer::start())
+            ::metrics::gauge!("redlease_leases_held", "scheme" => scheme).increment(1.0);
+            Hold {
+                began: Timer::start(),
+                #[cfg(feature = "metrics")]
+                scheme,
+            }
         }
 
         /// The guard released (or handed on) its lease.
@@ -142,8 +154,10 @@ pub(crate) mod export {
         pub(crate) fn end(self) {
             #[cfg(feature = "metrics")]
             {
-                ::metrics::gauge!("redlease_leases_held").decrement(1.0);
-                ::metrics::histogram!("redlease_hold_seconds").record(self.0.seconds());
+                let scheme = self.scheme;
+                ::metrics::gauge!("redlease_leases_held", "scheme" => scheme).decrement(1.0);
+                ::metrics::histogram!("redlease_hold_seconds", "scheme" => scheme)
+                    .record(self.began.seconds());
             }
         }
     }

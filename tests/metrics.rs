@@ -2,7 +2,8 @@
 //! The `metrics` feature: what a client does reaches the application's
 //! recorder, here Prometheus's, with no lock name in any label.
 //!
-//! One test in this binary: the recorder is process-wide.
+//! One test installs the process-wide recorder; the others record through one
+//! local to their thread.
 
 mod support;
 
@@ -79,4 +80,52 @@ fn acquisitions_waits_holds_losses_and_renewals_reach_a_prometheus_recorder() {
     for key in ["m:a", "m:r", "\"a\"", "\"r\""] {
         assert!(!text.contains(key), "{key} in {text}");
     }
+}
+
+/// A plain lock, a fair lock, a read lock and a permit each count their
+/// acquisition, wait and hold under their own `scheme` label. Recorded through a
+/// recorder local to this thread (the lock calls and the guards' drops run here),
+/// beside the process-wide one of the other test.
+#[test]
+fn each_primitive_counts_its_acquisitions_waits_and_holds_under_its_own_label() {
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.url())
+        .key_prefix("m:")
+        .build()
+        .unwrap();
+    let jobs = client.semaphore("jobs").unwrap();
+    jobs.ensure_permits(2).unwrap();
+    let rw = client.read_write_lock("rw").unwrap();
+    let fair = client.fair_lock("f").unwrap();
+
+    metrics::with_local_recorder(&recorder, || {
+        let held = (
+            client.lock("p").unwrap(),
+            fair.lock().unwrap(),
+            rw.read().unwrap(),
+            jobs.acquire().unwrap(),
+        );
+        drop(held);
+        assert!(rw.try_write().unwrap().is_some());
+    });
+
+    let text = handle.render();
+    for label in ["token", "fair", "rwlock_read", "rwlock_write", "semaphore"] {
+        let scheme = format!("scheme=\"{label}\"");
+        let acquired = ["outcome=\"acquired\"", scheme.as_str()];
+        let counted = value(&text, "redlease_acquisitions_total", &acquired);
+        assert_eq!(counted, 1, "{label}: {text}");
+        let waits = value(&text, "redlease_wait_seconds_count", &[scheme.as_str()]);
+        assert_eq!(waits, 1, "{label}: {text}");
+        let holds = value(&text, "redlease_hold_seconds_count", &[scheme.as_str()]);
+        assert_eq!(holds, 1, "{label}: {text}");
+    }
+    assert_eq!(
+        value(&text, "redlease_acquisitions_total", &[]),
+        5,
+        "{text}"
+    );
+    assert_eq!(value(&text, "redlease_leases_held", &[]), 0, "{text}");
 }

@@ -543,3 +543,37 @@ fn redlock_refuses_the_reentrant_scheme_and_replica_confirmation() {
         "{confirmed:?}"
     );
 }
+
+/// Redisson names an owner `<client uuid>:<thread id>` in every primitive, so one
+/// thread of one client holding an `RLock`, a read lock and a fair lock shows one
+/// owner id in all three hashes. Another thread of the client read-locks first,
+/// so thread numbers drawn per primitive would differ.
+#[test]
+fn one_thread_of_one_client_is_one_owner_in_every_redisson_hash() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let rw = c.read_write_lock("rw").unwrap();
+    thread::scope(|s| {
+        s.spawn(|| drop(rw.read().unwrap())).join().unwrap();
+    });
+
+    let lock = c.lock("r").unwrap();
+    let read = rw.read().unwrap();
+    let fair = c.fair_lock("f").unwrap().lock().unwrap();
+    let mut owners = Vec::new();
+    for key in ["lock:r", "lock:rw", "lock:f"] {
+        let hash: Vec<(String, String)> = server.query(redis::cmd("HGETALL").arg(key));
+        let fields: Vec<String> = hash
+            .into_iter()
+            .filter(|(field, _)| field != "mode")
+            .map(|(field, _)| field)
+            .collect();
+        assert_eq!(fields.len(), 1, "{key}: {fields:?}");
+        owners.push(fields[0].clone());
+    }
+    let (uuid, thread) = owners[0].rsplit_once(':').unwrap();
+    assert!(uuid::Uuid::parse_str(uuid).is_ok(), "{owners:?}");
+    assert!(thread.parse::<u64>().is_ok(), "{owners:?}");
+    assert!(owners.iter().all(|o| *o == owners[0]), "{owners:?}");
+    drop((lock, read, fair));
+}

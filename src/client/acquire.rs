@@ -31,21 +31,38 @@ impl LockClient {
         wait: Wait,
     ) -> Result<Option<LockGuard>> {
         let began = Timer::start();
-        let out = self.acquire_loop(key, opts, wait).map_err(|e| {
-            let key = format!("{}{key}", self.inner.settings.key_prefix);
-            let limits = self.inner.hub.topology.subscriber(0).limits();
-            e.during(Operation::Acquire, &key, limits)
-        });
-        let scheme = opts.scheme.as_ref().unwrap_or(&self.inner.settings.scheme);
-        export::acquisition(&out, scheme.label(), began);
+        let plan = self.plan(opts);
+        // Metrics tell the primitives apart by the backend that acquires (a
+        // handle's, or the scheme's); an invalid option counts under the scheme.
+        let label = match &plan {
+            Ok(plan) => plan.backend.label(),
+            Err(_) => opts
+                .scheme
+                .as_ref()
+                .unwrap_or(&self.inner.settings.scheme)
+                .label(),
+        };
+        let out = plan
+            .and_then(|plan| self.acquire_loop(key, &plan, opts, wait))
+            .map_err(|e| {
+                let key = format!("{}{key}", self.inner.settings.key_prefix);
+                let limits = self.inner.hub.topology.subscriber(0).limits();
+                e.during(Operation::Acquire, &key, limits)
+            });
+        export::acquisition(&out, label, began);
         out
     }
 
-    fn acquire_loop(&self, key: &str, opts: &LockOptions, how: Wait) -> Result<Option<LockGuard>> {
+    fn acquire_loop(
+        &self,
+        key: &str,
+        plan: &Plan,
+        opts: &LockOptions,
+        how: Wait,
+    ) -> Result<Option<LockGuard>> {
         // `in_line`: whether this call queues behind this client's callers of the key.
         let (deadline, in_line) = how.bounds();
         let hub = &*self.inner.hub;
-        let plan = self.plan(opts)?;
         let keys = Keys::new(&self.inner.settings.key_prefix, key, &*plan.backend)?;
         let waiters = self
             .inner
@@ -84,8 +101,8 @@ impl LockClient {
                 // A hand-off whose validity ended while this caller woke is
                 // given back, and the caller goes on as after a busy attempt.
                 Next::Handed(h) => {
-                    if !self.late(&plan, &keys, &h.value, h.sent) {
-                        return Ok(Some(self.adopt(&plan, keys, h.value, h.sent, h.fence)));
+                    if !self.late(plan, &keys, &h.value, h.sent) {
+                        return Ok(Some(self.adopt(plan, keys, h.value, h.sent, h.fence)));
                     }
                 }
                 Next::Transferred(state) => {
@@ -119,7 +136,7 @@ impl LockClient {
             let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who
                 // holds the key now is unknown, so the wait polls.
-                Attempt::Acquired { value, sent, .. } if self.late(&plan, &keys, &value, sent) => {
+                Attempt::Acquired { value, sent, .. } if self.late(plan, &keys, &value, sent) => {
                     None
                 }
                 Attempt::Acquired { value, sent, fence } => {
@@ -127,7 +144,7 @@ impl LockClient {
                     if let Some(s) = slot.as_mut().filter(|_| !plan.backend.shares()) {
                         s.acquired();
                     }
-                    return Ok(Some(self.adopt(&plan, keys, value, sent, fence)));
+                    return Ok(Some(self.adopt(plan, keys, value, sent, fence)));
                 }
                 Attempt::Busy { remaining } => remaining,
             };

@@ -40,11 +40,11 @@ pub struct LockGuard {
 impl LockGuard {
     pub(crate) fn new(hub: Arc<Hub>, state: Arc<LeaseState>, fence: Option<u64>) -> Self {
         Self {
+            hold: Hold::start(state.backend.label()),
             state,
             hub: Some(hub),
             fence,
             lost: OnceLock::new(),
-            hold: Hold::start(),
         }
     }
 

@@ -12,7 +12,8 @@
 //! (`RFairLock`; `scripts.rs`), `semaphore/` (`RPermitExpirableSemaphore`; `admin.rs`,
 //! `names.rs`). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
 //! what an acquire asks for, `call.rs` script calls and replies, `bulk.rs` the renewal
-//! of many leases in one call, `replicas.rs` `WAIT` behind an acquire. This folder is
+//! of many leases in one call, `replicas.rs` `WAIT` behind an acquire, `redisson.rs` Redisson's naming
+//! rules, owner ids, clock and publish verb. This folder is
 //! the wire side of the read-write lock, the fair lock and the semaphore; their
 //! handles, under the same names, are in `primitives/`.
 
@@ -30,6 +31,9 @@ mod call;
 mod fair;
 mod keys;
 mod legacy;
+/// Redisson's naming, owner ids (one per thread in all its formats), clock and
+/// publish verb, for the reentrant, fair, read-write and semaphore formats.
+mod redisson;
 mod reentrant;
 mod replicas;
 mod request;
@@ -226,6 +230,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
+    /// What it holds, in metrics' `scheme` label: `token`, `legacy`,
+    /// `reentrant`, `fair`, `rwlock_read`, `rwlock_write` or `semaphore`.
+    fn label(&self) -> &'static str;
 }
 
 impl Scheme {

@@ -35,11 +35,11 @@
 //! `primitives/fair.rs`.
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::redisson::{now_millis, owner, prefix_name, publish_cmd, unexpected};
 use super::reentrant::EXTEND;
 
 mod scripts;
@@ -68,12 +68,6 @@ pub(crate) const REDISSON_WAIT: Duration = Duration::from_secs(300);
 /// Every script the fair lock calls, to load after `NOSCRIPT`.
 pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE];
 
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-}
-
 /// The fair lock's commands, for one client.
 #[derive(Debug)]
 pub(crate) struct FairBackend {
@@ -89,9 +83,9 @@ impl FairBackend {
         }
     }
 
-    /// The calling thread's owner, `<client uuid>:<thread number>`.
+    /// The calling thread's owner, `<client uuid>:<thread id>`.
     fn owner(&self) -> String {
-        format!("{}:{}", self.client, THREAD.with(|t| *t))
+        owner(&self.client)
     }
 }
 
@@ -100,7 +94,7 @@ impl FairBackend {
 pub(crate) fn leave_cmd(name: &str, client: &str) -> redis::Cmd {
     let [queue, timeouts, base] = fair_keys(name);
     let alive = alive_key(&timeouts);
-    let owner = FairBackend::new(client).owner();
+    let owner = owner(client);
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(LEAVE.get_hash())
         .arg(4)
@@ -111,15 +105,6 @@ pub(crate) fn leave_cmd(name: &str, client: &str) -> redis::Cmd {
         .arg(owner)
         .arg(base);
     cmd
-}
-
-/// Redisson's `prefixName(prefix, name)`.
-pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
 }
 
 /// The queue, timeout set and channel base of the fair lock `name`.
@@ -135,21 +120,6 @@ pub(crate) fn fair_keys(name: &str) -> [String; 3] {
 /// (in its hash slot, and under an ACL rule for `redisson_lock_timeout:…`).
 fn alive_key(timeouts: &str) -> String {
     format!("{timeouts}:redlease")
-}
-
-/// The current unix time in ms, the clock Redisson's deadlines use.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn publish_cmd(conn: &Conn) -> &'static str {
-    if conn.sharded() {
-        "SPUBLISH"
-    } else {
-        "PUBLISH"
-    }
 }
 
 impl Backend for FairBackend {
@@ -178,7 +148,7 @@ impl Backend for FairBackend {
             ttl_millis(req.ttl).into(),
             value.into(),
             ttl_millis(QUEUE_DEADLINE).into(),
-            now_ms().into(),
+            now_millis().into(),
             waits.into(),
             publish_cmd(conn).into(),
             base.as_str().into(),
@@ -194,11 +164,7 @@ impl Backend for FairBackend {
                     _ => POLL / 4,
                 }),
             }),
-            other => Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "unexpected fair lock reply",
-                format!("{other:?}"),
-            ))),
+            other => Err(unexpected("fair lock acquire", &other)),
         }
     }
 
@@ -223,7 +189,7 @@ impl Backend for FairBackend {
                     .arg(value)
                     .arg(&base)
                     .arg(0)
-                    .arg(now_ms())
+                    .arg(now_millis())
                     .arg(publish)
                     .invoke::<i64>(c)
             })
@@ -260,6 +226,10 @@ impl Backend for FairBackend {
 
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &FAIR_SCRIPTS
+    }
+
+    fn label(&self) -> &'static str {
+        "fair"
     }
 }
 

@@ -175,6 +175,9 @@ impl Backend for LegacyBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
+    fn label(&self) -> &'static str {
+        "legacy"
+    }
 }
 
 /// This machine's wall clock in unix milliseconds (0 before 1970).

@@ -23,7 +23,6 @@
 //! client's outermost holds.
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 mod fences;
 
@@ -33,6 +32,7 @@ use std::time::Duration;
 use redis::{RedisResult, Script, Value};
 
 use super::bulk::REENTRANT_BULK_EXTEND as BULK;
+use super::redisson::{owner, owner_count, prefix_name};
 use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
@@ -79,22 +79,6 @@ return {{fence}}
 "
     ))
 });
-
-/// The start of the unlock and extend scripts (KEYS[1] lock key, ARGV[1] owner
-/// field): the owner's hold count in `count`, or the reply 0 for a key that is gone
-/// and -1 for one another owner, or a value of another type, holds.
-macro_rules! owner_count {
-    () => {
-        r"
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' then return -1 end
-if not count then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-  return -1
-end
-"
-    };
-}
 
 /// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock
 /// message.
@@ -146,14 +130,6 @@ return 1
 
 static SCRIPTS: [&LazyLock<Script>; 5] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND, &BULK];
 
-/// Numbers this process's threads: a thread's number is drawn on its first
-/// reentrant lock and kept for its life (Redisson uses Java's thread id).
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-}
-
 /// The reentrant scheme's commands, for one client.
 #[derive(Debug)]
 pub(crate) struct ReentrantBackend {
@@ -171,14 +147,9 @@ impl ReentrantBackend {
         }
     }
 
-    /// The calling thread's owner field, `<client uuid>:<thread number>`.
+    /// The calling thread's owner field, `<client uuid>:<thread id>`.
     fn owner(&self) -> String {
-        use std::fmt::Write as _;
-        // Sized once: `format!` would grow the string on every lock.
-        let mut owner = String::with_capacity(self.client.len() + 21);
-        owner.push_str(&self.client);
-        let _ = write!(owner, ":{}", THREAD.with(|t| *t));
-        owner
+        owner(&self.client)
     }
 }
 
@@ -281,17 +252,7 @@ impl Backend for ReentrantBackend {
     /// Redisson's `prefixName`: the key in braces (its own hash tag, so the channel
     /// hashes to the key's slot), or as it is when it already contains a `{`.
     fn channel(&self, lock: &str) -> String {
-        let mut name = String::with_capacity(CHANNEL_PREFIX.len() + lock.len() + 3);
-        name.push_str(CHANNEL_PREFIX);
-        name.push(':');
-        if lock.contains('{') {
-            name.push_str(lock);
-        } else {
-            name.push('{');
-            name.push_str(lock);
-            name.push('}');
-        }
-        name
+        prefix_name(CHANNEL_PREFIX, lock)
     }
 
     fn reentrant(&self) -> bool {
@@ -300,6 +261,10 @@ impl Backend for ReentrantBackend {
 
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
+    }
+
+    fn label(&self) -> &'static str {
+        "reentrant"
     }
 }
 

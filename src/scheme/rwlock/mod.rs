@@ -32,11 +32,11 @@
 //! is `primitives/rwlock.rs`.
 
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::redisson::{owner, prefix_name, publish_cmd, suffix_name, unexpected};
 use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, Waiting, send_acquire, with_scripts,
@@ -73,14 +73,6 @@ pub(crate) static RW_SCRIPTS: [&LazyLock<Script>; 7] = [
     &scripts::INSPECT,
 ];
 
-/// Numbers this process's threads for the read-write lock's fields: drawn on a
-/// thread's first use and kept for its life (Redisson uses Java's thread id).
-static NEXT_THREAD: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    static THREAD: u64 = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
-}
-
 /// One side of the read-write lock, for one client.
 #[derive(Debug)]
 pub(crate) struct RwBackend {
@@ -99,9 +91,9 @@ impl RwBackend {
         }
     }
 
-    /// The calling thread's reader field, `<client uuid>:<thread number>`.
+    /// The calling thread's reader field, `<client uuid>:<thread id>`.
     pub(crate) fn reader(&self) -> String {
-        format!("{}:{}", self.client, THREAD.with(|t| *t))
+        owner(&self.client)
     }
 }
 
@@ -169,11 +161,7 @@ impl Backend for RwBackend {
                 "refused",
                 UPGRADE.to_owned(),
             ))),
-            other => Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "unexpected read-write lock reply",
-                format!("{other:?}"),
-            ))),
+            other => Err(unexpected("read-write lock acquire", &other)),
         }
     }
 
@@ -185,11 +173,7 @@ impl Backend for RwBackend {
         value: &str,
         _maybe: &[String],
     ) -> RedisResult<Freed> {
-        let publish = if conn.sharded() {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        };
+        let publish = publish_cmd(conn);
         let n = with_scripts(conn, &RW_SCRIPTS, |c| {
             c.run(|c| {
                 if self.write {
@@ -263,30 +247,19 @@ impl Backend for RwBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &RW_SCRIPTS
     }
+
+    fn label(&self) -> &'static str {
+        if self.write {
+            "rwlock_write"
+        } else {
+            "rwlock_read"
+        }
+    }
 }
 
 /// Redisson's `prefixName("redisson_rwlock", name)`.
 pub(crate) fn channel(name: &str) -> String {
-    if name.contains('{') {
-        format!("{CHANNEL_PREFIX}:{name}")
-    } else {
-        format!("{CHANNEL_PREFIX}:{{{name}}}")
-    }
-}
-
-/// Redisson's `suffixName(name, suffix)`: a name in the name's slot; with an
-/// empty suffix, the prefix itself (`{name}`, or `name` when it holds a `{`).
-fn suffix_name(name: &str, suffix: &str) -> String {
-    let base = if name.contains('{') {
-        name.to_owned()
-    } else {
-        format!("{{{name}}}")
-    };
-    if suffix.is_empty() {
-        base
-    } else {
-        format!("{base}:{suffix}")
-    }
+    prefix_name(CHANNEL_PREFIX, name)
 }
 
 /// The prefix of a reader's timeout keys (`getReadWriteTimeoutNamePrefix`).

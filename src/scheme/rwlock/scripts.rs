@@ -10,6 +10,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use crate::scheme::redisson::owner_count;
+
 /// The start of the acquire scripts: `mode` read, and a hash without one (a
 /// reentrant `RLock`, another hash) refused without a write.
 macro_rules! mode_or_refuse {
@@ -233,20 +235,14 @@ return 1 + heard
 /// KEYS[1] the name. ARGV[1] the write field, ARGV[2] TTL in ms. Returns 1
 /// renewed (the TTL only lengthened), 0 gone, -1 another holder's.
 pub(crate) static WRITE_EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local count = redis.pcall('HGET', KEYS[1], ARGV[1])
-if type(count) == 'table' then return -1 end
-if not count then
-  if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-  return -1
-end
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    Script::new(concat!(
+        owner_count!(),
+        r"if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 1
 ",
-    )
+    ))
 });
 
 /// What a name holds, read-only: `{type, mode, pttl, writers, readers}` with the

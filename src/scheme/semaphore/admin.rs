@@ -5,7 +5,8 @@ use std::sync::LazyLock;
 
 use redis::{RedisResult, Script, Value};
 
-use super::{channel, now_millis, timeouts};
+use super::{channel, timeouts};
+use crate::scheme::redisson::{now_millis, publish_verb, reclaim_expired};
 
 /// Reads, and maybe changes, the count, after moving expired permits back into it
 /// (publishing the count as the acquire does).
@@ -19,20 +20,16 @@ use super::{channel, now_millis, timeouts};
 /// (nothing touched), else `{existed, free, held}`: whether the count existed
 /// before the call, and the free and held permits after it.
 pub(super) static ADMIN: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'string' then return {-1, kind} end
 local value = redis.call('GET', KEYS[1])
 if value and not string.match(value, '^%-?%d+$') then return {-1, 'string'} end
 local existed = value and 1 or 0
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], 0, ARGV[1])
-if #expired > 0 then
-  redis.call('ZREM', KEYS[2], unpack(expired))
-  value = redis.call('INCRBY', KEYS[1], #expired)
-  if value > 0 then redis.pcall(ARGV[3], ARGV[2], value) end
-end
-local held = redis.call('ZCARD', KEYS[2])
+",
+        reclaim_expired!("ARGV[1]", "ARGV[2]", "ARGV[3]"),
+        r"local held = redis.call('ZCARD', KEYS[2])
 local free = tonumber(value or 0)
 local op, n = ARGV[4], tonumber(ARGV[5])
 if op == 'ensure' and not value or op == 'set' and (not value or free + held ~= n) then
@@ -49,7 +46,7 @@ elseif op == 'add' then
 end
 return {existed, free, held}
 ",
-    )
+    ))
 });
 
 /// What a call on the count does besides reading it.
@@ -103,7 +100,7 @@ impl Admin {
             .arg(timeouts(name))
             .arg(now_millis())
             .arg(channel(name))
-            .arg(if sharded { "SPUBLISH" } else { "PUBLISH" })
+            .arg(publish_verb(sharded))
             .arg(op)
             .arg(n);
         cmd

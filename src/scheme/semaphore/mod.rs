@@ -29,10 +29,11 @@
 //! `primitives/semaphore.rs`.
 
 use std::sync::LazyLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::redisson::{now_millis, publish_cmd, reclaim_expired, unexpected};
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, send_acquire, with_scripts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
@@ -57,19 +58,15 @@ pub(crate) const NO_LEASE: u64 = 922_337_203_685_477;
 /// semaphore does not exist). A value that is no number is an error, left alone
 /// (one that is no integer fails at `DECR`, before anything is written).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local value = redis.call('GET', KEYS[1])
 if value and not tonumber(value) then
   return redis.error_reply('ERR not a semaphore count')
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], 0, ARGV[2])
-if #expired > 0 then
-  redis.call('ZREM', KEYS[2], unpack(expired))
-  value = redis.call('INCRBY', KEYS[1], #expired)
-  if value > 0 then redis.pcall(ARGV[5], ARGV[4], value) end
-end
-if value and tonumber(value) >= 1 then
+",
+        reclaim_expired!("ARGV[2]", "ARGV[4]", "ARGV[5]"),
+        r"if value and tonumber(value) >= 1 then
   redis.call('DECR', KEYS[1])
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
   local ttl = redis.call('PTTL', KEYS[1])
@@ -82,7 +79,7 @@ if first[1] and tonumber(first[2]) < 922337203685477 then
 end
 return {0}
 ",
-    )
+    ))
 });
 
 /// Gives one permit back: Redisson's `tryRelease`.
@@ -174,7 +171,7 @@ impl Backend for SemaphoreBackend {
             now.into(),
             Arg::Bytes(&id),
             keys.channel.as_str().into(),
-            publish(conn).into(),
+            publish_cmd(conn).into(),
         ];
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
         // 1 taken, `{0, ms}` busy until the first lease ends, `{0}` busy.
@@ -186,13 +183,7 @@ impl Backend for SemaphoreBackend {
                 },
                 _ => Acquire::Busy { remaining: None },
             },
-            other => {
-                return Err(redis::RedisError::from((
-                    redis::ErrorKind::Client,
-                    "semaphore acquire: unexpected reply",
-                    format!("{other:?}"),
-                )));
-            }
+            other => return Err(unexpected("semaphore acquire", &other)),
         })
     }
 
@@ -215,7 +206,7 @@ impl Backend for SemaphoreBackend {
             Arg::Bytes(&id),
             now_millis().into(),
             announce.channel.into(),
-            publish(conn).into(),
+            publish_cmd(conn).into(),
         ];
         let reply = with_scripts(conn, &SCRIPTS, |c| c.request(&args))?;
         let n: i64 = redis::from_redis_value(reply)?;
@@ -252,22 +243,10 @@ impl Backend for SemaphoreBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
-}
 
-/// `PUBLISH`, or `SPUBLISH` on a connection to a cluster with sharded pub/sub
-/// (Redisson's `getPublishCommand`).
-pub(crate) fn publish(conn: &Conn) -> &'static str {
-    if conn.sharded() {
-        "SPUBLISH"
-    } else {
-        "PUBLISH"
+    fn label(&self) -> &'static str {
+        "semaphore"
     }
-}
-
-/// The unix time in milliseconds, the clock of the expiry scores.
-pub(crate) fn now_millis() -> u64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH);
-    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The score of a permit leased for `ttl` from `now`: kept below [`NO_LEASE`], so

@@ -3,26 +3,20 @@
 
 use redis::RedisResult;
 
+use crate::scheme::redisson::{prefix_name, suffix_name};
+
 /// Redisson's channel prefix (`RedissonPermitExpirableSemaphore.channelName`).
 const CHANNEL_PREFIX: &str = "redisson_sc";
 
 /// Redisson's `prefixName("redisson_sc", name)`: the name in braces (its own hash
 /// tag), or as it is when it holds a `{`.
 pub(crate) fn channel(name: &str) -> String {
-    if name.contains('{') {
-        format!("{CHANNEL_PREFIX}:{name}")
-    } else {
-        format!("{CHANNEL_PREFIX}:{{{name}}}")
-    }
+    prefix_name(CHANNEL_PREFIX, name)
 }
 
 /// Redisson's `suffixName(name, "timeout")`: the permits' expiry set.
 pub(crate) fn timeouts(name: &str) -> String {
-    if name.contains('{') {
-        format!("{name}:timeout")
-    } else {
-        format!("{{{name}}}:timeout")
-    }
+    suffix_name(name, "timeout")
 }
 
 /// A permit id's 16 bytes, as the expiry set stores them (Redisson's

@@ -157,6 +157,9 @@ impl Backend for TokenBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
+    fn label(&self) -> &'static str {
+        "token"
+    }
 }
 
 /// A new redlease token of the client tagged `tag`: [`TOKEN_PREFIX`], the tag and
