@@ -4,46 +4,67 @@
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::{RedisResult, Script, Value};
+use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::connection::Conn;
+use crate::error::Result;
 use crate::lease::LeaseState;
 use crate::owner::{ClientTag, Owner};
-use crate::scheme::{timeouts, write_wait};
+use crate::scheme::{Keys, TimestampUnit, companion, fair_keys, timeouts, write_wait};
 use crate::scripts::TOKEN_PREFIX;
 
-/// The most permit ids of one semaphore that [`LockInfo::holders`] lists.
+/// The most permit ids of one semaphore that [`LockInfo::holders`] lists, and
+/// the most waiters of a fair lock's queue that [`LockInfo::queue`] lists.
 pub const MAX_PERMITS: usize = 1000;
-/// Counts from here on (2001-09-09 in seconds) read as legacy timestamps when no
-/// permit is held.
-const TIMESTAMP_FROM: i64 = 1_000_000_000;
+/// Integers from here on (2001-09-09 in seconds) read as legacy timestamps in
+/// seconds when no permit is held; smaller ones as a semaphore's count.
+const SECONDS_FROM: u64 = 1_000_000_000;
+/// Integers from here on read as unix milliseconds: as seconds they would be
+/// past the year 5000, as milliseconds they are past 1973.
+const MILLIS_FROM: u64 = 100_000_000_000;
+/// Integers from here on (year 5138 in milliseconds) are no timestamp.
+const MILLIS_UNTIL: u64 = 100_000_000_000_000;
 
 /// One atomic snapshot of a lock key, so the value matches the type and TTL.
 /// KEYS[1] the lock key, KEYS[2] its fence counter, KEYS[3] the expiry set of a
-/// semaphore of that name, KEYS[4] a read-write lock's waiting-writer mark;
-/// ARGV[1] the most permit ids read. Read-only; `pcall` so a fence counter, set
-/// or mark of another type reads as absent. Returns `{type, pttl, value, fence,
-/// permit ids, whether a writer waits}`.
+/// semaphore of that name, KEYS[4] a read-write lock's waiting-writer mark,
+/// KEYS[5] and KEYS[6] the queue and timeout set of a fair lock of that name;
+/// ARGV[1] the most permit ids and waiters read, ARGV[2] now (unix ms).
+/// Read-only; `pcall` so a companion key of another type reads as absent.
+/// Returns `{type, pttl, value, fence, permits held, of those expired, permit
+/// ids, their expiries, whether a writer waits, waiters queued, queued ids,
+/// their timeouts}` (a missing expiry or timeout is `''`).
 static SNAPSHOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+local function num(r) if type(r) == 'number' then return r end return 0 end
+local function list(r) if type(r) == 'table' and not r['err'] then return r end return {} end
+local function score(r) if type(r) == 'string' then return r end return '' end
+local n = tonumber(ARGV[1])
 local kind = redis.call('TYPE', KEYS[1])['ok']
 local value = false
 if kind == 'string' then value = redis.call('GET', KEYS[1])
 elseif kind == 'hash' then value = redis.call('HGETALL', KEYS[1]) end
-local waits = 0
-if kind == 'hash' then waits = redis.pcall('EXISTS', KEYS[4]) end
-if type(waits) == 'table' then waits = 0 end
 local fence = redis.pcall('GET', KEYS[2])
-if type(fence) == 'table' then fence = false end
-local ids = {}
-if kind == 'none' or kind == 'string' then
-  ids = redis.pcall('ZRANGE', KEYS[3], 0, tonumber(ARGV[1]) - 1)
-  if ids['err'] then ids = {} end
+if type(fence) ~= 'string' then fence = false end
+local held = num(redis.pcall('ZCARD', KEYS[3]))
+local expired, ids, ends = 0, {}, {}
+if held > 0 then
+  expired = num(redis.pcall('ZCOUNT', KEYS[3], 0, ARGV[2]))
+  local flat = list(redis.pcall('ZRANGE', KEYS[3], 0, n - 1, 'WITHSCORES'))
+  for i = 1, #flat, 2 do ids[#ids + 1] = flat[i]; ends[#ends + 1] = flat[i + 1] end
 end
-return {kind, redis.call('PTTL', KEYS[1]), value, fence, ids, waits}
+local waits = 0
+if kind == 'hash' then waits = num(redis.pcall('EXISTS', KEYS[4])) end
+local queued = num(redis.pcall('LLEN', KEYS[5]))
+local queue, timeouts = {}, {}
+if queued > 0 then
+  queue = list(redis.pcall('LRANGE', KEYS[5], 0, n - 1))
+  for i = 1, #queue do timeouts[i] = score(redis.pcall('ZSCORE', KEYS[6], queue[i])) end
+end
+return {kind, redis.call('PTTL', KEYS[1]), value, fence, held, expired, ids, ends,
+  waits, queued, queue, timeouts}
 ",
     )
 });
@@ -57,9 +78,12 @@ pub enum LockFormat {
     /// A string that is not a number: a token lock (redlease's `rl1:…`, or
     /// another client's token: redis-py, redsync, node-redlock).
     Token,
-    /// A number: a legacy timestamp lock (its expiry).
+    /// A number of a timestamp's magnitude: a legacy timestamp lock (its expiry,
+    /// in the unit [`LockInfo::timestamp_unit`] guesses).
     LegacyTimestamp,
-    /// A hash: Redisson's reentrant layout, one field per owner.
+    /// A hash of `<uuid>:<thread>` fields with hold counts: Redisson's reentrant
+    /// layout, one field per owner. A fair lock (`RFairLock`) is stored so too,
+    /// with its waiters in [`LockInfo::queue`].
     Reentrant,
     /// A hash with a `mode`: Redisson's `RReadWriteLock` layout, one field per
     /// reader (`<uuid>:<thread>`) and writer (`<uuid>:<thread>:write`).
@@ -67,24 +91,81 @@ pub enum LockFormat {
     /// A count with an expiry set of permit ids: Redisson's
     /// `RPermitExpirableSemaphore` layout.
     Semaphore,
-    /// Any other type: no lock format.
+    /// Any other type or value: no lock format ([`LockInfo::redis_type`] says
+    /// which type, [`LockInfo::value`] a string's value).
     Other,
 }
 
-/// A lock key as Redis shows it, from [`LockClient::inspect`](crate::LockClient::inspect).
+/// A lock key as Redis shows it, from [`LockInfo::read`] or
+/// [`LockClient::inspect`](crate::LockClient::inspect).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockInfo {
     key: String,
+    fence_key: String,
+    channels: [String; 2],
     format: LockFormat,
+    redis_type: String,
+    value: Option<String>,
+    unit: Option<TimestampUnit>,
     ttl: Option<Duration>,
     fence: Option<u64>,
     waited: bool,
     mode: Option<String>,
     free: Option<i64>,
+    held: u64,
+    expired: u64,
     holders: Vec<Holder>,
+    queued: u64,
+    queue: Vec<Waiter>,
 }
 
 impl LockInfo {
+    /// Reads the lock `name` under `prefix` on `conn`, a plain connection to
+    /// the server (or cluster node) that holds it, as
+    /// [`LockClient::inspect`](crate::LockClient::inspect) does but without a
+    /// client: one atomic script for the key, its fence counter, a semaphore's
+    /// permits and a fair lock's queue, then one `HGETALL` of the session record
+    /// of each holder whose value names a redlease client
+    /// ([`Owner::lookup`]), on the same connection.
+    ///
+    /// # Errors
+    /// [`Error::InvalidKey`](crate::Error::InvalidKey) for an empty name,
+    /// [`Error::Redis`](crate::Error::Redis) when a call failed.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// use redlease::LockInfo;
+    /// let mut conn = redis::Client::open("redis://127.0.0.1/")?.get_connection()?;
+    /// let info = LockInfo::read(&mut conn, "lock:", "invoice:42")?;
+    /// println!("{:?}, {} queued", info.format(), info.queued());
+    /// for holder in info.holders() {
+    ///     println!("{} held by {:?}", holder.value(), holder.owner().session());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn read(conn: &mut dyn ConnectionLike, prefix: &str, name: &str) -> Result<Self> {
+        Self::read_with(conn, prefix, name, |c, tag| Owner::lookup(c, prefix, tag))
+    }
+
+    /// [`read`](Self::read), with the owners looked up by `lookup` (given
+    /// `conn` and each holder's tag) rather than on `conn`: for a session
+    /// record that lives elsewhere, such as on another master of a cluster.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read); a failed `lookup` is
+    /// [`Error::Redis`](crate::Error::Redis).
+    pub fn read_with(
+        conn: &mut dyn ConnectionLike,
+        prefix: &str,
+        name: &str,
+        mut lookup: impl FnMut(&mut dyn ConnectionLike, ClientTag) -> RedisResult<Owner>,
+    ) -> Result<Self> {
+        let keys = Keys::plain(prefix, name)?;
+        let info = snapshot(conn, &keys.lock, &keys.fence())?;
+        Ok(info.resolve(|tag| lookup(&mut *conn, tag))?)
+    }
+
     /// The key, with the client's prefix.
     pub fn key(&self) -> &str {
         &self.key
@@ -92,6 +173,22 @@ impl LockInfo {
     /// How the key is stored.
     pub fn format(&self) -> LockFormat {
         self.format
+    }
+    /// The key's Redis type (`none`, `string`, `hash`, `list`, …): what a key of
+    /// no lock format holds.
+    pub fn redis_type(&self) -> &str {
+        &self.redis_type
+    }
+    /// The key's value when it is a string (a token, a timestamp, a semaphore's
+    /// count, or a string of no lock format).
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
+    }
+    /// A legacy timestamp's unit, as its magnitude suggests (the value does not
+    /// say): seconds from 2001 (10 digits), milliseconds from 1973 (12 to 14);
+    /// `None` for other formats.
+    pub fn timestamp_unit(&self) -> Option<TimestampUnit> {
+        self.unit
     }
     /// Time left on the key; `None` when it is free or never expires by itself.
     pub fn ttl(&self) -> Option<Duration> {
@@ -102,9 +199,22 @@ impl LockInfo {
     pub fn fence(&self) -> Option<u64> {
         self.fence
     }
+    /// The name of that fence counter (`<prefix>redlease:fence`; in a cluster,
+    /// with the key's slot).
+    pub fn fence_key(&self) -> &str {
+        &self.fence_key
+    }
+    /// The channels a release of this key publishes its wake-up on: the token
+    /// scheme's (`{<key>}:released`) and Redisson's
+    /// (`redisson_lock__channel:{<key>}`), for a tool that deletes the key by
+    /// force and must wake its waiters.
+    pub fn release_channels(&self) -> [&str; 2] {
+        [&self.channels[0], &self.channels[1]]
+    }
     /// Whether a redlease caller waits for its release, as far as Redis can tell:
     /// a waiting caller marks a redlease token with a `+`, a waiting writer a
-    /// read-write lock with its mark (`{name}:redlease:write_wait`).
+    /// read-write lock with its mark (`{name}:redlease:write_wait`). A fair
+    /// lock's waiters are in [`queue`](Self::queue).
     pub fn waited(&self) -> bool {
         self.waited
     }
@@ -117,11 +227,31 @@ impl LockInfo {
     pub fn free_permits(&self) -> Option<i64> {
         self.free
     }
+    /// A semaphore's permits held (in its expiry set), expired ones included;
+    /// 0 for other formats.
+    pub fn permits_held(&self) -> u64 {
+        self.held
+    }
+    /// Of [`permits_held`](Self::permits_held), those past their lease by this
+    /// machine's clock: the next call on the semaphore gives them back.
+    pub fn permits_expired(&self) -> u64 {
+        self.expired
+    }
     /// Who holds it: one holder for a token or timestamp, one per owner field of a
-    /// reentrant or read-write hash, one per permit of a semaphore (the first
-    /// [`MAX_PERMITS`] ids); none when it is free.
+    /// reentrant or read-write hash (sorted by field), one per permit of a
+    /// semaphore (the first [`MAX_PERMITS`] ids, soonest to expire first); none
+    /// when it is free.
     pub fn holders(&self) -> &[Holder] {
         &self.holders
+    }
+    /// How many callers wait in the queue of a fair lock of that name
+    /// (`redisson_lock_queue:{<key>}`, Redisson's `RFairLock` layout).
+    pub fn queued(&self) -> u64 {
+        self.queued
+    }
+    /// The first [`MAX_PERMITS`] of them, oldest first, each with its timeout.
+    pub fn queue(&self) -> &[Waiter] {
+        &self.queue
     }
 }
 
@@ -131,6 +261,7 @@ pub struct Holder {
     value: String,
     holds: u64,
     owner: Owner,
+    until: Option<SystemTime>,
 }
 
 impl Holder {
@@ -147,6 +278,34 @@ impl Holder {
     /// Its owner, as its client's session record says.
     pub fn owner(&self) -> &Owner {
         &self.owner
+    }
+    /// When a semaphore permit's lease ends (its score in the expiry set);
+    /// `None` for other formats.
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        self.until
+    }
+    /// Whether a semaphore permit is past its lease by this machine's clock.
+    pub fn is_expired(&self) -> bool {
+        self.until.is_some_and(|t| t <= SystemTime::now())
+    }
+}
+
+/// A caller queued for a fair lock, from [`LockInfo::queue`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter {
+    id: String,
+    timeout: Option<SystemTime>,
+}
+
+impl Waiter {
+    /// Its owner id, `<client uuid>:<thread id>` (Redisson's layout).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// When it leaves the queue unless it polls again (its score in the fair
+    /// lock's timeout set); `None` when the set has no entry for it.
+    pub fn timeout(&self) -> Option<SystemTime> {
+        self.timeout
     }
 }
 
@@ -208,56 +367,125 @@ impl LockInfo {
 /// Reads `key` (fence counter `fence_key`) in one atomic script; each holder
 /// whose value names a redlease client is [`Owner::Gone`] until
 /// [`resolve`](LockInfo::resolve)d.
-pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<LockInfo> {
-    type Reply = (String, i64, Value, Option<String>, Vec<Vec<u8>>, bool);
-    let (kind, pttl, value, fence, ids, waits): Reply = conn.run(|c| {
-        SNAPSHOT
-            .key(key)
-            .key(fence_key)
-            .key(timeouts(key))
-            .key(write_wait(key))
-            .arg(MAX_PERMITS)
-            .invoke(c)
-    })?;
+pub(crate) fn snapshot(
+    conn: &mut dyn ConnectionLike,
+    key: &str,
+    fence_key: &str,
+) -> RedisResult<LockInfo> {
+    type Reply = (
+        String,
+        i64,
+        Value,
+        Option<String>,
+        (u64, u64, Vec<Vec<u8>>, Vec<String>),
+        bool,
+        (u64, Vec<String>, Vec<String>),
+    );
+    let [queue_key, timeout_key, redisson_channel] = fair_keys(key);
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let reply: Vec<Value> = SNAPSHOT
+        .key(key)
+        .key(fence_key)
+        .key(timeouts(key))
+        .key(write_wait(key))
+        .key(queue_key)
+        .key(timeout_key)
+        .arg(MAX_PERMITS)
+        .arg(now_ms)
+        .invoke(conn)?;
+    let mut reply = reply.into_iter();
+    let mut next = || reply.next().unwrap_or(Value::Nil);
+    let (kind, pttl, value, fence, semaphore, waits, fair): Reply = (
+        redis::from_redis_value(next())?,
+        redis::from_redis_value(next())?,
+        next(),
+        redis::from_redis_value(next())?,
+        (
+            redis::from_redis_value(next())?,
+            redis::from_redis_value(next())?,
+            redis::from_redis_value(next())?,
+            redis::from_redis_value(next())?,
+        ),
+        redis::from_redis_value::<i64>(next())? == 1,
+        (
+            redis::from_redis_value(next())?,
+            redis::from_redis_value(next())?,
+            redis::from_redis_value(next())?,
+        ),
+    );
+    let (held, expired, ids, until) = semaphore;
+    let (queued, queue, timeouts) = fair;
     let mut info = LockInfo {
         key: key.to_owned(),
+        fence_key: fence_key.to_owned(),
+        channels: [companion(key, "released"), redisson_channel],
         format: LockFormat::Other,
+        redis_type: kind,
+        value: None,
+        unit: None,
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence: fence.and_then(|f| f.parse().ok()),
         waited: false,
         mode: None,
         free: None,
+        held,
+        expired,
         holders: Vec::new(),
+        queued,
+        queue: queue
+            .into_iter()
+            .zip(
+                timeouts
+                    .iter()
+                    .map(|t| unix_ms(t))
+                    .chain(std::iter::repeat(None)),
+            )
+            .map(|(id, timeout)| Waiter { id, timeout })
+            .collect(),
     };
     let mut holders: Vec<(String, u64, Option<ClientTag>)> = Vec::new();
-    match (kind.as_str(), value) {
-        ("none", _) if ids.is_empty() => info.format = LockFormat::Free,
-        ("none", _) => info.free = Some(0),
+    match (info.redis_type.as_str(), value) {
+        ("none", _) if held > 0 => info.free = Some(0),
+        ("none", _) => info.format = LockFormat::Free,
         ("string", v) => {
             let v: String = redis::from_redis_value(v)?;
             let count = v.parse::<i64>().ok();
-            if let Some(n) = count.filter(|n| !ids.is_empty() || *n < TIMESTAMP_FROM) {
+            if let Some(n) = count.filter(|n| held > 0 || n.unsigned_abs() < SECONDS_FROM) {
                 info.free = Some(n);
             } else {
-                info.format = if count.is_some_and(|n| n >= 0) {
-                    LockFormat::LegacyTimestamp
-                } else {
-                    LockFormat::Token
-                };
-                info.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
-                let tag = ClientTag::of_token(&v);
-                holders.push((v, 1, tag));
+                match v.parse::<u64>() {
+                    Ok(n) if (SECONDS_FROM..MILLIS_FROM).contains(&n) => {
+                        info.unit = Some(TimestampUnit::Seconds);
+                    }
+                    Ok(n) if (MILLIS_FROM..MILLIS_UNTIL).contains(&n) => {
+                        info.unit = Some(TimestampUnit::Millis);
+                    }
+                    Ok(_) => {}
+                    Err(_) => info.format = LockFormat::Token,
+                }
+                if info.unit.is_some() {
+                    info.format = LockFormat::LegacyTimestamp;
+                }
+                if info.format != LockFormat::Other {
+                    info.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
+                    holders.push((v.clone(), 1, ClientTag::of_token(&v)));
+                }
             }
+            info.value = Some(v);
         }
         ("hash", v) => {
             let mut fields: HashMap<String, String> = redis::from_redis_value(v)?;
             info.mode = fields.remove("mode");
-            info.waited = info.mode.is_some() && waits;
-            info.format = if info.mode.is_some() {
-                LockFormat::ReadWrite
+            if info.mode.is_some() {
+                info.format = LockFormat::ReadWrite;
+                info.waited = waits;
+            } else if !fields.is_empty() && fields.iter().all(|(f, c)| is_owner(f, c)) {
+                info.format = LockFormat::Reentrant;
             } else {
-                LockFormat::Reentrant
-            };
+                fields.clear();
+            }
             for (field, count) in fields {
                 let tag = ClientTag::of_field(&field);
                 holders.push((field, count.parse().unwrap_or(0), tag));
@@ -266,24 +494,48 @@ pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<L
         }
         _ => {}
     }
-    if info.free.is_some() {
-        info.format = LockFormat::Semaphore;
-        for id in ids {
-            // 16 raw bytes; anything else is shown as it is and names no one.
-            let hex = uuid::Uuid::from_slice(&id).map_or_else(
-                |_| String::from_utf8_lossy(&id).into_owned(),
-                |u| u.simple().to_string(),
-            );
-            let tag = ClientTag::of_permit(&hex);
-            holders.push((hex, 1, tag));
-        }
-    }
     for (value, holds, tag) in holders {
         info.holders.push(Holder {
             value,
             holds,
             owner: tag.map_or(Owner::None, Owner::Gone),
+            until: None,
         });
     }
+    if info.free.is_some() {
+        info.format = LockFormat::Semaphore;
+        for (id, until) in ids.iter().zip(until.iter().map(|t| unix_ms(t))) {
+            // 16 raw bytes; anything else is shown as it is and names no one.
+            let hex = uuid::Uuid::from_slice(id).map_or_else(
+                |_| String::from_utf8_lossy(id).into_owned(),
+                |u| u.simple().to_string(),
+            );
+            let tag = ClientTag::of_permit(&hex);
+            info.holders.push(Holder {
+                value: hex,
+                holds: 1,
+                owner: tag.map_or(Owner::None, Owner::Gone),
+                until,
+            });
+        }
+    }
     Ok(info)
+}
+
+/// Whether a hash field and its value are a Redisson owner and hold count:
+/// `<id>:<thread id>` and an integer.
+fn is_owner(field: &str, count: &str) -> bool {
+    let owner = field
+        .rsplit_once(':')
+        .is_some_and(|(id, thread)| !id.is_empty() && thread.parse::<u64>().is_ok());
+    owner && count.parse::<i64>().is_ok()
+}
+
+/// A sorted-set score in unix milliseconds as a time; `None` when absent.
+fn unix_ms(score: &str) -> Option<SystemTime> {
+    let ms = score
+        .parse::<f64>()
+        .ok()
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)?;
+    UNIX_EPOCH.checked_add(Duration::from_secs_f64(ms / 1000.0))
 }

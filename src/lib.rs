@@ -301,7 +301,7 @@ pub use client::LockClient;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use fair::FairLock;
 pub use guard::LockGuard;
-pub use inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS};
+pub use inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 pub use options::{LockOptions, Renewal};
