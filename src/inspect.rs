@@ -445,62 +445,12 @@ pub(crate) fn snapshot(
             .map(|(id, timeout)| Waiter { id, timeout })
             .collect(),
     };
-    let mut holders: Vec<(String, u64, Option<ClientTag>)> = Vec::new();
     match (info.redis_type.as_str(), value) {
         ("none", _) if held > 0 => info.free = Some(0),
         ("none", _) => info.format = LockFormat::Free,
-        ("string", v) => {
-            let v: String = redis::from_redis_value(v)?;
-            let count = v.parse::<i64>().ok();
-            if let Some(n) = count.filter(|n| held > 0 || n.unsigned_abs() < SECONDS_FROM) {
-                info.free = Some(n);
-            } else {
-                match v.parse::<u64>() {
-                    Ok(n) if (SECONDS_FROM..MILLIS_FROM).contains(&n) => {
-                        info.unit = Some(TimestampUnit::Seconds);
-                    }
-                    Ok(n) if (MILLIS_FROM..MILLIS_UNTIL).contains(&n) => {
-                        info.unit = Some(TimestampUnit::Millis);
-                    }
-                    Ok(_) => {}
-                    Err(_) => info.format = LockFormat::Token,
-                }
-                if info.unit.is_some() {
-                    info.format = LockFormat::LegacyTimestamp;
-                }
-                if info.format != LockFormat::Other {
-                    info.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
-                    holders.push((v.clone(), 1, ClientTag::of_token(&v)));
-                }
-            }
-            info.value = Some(v);
-        }
-        ("hash", v) => {
-            let mut fields: HashMap<String, String> = redis::from_redis_value(v)?;
-            info.mode = fields.remove("mode");
-            if info.mode.is_some() {
-                info.format = LockFormat::ReadWrite;
-                info.waited = waits;
-            } else if !fields.is_empty() && fields.iter().all(|(f, c)| is_owner(f, c)) {
-                info.format = LockFormat::Reentrant;
-            } else {
-                fields.clear();
-            }
-            for (field, count) in fields {
-                let tag = ClientTag::of_field(&field);
-                holders.push((field, count.parse().unwrap_or(0), tag));
-            }
-            holders.sort_by(|a, b| a.0.cmp(&b.0));
-        }
+        ("string", v) => info.read_string(redis::from_redis_value(v)?),
+        ("hash", v) => info.read_hash(redis::from_redis_value(v)?, waits),
         _ => {}
-    }
-    for (value, holds, tag) in holders {
-        info.holders.push(Holder {
-            value,
-            holds,
-            owner: tag.map_or(Owner::None, Owner::Gone),
-            until: None,
-        });
     }
     if info.free.is_some() {
         info.format = LockFormat::Semaphore;
@@ -511,15 +461,73 @@ pub(crate) fn snapshot(
                 |u| u.simple().to_string(),
             );
             let tag = ClientTag::of_permit(&hex);
-            info.holders.push(Holder {
-                value: hex,
-                holds: 1,
-                owner: tag.map_or(Owner::None, Owner::Gone),
-                until,
-            });
+            info.holders.push(Holder::new(hex, 1, tag, until));
         }
     }
     Ok(info)
+}
+
+impl LockInfo {
+    /// A string key: a semaphore's count (with permits held, or too small for a
+    /// timestamp), a legacy timestamp, a token, or a number of no format.
+    fn read_string(&mut self, v: String) {
+        let count = v.parse::<i64>().ok();
+        if let Some(n) = count.filter(|n| self.held > 0 || n.unsigned_abs() < SECONDS_FROM) {
+            self.free = Some(n);
+        } else {
+            match v.parse::<u64>() {
+                Ok(n) if (SECONDS_FROM..MILLIS_FROM).contains(&n) => {
+                    self.unit = Some(TimestampUnit::Seconds);
+                }
+                Ok(n) if (MILLIS_FROM..MILLIS_UNTIL).contains(&n) => {
+                    self.unit = Some(TimestampUnit::Millis);
+                }
+                Ok(_) => {}
+                Err(_) => self.format = LockFormat::Token,
+            }
+            if self.unit.is_some() {
+                self.format = LockFormat::LegacyTimestamp;
+            }
+            if self.format != LockFormat::Other {
+                self.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
+                let tag = ClientTag::of_token(&v);
+                self.holders.push(Holder::new(v.clone(), 1, tag, None));
+            }
+        }
+        self.value = Some(v);
+    }
+
+    /// A hash key: a read-write lock (with a `mode`), a reentrant (or fair)
+    /// lock when every field is an owner, else of no format.
+    fn read_hash(&mut self, mut fields: HashMap<String, String>, waits: bool) {
+        self.mode = fields.remove("mode");
+        if self.mode.is_some() {
+            self.format = LockFormat::ReadWrite;
+            self.waited = waits;
+        } else if !fields.is_empty() && fields.iter().all(|(f, c)| is_owner(f, c)) {
+            self.format = LockFormat::Reentrant;
+        } else {
+            return;
+        }
+        for (field, count) in fields {
+            let tag = ClientTag::of_field(&field);
+            let holds = count.parse().unwrap_or(0);
+            self.holders.push(Holder::new(field, holds, tag, None));
+        }
+        self.holders.sort_by(|a, b| a.value.cmp(&b.value));
+    }
+}
+
+impl Holder {
+    /// A holder whose owner, when `tag` names one, is looked up later.
+    fn new(value: String, holds: u64, tag: Option<ClientTag>, until: Option<SystemTime>) -> Self {
+        Self {
+            value,
+            holds,
+            owner: tag.map_or(Owner::None, Owner::Gone),
+            until,
+        }
+    }
 }
 
 /// Whether a hash field and its value are a Redisson owner and hold count:

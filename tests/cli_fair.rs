@@ -101,7 +101,7 @@ fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() 
         queue_ours(&server, "job", &ours(), 0, SECTION, &turns, HUNG),
         queue_redisson(&server, "job", 1, SECTION, &turns, HUNG),
     ];
-    let mut doomed = redlease(&["run", "--url", &url, "--fair", "job", "--", "true"])
+    let mut doomed = redlease(["run", "--url", &url, "--fair", "job", "--", "true"])
         .spawn()
         .unwrap();
     await_queued(&server, "job", 3, HUNG, "the run");

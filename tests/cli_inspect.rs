@@ -8,6 +8,8 @@
 
 mod support;
 
+use std::fmt::Write as _;
+
 use redis::Value as Reply;
 use serde_json::Value;
 use support::RedisServer;
@@ -142,9 +144,9 @@ fn everything(server: &RedisServer) -> String {
         "fair", "fairfree", "nothing",
     ];
     for name in names {
-        out.push_str(&format!("== inspect {name}\n"));
+        let _ = writeln!(out, "== inspect {name}");
         out.push_str(&mask_text(&cli(server, &["inspect", name])));
-        out.push_str(&format!("== inspect --json {name}\n"));
+        let _ = writeln!(out, "== inspect --json {name}");
         out.push_str(&mask_json(&cli(server, &["inspect", "--json", name])));
         out.push('\n');
     }

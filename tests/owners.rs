@@ -542,7 +542,8 @@ fn read_on_a_plain_connection_matches_inspect_and_shows_the_queue_and_expired_pe
     let free = LockInfo::read(&mut conn, PREFIX, "tok").unwrap();
     assert_eq!((free.format(), free.holders()), (LockFormat::Free, &[][..]));
 
-    let ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_millis();
+    let ms =
+        |t: SystemTime| u64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap();
     let later = ms(SystemTime::now()) + 600_000;
     let waiter = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f:9";
     let unscored = "2d3e4f5a-6b7c-4d8e-9f0a-1b2c3d4e5f6a:4";
@@ -555,12 +556,7 @@ fn read_on_a_plain_connection_matches_inspect_and_shows_the_queue_and_expired_pe
             .arg(unscored),
     );
     let timeouts = "redisson_lock_timeout:{app:fair}";
-    let _: () = server.query(
-        redis::cmd("ZADD")
-            .arg(timeouts)
-            .arg(later as u64)
-            .arg(waiter),
-    );
+    let _: () = server.query(redis::cmd("ZADD").arg(timeouts).arg(later).arg(waiter));
     let fair = LockInfo::read(&mut conn, PREFIX, "fair").unwrap();
     assert_eq!(fair.format(), LockFormat::Reentrant);
     assert_eq!(fair.queued(), 2);
@@ -576,7 +572,7 @@ fn read_on_a_plain_connection_matches_inspect_and_shows_the_queue_and_expired_pe
     let _: () = server.query(
         redis::cmd("ZADD")
             .arg("{app:sem}:timeout")
-            .arg(later as u64)
+            .arg(later)
             .arg(id("aaaaaaaaaaaaaaaa1111111111111111"))
             .arg(1)
             .arg(id("cccccccccccccccc3333333333333333")),

@@ -187,7 +187,7 @@ pub(crate) fn to_json(info: &LockInfo) -> Value {
         }
         LockFormat::Reentrant => out["owners"] = json!(holds(None, "owner")),
         LockFormat::Semaphore => {
-            let ids: Vec<&str> = info.holders().iter().map(|h| h.value()).collect();
+            let ids: Vec<&str> = info.holders().iter().map(redlease::Holder::value).collect();
             out["permits"] = json!(ids);
             out["free"] = json!(info.free_permits());
             out["held"] = json!(info.permits_held());
