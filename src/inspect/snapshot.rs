@@ -240,10 +240,11 @@ fn is_owner(field: &str, count: &str) -> bool {
 }
 
 /// A sorted-set score in unix milliseconds as a time; `None` when absent.
+/// Whole milliseconds (what Redisson and redlease write) are read exactly.
 fn unix_ms(score: &str) -> Option<SystemTime> {
-    let ms = score
-        .parse::<f64>()
-        .ok()
-        .filter(|ms| ms.is_finite() && *ms >= 0.0)?;
-    UNIX_EPOCH.checked_add(Duration::from_secs_f64(ms / 1000.0))
+    let since = match score.parse::<u64>() {
+        Ok(ms) => Duration::from_millis(ms),
+        Err(_) => Duration::try_from_secs_f64(score.parse::<f64>().ok()? / 1000.0).ok()?,
+    };
+    UNIX_EPOCH.checked_add(since)
 }
