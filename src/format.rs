@@ -13,9 +13,12 @@ pub enum LockFormat {
     /// A string that is not a number: a token lock (redlease's `rl1:…`, or
     /// another client's token: redis-py, redsync, node-redlock).
     Token,
-    /// A number: a legacy timestamp lock (its expiry).
+    /// A number of a timestamp's magnitude: a legacy timestamp lock (its expiry,
+    /// in the unit [`LockInfo::timestamp_unit`](crate::LockInfo::timestamp_unit) guesses).
     LegacyTimestamp,
-    /// A hash: Redisson's reentrant layout, one field per owner.
+    /// A hash of `<uuid>:<thread>` fields with hold counts: Redisson's reentrant
+    /// layout, one field per owner. A fair lock (`RFairLock`) is stored so too,
+    /// with its waiters in [`LockInfo::queue`](crate::LockInfo::queue).
     Reentrant,
     /// A hash with a `mode`: Redisson's `RReadWriteLock` layout, one field per
     /// reader (`<uuid>:<thread>`) and writer (`<uuid>:<thread>:write`).
@@ -26,10 +29,13 @@ pub enum LockFormat {
     /// Redisson's `RFairLock` layout: the reentrant hash, with a wait queue (a
     /// list) and the waiters' timeouts (a sorted set) beside it. What a
     /// [`FairLock`](crate::FairLock) expects in [`Error::WrongFormat`](crate::Error::WrongFormat);
-    /// [`LockClient::inspect`](crate::LockClient::inspect) reads the lock key
-    /// alone, so it shows a held fair lock as [`Reentrant`](Self::Reentrant).
+    /// [`LockClient::inspect`](crate::LockClient::inspect) shows a held fair lock
+    /// as [`Reentrant`](Self::Reentrant), its waiters in
+    /// [`LockInfo::queue`](crate::LockInfo::queue).
     Fair,
-    /// Any other type: no lock format.
+    /// Any other type or value: no lock format
+    /// ([`LockInfo::redis_type`](crate::LockInfo::redis_type) says which type,
+    /// [`LockInfo::value`](crate::LockInfo::value) a string's value).
     Other,
 }
 

@@ -154,7 +154,7 @@ pub use client::builder::{
     DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
 };
 pub use client::guard::LockGuard;
-pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS};
+pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 pub use client::options::{LockOptions, Renewal};
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use lease::{LeaseLost, LossReason};

@@ -514,3 +514,95 @@ fn in_a_cluster_owners_are_read_from_the_session_records_own_master() {
     }
     drop(guards);
 }
+
+/// `LockInfo::read` on a plain connection reads what `LockClient::inspect` reads,
+/// owners resolved, and shows a fair lock's queued waiters with their timeouts and
+/// a semaphore's permits with their expiries, an expired one included.
+#[test]
+fn read_on_a_plain_connection_matches_inspect_and_shows_the_queue_and_expired_permits() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    use redlease::LockInfo;
+
+    let server = RedisServer::start();
+    let locker = client(&server);
+    let guard = locker.lock("tok").unwrap();
+    let mut conn = server.conn();
+    let read = LockInfo::read(&mut conn, PREFIX, "tok").unwrap();
+    let inspected = locker.inspect("tok").unwrap();
+    assert_eq!(read.format(), LockFormat::Token);
+    assert_eq!(read.holders(), inspected.holders());
+    assert_eq!(
+        (read.key(), read.fence_key(), read.value()),
+        (inspected.key(), inspected.fence_key(), inspected.value())
+    );
+    let session = read.holders()[0].owner().session().expect("an alive owner");
+    assert_eq!(session.pid(), std::process::id());
+    drop(guard);
+    let free = LockInfo::read(&mut conn, PREFIX, "tok").unwrap();
+    assert_eq!((free.format(), free.holders()), (LockFormat::Free, &[][..]));
+
+    let ms =
+        |t: SystemTime| u64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap();
+    let later = ms(SystemTime::now()) + 600_000;
+    let waiter = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f:9";
+    let unscored = "2d3e4f5a-6b7c-4d8e-9f0a-1b2c3d4e5f6a:4";
+    let field = "0f8e4c2a-6b1d-4f3e-9a7c-5d2b8e1f0a36:1";
+    let _: () = server.query(redis::cmd("HSET").arg("app:fair").arg(field).arg(1));
+    let _: () = server.query(
+        redis::cmd("RPUSH")
+            .arg("redisson_lock_queue:{app:fair}")
+            .arg(waiter)
+            .arg(unscored),
+    );
+    let timeouts = "redisson_lock_timeout:{app:fair}";
+    let _: () = server.query(redis::cmd("ZADD").arg(timeouts).arg(later).arg(waiter));
+    let fair = LockInfo::read(&mut conn, PREFIX, "fair").unwrap();
+    assert_eq!(fair.format(), LockFormat::Reentrant);
+    assert_eq!(fair.queued(), 2);
+    let queue: Vec<_> = fair
+        .queue()
+        .iter()
+        .map(|w| (w.id(), w.timeout().map(ms)))
+        .collect();
+    assert_eq!(queue, [(waiter, Some(later)), (unscored, None)]);
+
+    let id = |hex: &str| uuid::Uuid::try_parse(hex).unwrap().as_bytes().to_vec();
+    let _: () = server.query(redis::cmd("SET").arg("app:sem").arg(2));
+    let _: () = server.query(
+        redis::cmd("ZADD")
+            .arg("{app:sem}:timeout")
+            .arg(later)
+            .arg(id("aaaaaaaaaaaaaaaa1111111111111111"))
+            .arg(1)
+            .arg(id("cccccccccccccccc3333333333333333")),
+    );
+    let sem = LockInfo::read(&mut conn, PREFIX, "sem").unwrap();
+    assert_eq!(sem.format(), LockFormat::Semaphore);
+    assert_eq!(
+        (
+            sem.free_permits(),
+            sem.permits_held(),
+            sem.permits_expired()
+        ),
+        (Some(2), 2, 1)
+    );
+    let permits: Vec<_> = sem
+        .holders()
+        .iter()
+        .map(|h| (h.value(), h.is_expired(), h.expires_at().map(ms)))
+        .collect();
+    assert_eq!(
+        permits,
+        [
+            ("cccccccccccccccc3333333333333333", true, Some(1)),
+            ("aaaaaaaaaaaaaaaa1111111111111111", false, Some(later)),
+        ]
+    );
+
+    let empty = LockInfo::read(&mut conn, PREFIX, "");
+    assert!(
+        matches!(empty, Err(redlease::Error::Invalid { .. })),
+        "{empty:?}"
+    );
+}

@@ -7,7 +7,8 @@
 //! options with the client's defaults filled in; `options.rs` [`LockOptions`] and the
 //! client-wide settings; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
 //! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
-//! constructors; `inspect.rs` what `inspect` and `held` return; `owners.rs` `inspect`
+//! constructors; `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
+//! over any connection); `owners.rs` `inspect`
 //! and `held` themselves.
 
 use std::fmt;

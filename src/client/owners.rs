@@ -16,7 +16,10 @@ impl LockClient {
     /// program, alive or gone), from the holder's client's session record.
     /// Holders are a token's or timestamp's value, each owner field of a
     /// reentrant lock, each reader and writer field of a read-write lock, and
-    /// each permit id of a semaphore (up to [`MAX_PERMITS`](crate::MAX_PERMITS)).
+    /// each permit id of a semaphore, expired ones included (up to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)); a fair lock's waiters are in
+    /// [`LockInfo::queue`]. The same reading as [`LockInfo::read`] on a plain
+    /// connection.
     ///
     /// Costs two round trips and one more per holder that names a redlease
     /// client; locks pay nothing for it. A token of another client (redis-py) or
@@ -46,7 +49,7 @@ impl LockClient {
         let topology = &self.inner.hub.topology;
         let fence = topology.fence_of(&keys);
         let info = on_reader(topology, &keys.lock, |c| {
-            inspect::read(c, &keys.lock, &fence)
+            c.run(|c| inspect::snapshot(c, &keys.lock, &fence))
         })?;
         // A session record lives where its own key does (another master of a
         // cluster), and on every master of a quorum.

@@ -20,6 +20,14 @@ pub(crate) struct Keys {
 impl Keys {
     /// Derives the names for `key` as `backend` stores it, checking it.
     pub(crate) fn new(prefix: &str, key: &str, backend: &dyn Backend) -> Result<Self> {
+        let mut keys = Self::plain(prefix, key)?;
+        keys.channel = backend.channel(&keys.lock);
+        Ok(keys)
+    }
+
+    /// The names for `key` as a reader sees them, without a scheme: no
+    /// channel. An error for an empty key.
+    pub(crate) fn plain(prefix: &str, key: &str) -> Result<Self> {
         if key.is_empty() {
             return Err(Error::Invalid {
                 what: "lock key",
@@ -30,7 +38,7 @@ impl Keys {
         lock.push_str(prefix);
         lock.push_str(key);
         Ok(Self {
-            channel: backend.channel(&lock),
+            channel: String::new(),
             lock,
             prefix: prefix.len(),
             slot_tag: None,

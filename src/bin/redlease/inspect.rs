@@ -1,237 +1,238 @@
 //! `redlease inspect KEY [--json]`: which format holds a lock key, the time left on
-//! it, its fence counter, and who holds it (`owners`). Also the one-line summary the status line and
+//! it, its fence counter, and who holds it (`owners`), as the library's
+//! `LockInfo::read` finds them. Also the one-line summary the status line and
 //! `release --force` print.
 
 use std::fmt::Write as _;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use redlease::{LockFormat, LockInfo, TimestampUnit};
 use serde_json::{Value, json};
 
 use crate::args::{InspectArgs, server_name};
 use crate::exit::Failure;
-use crate::owners::{self, Owned};
-use crate::probe::{self, Holder, Snapshot};
+use crate::owners;
+use crate::probe;
 
 /// Runs `inspect`: prints what holds the key. Exit code 0 when the key could be
 /// read, whatever holds it (also when nothing does).
 pub(crate) fn inspect(args: &InspectArgs) -> Result<u8, Failure> {
     let url = args.server.one_server("inspect")?;
     let server = server_name(&url);
-    let key = args.server.full_key(&args.key);
-    let fence = probe::fence_key(&args.server.prefix);
-    let (snapshot, owned) = probe::connect(&url)
-        .and_then(|mut con| {
-            let snapshot = probe::read(&mut con, &key, &fence)?;
-            let owned = owners::owners(&mut con, None, &args.server.prefix, &snapshot.holder)?;
-            Ok((snapshot, owned))
-        })
-        .map_err(|e| Failure::redis(&e, &server))?;
+    let mut con = probe::connect(&url).map_err(|e| Failure::redis(&e, &server))?;
+    let info = LockInfo::read(&mut con, &args.server.prefix, &args.key)
+        .map_err(|e| Failure::from_lib(&e, &server))?;
     if args.json {
-        println!("{}", to_json(&key, &fence, &snapshot, &owned));
+        println!("{}", to_json(&info));
     } else {
-        print!("{}", to_text(&key, &fence, &snapshot, &owned));
+        print!("{}", to_text(&info));
     }
     Ok(0)
 }
 
 /// A short description of the holder and its time left, for one line.
-pub(crate) fn summary(snapshot: &Snapshot) -> String {
-    let left = snapshot.ttl.map_or_else(String::new, |t| {
+pub(crate) fn summary(info: &LockInfo) -> String {
+    let left = info.ttl().map_or_else(String::new, |t| {
         format!(", {} left", seconds(t.as_secs_f64()))
     });
-    match &snapshot.holder {
-        Holder::Absent => "free".to_owned(),
-        Holder::Token(_) => format!("held by a token lock{left}"),
-        Holder::LegacyMillis(_) | Holder::LegacySeconds(_) => {
-            let unit = if matches!(snapshot.holder, Holder::LegacyMillis(_)) {
-                "ms"
-            } else {
-                "s"
-            };
-            let expiry = legacy_left(&snapshot.holder).map_or_else(String::new, expires);
-            format!("held by a legacy timestamp lock ({unit}){expiry}{left}")
-        }
-        Holder::Reentrant(owners) => {
+    let holders = info.holders();
+    match info.format() {
+        LockFormat::Free => "free".to_owned(),
+        LockFormat::Token => format!("held by a token lock{left}"),
+        LockFormat::LegacyTimestamp => {
+            let expiry = legacy_left(info).map_or_else(String::new, expires);
             format!(
-                "held by a reentrant lock of {} owner(s){left}",
-                owners.len()
+                "held by a legacy timestamp lock ({}){expiry}{left}",
+                unit(info)
             )
         }
-        Holder::Semaphore { free, held, .. } => {
-            format!("a semaphore: {held} permit(s) held, {free} free")
+        LockFormat::Reentrant => {
+            format!(
+                "held by a reentrant lock of {} owner(s){left}",
+                holders.len()
+            )
         }
-        Holder::ReadWrite {
-            mode,
-            readers,
-            writers,
-        } => format!(
-            "a read-write lock in {mode} mode: {} reader(s), {} writer(s){left}",
-            readers.len(),
-            writers.len()
+        LockFormat::Semaphore => format!(
+            "a semaphore: {} permit(s) held, {} free",
+            info.permits_held(),
+            info.free_permits().unwrap_or(0)
         ),
-        Holder::Other { kind, .. } => format!("holding a {kind} (no lock format){left}"),
+        LockFormat::ReadWrite => {
+            let writers = holders.iter().filter(|h| is_writer(h.value())).count();
+            format!(
+                "a read-write lock in {} mode: {} reader(s), {writers} writer(s){left}",
+                info.mode().unwrap_or_default(),
+                holders.len() - writers,
+            )
+        }
+        _ => format!("holding a {} (no lock format){left}", info.redis_type()),
     }
 }
 
 /// The text `inspect` prints: one `name: value` line per fact.
-fn to_text(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> String {
-    let mut out = format!("key:     {key}\n");
-    let holder = match &s.holder {
-        Holder::Absent => "none: the key does not exist".to_owned(),
-        Holder::Token(value) if value.starts_with("rl1:") && value.ends_with('+') => {
+fn to_text(info: &LockInfo) -> String {
+    let mut out = format!("key:     {}\n", info.key());
+    let holders = info.holders();
+    let value = info.value().unwrap_or_default();
+    let holder = match info.format() {
+        LockFormat::Free => "none: the key does not exist".to_owned(),
+        LockFormat::Token if info.waited() => {
             format!("token lock, value {value} (redlease; callers wait for its release)")
         }
-        Holder::Token(value) => format!("token lock, value {value}"),
-        Holder::LegacyMillis(at) => format!("legacy timestamp lock (ms), expiry {at}"),
-        Holder::LegacySeconds(at) => format!("legacy timestamp lock (s), expiry {at}"),
-        Holder::Reentrant(owners) => {
+        LockFormat::Token => format!("token lock, value {value}"),
+        LockFormat::LegacyTimestamp => {
+            format!("legacy timestamp lock ({}), expiry {value}", unit(info))
+        }
+        LockFormat::Reentrant => {
             let mut text = "reentrant hash (Redisson layout)".to_owned();
-            for (owner, count) in owners {
-                let _ = write!(text, "\n  owner {owner}, held {count} time(s)");
+            for h in holders {
+                let _ = write!(text, "\n  owner {}, held {} time(s)", h.value(), h.holds());
             }
             text
         }
-        Holder::Semaphore {
-            free,
-            held,
-            expired,
-            ids,
-        } => {
+        LockFormat::Semaphore => {
+            let (free, held) = (info.free_permits().unwrap_or(0), info.permits_held());
             let mut text = format!(
                 "semaphore (Redisson's permit-expirable layout): {held} permit(s) held \
-                 ({expired} past their lease), {free} free, {} in all",
-                free.saturating_add_unsigned(*held)
+                 ({} past their lease), {free} free, {} in all",
+                info.permits_expired(),
+                free.saturating_add_unsigned(held)
             );
-            for id in ids {
-                let _ = write!(text, "\n  permit {id}");
+            for h in holders {
+                let _ = write!(text, "\n  permit {}", h.value());
             }
             text
         }
-        Holder::ReadWrite {
-            mode,
-            readers,
-            writers,
-        } => {
-            let mut text =
-                format!("read-write lock (Redisson's RReadWriteLock layout), mode {mode}");
-            for (field, count) in writers {
-                let _ = write!(text, "\n  writer {field}, held {count} time(s)");
+        LockFormat::ReadWrite => {
+            let mut text = format!(
+                "read-write lock (Redisson's RReadWriteLock layout), mode {}",
+                info.mode().unwrap_or_default()
+            );
+            for h in holders.iter().filter(|h| is_writer(h.value())) {
+                let _ = write!(text, "\n  writer {}, held {} time(s)", h.value(), h.holds());
             }
-            for (field, count) in readers {
-                let _ = write!(text, "\n  reader {field}, held {count} time(s)");
+            for h in holders.iter().filter(|h| !is_writer(h.value())) {
+                let _ = write!(text, "\n  reader {}, held {} time(s)", h.value(), h.holds());
             }
             text
         }
-        Holder::Other { kind, value: None } => format!("unknown: a {kind}"),
-        Holder::Other {
-            kind,
-            value: Some(v),
-        } => format!("unknown: a {kind}, value {v}"),
+        _ => match info.value() {
+            None => format!("unknown: a {}", info.redis_type()),
+            Some(v) => format!("unknown: a {}, value {v}", info.redis_type()),
+        },
     };
     let _ = writeln!(out, "format:  {holder}");
-    out.push_str(&owners::to_text(owned));
-    if s.queued > 0 {
+    out.push_str(&owners::to_text(&owners::owned(info)));
+    if info.queued() > 0 {
         let _ = writeln!(
             out,
             "queue:   {} waiting (a fair lock, Redisson's RFairLock layout)",
-            s.queued
+            info.queued()
         );
     }
-    if let Some(left) = legacy_left(&s.holder) {
+    if let Some(left) = legacy_left(info) {
         let _ = writeln!(
             out,
             "expiry:  {} by this machine's clock",
             &expires(left)[2..]
         );
     }
-    let ttl = match (&s.holder, s.ttl) {
-        (Holder::Absent, _) => "-".to_owned(),
+    let ttl = match (info.format(), info.ttl()) {
+        (LockFormat::Free, _) => "-".to_owned(),
         (_, None) => "none (the key never expires by itself)".to_owned(),
         (_, Some(t)) => format!("{} left", seconds(t.as_secs_f64())),
     };
     let _ = writeln!(out, "ttl:     {ttl}");
-    let fence = s.fence.as_deref().unwrap_or("absent");
-    let _ = writeln!(out, "fence:   {fence} ({fence_key})");
+    let fence = info
+        .fence()
+        .map_or_else(|| "absent".to_owned(), |f| f.to_string());
+    let _ = writeln!(out, "fence:   {fence} ({})", info.fence_key());
     out
 }
 
 /// The JSON `inspect --json` prints, and `list --json` one per line.
-pub(crate) fn to_json(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> Value {
-    let (format, kind) = match &s.holder {
-        Holder::Absent => ("absent", "none"),
-        Holder::Token(_) => ("token", "string"),
-        Holder::LegacyMillis(_) => ("legacy-ms", "string"),
-        Holder::LegacySeconds(_) => ("legacy-s", "string"),
-        Holder::Reentrant(_) => ("reentrant", "hash"),
-        Holder::Semaphore { .. } => ("semaphore", "string"),
-        Holder::ReadWrite { .. } => ("read-write", "hash"),
-        Holder::Other { kind, .. } => ("other", kind.as_str()),
+pub(crate) fn to_json(info: &LockInfo) -> Value {
+    let (format, kind) = match info.format() {
+        LockFormat::Free => ("absent", "none"),
+        LockFormat::Token => ("token", "string"),
+        LockFormat::LegacyTimestamp if unit(info) == "ms" => ("legacy-ms", "string"),
+        LockFormat::LegacyTimestamp => ("legacy-s", "string"),
+        LockFormat::Reentrant => ("reentrant", "hash"),
+        LockFormat::Semaphore => ("semaphore", "string"),
+        LockFormat::ReadWrite => ("read-write", "hash"),
+        _ => ("other", info.redis_type()),
     };
     let mut out = json!({
-        "key": key,
+        "key": info.key(),
         "format": format,
         "type": kind,
-        "pttl_ms": s.ttl.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
-        "fence_key": fence_key,
-        "queued": s.queued,
-        "fence": s.fence.as_deref().map(|f| f.parse::<u64>().map_or_else(|_| json!(f), |n| json!(n))),
-        "holders": owners::to_json(owned),
+        "pttl_ms": info.ttl().map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        "fence_key": info.fence_key(),
+        "queued": info.queued(),
+        "fence": info.fence(),
+        "holders": owners::to_json(&owners::owned(info)),
     });
-    match &s.holder {
-        Holder::Token(value)
-        | Holder::Other {
-            value: Some(value), ..
-        } => out["value"] = json!(value),
-        Holder::LegacyMillis(at) | Holder::LegacySeconds(at) => {
-            out["expiry"] = json!(at);
-            out["expires_in_ms"] = json!(legacy_left(&s.holder));
+    let holds = |writers: Option<bool>, name: &str| -> Vec<Value> {
+        info.holders()
+            .iter()
+            .filter(|h| writers.is_none_or(|w| is_writer(h.value()) == w))
+            .map(|h| json!({ name: h.value(), "count": h.holds() }))
+            .collect()
+    };
+    match info.format() {
+        LockFormat::Token => out["value"] = json!(info.value()),
+        LockFormat::LegacyTimestamp => {
+            out["expiry"] = json!(info.value().and_then(|v| v.parse::<u64>().ok()));
+            out["expires_in_ms"] = json!(legacy_left(info));
         }
-        Holder::Reentrant(owners) => {
-            let owners: Vec<Value> = owners
-                .iter()
-                .map(|(owner, count)| json!({ "owner": owner, "count": count }))
-                .collect();
-            out["owners"] = json!(owners);
-        }
-        Holder::Semaphore {
-            free,
-            held,
-            expired,
-            ids,
-        } => {
+        LockFormat::Reentrant => out["owners"] = json!(holds(None, "owner")),
+        LockFormat::Semaphore => {
+            let ids: Vec<&str> = info.holders().iter().map(redlease::Holder::value).collect();
             out["permits"] = json!(ids);
-            out["free"] = json!(free);
-            out["held"] = json!(held);
-            out["expired"] = json!(expired);
+            out["free"] = json!(info.free_permits());
+            out["held"] = json!(info.permits_held());
+            out["expired"] = json!(info.permits_expired());
         }
-        Holder::ReadWrite {
-            mode,
-            readers,
-            writers,
-        } => {
-            let list = |holds: &[(String, i64)]| -> Vec<Value> {
-                holds
-                    .iter()
-                    .map(|(field, count)| json!({ "field": field, "count": count }))
-                    .collect()
-            };
-            out["mode"] = json!(mode);
-            out["readers"] = json!(list(readers));
-            out["writers"] = json!(list(writers));
+        LockFormat::ReadWrite => {
+            out["mode"] = json!(info.mode());
+            out["readers"] = json!(holds(Some(false), "field"));
+            out["writers"] = json!(holds(Some(true), "field"));
         }
-        Holder::Absent | Holder::Other { value: None, .. } => {}
+        LockFormat::Free => {}
+        _ => {
+            if let Some(value) = info.value() {
+                out["value"] = json!(value);
+            }
+        }
     }
     out
 }
 
+/// Whether a read-write lock's field is its writer's.
+pub(crate) fn is_writer(field: &str) -> bool {
+    field.ends_with(":write")
+}
+
+/// `ms` or `s`: a legacy timestamp's unit.
+fn unit(info: &LockInfo) -> &'static str {
+    match info.timestamp_unit() {
+        Some(TimestampUnit::Seconds) => "s",
+        _ => "ms",
+    }
+}
+
 /// Milliseconds from now to a legacy lock's expiry (negative: expired), by this
 /// machine's clock.
-fn legacy_left(holder: &Holder) -> Option<i64> {
-    let (expiry_ms, now_ms) = match *holder {
-        Holder::LegacyMillis(at) => (i128::from(at), i128::from(probe::now_in(1))),
-        Holder::LegacySeconds(at) => (i128::from(at) * 1000, i128::from(probe::now_in(1))),
-        _ => return None,
+fn legacy_left(info: &LockInfo) -> Option<i64> {
+    let at = i128::from(info.value()?.parse::<u64>().ok()?);
+    let expiry_ms = match info.timestamp_unit()? {
+        TimestampUnit::Seconds => at * 1000,
+        _ => at,
     };
-    i64::try_from(expiry_ms - now_ms).ok()
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(expiry_ms - i128::try_from(now.as_millis()).ok()?).ok()
 }
 
 /// `, expires in 3.2s` or `, expired 3.2s ago`.

@@ -8,12 +8,13 @@
 //! counter, session records) are not locks and are left out.
 
 use redis::{Connection, ConnectionInfo, IntoConnectionInfo, Value};
+use redlease::LockInfo;
 
 use crate::args::{ListArgs, Servers, server_name};
 use crate::exit::Failure;
 use crate::inspect::{summary, to_json};
-use crate::owners::{self, Owned};
-use crate::probe::{self, Snapshot};
+use crate::owners;
+use crate::probe;
 
 /// Keys a `SCAN` call looks at.
 const SCAN_COUNT: usize = 100;
@@ -41,26 +42,25 @@ pub(crate) fn list(args: &ListArgs) -> Result<u8, Failure> {
         let mut con = probe::connect_info(info.clone()).map_err(|e| fail(&e))?;
         nodes = masters(&mut con, &info).map_err(|e| fail(&e))?;
     }
-    let fence = probe::fence_key(prefix);
-    let mut found: Vec<(String, Snapshot, Vec<Owned>)> = Vec::new();
+    let mut found: Vec<LockInfo> = Vec::new();
     for node in nodes {
         let mut con = probe::connect_info(node).map_err(|e| fail(&e))?;
         let on_cluster = cluster.then_some(&info);
         for key in scan(&mut con, prefix).map_err(|e| fail(&e))? {
-            let snapshot = probe::read(&mut con, &key, &fence).map_err(|e| fail(&e))?;
-            let owned = owners::owners(&mut con, on_cluster, prefix, &snapshot.holder)
-                .map_err(|e| fail(&e))?;
-            found.push((key, snapshot, owned));
+            let lookup =
+                |c: &mut dyn redis::ConnectionLike, tag| owners::lookup(c, on_cluster, prefix, tag);
+            let read = LockInfo::read_with(&mut con, prefix, &key[prefix.len()..], lookup);
+            found.push(read.map_err(|e| Failure::from_lib(&e, &server))?);
         }
     }
-    found.sort_by(|a, b| a.0.cmp(&b.0));
-    for (key, snapshot, owned) in &found {
+    found.sort_by(|a, b| a.key().cmp(b.key()));
+    for info in &found {
         if args.json {
-            println!("{}", to_json(key, &fence, snapshot, owned));
+            println!("{}", to_json(info));
         } else {
-            let who = owners::short(owned);
+            let who = owners::short(&owners::owned(info));
             let sep = if who.is_empty() { "" } else { ", " };
-            println!("{key}  {}{sep}{who}", summary(snapshot));
+            println!("{}  {}{sep}{who}", info.key(), summary(info));
         }
     }
     Ok(0)
@@ -79,7 +79,8 @@ pub(crate) fn pattern(prefix: &str) -> String {
     out
 }
 
-/// Every key under `prefix` on `con`'s node but redlease's own.
+/// Every key under `prefix` on `con`'s node but redlease's own and the prefix
+/// itself (a lock's name is never empty).
 fn scan(con: &mut Connection, prefix: &str) -> redis::RedisResult<Vec<String>> {
     let own = format!("{prefix}redlease:");
     let pattern = pattern(prefix);
@@ -95,9 +96,9 @@ fn scan(con: &mut Connection, prefix: &str) -> redis::RedisResult<Vec<String>> {
             .query(con)?;
         // `MATCH` is checked again here: the prefix is meant literally.
         keys.extend(
-            batch
-                .into_iter()
-                .filter(|k| k.starts_with(prefix) && !k.starts_with(&own)),
+            batch.into_iter().filter(|k| {
+                k.len() > prefix.len() && k.starts_with(prefix) && !k.starts_with(&own)
+            }),
         );
         cursor = next;
         if cursor == 0 {

@@ -8,11 +8,12 @@
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
 
-use redis::{ConnectionAddr, ConnectionInfo, RedisResult};
-use redlease::{ClientTag, Owner};
+use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
+use redlease::{ClientTag, LockFormat, LockInfo, Owner};
 use serde_json::{Value, json};
 
-use crate::probe::{self, Holder};
+use crate::inspect::is_writer;
+use crate::probe;
 
 /// One holder's value and its owner.
 #[derive(Debug)]
@@ -21,55 +22,49 @@ pub(crate) struct Owned {
     pub(crate) owner: Owner,
 }
 
-/// The owners of `holder`'s values, looked up under `prefix` on `con`; in a
-/// cluster (`cluster` names how the seed was reached), a record on another
-/// master is read there.
-pub(crate) fn owners(
-    con: &mut redis::Connection,
-    cluster: Option<&ConnectionInfo>,
-    prefix: &str,
-    holder: &Holder,
-) -> RedisResult<Vec<Owned>> {
-    let values: Vec<(&str, Option<ClientTag>)> = match holder {
-        Holder::Token(v) => vec![(v.as_str(), ClientTag::of_token(v))],
-        Holder::Reentrant(fields) => fields
-            .iter()
-            .map(|(f, _)| (f.as_str(), ClientTag::of_field(f)))
-            .collect(),
-        Holder::ReadWrite {
-            readers, writers, ..
-        } => writers
-            .iter()
-            .chain(readers)
-            .map(|(f, _)| (f.as_str(), ClientTag::of_field(f)))
-            .collect(),
-        Holder::Semaphore { ids, .. } => ids
-            .iter()
-            .map(|id| (id.as_str(), ClientTag::of_permit(id)))
-            .collect(),
+/// The holders of `info` that may name an owner, as shown: a token's, each
+/// owner field (a read-write lock's writers first), each permit id.
+pub(crate) fn owned(info: &LockInfo) -> Vec<Owned> {
+    let mut holders: Vec<_> = match info.format() {
+        LockFormat::Token | LockFormat::Reentrant | LockFormat::Semaphore => {
+            info.holders().iter().collect()
+        }
+        LockFormat::ReadWrite => {
+            let (mut writers, readers): (Vec<_>, Vec<_>) =
+                info.holders().iter().partition(|h| is_writer(h.value()));
+            writers.extend(readers);
+            writers
+        }
         _ => Vec::new(),
     };
-    let mut out = Vec::with_capacity(values.len());
-    for (value, tag) in values {
-        let owner = match tag {
-            None => Owner::None,
-            Some(tag) => match Owner::lookup(con, prefix, tag) {
-                Err(e) => match (cluster, e.redirect_node()) {
-                    (Some(info), Some((addr, _))) => {
-                        let mut there = probe::connect_info(at(info, addr)?)?;
-                        Owner::lookup(&mut there, prefix, tag)?
-                    }
-                    _ => return Err(e),
-                },
-                found => found?,
-            },
-        };
-        out.push(Owned {
-            value: value.to_owned(),
-            owner,
-        });
+    holders
+        .drain(..)
+        .map(|h| Owned {
+            value: h.value().to_owned(),
+            owner: h.owner().clone(),
+        })
+        .collect()
+}
+
+/// The owner of `tag`, looked up under `prefix` on `con`; in a cluster
+/// (`cluster` names how the seed was reached), a record on another master is
+/// read there.
+pub(crate) fn lookup(
+    con: &mut dyn ConnectionLike,
+    cluster: Option<&ConnectionInfo>,
+    prefix: &str,
+    tag: ClientTag,
+) -> RedisResult<Owner> {
+    match Owner::lookup(con, prefix, tag) {
+        Err(e) => match (cluster, e.redirect_node()) {
+            (Some(info), Some((addr, _))) => {
+                let mut there = probe::connect_info(at(info, addr)?)?;
+                Owner::lookup(&mut there, prefix, tag)
+            }
+            _ => Err(e),
+        },
+        found => found,
     }
-    Ok(out)
 }
 
 /// `info` (its credentials, TLS settings) for the node at `addr` (`host:port`).

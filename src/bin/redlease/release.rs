@@ -3,6 +3,7 @@
 use std::sync::LazyLock;
 
 use redis::Script;
+use redlease::LockInfo;
 
 use crate::args::{ReleaseArgs, server_name};
 use crate::exit::Failure;
@@ -42,12 +43,13 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
     let redis_failure = |e: redis::RedisError| Failure::redis(&e, &server);
     let mut con = probe::connect(&url).map_err(redis_failure)?;
     // Read first only to say what was deleted; the delete does not depend on it.
-    let fence = probe::fence_key(&args.server.prefix);
-    let before = probe::read(&mut con, &key, &fence).map_err(redis_failure)?;
+    let before = LockInfo::read(&mut con, &args.server.prefix, &args.key)
+        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let [token_channel, redisson_channel] = before.release_channels();
     let deleted: i64 = FORCE_RELEASE
         .key(&key)
-        .arg(probe::release_channel(&key))
-        .arg(probe::redisson_channel(&key))
+        .arg(token_channel)
+        .arg(redisson_channel)
         .invoke(&mut con)
         .map_err(redis_failure)?;
     if deleted == 1 {

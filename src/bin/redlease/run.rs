@@ -16,7 +16,6 @@ use crate::args::{RunArgs, Servers, server_name};
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, OS_ERROR, SIGNAL_BASE};
 use crate::held::Held;
-use crate::probe;
 use crate::status::Status;
 
 /// Runs `run`; returns the exit code (the command's, or 128 + a signal that
@@ -56,7 +55,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         opts = opts.max_hold(max_hold);
     }
     let status = (args.wait != Some(Duration::ZERO))
-        .then(|| Status::start(&url, &key, &probe::fence_key(&args.server.prefix)))
+        .then(|| Status::start(&url, &args.server.prefix, &args.key))
         .flatten();
     let acquired = match args.permits {
         Some(n) => Held::permit(&client, &args.key, n, &opts)?,

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
+use redlease::LockInfo;
+
 use crate::inspect::summary;
 use crate::probe;
 
@@ -24,18 +26,18 @@ pub(crate) struct Status {
 }
 
 impl Status {
-    /// Starts the line for `key` (fence counter `fence`) on the server at `url`, if
+    /// Starts the line for the lock `name` under `prefix` on the server at `url`, if
     /// stderr is a terminal (`None` otherwise, or if the thread cannot start: the
     /// line is a nicety).
-    pub(crate) fn start(url: &str, key: &str, fence: &str) -> Option<Self> {
+    pub(crate) fn start(url: &str, prefix: &str, name: &str) -> Option<Self> {
         if !io::stderr().is_terminal() {
             return None;
         }
         let (stop, stopped) = crossbeam_channel::bounded(1);
-        let (url, key, fence) = (url.to_owned(), key.to_owned(), fence.to_owned());
+        let (url, prefix, name) = (url.to_owned(), prefix.to_owned(), name.to_owned());
         let handle = thread::Builder::new()
             .name("redlease-status".into())
-            .spawn(move || draw(&url, &key, &fence, &stopped))
+            .spawn(move || draw(&url, &prefix, &name, &stopped))
             .ok()?;
         Some(Self { stop, handle })
     }
@@ -48,22 +50,19 @@ impl Status {
 }
 
 /// The thread: waits [`FIRST`], then redraws every [`EVERY`] until stopped.
-fn draw(url: &str, key: &str, fence: &str, stopped: &Receiver<()>) {
+fn draw(url: &str, prefix: &str, name: &str, stopped: &Receiver<()>) {
+    let key = format!("{prefix}{name}");
     let mut con = None;
     let mut width = 0;
     let mut wait = FIRST;
     while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(wait) {
         wait = EVERY;
-        let read = match con.as_mut() {
-            Some(c) => probe::read(c, key, fence),
-            None => probe::connect(url).and_then(|mut c| {
-                let snapshot = probe::read(&mut c, key, fence);
-                con = Some(c);
-                snapshot
-            }),
-        };
-        let what = if let Ok(snapshot) = read {
-            summary(&snapshot)
+        if con.is_none() {
+            con = probe::connect(url).ok();
+        }
+        let read = con.as_mut().map(|c| LockInfo::read(c, prefix, name));
+        let what = if let Some(Ok(info)) = read {
+            summary(&info)
         } else {
             con = None; // reconnect next time
             "cannot read it".to_owned()
