@@ -12,7 +12,6 @@ use crate::connection::Conn;
 use crate::lease::LeaseState;
 use crate::owner::{ClientTag, Owner};
 use crate::scheme::{timeouts, write_wait};
-use crate::scripts::TOKEN_PREFIX;
 
 /// The most permit ids of one semaphore that [`LockInfo::holders`] lists.
 pub const MAX_PERMITS: usize = 1000;
@@ -54,7 +53,7 @@ return {kind, redis.call('PTTL', KEYS[1]), value, fence, ids, waits}
 pub enum LockFormat {
     /// The key does not exist: the lock is free.
     Free,
-    /// A string that is not a number: a token lock (redlease's `rl1:…`, or
+    /// A string that is not a number: a token lock (redlease's `rl2:…`, or
     /// another client's token: redis-py, redsync, node-redlock).
     Token,
     /// A number: a legacy timestamp lock (its expiry).
@@ -244,8 +243,8 @@ pub(crate) fn read(conn: &mut Conn, key: &str, fence_key: &str) -> RedisResult<L
                 } else {
                     LockFormat::Token
                 };
-                info.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
                 let tag = ClientTag::of_token(&v);
+                info.waited = tag.is_some() && v.ends_with('+');
                 holders.push((v, 1, tag));
             }
         }

@@ -35,8 +35,9 @@
 //!
 //! # Schemes
 //!
-//! [`Scheme::Token`] (the default) stores `SET key rl1:<tag><random> NX PX <ttl>` (the
-//! client's [`ClientTag`] and 64 random bits, 32 hex digits in all); release is a
+//! [`Scheme::Token`] (the default) stores `SET key rl2:<tag>:<counter> NX PX <ttl>` (the
+//! client's [`ClientTag`] and a counter in base 36 that never repeats in the process:
+//! unique, and 22–27 bytes; older versions' `rl1:<32 hex>` tokens are still read); release is a
 //! Lua compare-and-delete and extension a compare-and-pexpire, so nobody can release or
 //! extend a lock they do not hold. With fencing, the acquire script also takes a fence
 //! from the key prefix's one counter, `<prefix>redlease:fence`, in the same atomic
@@ -125,7 +126,7 @@
 //!   together queue behind each other instead of racing to Redis.
 //!
 //! A token release publishes only when someone waits for it: a caller about to
-//! wait marks a redlease holder's token (`rl1:<32 hex>` becomes `rl1:<32 hex>+`,
+//! wait marks a redlease holder's token (`rl2:<tag>:<counter>` becomes `rl2:<tag>:<counter>+`,
 //! TTL kept; once a caller of the client waits, the acquire's `SET … NX PX … GET`
 //! names the holder, so each new holder is marked once), and a client publishes too when its own callers wait for the
 //! key. Values other clients wrote are never marked.

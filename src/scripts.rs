@@ -12,17 +12,25 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// The prefix of a redlease token (`rl1:` and 32 hex digits). Only values with it
+/// The prefix of a redlease token, `rl2:<tag>:<counter>`: the client's tag (16
+/// lowercase hex digits) and a counter in base 36 (`0-9a-z`) that never repeats in
+/// the writer's process. Only values of this shape (or of [`TOKEN_PREFIX_V1`]'s)
 /// are marked: a value another client wrote must stay byte for byte as it is, or
 /// that client's compare-and-delete would no longer find it.
-pub(crate) const TOKEN_PREFIX: &str = "rl1:";
+pub(crate) const TOKEN_PREFIX: &str = "rl2:";
 
-/// The length of a redlease token: [`TOKEN_PREFIX`] and a UUID's 32 hex digits.
-pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
+/// The prefix of the tokens older redlease versions wrote: `rl1:` and 32 hex
+/// digits (the tag and 64 random bits). Still read (owners) and marked, so that
+/// the values of older clients are understood during a rolling upgrade.
+pub(crate) const TOKEN_PREFIX_V1: &str = "rl1:";
+
+/// The length of an older redlease token: [`TOKEN_PREFIX_V1`] and 32 hex digits.
+pub(crate) const TOKEN_LEN_V1: usize = TOKEN_PREFIX_V1.len() + 32;
 
 /// Marks the holder's value of KEYS[1] as waited for, if it is an unmarked
-/// redlease token ([`TOKEN_PREFIX`], [`TOKEN_LEN`] bytes) with a TTL, keeping that
-/// TTL to the millisecond; leaves the key's `PTTL` in `t`. A Lua fragment for the
+/// redlease token (`rl2:<16 hex>:<base 36>`, see [`TOKEN_PREFIX`], or an older
+/// one: [`TOKEN_PREFIX_V1`], [`TOKEN_LEN_V1`] bytes) with a TTL, keeping that TTL
+/// to the millisecond; leaves the key's `PTTL` in `t`. A Lua fragment for the
 /// scripts below, written in place: a function would be a closure made on every
 /// call, the fenced acquire's fast path included.
 static MARK: LazyLock<String> = LazyLock::new(|| {
@@ -31,12 +39,14 @@ static MARK: LazyLock<String> = LazyLock::new(|| {
 local t = redis.call('PTTL', KEYS[1])
 if t > 0 then
   local v = redis.pcall('GET', KEYS[1])
-  if type(v) == 'string' and #v == {TOKEN_LEN} and string.sub(v, 1, {p}) == '{TOKEN_PREFIX}' then
+  if type(v) == 'string' and (string.find(v, '^{TOKEN_PREFIX}{tag}:[0-9a-z]+$')
+      or (#v == {TOKEN_LEN_V1} and string.sub(v, 1, {p}) == '{TOKEN_PREFIX_V1}')) then
     redis.call('SET', KEYS[1], v .. '+', 'PX', t)
   end
 end
 ",
-        p = TOKEN_PREFIX.len()
+        tag = "[0-9a-f]".repeat(16),
+        p = TOKEN_PREFIX_V1.len()
     )
 });
 

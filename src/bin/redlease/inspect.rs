@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use redlease::ClientTag;
 use serde_json::{Value, json};
 
 use crate::args::{InspectArgs, server_name};
@@ -77,7 +78,7 @@ fn to_text(key: &str, fence_key: &str, s: &Snapshot, owned: &[Owned]) -> String 
     let mut out = format!("key:     {key}\n");
     let holder = match &s.holder {
         Holder::Absent => "none: the key does not exist".to_owned(),
-        Holder::Token(value) if value.starts_with("rl1:") && value.ends_with('+') => {
+        Holder::Token(value) if ClientTag::of_token(value).is_some() && value.ends_with('+') => {
             format!("token lock, value {value} (redlease; callers wait for its release)")
         }
         Holder::Token(value) => format!("token lock, value {value}"),
