@@ -10,7 +10,7 @@ use std::fmt;
 pub enum LockFormat {
     /// The key does not exist: the lock is free.
     Free,
-    /// A string that is not a number: a token lock (redlease's `rl1:…`, or
+    /// A string that is not a number: a token lock (redlease's `rl2:…`, or
     /// another client's token: redis-py, redsync, node-redlock).
     Token,
     /// A number of a timestamp's magnitude: a legacy timestamp lock (its expiry,

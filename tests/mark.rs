@@ -42,12 +42,20 @@ fn marked(server: &RedisServer) -> bool {
     value(server).is_some_and(|v| v.ends_with('+'))
 }
 
+/// Whether `v` is an unmarked redlease token: `rl2:`, 16 hex digits, `:` and a
+/// counter in base 36.
 fn is_token(v: &str) -> bool {
-    v.len() == 36
-        && v.starts_with("rl1:")
-        && v[4..]
+    let Some((tag, counter)) = v.strip_prefix("rl2:").and_then(|r| r.split_once(':')) else {
+        return false;
+    };
+    tag.len() == 16
+        && tag
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && !counter.is_empty()
+        && counter
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
 }
 
 #[test]
@@ -111,6 +119,47 @@ fn a_waiter_of_another_client_marks_the_holder_and_its_release_wakes_it() {
 }
 
 #[test]
+fn a_waiter_marks_redlease_tokens_of_this_and_older_versions() {
+    let server = RedisServer::start();
+    let client = builder(&server).build().unwrap();
+    let fenced = builder(&server).fencing(true).build().unwrap();
+    // An older version's token (`rl1:` and 32 hex digits, written by a client
+    // not yet upgraded) and this version's, each marked by an unfenced waiter
+    // (`SET … NX GET` names the holder, then the mark script) and a fenced one
+    // (the fenced acquire script marks).
+    let tokens = [
+        "rl1:0123456789abcdef0123456789abcdef",
+        "rl2:0123456789abcdef:2s",
+    ];
+    for (c, v) in [&client, &fenced]
+        .into_iter()
+        .flat_map(|c| tokens.map(|v| (c, v)))
+    {
+        let _: () = server.query(redis::cmd("SET").arg(LOCK_KEY).arg(v).arg("PX").arg(60_000));
+        thread::scope(|s| {
+            let waiting = s.spawn(|| c.try_lock_for(KEY, BOUND));
+            let marked = Some(format!("{v}+"));
+            assert!(
+                eventually(BOUND, || value(&server) == marked),
+                "{v} not marked: {:?}",
+                value(&server)
+            );
+            let ttl: i64 = server.query(redis::cmd("PTTL").arg(LOCK_KEY));
+            assert!(ttl > 50_000, "TTL kept: {ttl} ms");
+            // Its holder gone, the waiter takes the lock (by polling: nobody
+            // publishes here).
+            let _: () = server.query(redis::cmd("DEL").arg(LOCK_KEY));
+            let guard = waiting
+                .join()
+                .unwrap()
+                .unwrap()
+                .expect("acquired once free");
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
+        });
+    }
+}
+
+#[test]
 fn values_other_clients_wrote_are_never_marked() {
     let server = RedisServer::start();
     let client = builder(&server).build().unwrap();
@@ -122,6 +171,11 @@ fn values_other_clients_wrote_are_never_marked() {
         "kW3y0sZ2vX7l9QmHn4Rt1A==",
         "rl1:not-a-token",
         "rl1:0123456789abcdef0123456789abcdef-extra",
+        "rl2:0123456789abcdef",
+        "rl2:0123456789abcdef:1A",
+        "rl2:0123456789abcdef:1:2",
+        "rl2:0123456789abcdeg:12",
+        "rl2:0123456789abcdef0:12",
     ];
     for v in foreign {
         let _: () = server.query(redis::cmd("SET").arg(LOCK_KEY).arg(v).arg("PX").arg(60_000));

@@ -275,6 +275,61 @@ fn a_killed_holders_owner_shows_gone_within_10s_while_its_lock_lives_on() {
 }
 
 #[test]
+fn owners_are_read_from_tokens_of_this_and_older_versions() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let reader = client(&server);
+    let _guard = holder.lock("new").unwrap();
+    let info = reader.inspect("new").unwrap();
+    let [held] = info.holders() else {
+        panic!("one token holder: {info:?}")
+    };
+    let session = held.owner().session().expect("an owner that lives").clone();
+    assert_eq!(session.pid(), std::process::id());
+    // This version's token: `rl2:<tag>:<counter in base 36>`, shorter than
+    // redis-py's 32 hex digits.
+    let tag = session.tag();
+    let value = held.value();
+    let counter = value
+        .strip_prefix(&format!("rl2:{tag}:"))
+        .unwrap_or_else(|| panic!("not rl2:<tag>:<counter>: {value}"));
+    assert!(!counter.is_empty(), "{value}");
+    assert!(
+        counter
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()),
+        "{value}"
+    );
+    assert!(value.len() < 32, "{value}");
+    assert_eq!(ClientTag::of_token(value), Some(tag));
+    // The same client's tokens as an older version wrote them (`rl1:<tag><16 hex
+    // random>`), and this version's, each unmarked and marked by a waiter.
+    let values = [
+        format!("rl1:{tag}0123456789abcdef"),
+        format!("rl1:{tag}0123456789abcdef+"),
+        format!("rl2:{tag}:zz"),
+        format!("rl2:{tag}:zz+"),
+    ];
+    for v in values {
+        server.query::<()>(
+            redis::cmd("SET")
+                .arg(format!("{PREFIX}old"))
+                .arg(&v)
+                .arg("PX")
+                .arg(30_000),
+        );
+        let info = reader.inspect("old").unwrap();
+        assert_eq!(info.format(), LockFormat::Token, "{v}");
+        assert_eq!(info.waited(), v.ends_with('+'), "{v}");
+        let [held] = info.holders() else {
+            panic!("one token holder: {info:?}")
+        };
+        assert_eq!(held.value(), v);
+        assert_eq!(held.owner().session(), Some(&session), "{v}");
+    }
+}
+
+#[test]
 fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() {
     let server = RedisServer::start();
     let reader = client(&server);

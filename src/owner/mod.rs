@@ -2,7 +2,8 @@
 //! record in Redis says about it.
 //!
 //! Every value redlease writes carries its client's tag, the first 16 hex digits
-//! of the client's UUID: a token `rl1:<tag><16 hex random>`, a Redisson field
+//! of the client's UUID: a token `rl2:<tag>:<counter>` (older versions wrote
+//! `rl1:<tag><16 hex random>`, still read), a Redisson field
 //! `<client uuid>:<thread>`, a permit id `<tag><16 hex random>`. The client keeps
 //! one session record, `<prefix>redlease:session:<tag>` (`record`), so a reader
 //! finds a holder's owner with one `HGETALL`, and a lock costs nothing more.
@@ -21,13 +22,20 @@ mod write;
 pub use record::Session;
 pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
 
-/// The prefix of a redlease token (`rl1:` and 32 hex digits). Only values with it
+/// The prefix of a redlease token, `rl2:<tag>:<counter>`: the client's tag (16
+/// lowercase hex digits) and a counter in base 36 (`0-9a-z`) that never repeats in
+/// the writer's process. Only values of this shape (or of [`TOKEN_PREFIX_V1`]'s)
 /// are marked: a value another client wrote must stay byte for byte as it is, or
 /// that client's compare-and-delete would no longer find it.
-pub(crate) const TOKEN_PREFIX: &str = "rl1:";
+pub(crate) const TOKEN_PREFIX: &str = "rl2:";
 
-/// The length of a redlease token: [`TOKEN_PREFIX`] and a UUID's 32 hex digits.
-pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
+/// The prefix of the tokens older redlease versions wrote: `rl1:` and 32 hex
+/// digits (the tag and 64 random bits). Still read (owners) and marked, so that
+/// the values of older clients are understood during a rolling upgrade.
+pub(crate) const TOKEN_PREFIX_V1: &str = "rl1:";
+
+/// The length of an older redlease token: [`TOKEN_PREFIX_V1`] and 32 hex digits.
+pub(crate) const TOKEN_LEN_V1: usize = TOKEN_PREFIX_V1.len() + 32;
 
 /// The tag of a redlease client: the first 16 hex digits of its UUID, which every
 /// value it writes carries, and which names its session record.
@@ -35,8 +43,11 @@ pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
 /// # Examples
 /// ```
 /// use redlease::ClientTag;
-/// let tag = ClientTag::of_token("rl1:0123456789abcdef0123456789abcdef").unwrap();
+/// let tag = ClientTag::of_token("rl2:0123456789abcdef:1z").unwrap();
 /// assert_eq!(tag.as_str(), "0123456789abcdef");
+/// // The tokens of older redlease versions name their client too.
+/// let old = ClientTag::of_token("rl1:0123456789abcdef0123456789abcdef").unwrap();
+/// assert_eq!(old, tag);
 /// assert_eq!(tag.session_key("lock:"), "lock:redlease:session:0123456789abcdef");
 /// // redis-py's tokens and timestamps name no redlease client.
 /// assert!(ClientTag::of_token("0123456789abcdef0123456789abcdef").is_none());
@@ -46,13 +57,22 @@ pub(crate) const TOKEN_LEN: usize = TOKEN_PREFIX.len() + 32;
 pub struct ClientTag([u8; 16]);
 
 impl ClientTag {
-    /// The tag in a token lock's value: `rl1:` and 32 hex digits (with or without
-    /// a waiter's `+` mark). `None` for any other value: another client's token
+    /// The tag in a token lock's value (with or without a waiter's `+` mark):
+    /// `rl2:`, the tag's 16 lowercase hex digits, `:` and a counter in base 36
+    /// (`0-9a-z`), or an older redlease version's `rl1:` and 32 hex digits whose
+    /// first 16 are the tag. `None` for any other value: another client's token
     /// (redis-py, redsync), a timestamp.
     pub fn of_token(value: &str) -> Option<Self> {
-        let hex = value.strip_prefix(TOKEN_PREFIX)?;
-        let hex = hex.strip_suffix('+').unwrap_or(hex);
-        Self::of_permit(hex)
+        let value = value.strip_suffix('+').unwrap_or(value);
+        if let Some(rest) = value.strip_prefix(TOKEN_PREFIX) {
+            let (tag, counter) = rest.split_once(':')?;
+            let base36 = |b: u8| b.is_ascii_digit() || b.is_ascii_lowercase();
+            if counter.is_empty() || !counter.bytes().all(base36) {
+                return None;
+            }
+            return Self::of_hex(tag);
+        }
+        Self::of_permit(value.strip_prefix(TOKEN_PREFIX_V1)?)
     }
 
     /// The tag in a Redisson owner field, `<client uuid>:<thread id>` (a
@@ -72,13 +92,16 @@ impl ClientTag {
     /// The tag in a 32-hex-digit value whose first 16 digits are the tag, such as
     /// a semaphore permit id, `<tag><16 hex random>`.
     pub fn of_permit(id: &str) -> Option<Self> {
-        let bytes = id.as_bytes();
-        if bytes.len() != 32 || !bytes.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        if id.len() != 32 || !is_hex(id.as_bytes()) {
             return None;
         }
-        let mut tag = [0u8; 16];
-        tag.copy_from_slice(&bytes[..16]);
-        Some(Self(tag))
+        Self::of_hex(&id[..16])
+    }
+
+    /// The tag that is `hex`, exactly 16 lowercase hex digits.
+    fn of_hex(hex: &str) -> Option<Self> {
+        let tag: [u8; 16] = hex.as_bytes().try_into().ok()?;
+        is_hex(&tag).then_some(Self(tag))
     }
 
     /// The tag of the client whose UUID is `id`.
@@ -113,6 +136,11 @@ impl fmt::Display for ClientTag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Whether `bytes` are lowercase hex digits.
+fn is_hex(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The session keys' names after the key prefix.
@@ -214,8 +242,15 @@ mod tests {
     fn tags_are_read_from_each_format_and_nothing_else() {
         let hex = "0123456789abcdef0123456789abcdef";
         let want = "0123456789abcdef";
-        for v in [format!("rl1:{hex}"), format!("rl1:{hex}+")] {
-            assert_eq!(ClientTag::of_token(&v).unwrap().as_str(), want);
+        let tokens = [
+            format!("rl1:{hex}"),
+            format!("rl1:{hex}+"),
+            format!("rl2:{want}:1"),
+            format!("rl2:{want}:0z9+"),
+            format!("rl2:{want}:3w5e11264sgsf"),
+        ];
+        for v in tokens {
+            assert_eq!(ClientTag::of_token(&v).unwrap().as_str(), want, "{v}");
         }
         assert_eq!(ClientTag::of_permit(hex).unwrap().as_str(), want);
         let id = uuid::Uuid::parse_str("01234567-89ab-cdef-0123-456789abcdef").unwrap();
@@ -229,6 +264,15 @@ mod tests {
             "rl1:0123",
             "rl1:0123456789ABCDEF0123456789abcdef",
             "rl1:0123456789abcdef0123456789abcdeg",
+            "rl2:0123456789abcdef",
+            "rl2:0123456789abcdef:",
+            "rl2:0123456789abcdef:1++",
+            "rl2:0123456789abcdef:1A",
+            "rl2:0123456789abcdef:1:2",
+            "rl2:0123456789abcde:12",
+            "rl2:0123456789ABCDEF:12",
+            "rl2:0123456789abcdef0:1",
+            "rl2::1",
             "1700000000000",
             "",
         ] {

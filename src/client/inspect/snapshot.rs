@@ -9,7 +9,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
-use crate::owner::TOKEN_PREFIX;
 use crate::owner::{ClientTag, Owner};
 use crate::scheme::{TimestampUnit, companion, fair_keys, timeouts, write_wait};
 
@@ -189,7 +188,7 @@ impl LockInfo {
                 self.format = LockFormat::LegacyTimestamp;
             }
             if self.format != LockFormat::Other {
-                self.waited = v.starts_with(TOKEN_PREFIX) && v.ends_with('+');
+                self.waited = ClientTag::of_token(&v).is_some() && v.ends_with('+');
                 let tag = ClientTag::of_token(&v);
                 self.holders.push(Holder::new(v.clone(), 1, tag, None));
             }

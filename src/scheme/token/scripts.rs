@@ -13,11 +13,12 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::owner::{TOKEN_LEN, TOKEN_PREFIX};
+use crate::owner::{TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
 
 /// Marks the holder's value of KEYS[1] as waited for, if it is an unmarked
-/// redlease token ([`TOKEN_PREFIX`], [`TOKEN_LEN`] bytes) with a TTL, keeping that
-/// TTL to the millisecond; leaves the key's `PTTL` in `t`. A Lua fragment for the
+/// redlease token (`rl2:<16 hex>:<base 36>`, see [`TOKEN_PREFIX`], or an older
+/// one: [`TOKEN_PREFIX_V1`], [`TOKEN_LEN_V1`] bytes) with a TTL, keeping that TTL
+/// to the millisecond; leaves the key's `PTTL` in `t`. A Lua fragment for the
 /// scripts below, written in place: a function would be a closure made on every
 /// call, the fenced acquire's fast path included.
 static MARK: LazyLock<String> = LazyLock::new(|| {
@@ -26,12 +27,14 @@ static MARK: LazyLock<String> = LazyLock::new(|| {
 local t = redis.call('PTTL', KEYS[1])
 if t > 0 then
   local v = redis.pcall('GET', KEYS[1])
-  if type(v) == 'string' and #v == {TOKEN_LEN} and string.sub(v, 1, {p}) == '{TOKEN_PREFIX}' then
+  if type(v) == 'string' and (string.find(v, '^{TOKEN_PREFIX}{tag}:[0-9a-z]+$')
+      or (#v == {TOKEN_LEN_V1} and string.sub(v, 1, {p}) == '{TOKEN_PREFIX_V1}')) then
     redis.call('SET', KEYS[1], v .. '+', 'PX', t)
   end
 end
 ",
-        p = TOKEN_PREFIX.len()
+        tag = "[0-9a-f]".repeat(16),
+        p = TOKEN_PREFIX_V1.len()
     )
 });
 
