@@ -153,3 +153,37 @@ fn fences_keep_rising_in_every_scheme_when_the_counter_is_lost() {
     let _: () = server.query(redis::cmd("SET").arg(COUNTER).arg(ahead));
     assert_eq!(client.lock("k").unwrap().fence(), Some(ahead + 1));
 }
+
+#[test]
+fn a_fenced_reentrant_hold_after_a_lost_acquire_reply_still_gets_a_fence() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.url())
+        .read_timeout(Duration::from_millis(300))
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let opts = LockOptions::new()
+        .fencing(true)
+        .scheme(Scheme::Reentrant)
+        .wait(Duration::ZERO);
+    // Loads the scripts, so the acquire below runs as soon as Redis resumes.
+    let warm = client.lock_with("k", &opts).unwrap().expect("free");
+    let first = warm.fence().expect("a first fenced hold has a fence");
+    assert_eq!(warm.unlock().unwrap(), Release::Released);
+    // The reply of this acquire is lost (the server frozen past the read
+    // timeout); its hold lands in Redis all the same, and nobody saw its fence.
+    server.pause();
+    assert!(client.lock_with("k", &opts).is_err());
+    server.resume();
+    let landed = support::eventually(Duration::from_secs(5), || {
+        let left: Vec<String> = server.query(redis::cmd("HGETALL").arg("k"));
+        left.len() == 2
+    });
+    assert!(landed, "the lost acquire's hold never landed");
+    // The same thread takes the key again: Redis counts it as one more hold, but
+    // a fenced acquire never returns a guard without a fence.
+    let guard = client.lock_with("k", &opts).unwrap().expect("our own hold");
+    let fence = guard.fence().expect("a fenced acquire returns a fence");
+    assert!(fence > first, "{fence} after {first}");
+    assert!(guard.is_held());
+}

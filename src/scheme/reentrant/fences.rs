@@ -56,6 +56,15 @@ impl Fences {
         Some(shared.fence)
     }
 
+    /// The fence of `owner`'s outermost hold on `key`, if it took one and this
+    /// client saw it; counts no hold.
+    pub(super) fn known(&self, key: &str, owner: &str) -> Option<u64> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.map.lock().get(&name(key, owner)).map(|s| s.fence)
+    }
+
     /// A hold of `owner` on `key` ended: released, found expired, or given back.
     pub(super) fn ended(&self, key: &str, owner: &str) {
         if self.len.load(Ordering::Acquire) == 0 {

@@ -16,6 +16,8 @@
 //!   leaves the TTL alone (the remaining holds are renewed by their own guards);
 //! - a fencing token is taken (from the same counter as the other schemes)
 //!   by the outermost acquisition only; nested holds carry its fence (`fences`).
+//!   A fenced hold of a key this client saw no fenced hold of takes one of its own,
+//!   even when Redis counts it as nested (a hold left by a lost acquire reply).
 //!
 //! The scripts live in this file: they are this wire format.
 //!
@@ -49,11 +51,13 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// Reentrant acquire.
 ///
 /// KEYS[1] lock key, KEYS[2] fence counter (only with a fence). ARGV[1] TTL in ms,
-/// ARGV[2] owner field (Redisson's order), ARGV[3] `1` to take a fencing token.
-/// Returns, as Redisson's does, nil for a first hold and the key's PTTL when
-/// another owner, or a value of another type, holds it (`HEXISTS` on another type
-/// is an error, which `pcall` returns as a table: not 1); `{fence}` for a first
-/// hold that took a fence, and `{}` for one more hold. A first hold sets the TTL;
+/// ARGV[2] owner field (Redisson's order), ARGV[3] `1` to take a fencing token for
+/// a first hold, `2` to take one for any hold (the client knows no fence of an
+/// outer hold: one Redis counts may be left by an acquire whose reply was lost),
+/// `0` for none. Returns, as Redisson's does, nil for a first hold and the key's
+/// PTTL when another owner, or a value of another type, holds it (`HEXISTS` on
+/// another type is an error, which `pcall` returns as a table: not 1); `{fence}`
+/// for a hold that took a fence, and `{}` for one more hold. A first hold sets the TTL;
 /// one more only lengthens it. The fence is the one every scheme takes
 /// ([`FENCE`]); a failed one (an ACL that denies a command of it) deletes the
 /// first hold again before the error is returned: a script is not rolled back.
@@ -67,12 +71,12 @@ local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if count == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
-if count > 1 then return {{}} end
-if ARGV[3] ~= '1' then return nil end
+if count > 1 and ARGV[3] ~= '2' then return {{}} end
+if ARGV[3] == '0' then return nil end
 local fence
 {FENCE}
 if type(fence) == 'table' then
-  redis.call('DEL', KEYS[1])
+  if count > 1 then redis.call('HINCRBY', KEYS[1], ARGV[2], -1) else redis.call('DEL', KEYS[1]) end
   return fence
 end
 return {{fence}}
@@ -169,6 +173,14 @@ impl Backend for ReentrantBackend {
     ) -> RedisResult<Acquire> {
         // The fence counter is named only when a fence is asked for.
         let fence = req.fence.then(|| keys.fence());
+        // A fenced hold of a key this client holds no fenced hold of takes a fence
+        // even when Redis counts it as nested: the hold Redis counts may be one an
+        // earlier acquire left after its reply was lost, whose fence nobody saw.
+        let mode = match (req.fence, self.fences.known(&keys.lock, value)) {
+            (false, _) => "0",
+            (true, Some(_)) => "1",
+            (true, None) => "2",
+        };
         let mut args = vec![
             Arg::from("EVALSHA"),
             ACQUIRE.get_hash().into(),
@@ -176,11 +188,7 @@ impl Backend for ReentrantBackend {
             keys.lock.as_str().into(),
         ];
         args.extend(fence.as_deref().map(Arg::from));
-        args.extend::<[Arg<'_>; 3]>([
-            ttl_millis(req.ttl).into(),
-            value.into(),
-            (if req.fence { "1" } else { "0" }).into(),
-        ]);
+        args.extend::<[Arg<'_>; 3]>([ttl_millis(req.ttl).into(), value.into(), mode.into()]);
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
         let fence = match reply {
             Value::Int(pttl) => return Ok(busy(pttl)),
