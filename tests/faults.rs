@@ -133,9 +133,17 @@ fn acquire_with_lost_reply(server: &RedisServer, fencing: bool) -> (Error, Durat
         .fencing(fencing)
         .build()
         .unwrap();
-    // Load the scripts, so the delayed acquire is the command itself, not a NOSCRIPT.
+    // Load the scripts, so the delayed acquire is the command itself, not a NOSCRIPT:
+    // straight on the server (scripts are the server's), by a client whose reads a
+    // loaded machine's stall does not outlast.
+    let warm = LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .read_timeout(READ)
+        .fencing(fencing)
+        .build()
+        .unwrap();
     assert_eq!(
-        client.lock("warm").unwrap().unlock().unwrap(),
+        warm.lock("warm").unwrap().unlock().unwrap(),
         Release::Released
     );
     proxy.delay(TIMEOUT * 2);

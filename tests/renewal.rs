@@ -503,16 +503,19 @@ fn ten_thousand_leases_are_renewed_in_one_round_trip_per_tick_for_thirty_seconds
 #[test]
 fn the_renewal_thread_stops_when_the_last_client_clone_is_dropped() {
     let server = RedisServer::start();
-    let lc = client(&server.url(), ms(600));
+    // A TTL of 1.5 s: renewed every 500 ms, so a 200 ms stall of a loaded machine
+    // costs no lease before the drop.
+    let lc = client(&server.url(), ms(1500));
     let clone = lc.clone();
     let kept = lc.lock("kept").unwrap();
     let early = lc.lock("early").unwrap();
-    assert!(eventually(Duration::from_secs(2), || lc.metrics().renewals >= 2));
+    let renewed = || lc.metrics().renewals >= 2;
+    assert!(eventually(Duration::from_secs(10), renewed));
     drop(lc);
     // One clone is left: renewal goes on.
     let renewals = clone.metrics().renewals;
     let more = || clone.metrics().renewals >= renewals + 4;
-    assert!(eventually(Duration::from_secs(2), more));
+    assert!(eventually(Duration::from_secs(10), more));
     assert!(kept.lost().is_empty());
     drop(clone);
     // Dropping the last clone joined the thread, which told every guard on its way out.
@@ -532,9 +535,10 @@ fn the_renewal_thread_stops_when_the_last_client_clone_is_dropped() {
     thread::sleep(valid_until.saturating_duration_since(Instant::now()) + ms(50));
     assert!(!kept.is_held());
     assert!(kept.check().is_err());
-    assert_eq!(
-        exists(&server, "kept"),
-        0,
+    // The key expires a TTL after its last renewal reached Redis, which a stalled
+    // process may have sent late: it is gone within one more TTL, not renewed.
+    assert!(
+        eventually(ms(1500), || exists(&server, "kept") == 0),
         "renewed after the client was dropped"
     );
     assert_eq!(server.command_calls("evalsha"), calls);

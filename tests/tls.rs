@@ -9,11 +9,21 @@ use std::sync::Barrier;
 use std::thread;
 use std::time::Duration;
 
-use redlease::{Error, LockClient, LockOptions, TlsCertificates};
+use redlease::{Error, LockClient, LockClientBuilder, LockOptions, TlsCertificates};
 use support::eventually;
 use support::tls::{Ca, TlsServer};
 
 const PASSWORD: &str = "tls-s3cret-pw";
+
+/// Connect timeout (TCP and TLS handshake) of the clients here: a debug build's
+/// handshake on a loaded machine can outlast the 2 s default, and a timeout must not
+/// stand in for the certificate error a test expects.
+const CONNECT: Duration = Duration::from_secs(10);
+
+/// A client builder for `tls`'s server with [`CONNECT`].
+fn builder(tls: &TlsServer) -> LockClientBuilder {
+    LockClient::builder(tls.url("").as_str()).connect_timeout(CONNECT)
+}
 
 fn trusting(ca: &Ca) -> TlsCertificates {
     TlsCertificates::new().root_cert(ca.pem())
@@ -33,7 +43,7 @@ fn chain(err: &Error) -> String {
 #[test]
 fn lock_renew_wait_and_unlock_over_tls() {
     let tls = TlsServer::start(false, &[]);
-    let client = LockClient::builder(tls.url("").as_str())
+    let client = builder(&tls)
         .tls(trusting(&tls.ca))
         .ttl(Duration::from_secs(1))
         .build()
@@ -56,9 +66,16 @@ fn lock_renew_wait_and_unlock_over_tls() {
     let ttl: i64 = tls.server.query(redis::cmd("PTTL").arg("job"));
     assert!(ttl > 0, "pttl {ttl}");
 
+    assert!(guard.unlock().unwrap().was_held());
+
     // A waiter on another client is woken by the release message, heard on its
     // TLS pub/sub connection: it polls only every 10 s, so the wake-up is the message.
-    let other = LockClient::builder(tls.url("").as_str())
+    // The holder's lease is long: a waiter polls by a holder's TTL at the latest.
+    let guard = client
+        .lock_with("job", &LockOptions::new().ttl(Duration::from_secs(60)))
+        .unwrap()
+        .unwrap();
+    let other = builder(&tls)
         .tls(trusting(&tls.ca))
         .backoff(Duration::from_secs(10), Duration::from_secs(10))
         .build()
@@ -77,8 +94,16 @@ fn lock_renew_wait_and_unlock_over_tls() {
             .arg("NUMSUB")
             .arg("{job}:released")
             .clone();
+        // And the holder marked as waited for (`<token>+`): only a marked lock's
+        // release publishes.
+        let marked = || {
+            let v: Option<String> = tls.server.query(redis::cmd("GET").arg("job"));
+            v.is_some_and(|v| v.ends_with('+'))
+        };
         let queued = eventually(Duration::from_secs(5), || {
-            other.metrics().attempts >= 2 && tls.server.query::<(String, i64)>(&numsub).1 >= 1
+            other.metrics().attempts >= 2
+                && tls.server.query::<(String, i64)>(&numsub).1 >= 1
+                && marked()
         });
         assert!(queued);
         assert!(guard.unlock().unwrap().was_held());
@@ -91,13 +116,11 @@ fn lock_renew_wait_and_unlock_over_tls() {
 #[test]
 fn mutual_tls_needs_the_client_certificate() {
     let tls = TlsServer::start(true, &[]);
-    let without = LockClient::builder(tls.url("").as_str())
-        .tls(trusting(&tls.ca))
-        .build();
+    let without = builder(&tls).tls(trusting(&tls.ca)).build();
     assert!(without.is_err(), "a client without a certificate got in");
 
     let issued = tls.ca.client();
-    let client = LockClient::builder(tls.url("").as_str())
+    let client = builder(&tls)
         .tls(trusting(&tls.ca).client_cert(issued.cert, issued.key))
         .build()
         .unwrap();
@@ -111,10 +134,7 @@ fn mutual_tls_needs_the_client_certificate() {
 fn a_server_signed_by_another_ca_is_refused_at_build() {
     let tls = TlsServer::start(false, &[]);
     let stranger = Ca::new("some other CA");
-    let err = LockClient::builder(tls.url("").as_str())
-        .tls(trusting(&stranger))
-        .build()
-        .unwrap_err();
+    let err = builder(&tls).tls(trusting(&stranger)).build().unwrap_err();
     let text = chain(&err);
     assert!(
         err.is_connection_error() || text.contains("certificate"),
@@ -122,9 +142,7 @@ fn a_server_signed_by_another_ca_is_refused_at_build() {
     );
     assert!(text.to_lowercase().contains("certificate"), "{text}");
     // Without any custom CA, the system's trust store does not know ours either.
-    let err = LockClient::builder(tls.url("").as_str())
-        .build()
-        .unwrap_err();
+    let err = builder(&tls).build().unwrap_err();
     assert!(
         chain(&err).to_lowercase().contains("certificate"),
         "{}",

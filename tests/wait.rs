@@ -482,7 +482,12 @@ fn client_kill_of_the_pubsub_connection_while_waiting_loses_no_waiter() {
         1,
         "two threads held the lock at once"
     );
-    // The thread reconnected: hand-offs are wake-ups again.
+    // Once both clients' waiter threads have reconnected, hand-offs are wake-ups
+    // again (a hand-off measured while one still reconnects is a polling step).
+    assert!(
+        eventually(Duration::from_secs(10), || pubsub_connections(&server) == 2),
+        "the waiter threads did not reconnect"
+    );
     assert_fast(
         "after CLIENT KILL",
         &hand_offs(&server, &holder, &client, 5),

@@ -185,6 +185,30 @@ impl RedisServer {
             .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
     }
 
+    /// Whether `replicas` replicas acknowledge, within `timeout`, everything this master
+    /// had written when called (its `master_repl_offset`, against each replica's acked
+    /// `offset` in `INFO replication`). `WAIT` on a connection of its own cannot tell:
+    /// it waits for that connection's own writes, and a fresh one has none.
+    pub fn replicated(&self, replicas: usize, timeout: Duration) -> bool {
+        let info = || -> String { self.query(redis::cmd("INFO").arg("replication")) };
+        let field = |line: &str, name: &str| -> Option<u64> {
+            line.split([',', ':'])
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+        };
+        let written: u64 = info()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("master_repl_offset:")?.parse().ok())
+            .expect("master_repl_offset in INFO replication");
+        eventually(timeout, || {
+            info()
+                .lines()
+                .filter(|l| l.starts_with("slave"))
+                .filter(|l| field(l, "offset").is_some_and(|o| o >= written))
+                .count()
+                >= replicas
+        })
+    }
+
     /// `calls` of `cmd` (case-insensitive; subcommands as `"config|resetstat"`) in `INFO
     /// commandstats`, 0 if absent.
     ///
