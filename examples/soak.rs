@@ -1,0 +1,1052 @@
+//! A chaos soak: worker processes take locks and write under them to a fenced
+//! resource while a seeded nemesis injects one fault after another; a checker then
+//! reads the history for overlaps, stale writes, lost updates and stalls.
+//!
+//! ```text
+//! cargo run --release --example soak -- --seconds 60 --seed 7 [--client bronze]
+//! ```
+//!
+//! The soak starts its own `redis-server` (append-only file fsynced on every write, so
+//! a restart loses nothing) on a free loopback port, a TCP proxy in front of it that
+//! the workers use, and a fenced resource: a thread of this process on a loopback port
+//! that accepts a write for a name only with a fence above the last one it saw for it
+//! (`CLAIM`), and a counter write only with the fence of the latest claim (`SET`).
+//! Each worker is a copy of this program (`--worker`), so a `SIGSTOP` freezes its
+//! renewal thread too. A worker loops over a few names: lock (fenced; one name with
+//! the reentrant scheme, taken twice), claim, read the counter, pause, write it plus
+//! one, release.
+//!
+//! The nemesis, seeded by `--seed`, injects one fault at a time and heals it after
+//! 0.5–3 s: `kill -9` of a worker (restarted at the heal), `SIGSTOP` of a worker past
+//! its lease, `SIGSTOP` of the server, `DEBUG SLEEP`, `CLIENT PAUSE WRITE`, a proxy
+//! blackhole, latency and connection reset, a restart of the server.
+//!
+//! Checks: no two workers inside a name at once unless one of them reported its lease
+//! lost (or was killed); no write accepted from a worker that is not the latest to
+//! claim the name; the counter of each name equals the number of accepted increments;
+//! no fence handed out twice; after every heal a section completes within a lease +
+//! 1.5 s; no lock key left at the end. The last line on stdout is one JSON object; the
+//! exit status is 0 when every check holds, 1 otherwise.
+//!
+//! `--client bronze` runs the same workers with an unsafe lock (`SET NX PX`, plain
+//! `DEL`, no fence, no renewal): the soak must fail then, or its checker proves nothing.
+
+#[allow(
+    dead_code,
+    reason = "the soak uses a part of the tests' proxy only"
+)]
+#[path = "../tests/support/proxy.rs"]
+mod proxy;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redlease::{LockClient, LockOptions, Scheme};
+
+use proxy::Proxy;
+
+/// Lease of every lock the workers take.
+const TTL: Duration = Duration::from_millis(1500);
+/// How long after a heal some section must have completed.
+const LIVENESS: Duration = Duration::from_millis(1500 + 1500);
+const WORKERS: usize = 6;
+/// Names the workers lock; the last one with [`Scheme::Reentrant`].
+const NAMES: [&str; 3] = ["a", "b", "r"];
+const REENTRANT: &str = "r";
+const PREFIX: &str = "soak:";
+/// Longest pause between reading the counter and writing it back.
+const MAX_RMW_PAUSE_MS: u64 = 80;
+/// Share of sections (percent) whose pause outlasts the lease.
+const LONG_PAUSE_PERCENT: u8 = 3;
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let bronze = flag("--client").as_deref() == Some("bronze");
+    if let Some(id) = flag("--worker") {
+        let redis = flag("--redis").expect("--redis");
+        let resource = flag("--resource").expect("--resource");
+        let seed: u64 = flag("--seed").and_then(|s| s.parse().ok()).unwrap_or(0);
+        let id: u64 = id.parse().expect("--worker <id>");
+        let result = if bronze {
+            bronze_worker(id, &redis, &resource, seed)
+        } else {
+            worker(id, &redis, &resource, seed)
+        };
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("worker {id}: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let seconds: u64 = flag("--seconds").and_then(|s| s.parse().ok()).unwrap_or(60);
+    let seed: u64 = flag("--seed")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..1_000_000));
+    match run(seconds, seed, bronze) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("soak: {e} (seed {seed})");
+            ExitCode::from(2)
+        }
+    }
+}
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+// ---------------------------------------------------------------- workers
+
+/// A line-protocol connection to the fenced resource.
+struct Resource {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Resource {
+    fn connect(addr: &str) -> Res<Self> {
+        let writer = TcpStream::connect(addr)?;
+        writer.set_nodelay(true)?;
+        Ok(Resource {
+            reader: BufReader::new(writer.try_clone()?),
+            writer,
+        })
+    }
+
+    fn ask(&mut self, line: &str) -> Res<String> {
+        self.writer.write_all(format!("{line}\n").as_bytes())?;
+        let mut reply = String::new();
+        if self.reader.read_line(&mut reply)? == 0 {
+            return Err("the resource closed the connection".into());
+        }
+        Ok(reply.trim_end().to_owned())
+    }
+}
+
+/// One section's writes under a lock with `fence` (0: unfenced): claim, then a
+/// read-modify-write of the name's counter with a pause in between.
+fn section(res: &mut Resource, rng: &mut fastrand::Rng, name: &str, fence: u64) -> Res<bool> {
+    if res.ask(&format!("CLAIM {name} {fence}"))? != "OK" {
+        return Ok(false);
+    }
+    let value: u64 = res.ask(&format!("READ {name}"))?.parse()?;
+    // Now and then longer than a lease: a lock that is not renewed runs out.
+    let pause = if rng.u8(..100) < LONG_PAUSE_PERCENT {
+        rng.u64(millis(TTL)..=millis(TTL) + 1000)
+    } else {
+        rng.u64(0..=MAX_RMW_PAUSE_MS)
+    };
+    thread::sleep(Duration::from_millis(pause));
+    Ok(res.ask(&format!("SET {name} {fence} {}", value + 1))? == "OK")
+}
+
+fn worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
+    let mut res = Resource::connect(resource)?;
+    let build = || {
+        LockClient::builder(redis)
+            .key_prefix(PREFIX)
+            .ttl(TTL)
+            .connect_timeout(Duration::from_millis(300))
+            .read_timeout(Duration::from_millis(300))
+            .write_timeout(Duration::from_millis(300))
+            .build()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let client = loop {
+        match build() {
+            Ok(client) => break client,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("worker {id}: build: {e}");
+                thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
+    while res.ask("GO")? == "GO" {
+        let name = NAMES[rng.usize(..NAMES.len())];
+        let mut opts = LockOptions::new()
+            .fencing(true)
+            .wait(Duration::from_secs(3));
+        if name == REENTRANT {
+            opts = opts.scheme(Scheme::Reentrant);
+        }
+        let guard = match client.lock_with(name, &opts) {
+            Ok(Some(guard)) => guard,
+            Ok(None) => continue,
+            Err(e) => {
+                res.ask(&format!("ERROR lock {}", one_line(&e.to_string())))?;
+                thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+        };
+        let Some(fence) = guard.fence() else {
+            // A fenced acquire that came back without a fence.
+            res.ask(&format!("NOFENCE {name}"))?;
+            drop(guard);
+            continue;
+        };
+        res.ask(&format!("ENTER {name} {fence}"))?;
+        // The reentrant name is taken again by the same thread: a nested hold.
+        let nested = if name == REENTRANT {
+            client.try_lock_for(name, Duration::ZERO).ok().flatten()
+        } else {
+            None
+        };
+        let wrote = section(&mut res, &mut rng, name, fence)?;
+        if let Some(nested) = nested {
+            let _ = nested.unlock();
+        }
+        let held = guard.is_held();
+        res.ask(&format!(
+            "EXIT {name} {} {}",
+            u8::from(held),
+            u8::from(wrote)
+        ))?;
+        if let Err(e) = guard.unlock() {
+            res.ask(&format!("ERROR unlock {}", one_line(&e.to_string())))?;
+        }
+    }
+    Ok(())
+}
+
+/// The same loop with an unsafe lock: `SET NX PX`, no fence, no renewal, plain `DEL`.
+fn bronze_worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
+    let mut res = Resource::connect(resource)?;
+    let client = redis::Client::open(redis)?;
+    let mut con: Option<redis::Connection> = None;
+    while res.ask("GO")? == "GO" {
+        let name = NAMES[rng.usize(..NAMES.len())];
+        let key = format!("{PREFIX}{name}");
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut got = false;
+        while !got && Instant::now() < deadline {
+            let c = match con.as_mut() {
+                Some(c) => c,
+                None => match client.get_connection_with_timeout(Duration::from_millis(300)) {
+                    Ok(c) => {
+                        c.set_read_timeout(Some(Duration::from_millis(300)))?;
+                        con.insert(c)
+                    }
+                    Err(_) => {
+                        thread::sleep(Duration::from_millis(20));
+                        continue;
+                    }
+                },
+            };
+            let reply: redis::RedisResult<Option<String>> = redis::cmd("SET")
+                .arg(&key)
+                .arg(id)
+                .arg("NX")
+                .arg("PX")
+                .arg(millis(TTL))
+                .query(c);
+            match reply {
+                Ok(Some(_)) => got = true,
+                Ok(None) => thread::sleep(Duration::from_millis(10)),
+                Err(_) => con = None,
+            }
+        }
+        if !got {
+            continue;
+        }
+        res.ask(&format!("ENTER {name} 0"))?;
+        let wrote = section(&mut res, &mut rng, name, 0)?;
+        res.ask(&format!("EXIT {name} 1 {}", u8::from(wrote)))?;
+        if let Some(c) = con.as_mut() {
+            let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(c);
+            if r.is_err() {
+                con = None;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+// ---------------------------------------------------------------- the fenced resource
+
+#[derive(Default)]
+struct NameState {
+    /// Highest fence claimed.
+    last_fence: u64,
+    /// Connection of the latest accepted claim.
+    claimer: Option<u64>,
+    counter: u64,
+    increments: u64,
+    fences: HashSet<u64>,
+    /// Connections inside (between ENTER and EXIT), with their worker id.
+    inside: Vec<u64>,
+}
+
+/// Two connections inside the same name at once; excused when either reports its
+/// lease lost at its exit or dies (killed) before it.
+#[derive(Debug, Clone)]
+struct Overlap {
+    name: String,
+    at: Duration,
+    first: u64,
+    second: u64,
+    /// Per side: `None` still inside, `Some(true)` lease reported lost or killed.
+    first_lost: Option<bool>,
+    second_lost: Option<bool>,
+}
+
+impl Overlap {
+    fn excused(&self) -> bool {
+        self.first_lost == Some(true) || self.second_lost == Some(true)
+    }
+}
+
+#[derive(Default)]
+struct History {
+    names: BTreeMap<String, NameState>,
+    overlaps: Vec<Overlap>,
+    stale_accepted: u64,
+    refused: u64,
+    fence_repeats: u64,
+    /// Fenced acquires that returned a guard without a fence: name and time.
+    no_fence: Vec<(String, Duration)>,
+    sections: u64,
+    /// Times (since start) at which a section completed with its lease held.
+    completions: Vec<Duration>,
+    lost_reported: u64,
+    errors: BTreeMap<String, u64>,
+    next_conn: u64,
+    stopping: bool,
+    faults: Vec<Fault>,
+}
+
+#[derive(Debug, Clone)]
+struct Fault {
+    kind: &'static str,
+    victim: String,
+    start: Duration,
+    end: Duration,
+}
+
+struct Shared {
+    history: Mutex<History>,
+    start: Instant,
+}
+
+impl Shared {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+fn serve_resource(listener: TcpListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let shared = Arc::clone(&shared);
+        thread::spawn(move || {
+            let conn = {
+                let mut h = shared.history.lock();
+                h.next_conn += 1;
+                h.next_conn
+            };
+            let _ = serve_conn(&stream, conn, &shared);
+            // A worker gone without its EXIT (killed): its sections end here.
+            let mut h = shared.history.lock();
+            let mut left = Vec::new();
+            for (name, state) in &mut h.names {
+                if state.inside.contains(&conn) {
+                    state.inside.retain(|c| *c != conn);
+                    left.push(name.clone());
+                }
+            }
+            for name in left {
+                exit_overlaps(&mut h, &name, conn, true);
+            }
+        });
+    }
+}
+
+fn exit_overlaps(h: &mut History, name: &str, conn: u64, lost: bool) {
+    for o in h.overlaps.iter_mut().filter(|o| o.name == name) {
+        if o.first == conn && o.first_lost.is_none() {
+            o.first_lost = Some(lost);
+        }
+        if o.second == conn && o.second_lost.is_none() {
+            o.second_lost = Some(lost);
+        }
+    }
+}
+
+fn serve_conn(stream: &TcpStream, conn: u64, shared: &Shared) -> Res<()> {
+    stream.set_nodelay(true)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream.try_clone()?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let now = shared.now();
+        let reply = {
+            let mut h = shared.history.lock();
+            handle(&mut h, conn, &parts, now)
+        };
+        writer.write_all(format!("{reply}\n").as_bytes())?;
+    }
+}
+
+fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
+    let num = |i: usize| parts.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let name = parts.get(1).copied().unwrap_or("").to_owned();
+    match parts.first().copied() {
+        Some("GO") => if h.stopping { "STOP" } else { "GO" }.to_owned(),
+        Some("ENTER") => {
+            let state = h.names.entry(name.clone()).or_default();
+            let others: Vec<u64> = state.inside.clone();
+            state.inside.push(conn);
+            for first in others {
+                h.overlaps.push(Overlap {
+                    name: name.clone(),
+                    at: now,
+                    first,
+                    second: conn,
+                    first_lost: None,
+                    second_lost: None,
+                });
+            }
+            "OK".to_owned()
+        }
+        Some("CLAIM") => {
+            let fence = num(2);
+            let state = h.names.entry(name).or_default();
+            let mut repeat = false;
+            if fence > 0 && !state.fences.insert(fence) {
+                repeat = true;
+            }
+            let accepted = fence == 0 || fence > state.last_fence;
+            if accepted {
+                state.last_fence = state.last_fence.max(fence);
+                state.claimer = Some(conn);
+            }
+            h.fence_repeats += u64::from(repeat);
+            if accepted {
+                "OK".to_owned()
+            } else {
+                h.refused += 1;
+                "REFUSED".to_owned()
+            }
+        }
+        Some("READ") => h.names.entry(name).or_default().counter.to_string(),
+        Some("SET") => {
+            let fence = num(2);
+            let value = num(3);
+            let state = h.names.entry(name).or_default();
+            let accepted = fence == 0 || fence == state.last_fence;
+            if accepted {
+                let stale = state.claimer != Some(conn);
+                state.counter = value;
+                state.increments += 1;
+                h.stale_accepted += u64::from(stale);
+                "OK".to_owned()
+            } else {
+                h.refused += 1;
+                "REFUSED".to_owned()
+            }
+        }
+        Some("EXIT") => {
+            let held = num(2) == 1;
+            let wrote = num(3) == 1;
+            if let Some(state) = h.names.get_mut(&name) {
+                state.inside.retain(|c| *c != conn);
+            }
+            exit_overlaps(h, &name, conn, !held);
+            h.sections += 1;
+            if held && wrote {
+                h.completions.push(now);
+            }
+            if !held {
+                h.lost_reported += 1;
+            }
+            "OK".to_owned()
+        }
+        Some("NOFENCE") => {
+            h.no_fence.push((name, now));
+            "OK".to_owned()
+        }
+        Some("ERROR") => {
+            let what = parts[1..].join(" ");
+            // Keep the kind of error, not its details.
+            let key: String = what.chars().take(60).collect();
+            *h.errors.entry(key).or_default() += 1;
+            "OK".to_owned()
+        }
+        _ => "ERR".to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------- processes
+
+/// A `redis-server` child on a fixed loopback port, with an fsynced append-only file
+/// so that a restart loses no write.
+struct Server {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn start(dir: PathBuf) -> Res<Self> {
+        std::fs::create_dir_all(&dir)?;
+        for _ in 0..5 {
+            let port = free_port()?;
+            let mut server = Server {
+                port,
+                dir: dir.clone(),
+                child: None,
+            };
+            if server.launch().is_ok() {
+                return Ok(server);
+            }
+        }
+        Err("redis-server did not come up".into())
+    }
+
+    fn launch(&mut self) -> Res<()> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "yes", "--appendfsync", "always"])
+            .args(["--enable-debug-command", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--logfile", "redis.log"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run redis-server: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.ping() {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait()?.is_some()
+            {
+                self.child = None;
+                return Err("redis-server exited".into());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Err("redis-server did not answer".into())
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    fn conn(&self) -> Res<redis::Connection> {
+        let con = redis::Client::open(self.url())?
+            .get_connection_with_timeout(Duration::from_millis(500))?;
+        con.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(con)
+    }
+
+    fn ping(&self) -> bool {
+        self.conn()
+            .and_then(|mut c| Ok(redis::cmd("PING").query::<String>(&mut c)?))
+            .is_ok()
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on its port (the proxy forwards there).
+    fn relaunch(&mut self) -> Res<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.launch() {
+                Ok(()) => return Ok(()),
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.as_ref().map(Child::id) {
+            signal(pid, "CONT");
+        }
+        self.kill();
+    }
+}
+
+fn free_port() -> Res<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// `kill -<sig> <pid>` on a process this soak started.
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+struct Workers {
+    children: Vec<Option<Child>>,
+    args: Vec<String>,
+    /// Exits nobody asked for (a worker that failed).
+    crashes: u64,
+}
+
+impl Workers {
+    fn spawn(&mut self, id: usize) -> Res<()> {
+        let child = Command::new(std::env::current_exe()?)
+            .arg("--worker")
+            .arg(id.to_string())
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .spawn()?;
+        self.children[id] = Some(child);
+        Ok(())
+    }
+
+    fn pid(&self, id: usize) -> u32 {
+        self.children[id].as_ref().map_or(0, Child::id)
+    }
+
+    fn kill(&mut self, id: usize) {
+        if let Some(mut child) = self.children[id].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts workers that exited on their own, counting them.
+    fn reap(&mut self) -> Res<()> {
+        for id in 0..self.children.len() {
+            if let Some(child) = self.children[id].as_mut()
+                && child.try_wait()?.is_some()
+            {
+                self.crashes += 1;
+                self.spawn(id)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------- the nemesis
+
+const KINDS: [&str; 10] = [
+    "kill_worker",
+    "stop_worker",
+    "stop_server",
+    "debug_sleep",
+    "client_pause_write",
+    "proxy_blackhole",
+    "proxy_latency",
+    "proxy_reset",
+    "restart_server",
+    "stop_worker",
+];
+
+struct World {
+    server: Server,
+    proxy: Proxy,
+    workers: Workers,
+}
+
+/// Injects `kind`, waits `hold`, heals; returns the victim's name.
+fn inject(world: &mut World, rng: &mut fastrand::Rng, kind: &'static str, hold: Duration) -> Res<String> {
+    let victim;
+    match kind {
+        "kill_worker" => {
+            let id = rng.usize(..WORKERS);
+            victim = format!("worker {id}");
+            world.workers.kill(id);
+            thread::sleep(hold);
+            world.workers.spawn(id)?;
+        }
+        "stop_worker" => {
+            let id = rng.usize(..WORKERS);
+            let pid = world.workers.pid(id);
+            victim = format!("worker {id} (pid {pid})");
+            // Past its lease.
+            let hold = hold.max(TTL + Duration::from_millis(500));
+            signal(pid, "STOP");
+            thread::sleep(hold);
+            signal(pid, "CONT");
+        }
+        "stop_server" => {
+            victim = "server".into();
+            signal(world.server.pid(), "STOP");
+            thread::sleep(hold);
+            signal(world.server.pid(), "CONT");
+        }
+        "debug_sleep" => {
+            victim = "server".into();
+            let mut con = world.server.conn()?;
+            let secs = format!("{:.3}", hold.as_secs_f64());
+            let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg(secs).query(&mut con);
+        }
+        "client_pause_write" => {
+            victim = "server".into();
+            let mut con = world.server.conn()?;
+            let () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(millis(hold))
+                .arg("WRITE")
+                .query(&mut con)?;
+            thread::sleep(hold);
+        }
+        "proxy_blackhole" => {
+            victim = "proxy".into();
+            world.proxy.blackhole(true);
+            thread::sleep(hold);
+            world.proxy.blackhole(false);
+        }
+        "proxy_latency" => {
+            victim = "proxy".into();
+            world.proxy.delay(Duration::from_millis(rng.u64(50..=250)));
+            thread::sleep(hold);
+            world.proxy.delay(Duration::ZERO);
+        }
+        "proxy_reset" => {
+            victim = "proxy".into();
+            world.proxy.drop_connections();
+            thread::sleep(hold);
+        }
+        "restart_server" => {
+            victim = "server".into();
+            world.server.kill();
+            thread::sleep(hold);
+            world.server.relaunch()?;
+        }
+        _ => unreachable!("unknown fault {kind}"),
+    }
+    Ok(victim)
+}
+
+// ---------------------------------------------------------------- the run
+
+fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let base = std::env::temp_dir().join(format!("redlease-soak-{}", std::process::id()));
+    let server = Server::start(base.join("master"))?;
+    let proxy = Proxy::start(server.port);
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let resource = listener.local_addr()?.to_string();
+    let shared = Arc::new(Shared {
+        history: Mutex::new(History::default()),
+        start: Instant::now(),
+    });
+    thread::spawn({
+        let shared = Arc::clone(&shared);
+        move || serve_resource(listener, shared)
+    });
+    let client = if bronze { "bronze" } else { "redlease" };
+    eprintln!(
+        "soak: seed {seed}, {seconds} s, client {client}, server 127.0.0.1:{} behind proxy {}, {WORKERS} workers",
+        server.port,
+        proxy.port()
+    );
+    let mut workers = Workers {
+        children: (0..WORKERS).map(|_| None).collect(),
+        args: vec![
+            "--redis".into(),
+            proxy.url(),
+            "--resource".into(),
+            resource,
+            "--seed".into(),
+            seed.to_string(),
+            "--client".into(),
+            client.into(),
+        ],
+        crashes: 0,
+    };
+    for id in 0..WORKERS {
+        workers.spawn(id)?;
+    }
+    let mut world = World {
+        server,
+        proxy,
+        workers,
+    };
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut last_progress = Instant::now();
+    let progress = |shared: &Shared| {
+        let h = shared.history.lock();
+        eprintln!(
+            "soak: {:>5.1} s: {} sections, {} faults, {} refused, {} overlaps",
+            shared.now().as_secs_f64(),
+            h.sections,
+            h.faults.len(),
+            h.refused,
+            h.overlaps.len()
+        );
+    };
+    let mut run_error = None;
+    while Instant::now() < end {
+        // Quiet time: a lease plus the liveness margin, so each heal is judged alone.
+        let quiet = LIVENESS + Duration::from_millis(rng.u64(0..1000));
+        let wake = Instant::now() + quiet;
+        while Instant::now() < wake {
+            thread::sleep(Duration::from_millis(50));
+            world.workers.reap()?;
+            if last_progress.elapsed() >= PROGRESS_EVERY {
+                progress(&shared);
+                last_progress = Instant::now();
+            }
+        }
+        if Instant::now() + Duration::from_secs(3) >= end {
+            break;
+        }
+        let kind = KINDS[rng.usize(..KINDS.len())];
+        let hold = Duration::from_millis(rng.u64(500..=3000));
+        let start = shared.now();
+        match inject(&mut world, &mut rng, kind, hold) {
+            Ok(victim) => {
+                let fault = Fault {
+                    kind,
+                    victim,
+                    start,
+                    end: shared.now(),
+                };
+                eprintln!(
+                    "soak: fault {} on {} from {:.2} s to {:.2} s",
+                    fault.kind,
+                    fault.victim,
+                    fault.start.as_secs_f64(),
+                    fault.end.as_secs_f64()
+                );
+                shared.history.lock().faults.push(fault);
+            }
+            Err(e) => {
+                run_error = Some(format!("fault {kind}: {e}"));
+                break;
+            }
+        }
+    }
+    // Let the workers finish their sections and leave.
+    shared.history.lock().stopping = true;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut stuck = 0;
+    for id in 0..WORKERS {
+        loop {
+            let Some(child) = world.workers.children[id].as_mut() else {
+                break;
+            };
+            match child.try_wait()? {
+                Some(status) => {
+                    if !status.success() {
+                        world.workers.crashes += 1;
+                    }
+                    world.workers.children[id] = None;
+                    break;
+                }
+                None if Instant::now() > deadline => {
+                    stuck += 1;
+                    world.workers.kill(id);
+                    break;
+                }
+                None => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+    // No lock key left: a killed holder's key may take one lease to expire.
+    let deadline = Instant::now() + TTL + Duration::from_secs(2);
+    let keys_left = loop {
+        let mut con = world.server.conn()?;
+        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{PREFIX}*")).query(&mut con)?;
+        let left: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !k.contains("redlease:fence"))
+            .collect();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        thread::sleep(Duration::from_millis(50));
+    };
+    let elapsed = shared.now();
+    let crashes = world.workers.crashes;
+    drop(world);
+    let _ = std::fs::remove_dir_all(&base);
+    let h = shared.history.lock();
+    Ok(report(&h, seed, seconds, bronze, &keys_left, stuck, crashes, elapsed, run_error))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    h: &History,
+    seed: u64,
+    seconds: u64,
+    bronze: bool,
+    keys_left: &[String],
+    stuck: u64,
+    crashes: u64,
+    elapsed: Duration,
+    run_error: Option<String>,
+) -> bool {
+    let overlaps: Vec<&Overlap> = h.overlaps.iter().filter(|o| !o.excused()).collect();
+    let excused = h.overlaps.len() - overlaps.len();
+    let lost_updates: u64 = h
+        .names
+        .values()
+        .map(|s| s.increments.abs_diff(s.counter))
+        .sum();
+    // Liveness: the first completed section after each heal.
+    let mut max_gap = Duration::ZERO;
+    let mut stalls = Vec::new();
+    for f in &h.faults {
+        let next = h.completions.iter().find(|t| **t >= f.end);
+        let gap = next.map_or(elapsed.saturating_sub(f.end), |t| *t - f.end);
+        max_gap = max_gap.max(gap);
+        if gap > LIVENESS {
+            stalls.push(f);
+        }
+    }
+    let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
+    for f in &h.faults {
+        *kinds.entry(f.kind).or_default() += 1;
+    }
+    let mut failed = Vec::new();
+    if !overlaps.is_empty() {
+        failed.push("overlaps");
+    }
+    if h.stale_accepted > 0 {
+        failed.push("stale_writes_accepted");
+    }
+    if lost_updates > 0 {
+        failed.push("lost_updates");
+    }
+    if h.fence_repeats > 0 {
+        failed.push("fence_repeats");
+    }
+    if !h.no_fence.is_empty() {
+        failed.push("grants_without_fence");
+    }
+    for (name, at) in h.no_fence.iter().take(5) {
+        eprintln!(
+            "soak: a fenced acquire of {name} returned no fence at {:.3} s",
+            at.as_secs_f64()
+        );
+    }
+    if !stalls.is_empty() {
+        failed.push("liveness");
+    }
+    if !keys_left.is_empty() {
+        failed.push("keys_left");
+    }
+    if crashes > 0 || stuck > 0 {
+        failed.push("workers");
+    }
+    if run_error.is_some() {
+        failed.push("run_error");
+    }
+    for o in overlaps.iter().take(10) {
+        eprintln!(
+            "soak: OVERLAP on {} at {:.3} s: connections {} and {} (lost: {:?} / {:?})",
+            o.name,
+            o.at.as_secs_f64(),
+            o.first,
+            o.second,
+            o.first_lost,
+            o.second_lost
+        );
+        for f in &h.faults {
+            if f.start <= o.at + Duration::from_secs(2) && o.at <= f.end + Duration::from_secs(5) {
+                eprintln!(
+                    "soak:   near fault {} on {} from {:.2} s to {:.2} s",
+                    f.kind,
+                    f.victim,
+                    f.start.as_secs_f64(),
+                    f.end.as_secs_f64()
+                );
+            }
+        }
+    }
+    for f in stalls.iter().take(10) {
+        eprintln!(
+            "soak: STALL: no section completed within {} ms of the heal of {} on {} at {:.2} s",
+            LIVENESS.as_millis(),
+            f.kind,
+            f.victim,
+            f.end.as_secs_f64()
+        );
+    }
+    for (e, n) in &h.errors {
+        eprintln!("soak: worker error x{n}: {e}");
+    }
+    if !keys_left.is_empty() {
+        eprintln!("soak: keys left: {keys_left:?}");
+    }
+    let ok = failed.is_empty();
+    if ok {
+        eprintln!("soak: every check holds (seed {seed})");
+    } else {
+        eprintln!("soak: FAILED {} (replay with --seed {seed})", failed.join(", "));
+    }
+    let faults = kinds
+        .iter()
+        .map(|(k, n)| format!("\"{k}\":{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let failed_json = failed
+        .iter()
+        .map(|f| format!("\"{f}\""))
+        .collect::<Vec<_>>()
+        .join(",");
+    println!(
+        "{{\"seed\":{seed},\"seconds\":{seconds},\"client\":\"{}\",\"sections\":{},\"faults\":{{{faults}}},\
+         \"overlaps\":{},\"overlaps_excused\":{excused},\"leases_reported_lost\":{},\
+         \"stale_writes_accepted\":{},\"stale_writes_refused\":{},\"lost_updates\":{lost_updates},\
+         \"fence_repeats\":{},\"grants_without_fence\":{},\"max_liveness_gap_ms\":{},\"keys_left\":{},\"worker_crashes\":{crashes},\
+         \"workers_stuck\":{stuck},\"ok\":{ok},\"failed\":[{failed_json}]}}",
+        if bronze { "bronze" } else { "redlease" },
+        h.sections,
+        overlaps.len(),
+        h.lost_reported,
+        h.stale_accepted,
+        h.refused,
+        h.fence_repeats,
+        h.no_fence.len(),
+        max_gap.as_millis(),
+        keys_left.len(),
+    );
+    ok
+}
