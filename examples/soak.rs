@@ -31,17 +31,14 @@
 //! `--client bronze` runs the same workers with an unsafe lock (`SET NX PX`, plain
 //! `DEL`, no fence, no renewal): the soak must fail then, or its checker proves nothing.
 
-#[allow(
-    dead_code,
-    reason = "the soak uses a part of the tests' proxy only"
-)]
+#[allow(dead_code, reason = "the soak uses a part of the tests' proxy only")]
 #[path = "../tests/support/proxy.rs"]
 mod proxy;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::thread;
@@ -55,7 +52,7 @@ use proxy::Proxy;
 /// Lease of every lock the workers take.
 const TTL: Duration = Duration::from_millis(1500);
 /// How long after a heal some section must have completed.
-const LIVENESS: Duration = Duration::from_millis(1500 + 1500);
+const LIVENESS: Duration = Duration::from_secs(3);
 const WORKERS: usize = 6;
 /// Names the workers lock; the last one with [`Scheme::Reentrant`].
 const NAMES: [&str; 3] = ["a", "b", "r"];
@@ -197,7 +194,8 @@ fn worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
         };
         let Some(fence) = guard.fence() else {
             // A fenced acquire that came back without a fence.
-            res.ask(&format!("NOFENCE {name}"))?;
+            let found = raw_state(redis, name);
+            res.ask(&format!("NOFENCE {name} {found}"))?;
             drop(guard);
             continue;
         };
@@ -237,19 +235,15 @@ fn bronze_worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut got = false;
         while !got && Instant::now() < deadline {
-            let c = match con.as_mut() {
-                Some(c) => c,
-                None => match client.get_connection_with_timeout(Duration::from_millis(300)) {
-                    Ok(c) => {
-                        c.set_read_timeout(Some(Duration::from_millis(300)))?;
-                        con.insert(c)
-                    }
-                    Err(_) => {
-                        thread::sleep(Duration::from_millis(20));
-                        continue;
-                    }
-                },
-            };
+            if con.is_none() {
+                let Ok(c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+                    thread::sleep(Duration::from_millis(20));
+                    continue;
+                };
+                c.set_read_timeout(Some(Duration::from_millis(300)))?;
+                con = Some(c);
+            }
+            let Some(c) = con.as_mut() else { continue };
             let reply: redis::RedisResult<Option<String>> = redis::cmd("SET")
                 .arg(&key)
                 .arg(id)
@@ -277,6 +271,20 @@ fn bronze_worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
         }
     }
     Ok(())
+}
+
+/// What Redis holds under the lock `name` (for the history): its fields and PTTL.
+fn raw_state(redis: &str, name: &str) -> String {
+    let read = || -> Res<String> {
+        let con = redis::Client::open(redis)?;
+        let mut con = con.get_connection_with_timeout(Duration::from_millis(300))?;
+        con.set_read_timeout(Some(Duration::from_millis(300)))?;
+        let key = format!("{PREFIX}{name}");
+        let fields: Vec<String> = redis::cmd("HGETALL").arg(&key).query(&mut con)?;
+        let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con)?;
+        Ok(format!("fields={} pttl={pttl}", fields.join(",")))
+    };
+    read().unwrap_or_else(|e| one_line(&e.to_string()).replace(' ', "_"))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -359,10 +367,10 @@ impl Shared {
     }
 }
 
-fn serve_resource(listener: TcpListener, shared: Arc<Shared>) {
+fn serve_resource(listener: &TcpListener, shared: &Arc<Shared>) {
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let shared = Arc::clone(&shared);
+        let shared = Arc::clone(shared);
         thread::spawn(move || {
             let conn = {
                 let mut h = shared.history.lock();
@@ -418,7 +426,12 @@ fn serve_conn(stream: &TcpStream, conn: u64, shared: &Shared) -> Res<()> {
 }
 
 fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
-    let num = |i: usize| parts.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let num = |i: usize| {
+        parts
+            .get(i)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     let name = parts.get(1).copied().unwrap_or("").to_owned();
     match parts.first().copied() {
         Some("GO") => if h.stopping { "STOP" } else { "GO" }.to_owned(),
@@ -465,10 +478,10 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
             let state = h.names.entry(name).or_default();
             let accepted = fence == 0 || fence == state.last_fence;
             if accepted {
-                let stale = state.claimer != Some(conn);
+                let from_latest = state.claimer == Some(conn);
                 state.counter = value;
                 state.increments += 1;
-                h.stale_accepted += u64::from(stale);
+                h.stale_accepted += u64::from(!from_latest);
                 "OK".to_owned()
             } else {
                 h.refused += 1;
@@ -492,7 +505,8 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
             "OK".to_owned()
         }
         Some("NOFENCE") => {
-            h.no_fence.push((name, now));
+            h.no_fence
+                .push((format!("{name} ({})", parts[2..].join(" ")), now));
             "OK".to_owned()
         }
         Some("ERROR") => {
@@ -517,13 +531,13 @@ struct Server {
 }
 
 impl Server {
-    fn start(dir: PathBuf) -> Res<Self> {
-        std::fs::create_dir_all(&dir)?;
+    fn start(dir: &Path) -> Res<Self> {
+        std::fs::create_dir_all(dir)?;
         for _ in 0..5 {
             let port = free_port()?;
             let mut server = Server {
                 port,
-                dir: dir.clone(),
+                dir: dir.to_path_buf(),
                 child: None,
             };
             if server.launch().is_ok() {
@@ -536,7 +550,14 @@ impl Server {
     fn launch(&mut self) -> Res<()> {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "yes", "--appendfsync", "always"])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+            ])
             .args(["--enable-debug-command", "yes"])
             .arg("--dir")
             .arg(&self.dir)
@@ -692,7 +713,12 @@ struct World {
 }
 
 /// Injects `kind`, waits `hold`, heals; returns the victim's name.
-fn inject(world: &mut World, rng: &mut fastrand::Rng, kind: &'static str, hold: Duration) -> Res<String> {
+fn inject(
+    world: &mut World,
+    rng: &mut fastrand::Rng,
+    kind: &'static str,
+    hold: Duration,
+) -> Res<String> {
     let victim;
     match kind {
         "kill_worker" => {
@@ -722,7 +748,8 @@ fn inject(world: &mut World, rng: &mut fastrand::Rng, kind: &'static str, hold: 
             victim = "server".into();
             let mut con = world.server.conn()?;
             let secs = format!("{:.3}", hold.as_secs_f64());
-            let _: redis::RedisResult<()> = redis::cmd("DEBUG").arg("SLEEP").arg(secs).query(&mut con);
+            let _: redis::RedisResult<()> =
+                redis::cmd("DEBUG").arg("SLEEP").arg(secs).query(&mut con);
         }
         "client_pause_write" => {
             victim = "server".into();
@@ -764,10 +791,11 @@ fn inject(world: &mut World, rng: &mut fastrand::Rng, kind: &'static str, hold: 
 
 // ---------------------------------------------------------------- the run
 
+#[allow(clippy::too_many_lines, reason = "the run reads best in one piece")]
 fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let base = std::env::temp_dir().join(format!("redlease-soak-{}", std::process::id()));
-    let server = Server::start(base.join("master"))?;
+    let server = Server::start(&base.join("master"))?;
     let proxy = Proxy::start(server.port);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let resource = listener.local_addr()?.to_string();
@@ -777,7 +805,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     });
     thread::spawn({
         let shared = Arc::clone(&shared);
-        move || serve_resource(listener, shared)
+        move || serve_resource(&listener, &shared)
     });
     let client = if bronze { "bronze" } else { "redlease" };
     eprintln!(
@@ -867,10 +895,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut stuck = 0;
     for id in 0..WORKERS {
-        loop {
-            let Some(child) = world.workers.children[id].as_mut() else {
-                break;
-            };
+        while let Some(child) = world.workers.children[id].as_mut() {
             match child.try_wait()? {
                 Some(status) => {
                     if !status.success() {
@@ -892,7 +917,9 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let deadline = Instant::now() + TTL + Duration::from_secs(2);
     let keys_left = loop {
         let mut con = world.server.conn()?;
-        let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{PREFIX}*")).query(&mut con)?;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{PREFIX}*"))
+            .query(&mut con)?;
         let left: Vec<String> = keys
             .into_iter()
             .filter(|k| !k.contains("redlease:fence"))
@@ -907,10 +934,24 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     drop(world);
     let _ = std::fs::remove_dir_all(&base);
     let h = shared.history.lock();
-    Ok(report(&h, seed, seconds, bronze, &keys_left, stuck, crashes, elapsed, run_error))
+    Ok(report(
+        &h,
+        seed,
+        seconds,
+        bronze,
+        &keys_left,
+        stuck,
+        crashes,
+        elapsed,
+        run_error.as_deref(),
+    ))
 }
 
-#[allow(clippy::too_many_arguments)]
+#[allow(
+    clippy::too_many_arguments,
+    clippy::too_many_lines,
+    reason = "the report reads best in one piece"
+)]
 fn report(
     h: &History,
     seed: u64,
@@ -920,7 +961,7 @@ fn report(
     stuck: u64,
     crashes: u64,
     elapsed: Duration,
-    run_error: Option<String>,
+    run_error: Option<&str>,
 ) -> bool {
     let overlaps: Vec<&Overlap> = h.overlaps.iter().filter(|o| !o.excused()).collect();
     let excused = h.overlaps.len() - overlaps.len();
@@ -934,7 +975,7 @@ fn report(
     let mut stalls = Vec::new();
     for f in &h.faults {
         let next = h.completions.iter().find(|t| **t >= f.end);
-        let gap = next.map_or(elapsed.saturating_sub(f.end), |t| *t - f.end);
+        let gap = next.map_or(elapsed.saturating_sub(f.end), |t| t.saturating_sub(f.end));
         max_gap = max_gap.max(gap);
         if gap > LIVENESS {
             stalls.push(f);
@@ -1019,7 +1060,10 @@ fn report(
     if ok {
         eprintln!("soak: every check holds (seed {seed})");
     } else {
-        eprintln!("soak: FAILED {} (replay with --seed {seed})", failed.join(", "));
+        eprintln!(
+            "soak: FAILED {} (replay with --seed {seed})",
+            failed.join(", ")
+        );
     }
     let faults = kinds
         .iter()
