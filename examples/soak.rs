@@ -31,9 +31,12 @@
 //! `--client bronze` runs the same workers with an unsafe lock (`SET NX PX`, plain
 //! `DEL`, no fence, no renewal): the soak must fail then, or its checker proves nothing.
 
-#[allow(dead_code, reason = "the soak uses a part of the tests' proxy only")]
-#[path = "../tests/support/proxy.rs"]
-mod proxy;
+#[allow(
+    dead_code,
+    reason = "the soak uses a part of the tests' servers and proxy only"
+)]
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
@@ -47,7 +50,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redlease::{LockClient, LockOptions, Scheme};
 
-use proxy::Proxy;
+use support::proxy::Proxy;
+use support::sentinel::{Deployment, MASTER_NAME};
 
 /// Lease of every lock the workers take.
 const TTL: Duration = Duration::from_millis(1500);
@@ -55,8 +59,11 @@ const TTL: Duration = Duration::from_millis(1500);
 const LIVENESS: Duration = Duration::from_secs(3);
 const WORKERS: usize = 6;
 /// Names the workers lock; the last one with [`Scheme::Reentrant`].
-const NAMES: [&str; 3] = ["a", "b", "r"];
+/// Names the workers lock: on the single master behind the proxy, `r` with
+/// [`Scheme::Reentrant`]; `s` on the master of the Sentinel deployment.
+const NAMES: [&str; 4] = ["a", "b", "r", "s"];
 const REENTRANT: &str = "r";
+const SENTINEL_NAME: &str = "s";
 const PREFIX: &str = "soak:";
 /// Longest pause between reading the counter and writing it back.
 const MAX_RMW_PAUSE_MS: u64 = 80;
@@ -76,12 +83,17 @@ fn main() -> ExitCode {
     if let Some(id) = flag("--worker") {
         let redis = flag("--redis").expect("--redis");
         let resource = flag("--resource").expect("--resource");
+        let sentinels: Vec<String> = flag("--sentinels")
+            .expect("--sentinels")
+            .split(',')
+            .map(str::to_owned)
+            .collect();
         let seed: u64 = flag("--seed").and_then(|s| s.parse().ok()).unwrap_or(0);
         let id: u64 = id.parse().expect("--worker <id>");
         let result = if bronze {
-            bronze_worker(id, &redis, &resource, seed)
+            bronze_worker(id, &redis, &sentinels, &resource, seed)
         } else {
-            worker(id, &redis, &resource, seed)
+            worker(id, &redis, &sentinels, &resource, seed)
         };
         return match result {
             Ok(()) => ExitCode::SUCCESS,
@@ -152,31 +164,42 @@ fn section(res: &mut Resource, rng: &mut fastrand::Rng, name: &str, fence: u64) 
     Ok(res.ask(&format!("SET {name} {fence} {}", value + 1))? == "OK")
 }
 
-fn worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
-    let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
-    let mut res = Resource::connect(resource)?;
-    let build = || {
-        LockClient::builder(redis)
+/// Builds a client, retrying for a while: `build` checks the server.
+fn build_client(id: u64, builder: impl Fn() -> redlease::LockClientBuilder) -> Res<LockClient> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match builder()
             .key_prefix(PREFIX)
             .ttl(TTL)
             .connect_timeout(Duration::from_millis(300))
             .read_timeout(Duration::from_millis(300))
             .write_timeout(Duration::from_millis(300))
             .build()
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let client = loop {
-        match build() {
-            Ok(client) => break client,
+        {
+            Ok(client) => return Ok(client),
             Err(e) if Instant::now() < deadline => {
                 eprintln!("worker {id}: build: {e}");
                 thread::sleep(Duration::from_millis(100));
             }
             Err(e) => return Err(e.into()),
         }
-    };
+    }
+}
+
+fn worker(id: u64, redis: &str, sentinels: &[String], resource: &str, seed: u64) -> Res<()> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
+    let mut res = Resource::connect(resource)?;
+    let single = build_client(id, || LockClient::builder(redis))?;
+    let sentinel = build_client(id, || {
+        LockClient::sentinel(sentinels.iter().map(String::as_str), MASTER_NAME)
+    })?;
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
+        let client = if name == SENTINEL_NAME {
+            &sentinel
+        } else {
+            &single
+        };
         let mut opts = LockOptions::new()
             .fencing(true)
             .wait(Duration::from_secs(3));
@@ -224,24 +247,32 @@ fn worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
 }
 
 /// The same loop with an unsafe lock: `SET NX PX`, no fence, no renewal, plain `DEL`.
-fn bronze_worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
+fn bronze_worker(id: u64, redis: &str, sentinels: &[String], resource: &str, seed: u64) -> Res<()> {
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
-    let client = redis::Client::open(redis)?;
-    let mut con: Option<redis::Connection> = None;
+    // One connection per deployment: the proxied master, the Sentinel master.
+    let mut cons: [Option<redis::Connection>; 2] = [None, None];
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
+        let con = &mut cons[usize::from(name == SENTINEL_NAME)];
+        let url = if name == SENTINEL_NAME {
+            sentinel_master(sentinels).unwrap_or_default()
+        } else {
+            redis.to_owned()
+        };
         let key = format!("{PREFIX}{name}");
         let deadline = Instant::now() + Duration::from_secs(3);
         let mut got = false;
         while !got && Instant::now() < deadline {
             if con.is_none() {
-                let Ok(c) = client.get_connection_with_timeout(Duration::from_millis(300)) else {
+                let Ok(c) = redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection_with_timeout(Duration::from_millis(300)))
+                else {
                     thread::sleep(Duration::from_millis(20));
                     continue;
                 };
                 c.set_read_timeout(Some(Duration::from_millis(300)))?;
-                con = Some(c);
+                *con = Some(c);
             }
             let Some(c) = con.as_mut() else { continue };
             let reply: redis::RedisResult<Option<String>> = redis::cmd("SET")
@@ -254,7 +285,7 @@ fn bronze_worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
             match reply {
                 Ok(Some(_)) => got = true,
                 Ok(None) => thread::sleep(Duration::from_millis(10)),
-                Err(_) => con = None,
+                Err(_) => *con = None,
             }
         }
         if !got {
@@ -266,11 +297,29 @@ fn bronze_worker(id: u64, redis: &str, resource: &str, seed: u64) -> Res<()> {
         if let Some(c) = con.as_mut() {
             let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(c);
             if r.is_err() {
-                con = None;
+                *con = None;
             }
         }
     }
     Ok(())
+}
+
+/// `redis://` URL of the master the sentinels name, from the first that answers.
+fn sentinel_master(sentinels: &[String]) -> Option<String> {
+    sentinels.iter().find_map(|url| {
+        let mut con = redis::Client::open(url.as_str())
+            .ok()?
+            .get_connection_with_timeout(Duration::from_millis(300))
+            .ok()?;
+        con.set_read_timeout(Some(Duration::from_millis(300)))
+            .ok()?;
+        let (host, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg(MASTER_NAME)
+            .query(&mut con)
+            .ok()?;
+        Some(format!("redis://{host}:{port}/"))
+    })
 }
 
 /// What Redis holds under the lock `name` (for the history): its fields and PTTL.
@@ -693,7 +742,7 @@ impl Workers {
 
 // ---------------------------------------------------------------- the nemesis
 
-const KINDS: [&str; 10] = [
+const KINDS: [&str; 11] = [
     "kill_worker",
     "stop_worker",
     "stop_server",
@@ -704,10 +753,12 @@ const KINDS: [&str; 10] = [
     "proxy_reset",
     "restart_server",
     "stop_worker",
+    "sentinel_failover",
 ];
 
 struct World {
     server: Server,
+    sentinel: Deployment,
     proxy: Proxy,
     workers: Workers,
 }
@@ -778,6 +829,11 @@ fn inject(
             world.proxy.drop_connections();
             thread::sleep(hold);
         }
+        "sentinel_failover" => {
+            let old = world.sentinel.master_port().unwrap_or(0);
+            victim = format!("sentinel master 127.0.0.1:{old}");
+            world.sentinel.failover();
+        }
         "restart_server" => {
             victim = "server".into();
             world.server.kill();
@@ -797,6 +853,8 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let base = std::env::temp_dir().join(format!("redlease-soak-{}", std::process::id()));
     let server = Server::start(&base.join("master"))?;
     let proxy = Proxy::start(server.port);
+    // Master, replica and three sentinels: a failover is one of the faults.
+    let sentinel = Deployment::start();
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let resource = listener.local_addr()?.to_string();
     let shared = Arc::new(Shared {
@@ -820,6 +878,8 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
             proxy.url(),
             "--resource".into(),
             resource,
+            "--sentinels".into(),
+            sentinel.sentinel_urls().join(","),
             "--seed".into(),
             seed.to_string(),
             "--client".into(),
@@ -832,6 +892,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     }
     let mut world = World {
         server,
+        sentinel,
         proxy,
         workers,
     };
@@ -917,9 +978,18 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let deadline = Instant::now() + TTL + Duration::from_secs(2);
     let keys_left = loop {
         let mut con = world.server.conn()?;
-        let keys: Vec<String> = redis::cmd("KEYS")
+        let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{PREFIX}*"))
             .query(&mut con)?;
+        if let Some(port) = world.sentinel.master_port() {
+            let more: Vec<String> = world
+                .sentinel
+                .server(port)
+                .try_conn()
+                .and_then(|mut c| redis::cmd("KEYS").arg(format!("{PREFIX}*")).query(&mut c))
+                .unwrap_or_default();
+            keys.extend(more);
+        }
         let left: Vec<String> = keys
             .into_iter()
             .filter(|k| !k.contains("redlease:fence"))
