@@ -31,10 +31,8 @@
 //! `--client bronze` runs the same workers with an unsafe lock (`SET NX PX`, plain
 //! `DEL`, no fence, no renewal): the soak must fail then, or its checker proves nothing.
 
-#[allow(
-    dead_code,
-    reason = "the soak uses a part of the tests' servers and proxy only"
-)]
+// The tests' servers, Sentinel deployment, Cluster and proxy (it allows the dead code
+// of the parts the soak does not use).
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -50,6 +48,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redlease::{LockClient, LockOptions, Scheme};
 
+use support::cluster::Cluster;
 use support::proxy::Proxy;
 use support::sentinel::{Deployment, MASTER_NAME};
 
@@ -60,10 +59,12 @@ const LIVENESS: Duration = Duration::from_secs(3);
 const WORKERS: usize = 6;
 /// Names the workers lock; the last one with [`Scheme::Reentrant`].
 /// Names the workers lock: on the single master behind the proxy, `r` with
-/// [`Scheme::Reentrant`]; `s` on the master of the Sentinel deployment.
-const NAMES: [&str; 4] = ["a", "b", "r", "s"];
+/// [`Scheme::Reentrant`]; `s` on the master of the Sentinel deployment; `c` on the
+/// Cluster.
+const NAMES: [&str; 5] = ["a", "b", "r", "s", "c"];
 const REENTRANT: &str = "r";
 const SENTINEL_NAME: &str = "s";
+const CLUSTER_NAME: &str = "c";
 const PREFIX: &str = "soak:";
 /// Longest pause between reading the counter and writing it back.
 const MAX_RMW_PAUSE_MS: u64 = 80;
@@ -83,17 +84,21 @@ fn main() -> ExitCode {
     if let Some(id) = flag("--worker") {
         let redis = flag("--redis").expect("--redis");
         let resource = flag("--resource").expect("--resource");
-        let sentinels: Vec<String> = flag("--sentinels")
-            .expect("--sentinels")
-            .split(',')
-            .map(str::to_owned)
-            .collect();
+        let list = |name: &str| -> Vec<String> {
+            flag(name)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::to_owned)
+                .collect()
+        };
+        let sentinels = list("--sentinels");
+        let cluster = list("--cluster");
         let seed: u64 = flag("--seed").and_then(|s| s.parse().ok()).unwrap_or(0);
         let id: u64 = id.parse().expect("--worker <id>");
         let result = if bronze {
-            bronze_worker(id, &redis, &sentinels, &resource, seed)
+            bronze_worker(id, &redis, &sentinels, &cluster, &resource, seed)
         } else {
-            worker(id, &redis, &sentinels, &resource, seed)
+            worker(id, &redis, &sentinels, &cluster, &resource, seed)
         };
         return match result {
             Ok(()) => ExitCode::SUCCESS,
@@ -186,19 +191,29 @@ fn build_client(id: u64, builder: impl Fn() -> redlease::LockClientBuilder) -> R
     }
 }
 
-fn worker(id: u64, redis: &str, sentinels: &[String], resource: &str, seed: u64) -> Res<()> {
+fn worker(
+    id: u64,
+    redis: &str,
+    sentinels: &[String],
+    cluster: &[String],
+    resource: &str,
+    seed: u64,
+) -> Res<()> {
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
     let single = build_client(id, || LockClient::builder(redis))?;
     let sentinel = build_client(id, || {
         LockClient::sentinel(sentinels.iter().map(String::as_str), MASTER_NAME)
     })?;
+    let clustered = build_client(id, || {
+        LockClient::cluster(cluster.iter().map(String::as_str))
+    })?;
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
-        let client = if name == SENTINEL_NAME {
-            &sentinel
-        } else {
-            &single
+        let client = match name {
+            SENTINEL_NAME => &sentinel,
+            CLUSTER_NAME => &clustered,
+            _ => &single,
         };
         let mut opts = LockOptions::new()
             .fencing(true)
@@ -247,18 +262,26 @@ fn worker(id: u64, redis: &str, sentinels: &[String], resource: &str, seed: u64)
 }
 
 /// The same loop with an unsafe lock: `SET NX PX`, no fence, no renewal, plain `DEL`.
-fn bronze_worker(id: u64, redis: &str, sentinels: &[String], resource: &str, seed: u64) -> Res<()> {
+fn bronze_worker(
+    id: u64,
+    redis: &str,
+    sentinels: &[String],
+    cluster: &[String],
+    resource: &str,
+    seed: u64,
+) -> Res<()> {
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
-    // One connection per deployment: the proxied master, the Sentinel master.
-    let mut cons: [Option<redis::Connection>; 2] = [None, None];
+    // One connection per deployment: the proxied master, the Sentinel master, the
+    // Cluster master last named by a MOVED.
+    let mut cons: [Option<redis::Connection>; 3] = [None, None, None];
+    let mut cluster_node = cluster.first().cloned().unwrap_or_default();
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
-        let con = &mut cons[usize::from(name == SENTINEL_NAME)];
-        let url = if name == SENTINEL_NAME {
-            sentinel_master(sentinels).unwrap_or_default()
-        } else {
-            redis.to_owned()
+        let (con, url) = match name {
+            SENTINEL_NAME => (&mut cons[1], sentinel_master(sentinels).unwrap_or_default()),
+            CLUSTER_NAME => (&mut cons[2], cluster_node.clone()),
+            _ => (&mut cons[0], redis.to_owned()),
         };
         let key = format!("{PREFIX}{name}");
         let deadline = Instant::now() + Duration::from_secs(3);
@@ -285,7 +308,15 @@ fn bronze_worker(id: u64, redis: &str, sentinels: &[String], resource: &str, see
             match reply {
                 Ok(Some(_)) => got = true,
                 Ok(None) => thread::sleep(Duration::from_millis(10)),
-                Err(_) => *con = None,
+                Err(e) => {
+                    if let Some((host, port)) = e.redirect_node() {
+                        cluster_node = format!("redis://{host}:{port}/");
+                    } else if name == CLUSTER_NAME {
+                        cluster_node.clone_from(&cluster[rng.usize(..cluster.len())]);
+                    }
+                    *con = None;
+                    break;
+                }
             }
         }
         if !got {
@@ -742,7 +773,7 @@ impl Workers {
 
 // ---------------------------------------------------------------- the nemesis
 
-const KINDS: [&str; 11] = [
+const KINDS: [&str; 13] = [
     "kill_worker",
     "stop_worker",
     "stop_server",
@@ -754,16 +785,23 @@ const KINDS: [&str; 11] = [
     "restart_server",
     "stop_worker",
     "sentinel_failover",
+    "slot_migration",
+    "cluster_failover",
 ];
 
 struct World {
     server: Server,
     sentinel: Deployment,
+    cluster: Cluster,
     proxy: Proxy,
     workers: Workers,
 }
 
 /// Injects `kind`, waits `hold`, heals; returns the victim's name.
+#[allow(
+    clippy::too_many_lines,
+    reason = "one arm per fault reads best together"
+)]
 fn inject(
     world: &mut World,
     rng: &mut fastrand::Rng,
@@ -834,6 +872,41 @@ fn inject(
             victim = format!("sentinel master 127.0.0.1:{old}");
             world.sentinel.failover();
         }
+        "slot_migration" => {
+            let c = &world.cluster;
+            let slot = c.slot(&format!("{PREFIX}{CLUSTER_NAME}"));
+            let from = c.owner(slot);
+            // Another master: the owner of a slot in another third.
+            let to = [5461, 10922]
+                .into_iter()
+                .map(|d| c.owner((slot + d) % 16384))
+                .find(|&to| to != from)
+                .ok_or("no other master")?;
+            victim = format!("slot {slot} from node {from} to node {to}");
+            c.begin_migration(slot, from, to);
+            thread::sleep(hold / 2);
+            c.move_keys(slot, from, to);
+            thread::sleep(hold / 2);
+            c.finish_migration(slot, from, to);
+        }
+        "cluster_failover" => {
+            let c = &world.cluster;
+            let slot = c.slot(&format!("{PREFIX}{CLUSTER_NAME}"));
+            let from = c.owner(slot);
+            let port = c.nodes[from].port();
+            // A replica of that master.
+            let replica = (0..c.nodes.len())
+                .find(|&i| {
+                    let role: Vec<redis::Value> = c.nodes[i]
+                        .try_conn()
+                        .and_then(|mut con| redis::cmd("ROLE").query(&mut con))
+                        .unwrap_or_default();
+                    matches!(role.get(2), Some(redis::Value::Int(p)) if *p == i64::from(port))
+                })
+                .ok_or("the slot's master has no replica")?;
+            victim = format!("node {from} (port {port}), replica node {replica} promoted");
+            c.failover(replica);
+        }
         "restart_server" => {
             victim = "server".into();
             world.server.kill();
@@ -855,6 +928,8 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let proxy = Proxy::start(server.port);
     // Master, replica and three sentinels: a failover is one of the faults.
     let sentinel = Deployment::start();
+    // Three masters with a replica each: a slot move and a failover are faults.
+    let cluster = Cluster::start(3, 1);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let resource = listener.local_addr()?.to_string();
     let shared = Arc::new(Shared {
@@ -880,6 +955,8 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
             resource,
             "--sentinels".into(),
             sentinel.sentinel_urls().join(","),
+            "--cluster".into(),
+            cluster.urls().join(","),
             "--seed".into(),
             seed.to_string(),
             "--client".into(),
@@ -893,6 +970,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let mut world = World {
         server,
         sentinel,
+        cluster,
         proxy,
         workers,
     };
@@ -981,6 +1059,15 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
         let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{PREFIX}*"))
             .query(&mut con)?;
+        for node in &world.cluster.nodes {
+            let more: Vec<String> = node
+                .try_conn()
+                .and_then(|mut c| redis::cmd("KEYS").arg(format!("{PREFIX}*")).query(&mut c))
+                .unwrap_or_default();
+            keys.extend(more);
+        }
+        keys.sort();
+        keys.dedup();
         if let Some(port) = world.sentinel.master_port() {
             let more: Vec<String> = world
                 .sentinel
