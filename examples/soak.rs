@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redlease::{LockClient, LockOptions, Scheme};
 
+use support::Masters;
 use support::cluster::Cluster;
 use support::proxy::Proxy;
 use support::sentinel::{Deployment, MASTER_NAME};
@@ -60,11 +61,12 @@ const WORKERS: usize = 6;
 /// Names the workers lock; the last one with [`Scheme::Reentrant`].
 /// Names the workers lock: on the single master behind the proxy, `r` with
 /// [`Scheme::Reentrant`]; `s` on the master of the Sentinel deployment; `c` on the
-/// Cluster.
-const NAMES: [&str; 5] = ["a", "b", "r", "s", "c"];
+/// Cluster; `l` by Redlock over three masters.
+const NAMES: [&str; 6] = ["a", "b", "r", "s", "c", "l"];
 const REENTRANT: &str = "r";
 const SENTINEL_NAME: &str = "s";
 const CLUSTER_NAME: &str = "c";
+const REDLOCK_NAME: &str = "l";
 const PREFIX: &str = "soak:";
 /// Longest pause between reading the counter and writing it back.
 const MAX_RMW_PAUSE_MS: u64 = 80;
@@ -93,12 +95,25 @@ fn main() -> ExitCode {
         };
         let sentinels = list("--sentinels");
         let cluster = list("--cluster");
+        let quorum = list("--redlock");
         let seed: u64 = flag("--seed").and_then(|s| s.parse().ok()).unwrap_or(0);
         let id: u64 = id.parse().expect("--worker <id>");
         let result = if bronze {
-            bronze_worker(id, &redis, &sentinels, &cluster, &resource, seed)
+            let urls = Urls {
+                redis,
+                sentinels,
+                cluster,
+                quorum,
+            };
+            bronze_worker(id, &urls, &resource, seed)
         } else {
-            worker(id, &redis, &sentinels, &cluster, &resource, seed)
+            let urls = Urls {
+                redis,
+                sentinels,
+                cluster,
+                quorum,
+            };
+            worker(id, &urls, &resource, seed)
         };
         return match result {
             Ok(()) => ExitCode::SUCCESS,
@@ -191,28 +206,42 @@ fn build_client(id: u64, builder: impl Fn() -> redlease::LockClientBuilder) -> R
     }
 }
 
-fn worker(
-    id: u64,
-    redis: &str,
-    sentinels: &[String],
-    cluster: &[String],
-    resource: &str,
-    seed: u64,
-) -> Res<()> {
+/// Where a worker's locks live.
+struct Urls {
+    /// The proxied master.
+    redis: String,
+    sentinels: Vec<String>,
+    /// Cluster seeds.
+    cluster: Vec<String>,
+    /// The Redlock masters.
+    quorum: Vec<String>,
+}
+
+fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
+    let Urls {
+        redis,
+        sentinels,
+        cluster,
+        quorum,
+    } = urls;
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
-    let single = build_client(id, || LockClient::builder(redis))?;
+    let single = build_client(id, || LockClient::builder(redis.as_str()))?;
     let sentinel = build_client(id, || {
         LockClient::sentinel(sentinels.iter().map(String::as_str), MASTER_NAME)
     })?;
     let clustered = build_client(id, || {
         LockClient::cluster(cluster.iter().map(String::as_str))
     })?;
+    let redlock = build_client(id, || {
+        LockClient::redlock(quorum.iter().map(String::as_str))
+    })?;
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
         let client = match name {
             SENTINEL_NAME => &sentinel,
             CLUSTER_NAME => &clustered,
+            REDLOCK_NAME => &redlock,
             _ => &single,
         };
         let mut opts = LockOptions::new()
@@ -262,25 +291,26 @@ fn worker(
 }
 
 /// The same loop with an unsafe lock: `SET NX PX`, no fence, no renewal, plain `DEL`.
-fn bronze_worker(
-    id: u64,
-    redis: &str,
-    sentinels: &[String],
-    cluster: &[String],
-    resource: &str,
-    seed: u64,
-) -> Res<()> {
+fn bronze_worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
+    let Urls {
+        redis,
+        sentinels,
+        cluster,
+        quorum,
+    } = urls;
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
     // One connection per deployment: the proxied master, the Sentinel master, the
     // Cluster master last named by a MOVED.
-    let mut cons: [Option<redis::Connection>; 3] = [None, None, None];
+    // Redlock's name on its first master only: bronze knows no quorum.
+    let mut cons: [Option<redis::Connection>; 4] = [None, None, None, None];
     let mut cluster_node = cluster.first().cloned().unwrap_or_default();
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
         let (con, url) = match name {
             SENTINEL_NAME => (&mut cons[1], sentinel_master(sentinels).unwrap_or_default()),
             CLUSTER_NAME => (&mut cons[2], cluster_node.clone()),
+            REDLOCK_NAME => (&mut cons[3], quorum[0].clone()),
             _ => (&mut cons[0], redis.to_owned()),
         };
         let key = format!("{PREFIX}{name}");
@@ -773,7 +803,7 @@ impl Workers {
 
 // ---------------------------------------------------------------- the nemesis
 
-const KINDS: [&str; 13] = [
+const KINDS: [&str; 14] = [
     "kill_worker",
     "stop_worker",
     "stop_server",
@@ -787,12 +817,14 @@ const KINDS: [&str; 13] = [
     "sentinel_failover",
     "slot_migration",
     "cluster_failover",
+    "stop_redlock_master",
 ];
 
 struct World {
     server: Server,
     sentinel: Deployment,
     cluster: Cluster,
+    quorum: Masters,
     proxy: Proxy,
     workers: Workers,
 }
@@ -907,6 +939,14 @@ fn inject(
             victim = format!("node {from} (port {port}), replica node {replica} promoted");
             c.failover(replica);
         }
+        "stop_redlock_master" => {
+            let i = rng.usize(..world.quorum.servers.len());
+            let server = &world.quorum.servers[i];
+            victim = format!("redlock master {i} (port {})", server.port());
+            server.pause();
+            thread::sleep(hold);
+            server.resume();
+        }
         "restart_server" => {
             victim = "server".into();
             world.server.kill();
@@ -930,6 +970,8 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
     let sentinel = Deployment::start();
     // Three masters with a replica each: a slot move and a failover are faults.
     let cluster = Cluster::start(3, 1);
+    // Three independent masters for Redlock.
+    let quorum = Masters::start(3);
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let resource = listener.local_addr()?.to_string();
     let shared = Arc::new(Shared {
@@ -957,6 +999,8 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
             sentinel.sentinel_urls().join(","),
             "--cluster".into(),
             cluster.urls().join(","),
+            "--redlock".into(),
+            quorum.urls().join(","),
             "--seed".into(),
             seed.to_string(),
             "--client".into(),
@@ -971,6 +1015,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
         server,
         sentinel,
         cluster,
+        quorum,
         proxy,
         workers,
     };
@@ -1059,7 +1104,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
         let mut keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{PREFIX}*"))
             .query(&mut con)?;
-        for node in &world.cluster.nodes {
+        for node in world.cluster.nodes.iter().chain(&world.quorum.servers) {
             let more: Vec<String> = node
                 .try_conn()
                 .and_then(|mut c| redis::cmd("KEYS").arg(format!("{PREFIX}*")).query(&mut c))
