@@ -801,6 +801,18 @@ impl Workers {
     }
 }
 
+impl Drop for Workers {
+    /// Workers left running (the soak failed midway) are killed with it.
+    fn drop(&mut self) {
+        for id in 0..self.children.len() {
+            if let Some(pid) = self.children[id].as_ref().map(Child::id) {
+                signal(pid, "CONT");
+            }
+            self.kill(id);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- the nemesis
 
 const KINDS: [&str; 14] = [
