@@ -127,7 +127,24 @@ fn main() -> ExitCode {
     let seed: u64 = flag("--seed")
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| fastrand::u64(..1_000_000));
-    match run(seconds, seed, bronze) {
+    // `--faults a,b`: only these kinds (default: all).
+    let kinds: Vec<&'static str> = match flag("--faults") {
+        Some(list) => {
+            let wanted: Vec<&str> = list.split(',').collect();
+            let kinds: Vec<&'static str> = KINDS
+                .iter()
+                .copied()
+                .filter(|k| wanted.contains(k))
+                .collect();
+            if kinds.is_empty() {
+                eprintln!("soak: --faults names none of {KINDS:?}");
+                return ExitCode::from(2);
+            }
+            kinds
+        }
+        None => KINDS.to_vec(),
+    };
+    match run(seconds, seed, bronze, &kinds) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -938,7 +955,20 @@ fn inject(
             thread::sleep(hold / 2);
             c.move_keys(slot, from, to);
             thread::sleep(hold / 2);
-            c.finish_migration(slot, from, to);
+            // The target, the source, then every other master: after a CLUSTER
+            // FAILOVER these are not the nodes the Cluster started as masters.
+            let to_id = c.id(to);
+            let others = (0..c.nodes.len())
+                .filter(|&i| i != to && i != from && role(&c.nodes[i]) == "master");
+            for i in [to, from].into_iter().chain(others) {
+                let () = c.nodes[i].query(
+                    redis::cmd("CLUSTER")
+                        .arg("SETSLOT")
+                        .arg(slot)
+                        .arg("NODE")
+                        .arg(&to_id),
+                );
+            }
         }
         "cluster_failover" => {
             let c = &world.cluster;
@@ -980,7 +1010,7 @@ fn inject(
 // ---------------------------------------------------------------- the run
 
 #[allow(clippy::too_many_lines, reason = "the run reads best in one piece")]
-fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
+fn run(seconds: u64, seed: u64, bronze: bool, kinds: &[&'static str]) -> Res<bool> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let base = std::env::temp_dir().join(format!("redlease-soak-{}", std::process::id()));
     let server = Server::start(&base.join("master"))?;
@@ -1066,7 +1096,7 @@ fn run(seconds: u64, seed: u64, bronze: bool) -> Res<bool> {
         if Instant::now() + Duration::from_secs(3) >= end {
             break;
         }
-        let kind = KINDS[rng.usize(..KINDS.len())];
+        let kind = kinds[rng.usize(..kinds.len())];
         let hold = Duration::from_millis(rng.u64(500..=3000));
         let start = shared.now();
         // The support panics when a deployment does not converge in time: a fault
