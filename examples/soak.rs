@@ -488,6 +488,8 @@ struct History {
     entered: HashMap<(u64, String), Duration>,
     /// Faults the nemesis could not complete (a deployment that did not converge).
     nemesis_errors: u64,
+    /// Those faults, for the checker's failover windows.
+    failed_faults: Vec<Fault>,
 }
 
 #[derive(Debug, Clone)]
@@ -1163,7 +1165,15 @@ fn run(seconds: u64, seed: u64, bronze: bool, kinds: &[&'static str]) -> Res<boo
                     "soak: NEMESIS ERROR: fault {kind} from {:.2} s not completed: {e}",
                     start.as_secs_f64()
                 );
-                shared.history.lock().nemesis_errors += 1;
+                let mut h = shared.history.lock();
+                h.nemesis_errors += 1;
+                let end = shared.now();
+                h.failed_faults.push(Fault {
+                    kind,
+                    victim: "(not completed)".into(),
+                    start,
+                    end,
+                });
             }
         }
     }
@@ -1249,12 +1259,18 @@ fn report(
     crashes: u64,
     elapsed: Duration,
 ) -> bool {
-    // Both sides believed they held the lock. Right after a failover that is the
-    // asynchronous replication's loss (the holder finds its key gone at release):
-    // counted apart; anywhere else it fails the soak.
+    // Both sides believed they held the lock. On the name of a deployment during
+    // or right after its failover (completed or not) that is asynchronous
+    // replication: the old master kept or lost the key while the new one granted
+    // it. Counted apart; anywhere else it fails the soak.
     let near_failover = |o: &Overlap| {
-        h.faults.iter().any(|f| {
-            matches!(f.kind, "sentinel_failover" | "cluster_failover")
+        h.faults.iter().chain(&h.failed_faults).any(|f| {
+            let name = match f.kind {
+                "sentinel_failover" => SENTINEL_NAME,
+                "cluster_failover" => CLUSTER_NAME,
+                _ => return false,
+            };
+            o.name == name
                 && f.start <= o.at + Duration::from_secs(1)
                 && o.at <= f.end + TTL + Duration::from_secs(1)
         })
@@ -1263,7 +1279,7 @@ fn report(
         .overlaps
         .iter()
         .filter(|o| !o.excused())
-        .partition(|o| (o.first_late || o.second_late) && near_failover(o));
+        .partition(|o| near_failover(o));
     let excused = h.overlaps.len() - overlaps.len() - failover_overlaps.len();
     let lost_updates: u64 = h
         .names
@@ -1340,12 +1356,14 @@ fn report(
     }
     for o in failover_overlaps.iter().take(10) {
         eprintln!(
-            "soak: overlap on {} at {:.3} s after a failover: connections {} and {}; the \
-             holder found its key gone at release (asynchronous replication lost it)",
+            "soak: overlap on {} at {:.3} s during or after its failover: connections {} \
+             and {} (found the key gone at release: {} / {})",
             o.name,
             o.at.as_secs_f64(),
             o.first,
-            o.second
+            o.second,
+            o.first_late,
+            o.second_late
         );
     }
     for f in stalls.iter().take(10) {
