@@ -57,7 +57,12 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_redlease"));
+    // Cargo names the binary to integration tests and benchmarks only; an example
+    // that includes this support (the chaos soak) never runs the tool.
+    let Some(binary) = option_env!("CARGO_BIN_EXE_redlease") else {
+        panic!("the redlease binary is built for integration tests only");
+    };
+    let mut cmd = Command::new(binary);
     cmd.args(args)
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
