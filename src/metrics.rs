@@ -131,6 +131,7 @@ pub(crate) mod export {
     /// When a guard began holding its lease, and what the lease holds.
     #[derive(Debug, Clone, Copy)]
     pub(crate) struct Hold {
+        #[cfg(feature = "metrics")]
         began: Timer,
         #[cfg(feature = "metrics")]
         scheme: &'static str,
@@ -143,6 +144,7 @@ pub(crate) mod export {
             #[cfg(feature = "metrics")]
             ::metrics::gauge!("redlease_leases_held", "scheme" => scheme).increment(1.0);
             Hold {
+                #[cfg(feature = "metrics")]
                 began: Timer::start(),
                 #[cfg(feature = "metrics")]
                 scheme,
