@@ -521,18 +521,7 @@ fn a_wait_whose_replies_come_in_time_again_acquires_a_valid_lease() {
         proxy.delay(Duration::ZERO);
         (waiter.join().unwrap(), retried)
     });
-    let guard = match out {
-        Ok(Some(guard)) => guard,
-        other => panic!("not acquired once replies came in time: {other:?}"),
-    };
-    let now = Instant::now();
-    assert!(
-        retried,
-        "the wait ended on its first, late grant: valid until {:?} before now",
-        now.saturating_duration_since(guard.valid_until())
-    );
-    assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
-    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    acquired_in_time_after_a_retry(out, retried, "the wait ended on its first, late grant");
 }
 
 #[test]
@@ -605,18 +594,7 @@ fn a_lock_handed_over_after_its_validity_is_given_back_not_taken() {
         (waiter.join().unwrap(), retried, handoffs)
     });
     println!("hand-offs: {handoffs}; the waiter got {out:?}");
-    let guard = match out {
-        Ok(Some(guard)) => guard,
-        other => panic!("not acquired once replies came in time: {other:?}"),
-    };
-    let now = Instant::now();
-    assert!(
-        retried,
-        "the waiter took the late lock: valid until {:?} before now",
-        now.saturating_duration_since(guard.valid_until())
-    );
-    assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
-    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    acquired_in_time_after_a_retry(out, retried, "the waiter took the late lock");
 }
 
 #[test]
@@ -637,4 +615,25 @@ fn a_legacy_lock_granted_after_its_validity_is_deleted_not_left_to_its_grace() {
         "a late grant is still stored: {:?}",
         server.query::<Option<String>>(redis::cmd("GET").arg("lock:k"))
     );
+}
+
+/// Checks a wait whose first grant came late: it was `retried`, then acquired a
+/// lease still valid now; `late` says what went wrong when it was not retried.
+fn acquired_in_time_after_a_retry(
+    out: redlease::Result<Option<redlease::LockGuard>>,
+    retried: bool,
+    late: &str,
+) {
+    let guard = match out {
+        Ok(Some(guard)) => guard,
+        other => panic!("not acquired once replies came in time: {other:?}"),
+    };
+    let now = Instant::now();
+    assert!(
+        retried,
+        "{late}: valid until {:?} before now",
+        now.saturating_duration_since(guard.valid_until())
+    );
+    assert!(guard.valid_until() > now && guard.is_held(), "{guard:?}");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
