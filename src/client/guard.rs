@@ -53,6 +53,11 @@ impl LockGuard {
         self.state.held.lock().value.clone()
     }
 
+    /// The lease this guard holds.
+    pub(crate) fn lease(&self) -> &LeaseState {
+        &self.state
+    }
+
     /// The lock key, with the client's prefix.
     pub fn key(&self) -> &str {
         &self.state.key
