@@ -9,7 +9,10 @@ use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use support::cli::{NOT_ACQUIRED, STARTUP, Scratch, finish, has_line, output, run_sh, stderr};
+use support::cli::{
+    NOT_ACQUIRED, STARTUP, Scratch, USAGE, finish, has_line, output, redlease, run_sh, stderr,
+    stdout,
+};
 use support::{RedisServer, eventually};
 
 fn exists(server: &RedisServer, key: &str) -> bool {
@@ -113,4 +116,15 @@ fn two_processes_naming_the_same_keys_in_opposite_orders_both_complete() {
         .unwrap();
     assert_eq!(total, 2 * rounds);
     assert!(began.elapsed() < Duration::from_secs(90));
+}
+
+#[test]
+fn a_name_given_twice_is_bad_input_and_help_explains_and() {
+    let server = RedisServer::start();
+    let out = output(run_sh(&server, &["--and", "a"], "a", "true"));
+    assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
+    assert!(stderr(&out).contains("twice"), "{}", stderr(&out));
+    let help = stdout(&output(redlease(["run", "--help"])));
+    assert!(help.contains("--and <KEY2>"), "{help}");
+    assert!(help.contains("REDLEASE_FENCE"), "{help}");
 }

@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockOptions, LossReason, Release, Scheme};
+use support::proxy::Proxy;
 use support::{Masters, RedisServer, eventually, stress_factor};
 
 /// Time enough for anything a loaded machine does.
@@ -277,6 +278,39 @@ fn bad_input_is_a_typed_error() {
     ));
     // Nothing was written by any of them.
     assert!(!exists(&server, "lock:a") && !exists(&server, "lock:b"));
+}
+
+#[test]
+fn a_lock_all_whose_reply_is_lost_leaves_none_of_its_names_held() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let read = Duration::from_millis(200);
+    let client = LockClient::builder(proxy.url())
+        .key_prefix("lock:")
+        .connect_timeout(Duration::from_secs(3))
+        .read_timeout(read)
+        .write_timeout(read)
+        .build()
+        .unwrap();
+    // The script is loaded first, so the delayed call is the script itself.
+    drop(client.lock_all(&["warm"]).unwrap());
+    server.reset_stats();
+    proxy.delay(read * 2);
+    match client.try_lock_all(&["a", "b", "c"]) {
+        Err(e) => assert!(e.is_timeout(), "{e:?}"),
+        Ok(got) => panic!("a reply later than the read timeout gave {got:?}"),
+    }
+    proxy.delay(Duration::ZERO);
+    // The script reached Redis and set the three keys; they are taken out again.
+    assert!(eventually(ROOMY, || server.command_calls("set") >= 3));
+    assert!(eventually(ROOMY, || ["a", "b", "c"]
+        .iter()
+        .all(|n| !exists(&server, &format!("lock:{n}")))));
+    let other = LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    assert!(other.try_lock_all(&["a", "b", "c"]).unwrap().is_some());
 }
 
 #[test]
