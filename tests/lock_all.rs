@@ -74,6 +74,59 @@ fn lock_all_takes_every_name_and_unlock_releases_and_reports_each() {
 }
 
 #[test]
+fn unlock_is_one_call_and_wakes_another_clients_waiter_for_a_name() {
+    let server = RedisServer::start();
+    let ours = client(&server);
+    let waiter = polling_rarely(&server);
+    let names = ["w1", "w2", "w3", "w4"];
+    let guard = ours.lock_all(&names).unwrap();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = waiter.try_lock_for("w3", Duration::from_secs(25)).unwrap();
+            (Instant::now(), got)
+        });
+        assert!(eventually(ROOMY, || value(&server, "lock:w3")
+            .is_some_and(|v| v.ends_with('+'))));
+        server.reset_stats();
+        let released = Instant::now();
+        let outcomes = guard.unlock();
+        assert!(outcomes.into_iter().all(|r| r.unwrap().was_held()));
+        // One script for the four names: one call, four deletes.
+        assert_eq!(server.command_calls("evalsha"), 1);
+        assert_eq!(server.command_calls("del"), 4);
+        let (woke, got) = waiting.join().unwrap();
+        assert!(got.is_some());
+        let after = woke.duration_since(released);
+        assert!(
+            after < Duration::from_secs(10),
+            "woke {after:?} after release"
+        );
+    });
+}
+
+#[test]
+fn a_caller_of_the_same_client_waiting_for_a_name_gets_it_at_unlock() {
+    let server = RedisServer::start();
+    let ours = polling_rarely(&server);
+    let guard = ours.lock_all(&["h1", "h2"]).unwrap();
+    thread::scope(|s| {
+        let waiting = s.spawn(|| {
+            let got = ours.try_lock_for("h2", Duration::from_secs(25)).unwrap();
+            (Instant::now(), got)
+        });
+        assert!(eventually(ROOMY, || value(&server, "lock:h2")
+            .is_some_and(|v| v.ends_with('+'))));
+        let released = Instant::now();
+        assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
+        let (woke, got) = waiting.join().unwrap();
+        let got = got.expect("handed the name, or woken for it");
+        assert!(got.is_held());
+        assert!(woke.duration_since(released) < Duration::from_secs(10));
+        assert!(!exists(&server, "lock:h1"));
+    });
+}
+
+#[test]
 fn dropping_the_guard_releases_every_name() {
     let server = RedisServer::start();
     let client = client(&server);
@@ -153,22 +206,21 @@ fn a_waiting_lock_all_holds_none_and_wakes_on_the_release_of_the_busy_name() {
     });
 }
 
-#[test]
-fn callers_naming_the_same_names_in_opposite_orders_both_complete() {
-    let server = RedisServer::start();
-    let clients = [client(&server), client(&server)];
-    let rounds = 30 * stress_factor();
+/// Two callers (a client each) take `names`, one in the order given and one in
+/// the reverse order, `rounds` times each, incrementing a counter under the set:
+/// both complete within a bound, and no increment is lost.
+fn opposite_orders_complete(clients: &[LockClient; 2], names: &[&str], rounds: usize) {
     let counter = AtomicU64::new(0);
     let barrier = Barrier::new(2);
     let began = Instant::now();
     thread::scope(|s| {
         for (t, c) in clients.iter().enumerate() {
             let (counter, barrier) = (&counter, &barrier);
+            let mut names = names.to_vec();
+            if t == 1 {
+                names.reverse();
+            }
             s.spawn(move || {
-                let mut names = vec!["p", "q", "r", "s"];
-                if t == 1 {
-                    names.reverse();
-                }
                 barrier.wait();
                 for _ in 0..rounds {
                     let g = c
@@ -182,7 +234,15 @@ fn callers_naming_the_same_names_in_opposite_orders_both_complete() {
         }
     });
     assert_eq!(counter.load(Ordering::SeqCst), 2 * rounds as u64);
-    assert!(began.elapsed() < Duration::from_secs(60));
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+#[test]
+fn callers_naming_the_same_names_in_opposite_orders_both_complete() {
+    let server = RedisServer::start();
+    let clients = [client(&server), client(&server)];
+    opposite_orders_complete(&clients, &["p", "q", "r", "s"], 30 * stress_factor());
 }
 
 #[test]
@@ -348,6 +408,8 @@ fn redlock_takes_all_names_or_none_on_every_master() {
         let got = waiting.join().unwrap().expect("taken after the release");
         assert_eq!(got.keys(), ["lock:m3", "lock:m2", "lock:m1"]);
     });
+    // Taken one by one in key order: opposite orders neither deadlock nor spin.
+    opposite_orders_complete(&[ours, theirs], &["o1", "o2", "o3"], 10 * stress_factor());
 }
 
 #[cfg(feature = "cluster")]
@@ -376,7 +438,11 @@ mod cluster {
         let g = ours.lock_all_with(&tagged, &fenced).unwrap().unwrap();
         let f = g.fences().unwrap();
         assert!(f.windows(2).all(|w| w[0] < w[1]));
-        drop(g);
+        // Released in one script on the slot's master.
+        assert!(g.unlock().into_iter().all(|r| r.unwrap().was_held()));
+        for n in tagged {
+            assert!(!exists_in(&cluster, &format!("lock:{n}")), "{n} left held");
+        }
         let held = theirs.lock("{order}:b").unwrap();
         assert!(ours.try_lock_all(&tagged).unwrap().is_none());
         assert!(!exists_in(&cluster, "lock:{order}:a"));
@@ -412,5 +478,6 @@ mod cluster {
             drop(held);
             assert!(waiting.join().unwrap().is_some());
         });
+        opposite_orders_complete(&[ours, theirs], &spread, 10 * stress_factor());
     }
 }

@@ -1,15 +1,17 @@
 //! [`MultiGuard`]: the locks on several names, taken together, released when dropped.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
 
 use crate::client::guard::LockGuard;
-use crate::error::{Error, Result};
+use crate::error::{Error, Operation, Result};
 use crate::lease::LeaseLost;
+use crate::metrics::bump;
 use crate::scheme::Release;
+use crate::threads::wait::release_all;
 
 /// The locks on several names, all taken together. Releases every one when dropped
 /// (also while unwinding from a panic).
@@ -120,17 +122,60 @@ impl MultiGuard {
     }
 
     /// Releases every name and says what Redis found for each, in the order the
-    /// names were given: one round trip per name, each attempted even when another
-    /// fails (a failed release leaves that lock to its TTL).
+    /// names were given; each is attempted even when another fails (a failed
+    /// release leaves that lock to its TTL).
+    ///
+    /// One round trip for all where the names share a node (one server, one
+    /// cluster slot) and no caller of this client waits for any of them; else one
+    /// per name, each released as a [`LockGuard`] is (a caller of this client
+    /// waiting for a name may be handed it).
     ///
     /// [`Release::Expired`] or [`Release::Taken`] for a name means its lease ended
     /// before the release: work done under the set may have overlapped another
     /// holder of that name.
     pub fn unlock(mut self) -> Vec<Result<Release>> {
-        std::mem::take(&mut self.guards)
+        self.release()
+    }
+
+    /// Shared by `unlock` and `Drop`: releases the names not released yet.
+    fn release(&mut self) -> Vec<Result<Release>> {
+        let taken: Vec<_> = self
+            .guards
+            .iter_mut()
+            .filter_map(LockGuard::take_release)
+            .collect();
+        let Some(hub) = taken.first().map(|(hub, _)| Arc::clone(hub)) else {
+            return Vec::new();
+        };
+        let states: Vec<_> = taken.into_iter().map(|(_, state)| state).collect();
+        let limits = hub.topology.subscriber(0).limits();
+        release_all(&hub, &states)
             .into_iter()
-            .map(LockGuard::unlock)
+            .zip(&states)
+            .map(|(outcome, state)| {
+                match &outcome {
+                    Ok(Release::Released) => bump(&hub.counters.released, 1),
+                    Ok(_) => {}
+                    Err(_) => bump(&hub.counters.release_errors, 1),
+                }
+                outcome.map_err(|e| e.during(Operation::Release, &state.key, limits))
+            })
             .collect()
+    }
+}
+
+impl Drop for MultiGuard {
+    fn drop(&mut self) {
+        for (outcome, key) in self.release().into_iter().zip(self.keys()) {
+            match outcome {
+                // The error names the call and the key.
+                Err(e) => log::warn!("dropped guard: {e}"),
+                Ok(outcome) if !outcome.was_held() => {
+                    log::warn!("lock `{key}` had ended before release: {outcome:?}");
+                }
+                Ok(_) => {}
+            }
+        }
     }
 }
 

@@ -58,8 +58,72 @@ return out
     ))
 });
 
-/// The scripts a call of [`acquire_all_cmd`] may need loaded.
-pub(crate) static ALL_SCRIPTS: [&LazyLock<Script>; 1] = [&TOKEN_ACQUIRE_ALL];
+/// Releases several token locks in one call: a compare-and-delete per key, as
+/// `TOKEN_RELEASE` without a channel argument does it for one.
+///
+/// KEYS[1..n] the lock keys; ARGV[1..n] our token under each. Returns one number
+/// per key: 1 + the number of clients the release message reached when released
+/// (a message is sent only when a waiter marked the token, `<token>+`, on the
+/// key's release channel), 0 the key was gone, -1 someone else's value or
+/// another type is there (left untouched). Each key's compare and delete run in
+/// the one script: atomic per key, as the single release is.
+pub(crate) static TOKEN_RELEASE_ALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&RELEASE_ALL_SOURCE.replace("SPUBLISH", "PUBLISH")));
+
+/// [`TOKEN_RELEASE_ALL`] publishing with `SPUBLISH` (Redis 7 sharded pub/sub, in
+/// a Redis Cluster): the channels are in the keys' slot.
+pub(crate) static TOKEN_RELEASE_ALL_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_ALL_SOURCE));
+
+const RELEASE_ALL_SOURCE: &str = r"
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if v == ARGV[i] then
+    redis.call('DEL', KEYS[i])
+    out[i] = 1
+  elseif v == false then
+    out[i] = 0
+  elseif type(v) == 'table' or v ~= ARGV[i] .. '+' then
+    out[i] = -1
+  else
+    redis.call('DEL', KEYS[i])
+    local channel
+    if string.find(KEYS[i], '}', 1, true) then channel = KEYS[i] .. ':released'
+    else channel = '{' .. KEYS[i] .. '}:released' end
+    local heard = redis.pcall('SPUBLISH', channel, 'released')
+    if type(heard) ~= 'number' then heard = 0 end
+    out[i] = 1 + heard
+  end
+end
+return out
+";
+
+/// The scripts a call of [`acquire_all_cmd`] or [`release_all_cmd`] may need loaded.
+pub(crate) static ALL_SCRIPTS: [&LazyLock<Script>; 3] = [
+    &TOKEN_ACQUIRE_ALL,
+    &TOKEN_RELEASE_ALL,
+    &TOKEN_RELEASE_ALL_SHARDED,
+];
+
+/// The call of [`TOKEN_RELEASE_ALL`] (its sharded form when `sharded`) that
+/// deletes each of `locks` still holding its `values` entry.
+pub(crate) fn release_all_cmd(locks: &[&str], values: &[String], sharded: bool) -> redis::Cmd {
+    let script = if sharded {
+        &TOKEN_RELEASE_ALL_SHARDED
+    } else {
+        &TOKEN_RELEASE_ALL
+    };
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(locks.len());
+    for key in locks {
+        cmd.arg(*key);
+    }
+    for value in values {
+        cmd.arg(value);
+    }
+    cmd
+}
 
 /// The call of [`TOKEN_ACQUIRE_ALL`] that writes `values[i]` under `locks[i]`,
 /// with fences from `fences` (empty: no fencing).
