@@ -20,7 +20,8 @@
 //!
 //! Layout: this file is the backend and its tokens; `scripts.rs` the token's Lua
 //! scripts (mark, fenced acquire, release, extend) and the hand-off's; `all.rs` the
-//! acquire of several keys in one script (`lock_all` on one node).
+//! acquire and the release of several keys in one script each (`lock_all` on one
+//! node).
 
 pub(crate) mod all;
 pub(crate) mod scripts;
