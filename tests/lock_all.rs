@@ -376,6 +376,35 @@ fn a_lock_all_whose_reply_is_lost_leaves_none_of_its_names_held() {
 }
 
 #[test]
+fn a_lock_user_needs_type_for_lock_all_and_without_it_takes_nothing() {
+    use support::acl::{LOCK_RULE, set_user};
+    let server = RedisServer::start();
+    let user = |name: &str| {
+        let url = format!("redis://{name}:pw-lock-all@127.0.0.1:{}/", server.port());
+        LockClient::builder(url.as_str())
+            .key_prefix("lock:")
+            .fencing(true)
+            .build()
+            .unwrap()
+    };
+    set_user(&server, "plain", "pw-lock-all", &[LOCK_RULE]);
+    set_user(&server, "typed", "pw-lock-all", &[LOCK_RULE, "+type"]);
+    let plain = user("plain");
+    assert!(matches!(
+        plain.try_lock_all(&["a", "b"]),
+        Err(Error::Redis(_))
+    ));
+    assert!(eventually(ROOMY, || !exists(&server, "lock:a")
+        && !exists(&server, "lock:b")));
+    let typed = user("typed");
+    let guard = typed.try_lock_all(&["a", "b"]).unwrap().unwrap();
+    assert_eq!(guard.fences().unwrap().len(), 2);
+    assert!(typed.try_lock_all(&["b", "c"]).unwrap().is_none());
+    assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
+    assert!(!exists(&server, "lock:a") && !exists(&server, "lock:b"));
+}
+
+#[test]
 fn redlock_takes_all_names_or_none_on_every_master() {
     let masters = Masters::start(3);
     let build = || {
