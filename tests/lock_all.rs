@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockOptions, LossReason, Release, Scheme};
+use redlease::{CancelToken, Error, LockClient, LockOptions, LossReason, Release, Scheme};
 use support::proxy::Proxy;
 use support::{Masters, RedisServer, eventually, stress_factor};
 
@@ -236,6 +236,27 @@ fn opposite_orders_complete(clients: &[LockClient; 2], names: &[&str], rounds: u
     assert_eq!(counter.load(Ordering::SeqCst), 2 * rounds as u64);
     let took = began.elapsed();
     assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+#[test]
+fn a_cancelled_wait_returns_cancelled_and_holds_none() {
+    let server = RedisServer::start();
+    let (ours, theirs) = (polling_rarely(&server), client(&server));
+    let held = theirs.lock("k2").unwrap();
+    let cancel = CancelToken::new();
+    let opts = LockOptions::new().cancel(cancel.clone());
+    thread::scope(|s| {
+        let waiting = s.spawn(|| ours.lock_all_with(&["k1", "k2"], &opts));
+        assert!(eventually(ROOMY, || value(&server, "lock:k2")
+            .is_some_and(|v| v.ends_with('+'))));
+        let cancelled = Instant::now();
+        cancel.cancel();
+        let got = waiting.join().unwrap();
+        assert!(matches!(got, Err(Error::Cancelled { .. })), "{got:?}");
+        assert!(cancelled.elapsed() < Duration::from_secs(10));
+    });
+    assert!(!exists(&server, "lock:k1"));
+    drop(held);
 }
 
 #[test]
