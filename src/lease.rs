@@ -235,12 +235,19 @@ impl LeaseState {
     /// already if the lease was lost before. Disconnects when the lease is dropped.
     pub(crate) fn lost_receiver(&self) -> Receiver<LeaseLost> {
         let (tx, rx) = crossbeam_channel::bounded(1);
+        self.lost_to(tx);
+        rx
+    }
+
+    /// Sends the loss message to `tx` (with room for it) from now on, at once if
+    /// the lease was lost before: several leases may share one channel (a guard of
+    /// several names).
+    pub(crate) fn lost_to(&self, tx: Sender<LeaseLost>) {
         let mut slot = self.lost_slot.lock();
         if let Some(msg) = &slot.1 {
             let _ = tx.try_send(msg.clone());
         }
         slot.0 = Some(tx);
-        rx
     }
 
     /// Marks the lease as one another holder can take over as it is, on `terms`.

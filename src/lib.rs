@@ -40,6 +40,9 @@
 //! - [`LockGuard`]: a held lease, renewed in the background and released when
 //!   dropped; [`LockGuard::fence`], [`LockGuard::is_held`], [`LockGuard::lost`]
 //!   (a [`LeaseLost`]), [`LockGuard::unlock`] (a [`Release`]).
+//! - [`MultiGuard`]: several names held together, all or none
+//!   ([`LockClient::lock_all`], `try_lock_all`, `try_lock_all_for`, `lock_all_with`;
+//!   README: *Several names at once*).
 //! - [`LockOptions`] and [`Renewal`]: one call's TTL, fencing, scheme, renewal policy
 //!   and `on_lost` callback, over the client's defaults.
 //! - [`Scheme`], how a lock is stored: [`Scheme::Token`] (the default; the format of
@@ -155,6 +158,7 @@ pub use client::builder::{
 };
 pub use client::guard::LockGuard;
 pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
+pub use client::multi_guard::MultiGuard;
 pub use client::options::{LockOptions, Renewal};
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use lease::{LeaseLost, LossReason};

@@ -161,7 +161,7 @@ impl LockClient {
     /// it is: already stored, renewed and counted by the renewal thread. `None`
     /// when its validity ended before this caller woke: it is then released off
     /// the caller's time, as a late grant is.
-    fn take_over(&self, state: Arc<LeaseState>) -> Option<LockGuard> {
+    pub(super) fn take_over(&self, state: Arc<LeaseState>) -> Option<LockGuard> {
         let hub = &self.inner.hub;
         if !state.is_held() {
             log::debug!("lease of `{}` handed over after its validity", state.key);
@@ -179,7 +179,7 @@ impl LockClient {
     /// is released as an unanswered acquire is: off the caller's time, retried
     /// until the value would expire by itself (a reentrant hold is left to its TTL:
     /// its owner may hold the key again before a background release ran).
-    fn late(&self, plan: &Plan, keys: &Keys, value: &str, sent: Instant) -> bool {
+    pub(super) fn late(&self, plan: &Plan, keys: &Keys, value: &str, sent: Instant) -> bool {
         if in_time(sent, plan.ttl) {
             return false;
         }
@@ -200,7 +200,7 @@ impl LockClient {
 
     /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL
     /// was set by a command sent at `sent`, and hands its lease to the renewal thread.
-    fn adopt(
+    pub(super) fn adopt(
         &self,
         plan: &Plan,
         keys: Keys,
@@ -237,7 +237,7 @@ impl LockClient {
         LockGuard::new(Arc::clone(hub), state, fence)
     }
 
-    fn plan(&self, opts: &LockOptions) -> Result<Plan> {
+    pub(super) fn plan(&self, opts: &LockOptions) -> Result<Plan> {
         let s = &self.inner.settings;
         let ttl = opts.ttl.unwrap_or(s.ttl);
         check_ttl("ttl", ttl)?;

@@ -53,6 +53,20 @@ impl LockGuard {
         self.state.held.lock().value.clone()
     }
 
+    /// The lease this guard holds.
+    pub(crate) fn lease(&self) -> &LeaseState {
+        &self.state
+    }
+
+    /// Hands this guard's release to the caller (a guard of several names that
+    /// releases them together): dropping it sends nothing afterwards. `None` when
+    /// it was released already.
+    pub(crate) fn take_release(&mut self) -> Option<(Arc<Hub>, Arc<LeaseState>)> {
+        let hub = self.hub.take()?;
+        self.hold.end();
+        Some((hub, Arc::clone(&self.state)))
+    }
+
     /// The lock key, with the client's prefix.
     pub fn key(&self) -> &str {
         &self.state.key

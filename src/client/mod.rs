@@ -7,7 +7,8 @@
 //! options with the client's defaults filled in; `options.rs` [`LockOptions`] and the
 //! client-wide settings; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
 //! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
-//! constructors; `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
+//! constructors; `multi.rs` [`LockClient::lock_all`] and its family (several names,
+//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
 //! over any connection); `owners.rs` `inspect`
 //! and `held` themselves.
 
@@ -31,6 +32,8 @@ pub(crate) mod builder;
 mod deploy;
 pub(crate) mod guard;
 pub(crate) mod inspect;
+mod multi;
+pub(crate) mod multi_guard;
 pub(crate) mod options;
 mod owners;
 mod plan;
@@ -246,6 +249,7 @@ mod tests {
         fn send<T: Send>() {}
         send_sync::<LockClient>();
         send::<LockGuard>();
+        send::<crate::MultiGuard>();
         send_sync::<Error>();
     }
 }

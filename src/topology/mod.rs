@@ -235,6 +235,14 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
         })
     }
 
+    /// Whether one script may take all of `keys` at once: they live on one node,
+    /// and in a Redis Cluster in one slot. A quorum of independent masters never
+    /// can (the default): it takes them one by one.
+    fn one_step(&self, keys: &[&str]) -> bool {
+        let _ = keys;
+        false
+    }
+
     /// Refuses a primitive this topology cannot hold: a quorum of independent
     /// masters has no one server for one server's formats (a fair lock, a
     /// read-write lock, a semaphore; `what` names it).

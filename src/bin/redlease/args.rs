@@ -190,6 +190,17 @@ pub(crate) struct RunArgs {
                 of arrival (Redisson's RFairLock)"
     )]
     pub(crate) fair: bool,
+    /// Also take the lock KEY2 (repeatable): KEY and every --and name, all or none.
+    #[arg(
+        long = "and",
+        value_name = "KEY2",
+        action = ArgAction::Append,
+        conflicts_with_all = ["permits", "shared", "exclusive", "fair"],
+        help = "Also take the lock KEY2 (repeat for more): KEY and every --and name are \
+                taken all or none, and none is held while waiting; with --fence, \
+                REDLEASE_FENCE holds one fence per name, comma-separated, KEY's first"
+    )]
+    pub(crate) and: Vec<String>,
     /// Time between SIGTERM and SIGKILL when the command must stop because the lock was lost
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,

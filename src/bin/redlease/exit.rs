@@ -45,7 +45,7 @@ Exit status:
   69     Redis unreachable or failing
   70     internal error
   71     local OS error (threads, signals, waiting for the command)
-  75     run: not acquired within --wait
+  75     run: not acquired within --wait (with --and: any name still held)
   79     run: the lock was lost while the command ran; the command was stopped
   126    run: the command could not be executed
   127    run: the command was not found";

@@ -1,10 +1,11 @@
-//! What `run` holds while the command runs: a lock, or one permit of a
-//! semaphore (`--permits N`). Both are leases renewed by the library.
+//! What `run` holds while the command runs: a lock, several locks taken together
+//! (`--and`), or one permit of a semaphore (`--permits N`). All are leases renewed
+//! by the library.
 
 use crossbeam_channel::Receiver;
 use redlease::{
-    Error, LeaseLost, LockClient, LockGuard, LockOptions, PermitGuard, ReadGuard, Release, Result,
-    WriteGuard,
+    Error, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard, PermitGuard, ReadGuard,
+    Release, Result, WriteGuard,
 };
 
 use crate::exit::Failure;
@@ -12,6 +13,8 @@ use crate::exit::Failure;
 /// A held lock or permit.
 pub(crate) enum Held {
     Lock(LockGuard),
+    /// KEY and the `--and` names, in the order given.
+    All(MultiGuard),
     Permit(PermitGuard),
     Read(ReadGuard),
     Write(WriteGuard),
@@ -68,6 +71,7 @@ impl Held {
     pub(crate) fn what(&self) -> String {
         match self {
             Held::Lock(g) => format!("lock on `{}`", g.key()),
+            Held::All(g) => format!("locks on `{}`", g.keys().join("`, `")),
             Held::Permit(p) => format!("permit of `{}`", p.key()),
             Held::Read(g) => format!("read lock on `{}`", g.key()),
             Held::Write(g) => format!("write lock on `{}`", g.key()),
@@ -84,6 +88,14 @@ impl Held {
                 }
                 env
             }
+            Held::All(g) => {
+                let mut env = vec![("REDLEASE_KEY", g.keys()[0].to_owned())];
+                if let Some(fences) = g.fences() {
+                    let list: Vec<String> = fences.iter().map(u64::to_string).collect();
+                    env.push(("REDLEASE_FENCE", list.join(",")));
+                }
+                env
+            }
             Held::Permit(p) => vec![
                 ("REDLEASE_KEY", p.key().to_owned()),
                 ("REDLEASE_PERMIT_ID", p.permit_id().to_owned()),
@@ -96,6 +108,7 @@ impl Held {
     pub(crate) fn lost(&self) -> &Receiver<LeaseLost> {
         match self {
             Held::Lock(g) => g.lost(),
+            Held::All(g) => g.lost(),
             Held::Permit(p) => p.lost(),
             Held::Read(g) => g.lost(),
             Held::Write(g) => g.lost(),
@@ -105,6 +118,7 @@ impl Held {
     pub(crate) fn is_held(&self) -> bool {
         match self {
             Held::Lock(g) => g.is_held(),
+            Held::All(g) => g.is_held(),
             Held::Permit(p) => p.is_held(),
             Held::Read(g) => g.is_held(),
             Held::Write(g) => g.is_held(),
@@ -114,6 +128,21 @@ impl Held {
     pub(crate) fn unlock(self) -> Result<Release> {
         match self {
             Held::Lock(g) => g.unlock(),
+            // Every name is released; the first that was not held, else the first
+            // error, speaks for the set.
+            Held::All(g) => {
+                let mut first_err = None;
+                for r in g.unlock() {
+                    match r {
+                        Ok(released) if !released.was_held() => return Ok(released),
+                        Ok(_) => {}
+                        Err(e) => {
+                            first_err.get_or_insert(e);
+                        }
+                    }
+                }
+                first_err.map_or(Ok(Release::Released), Err)
+            }
             Held::Permit(p) => p.unlock(),
             Held::Read(g) => g.unlock(),
             Held::Write(g) => g.unlock(),

@@ -62,6 +62,15 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         None if args.shared || args.exclusive => {
             Held::read_write(&client, &args.key, args.exclusive, &opts)
         }
+        None if !args.and.is_empty() => {
+            let names: Vec<&str> = std::iter::once(&args.key)
+                .chain(&args.and)
+                .map(String::as_str)
+                .collect();
+            client
+                .lock_all_with(&names, &opts)
+                .map(|g| g.map(Held::All))
+        }
         None if args.fair => client
             .fair_lock(&args.key)
             .and_then(|l| l.lock_with(&opts))
@@ -83,6 +92,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
             };
             let busy = match args.permits {
                 Some(n) => format!("no permit of `{key}` (of {n}) came free"),
+                None if !args.and.is_empty() => {
+                    format!("`{key}` or an --and name is held by someone else; none acquired")
+                }
                 None => format!("`{key}` is held by someone else; not acquired"),
             };
             return Err(Failure::new(NOT_ACQUIRED, format!("{busy}{waited}")));

@@ -19,8 +19,11 @@
 //! adds `GET` once its client has a channel subscribed (see `Waiting::FirstAlone`).
 //!
 //! Layout: this file is the backend and its tokens; `scripts.rs` the token's Lua
-//! scripts (mark, fenced acquire, release, extend) and the hand-off's.
+//! scripts (mark, fenced acquire, release, extend) and the hand-off's; `all.rs` the
+//! acquire and the release of several keys in one script each (`lock_all` on one
+//! node).
 
+pub(crate) mod all;
 pub(crate) mod scripts;
 
 use std::sync::LazyLock;

@@ -189,7 +189,7 @@ pub(crate) fn release_later(hub: &Hub, state: &LeaseState) {
 /// Marks the lease released and takes the values it may be stored under. Under the
 /// lease's mutex: waits for a renewal in flight, and keeps the renewal thread from
 /// sending another once this returns.
-fn take_value(state: &LeaseState) -> (String, Vec<String>) {
+pub(super) fn take_value(state: &LeaseState) -> (String, Vec<String>) {
     let mut held = state.held.lock();
     held.released = true;
     // Nothing reads the values once `released` is set.

@@ -16,7 +16,8 @@
 //! between callers and the thread; `thread/` the thread itself (`subscriptions.rs` its
 //! channels); `listen.rs` its pub/sub connection; `slot.rs` one caller's side of a
 //! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
-//! hand-off; `backoff.rs` the polling step; `shared.rs` what callers read from the
+//! hand-off; `release_all.rs` the release of several leases in one call (a guard
+//! of several names); `backoff.rs` the polling step; `shared.rs` what callers read from the
 //! thread.
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ mod backoff;
 mod handoff;
 mod line;
 mod listen;
+mod release_all;
 mod shared;
 mod slot;
 mod thread;
@@ -46,6 +48,7 @@ use thread::Worker;
 
 pub(crate) use handoff::{Offers, Want, release, release_later};
 use line::Lines;
+pub(crate) use release_all::release_all;
 pub(crate) use slot::{Next, WaitSlot};
 
 /// What a client's waiting callers, its releasing guards and its waiter thread

@@ -276,6 +276,12 @@ impl Topology for Cluster {
         out
     }
 
+    fn one_step(&self, keys: &[&str]) -> bool {
+        let mut slots = keys.iter().map(|k| slot(k.as_bytes()));
+        let first = slots.next();
+        slots.all(|s| Some(s) == first)
+    }
+
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
         let mut groups: HashMap<*const Single, (Arc<Single>, Vec<Renew>)> = HashMap::new();
         let mut unrouted = Vec::new();

@@ -264,6 +264,10 @@ impl Topology for Single {
         self.query_asking(scripts, cmd, false)
     }
 
+    fn one_step(&self, _keys: &[&str]) -> bool {
+        true
+    }
+
     fn renew(&self, batch: Vec<Renew>, done: Sender<Vec<(u64, Renewed)>>) {
         if let Err(Job::Renew { batch, done }) = self.worker.send(Job::Renew { batch, done }) {
             let _ = done.send(batch.into_iter().map(|r| (r.id, Renewed::Failed)).collect());

@@ -1,0 +1,287 @@
+//! Several token locks taken in one script: all of them or none (`lock_all` where
+//! the keys share a node, and in a Redis Cluster a slot).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{RedisResult, Script, Value};
+
+use super::scripts::{EFFECTS, FENCE, MARK};
+use crate::time::ttl_millis;
+
+/// Takes every lock key or none, in one atomic step.
+///
+/// KEYS[1..n] the lock keys; KEYS[n+1..2n], when fencing, their fence counters
+/// (one per key, often the same counter). ARGV[1] TTL in ms, ARGV[2] `1` to take a
+/// fence per key, ARGV[3] `1` to mark a redlease holder's token when busy (the
+/// caller will wait, see `TOKEN_MARK`), ARGV[4..3+n] one token per key.
+///
+/// Returns `{1, f1, .., fn}` when every key was set (`SET PX`, fences in key order,
+/// 0 without fencing), `{0, i, pttl}` when key `i` exists (nothing written; its
+/// token marked when asked), `{-1, i, type}` when key `i` holds another type than
+/// a string (nothing written). The checks all run before the first write, and the
+/// script runs atomically, so Redis never holds part of the set. A failed fence (an
+/// ACL that denies a command of it) deletes the keys set so far before the error is
+/// returned: a script is not rolled back.
+pub(crate) static TOKEN_ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"{EFFECTS}
+local n = #ARGV - 3
+for i = 1, n do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= 'none' then
+    if kind ~= 'string' then return {{-1, i, kind}} end
+    if ARGV[3] == '1' then
+{mark}
+      return {{0, i, t}}
+    end
+    return {{0, i, redis.call('PTTL', KEYS[i])}}
+  end
+end
+local out = {{1}}
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[3 + i], 'PX', ARGV[1])
+  local fence = 0
+  if ARGV[2] == '1' then
+{fence}
+    if type(fence) == 'table' then
+      for j = 1, i do redis.call('DEL', KEYS[j]) end
+      return fence
+    end
+  end
+  out[i + 1] = fence
+end
+return out
+",
+        mark = MARK.replace("KEYS[1]", "KEYS[i]"),
+        fence = FENCE.replace("KEYS[2]", "KEYS[n + i]"),
+    ))
+});
+
+/// Releases several token locks in one call: a compare-and-delete per key, as
+/// `TOKEN_RELEASE` without a channel argument does it for one.
+///
+/// KEYS[1..n] the lock keys; ARGV[1..n] our token under each. Returns one number
+/// per key: 1 + the number of clients the release message reached when released
+/// (a message is sent only when a waiter marked the token, `<token>+`, on the
+/// key's release channel), 0 the key was gone, -1 someone else's value or
+/// another type is there (left untouched). Each key's compare and delete run in
+/// the one script: atomic per key, as the single release is.
+pub(crate) static TOKEN_RELEASE_ALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&RELEASE_ALL_SOURCE.replace("SPUBLISH", "PUBLISH")));
+
+/// [`TOKEN_RELEASE_ALL`] publishing with `SPUBLISH` (Redis 7 sharded pub/sub, in
+/// a Redis Cluster): the channels are in the keys' slot.
+pub(crate) static TOKEN_RELEASE_ALL_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_ALL_SOURCE));
+
+const RELEASE_ALL_SOURCE: &str = r"
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.pcall('GET', KEYS[i])
+  if v == ARGV[i] then
+    redis.call('DEL', KEYS[i])
+    out[i] = 1
+  elseif v == false then
+    out[i] = 0
+  elseif type(v) == 'table' or v ~= ARGV[i] .. '+' then
+    out[i] = -1
+  else
+    redis.call('DEL', KEYS[i])
+    local channel
+    if string.find(KEYS[i], '}', 1, true) then channel = KEYS[i] .. ':released'
+    else channel = '{' .. KEYS[i] .. '}:released' end
+    local heard = redis.pcall('SPUBLISH', channel, 'released')
+    if type(heard) ~= 'number' then heard = 0 end
+    out[i] = 1 + heard
+  end
+end
+return out
+";
+
+/// The scripts a call of [`acquire_all_cmd`] or [`release_all_cmd`] may need loaded.
+pub(crate) static ALL_SCRIPTS: [&LazyLock<Script>; 3] = [
+    &TOKEN_ACQUIRE_ALL,
+    &TOKEN_RELEASE_ALL,
+    &TOKEN_RELEASE_ALL_SHARDED,
+];
+
+/// The call of [`TOKEN_RELEASE_ALL`] (its sharded form when `sharded`) that
+/// deletes each of `locks` still holding its `values` entry.
+pub(crate) fn release_all_cmd(locks: &[&str], values: &[String], sharded: bool) -> redis::Cmd {
+    let script = if sharded {
+        &TOKEN_RELEASE_ALL_SHARDED
+    } else {
+        &TOKEN_RELEASE_ALL
+    };
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(locks.len());
+    for key in locks {
+        cmd.arg(*key);
+    }
+    for value in values {
+        cmd.arg(value);
+    }
+    cmd
+}
+
+/// The call of [`TOKEN_ACQUIRE_ALL`] that writes `values[i]` under `locks[i]`,
+/// with fences from `fences` (empty: no fencing).
+pub(crate) fn acquire_all_cmd(
+    locks: &[&str],
+    fences: &[String],
+    values: &[String],
+    ttl: Duration,
+    mark: bool,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(TOKEN_ACQUIRE_ALL.get_hash())
+        .arg(locks.len() + fences.len());
+    for key in locks {
+        cmd.arg(*key);
+    }
+    for key in fences {
+        cmd.arg(key);
+    }
+    cmd.arg(ttl_millis(ttl))
+        .arg(if fences.is_empty() { "0" } else { "1" })
+        .arg(if mark { "1" } else { "0" });
+    for value in values {
+        cmd.arg(value);
+    }
+    cmd
+}
+
+/// What one [`TOKEN_ACQUIRE_ALL`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AllReply {
+    /// Every key is ours; one fence per key (`None` without fencing).
+    Acquired(Vec<Option<u64>>),
+    /// The key at `index` (0-based) is held, for at most `remaining` more.
+    Busy {
+        index: usize,
+        remaining: Option<Duration>,
+    },
+    /// The key at `index` holds another Redis type (`kind`): no token lock.
+    Other { index: usize, kind: String },
+}
+
+/// Reads a [`TOKEN_ACQUIRE_ALL`] reply for `n` keys, `fenced` or not.
+///
+/// # Errors
+/// A reply of another shape.
+pub(crate) fn acquire_all_reply(reply: &Value, n: usize, fenced: bool) -> RedisResult<AllReply> {
+    let bad = || {
+        redis::RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "unexpected lock_all reply",
+        ))
+    };
+    let items: Vec<Value> = redis::from_redis_value_ref(reply)?;
+    let int = |v: &Value| redis::from_redis_value_ref::<i64>(v);
+    let head = items.first().map(int).transpose()?.ok_or_else(bad)?;
+    let index = || -> RedisResult<usize> {
+        let i = items.get(1).map(int).transpose()?.ok_or_else(bad)?;
+        usize::try_from(i - 1)
+            .ok()
+            .filter(|i| *i < n)
+            .ok_or_else(bad)
+    };
+    match head {
+        1 if items.len() == n + 1 => items[1..]
+            .iter()
+            .map(|v| Ok(fenced.then_some(u64::try_from(int(v)?).unwrap_or(0))))
+            .collect::<RedisResult<Vec<_>>>()
+            .map(AllReply::Acquired),
+        0 => {
+            let pttl = items.get(2).map(int).transpose()?.ok_or_else(bad)?;
+            let remaining = match pttl {
+                -2 => Some(Duration::ZERO),
+                n => u64::try_from(n).ok().map(Duration::from_millis),
+            };
+            Ok(AllReply::Busy {
+                index: index()?,
+                remaining,
+            })
+        }
+        -1 => Ok(AllReply::Other {
+            index: index()?,
+            kind: items
+                .get(2)
+                .map(redis::from_redis_value_ref)
+                .transpose()?
+                .unwrap_or_default(),
+        }),
+        _ => Err(bad()),
+    }
+}
+
+/// What a key of Redis type `kind` probably is, for a caller that asked for a
+/// token lock.
+pub(crate) fn found(kind: &str) -> &'static str {
+    match kind {
+        "hash" => "a hash (a reentrant, fair or read-write lock?)",
+        "list" => "a list",
+        "set" => "a set",
+        "zset" => "a sorted set",
+        "stream" => "a stream",
+        _ => "a value of another type",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(v: &[i64]) -> Value {
+        Value::Array(v.iter().map(|n| Value::Int(*n)).collect())
+    }
+
+    #[test]
+    fn replies_read_as_grant_busy_or_other_type() {
+        assert_eq!(
+            acquire_all_reply(&ints(&[1, 7, 8]), 2, true).unwrap(),
+            AllReply::Acquired(vec![Some(7), Some(8)])
+        );
+        assert_eq!(
+            acquire_all_reply(&ints(&[1, 0, 0]), 2, false).unwrap(),
+            AllReply::Acquired(vec![None, None])
+        );
+        assert_eq!(
+            acquire_all_reply(&ints(&[0, 2, 1500]), 2, false).unwrap(),
+            AllReply::Busy {
+                index: 1,
+                remaining: Some(Duration::from_millis(1500))
+            }
+        );
+        assert_eq!(
+            acquire_all_reply(&ints(&[0, 1, -1]), 2, false).unwrap(),
+            AllReply::Busy {
+                index: 0,
+                remaining: None
+            }
+        );
+        let other = Value::Array(vec![
+            Value::Int(-1),
+            Value::Int(1),
+            Value::BulkString(b"hash".to_vec()),
+        ]);
+        assert_eq!(
+            acquire_all_reply(&other, 1, false).unwrap(),
+            AllReply::Other {
+                index: 0,
+                kind: "hash".into()
+            }
+        );
+        assert!(acquire_all_reply(&ints(&[0, 3, 5]), 2, false).is_err());
+        assert!(acquire_all_reply(&ints(&[1, 5]), 2, true).is_err());
+    }
+
+    #[test]
+    fn the_script_reads_each_key_and_counter_by_index() {
+        let src = TOKEN_ACQUIRE_ALL.get_hash();
+        assert!(!src.is_empty());
+        assert!(!MARK.replace("KEYS[1]", "KEYS[i]").contains("KEYS[1]"));
+        assert!(!FENCE.replace("KEYS[2]", "KEYS[n + i]").contains("KEYS[2]"));
+    }
+}
