@@ -55,6 +55,9 @@
 //!   `valid_until()`, `check()`, `extend()` and `unlock()`; a handle's `name()` is the
 //!   name as passed, its `key()` the name with the client's prefix. README:
 //!   *Interoperability*, and a section each.
+//! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
+//!   deadline, and says how many in a [`ShutdownReport`] (README: *Releasing
+//!   everything on shutdown*).
 //! - [`CancelToken`] stops a blocked wait; [`Metrics`] is a snapshot of a client's
 //!   counters (README: *Metrics*).
 //!
@@ -156,6 +159,7 @@ pub use client::builder::{
 pub use client::guard::LockGuard;
 pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 pub use client::options::{LockOptions, Renewal};
+pub use client::shutdown::ShutdownReport;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

@@ -9,10 +9,12 @@
 //! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
 //! over any connection); `owners.rs` `inspect`
-//! and `held` themselves.
+//! and `held` themselves; `shutdown.rs` [`LockClient::shutdown`], which releases
+//! every lease the client's guards hold.
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
@@ -34,6 +36,7 @@ pub(crate) mod inspect;
 pub(crate) mod options;
 mod owners;
 mod plan;
+pub(crate) mod shutdown;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
@@ -79,6 +82,8 @@ pub(crate) struct Inner {
     _io: Vec<IoThread>,
     notifier: Notifier,
     waiters: Option<Waiters>,
+    /// Set by [`LockClient::shutdown`]: a lease acquired after it is given back.
+    pub(crate) stopped: AtomicBool,
 }
 
 impl LockClient {
@@ -121,6 +126,7 @@ impl LockClient {
                 _io: io,
                 notifier,
                 waiters,
+                stopped: AtomicBool::new(false),
             }),
         })
     }
