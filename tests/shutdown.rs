@@ -200,7 +200,7 @@ fn waiters_are_woken_with_shutdown_and_new_calls_refused() {
         thread::spawn(move || {
             start.wait();
             let got = rival.try_lock_for("busy", Duration::from_secs(20));
-            got.map(|g| g.map(|g| g.unlock()))
+            got.map(|g| g.map(LockGuard::unlock))
         })
     };
     start.wait();
