@@ -316,15 +316,10 @@ impl LeaseState {
         Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
     }
 
-    /// Marks the lease lost; returns whether this call did it (first time).
-    fn mark_lost(&self) -> bool {
+    /// Marks the lease lost, without telling its holder (a release for the
+    /// client's shutdown is under way); returns whether this call did it.
+    pub(crate) fn mark_lost(&self) -> bool {
         !self.lost.swap(true, Ordering::AcqRel)
-    }
-
-    /// Ends the lease without telling its holder yet (a release for the client's
-    /// shutdown is under way): `is_held()` is false from now on.
-    pub(crate) fn end(&self) {
-        self.mark_lost();
     }
 
     pub(crate) fn is_lost(&self) -> bool {

@@ -74,6 +74,7 @@
 //! | `redlease-map` | one per cluster client | reads the slot map again when a master stops answering |
 //! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller |
 //! | `redlease-notify` | one | runs the `on_lost` callbacks, one after another: never on the renewal thread |
+//! | `redlease-stop` | up to 8 per node, during [`LockClient::shutdown`] only | release the leases the shutdown took; each ends when none is left or the deadline passed (one in a release finishes it, bounded by the timeouts) |
 //!
 //! # Guarantees, in brief
 //!

@@ -104,6 +104,24 @@ fn shutdown_releases_every_kind_of_lease_and_counts_them() {
 }
 
 #[test]
+fn hundreds_of_leases_are_all_released() {
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    let n = 500;
+    let guards: Vec<LockGuard> = (0..n)
+        .map(|i| client.lock(&format!("many{i}")).unwrap())
+        .collect();
+    let started = Instant::now();
+    let done = client.shutdown(in_secs(30));
+    let took = started.elapsed();
+    eprintln!("shutdown of {n} leases took {took:?}");
+    assert_eq!(done, report(n, 0, 0), "{done:?}");
+    let left: Vec<String> = server.query(redis::cmd("KEYS").arg("lock:many*"));
+    assert!(left.is_empty(), "{} keys left", left.len());
+    assert!(guards.iter().all(|g| !g.is_held()));
+}
+
+#[test]
 fn a_key_taken_over_meanwhile_is_left_untouched_and_not_counted() {
     let server = RedisServer::start();
     let client = builder(&server.url()).build().unwrap();

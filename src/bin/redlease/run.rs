@@ -275,3 +275,28 @@ fn reason(reason: LossReason) -> &'static str {
         _ => "lost",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_command_killed_after_the_grace_reports_the_signal_redlease_got() {
+        let sigkilled = ExitStatus::from_raw(9);
+        let ended = Ended {
+            lost: None,
+            signal: Some(15),
+            killed: true,
+        };
+        assert_eq!(ended.code(sigkilled), 128 + 15);
+        // A command that handled the signal and exited keeps its own status.
+        let exited = ExitStatus::from_raw(7 << 8);
+        let handled = Ended {
+            killed: false,
+            ..ended
+        };
+        assert_eq!(handled.code(exited), 7);
+        assert_eq!(Ended::default().code(sigkilled), 128 + 9);
+    }
+}

@@ -184,7 +184,7 @@ pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
 pub(crate) fn release_for_shutdown(hub: &Hub, state: &LeaseState) -> Option<Result<Release>> {
     let (value, maybe) = take_value(state)?;
     // No longer held from the moment its release may land.
-    state.end();
+    state.mark_lost();
     Some(release_for_real(hub, state, &value, &maybe))
 }
 
