@@ -3,6 +3,7 @@
 //! passes, and the guard made for the lease taken.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
@@ -59,7 +60,7 @@ impl LockClient {
     /// the shutdown releases it or this does, never both (`take_value`).
     fn unless_stopped(&self, guard: Option<LockGuard>) -> Result<Option<LockGuard>> {
         // Pairs with the store in `shutdown`: the lease was registered first.
-        if guard.is_some() && self.inner.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+        if guard.is_some() && self.inner.stopped.load(Ordering::SeqCst) {
             drop(guard);
             return Err(Error::Shutdown);
         }

@@ -215,7 +215,7 @@ impl LockClient {
     /// Stops new lock calls and wakes every waiting call with [`Error::Shutdown`].
     ///
     /// Held guards keep being renewed until released or until the last clone of
-    /// the client is dropped.
+    /// the client is dropped; [`shutdown`](Self::shutdown) releases them too.
     pub fn close(&self) {
         self.inner.hub.shutdown.cancel();
     }

@@ -189,20 +189,20 @@ pub(crate) fn release_for_shutdown(hub: &Hub, state: &LeaseState) -> Option<Resu
 }
 
 /// Marks the lease released, sending nothing: a shutdown that ran out of time
-/// leaves it to expire. `false` when it was released already, or its mutex is
-/// busy (an extend in flight: the guard may still release it later).
-pub(crate) fn abandon(state: &LeaseState) -> bool {
-    state.held.try_lock().is_some_and(|mut held| {
-        let newly = !held.released;
+/// leaves it to expire. Skipped while its mutex is busy (an extend in flight):
+/// its guard may then still release it later.
+pub(crate) fn abandon(state: &LeaseState) {
+    if let Some(mut held) = state.held.try_lock() {
         held.released = true;
-        newly
-    })
+    }
 }
 
 /// A lease passed to a caller that had stopped waiting: pass it on, or release it.
 pub(crate) fn give_back(hub: &Hub, state: &Arc<LeaseState>) {
-    if let Err(e) = release(hub, state) {
-        log::warn!("release of `{}` failed: {e}", state.key);
+    match release(hub, state) {
+        // The client's shutdown took it.
+        Ok(_) | Err(Error::Shutdown) => {}
+        Err(e) => log::warn!("release of `{}` failed: {e}", state.key),
     }
 }
 
