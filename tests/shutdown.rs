@@ -276,6 +276,22 @@ fn guards_used_after_shutdown_send_nothing() {
 }
 
 #[test]
+fn the_on_lost_callback_hears_of_the_release_off_the_callers_thread() {
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let opts = LockOptions::new().on_lost(move |lost| {
+        let _ = tx.send((lost.reason, thread::current().id()));
+    });
+    let guard = client.lock_with("cb", &opts).unwrap().unwrap();
+    assert_eq!(client.shutdown(in_secs(10)), report(1, 0, 0));
+    let (reason, on) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(reason, LossReason::Released);
+    assert_ne!(on, thread::current().id(), "the callback ran on the caller");
+    assert!(!guard.is_held());
+}
+
+#[test]
 fn with_lock_reports_the_lock_lost_when_a_shutdown_ends_it_midway() {
     let server = RedisServer::start();
     let client = builder(&server.url()).build().unwrap();
