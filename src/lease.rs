@@ -61,6 +61,11 @@ pub enum LossReason {
     /// reasons this is a warning, not a loss: the lease stays valid, and
     /// [`is_held`](crate::LockGuard::is_held) true, until the guard's `valid_until()`.
     Shutdown,
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) ended the lease while
+    /// its guard lived: released in Redis, or, when that release got no answer
+    /// before the shutdown's deadline, left to expire with its TTL (no longer
+    /// renewed either way). Not counted as a loss in the metrics.
+    Released,
 }
 
 impl LossReason {
@@ -73,6 +78,7 @@ impl LossReason {
             LossReason::MaxHold => "max_hold",
             LossReason::TtlElapsed => "ttl_elapsed",
             LossReason::Shutdown => "shutdown",
+            LossReason::Released => "released",
         }
     }
 }
@@ -197,7 +203,8 @@ impl LeaseState {
     /// With the notifier gone (client dropped) the callback runs here.
     pub(crate) fn notify_lost(&self, reason: LossReason, counters: &Counters) {
         let newly_lost = reason != LossReason::Shutdown && self.mark_lost();
-        if newly_lost {
+        // A shutdown's release ends the lease on purpose: not a loss to count.
+        if newly_lost && reason != LossReason::Released {
             bump(&counters.leases_lost, 1);
             export::lost(reason.label());
         }
@@ -206,6 +213,8 @@ impl LeaseState {
         }
         if reason == LossReason::Shutdown {
             log::info!("lease on `{}` no longer renewed: client dropped", self.key);
+        } else if reason == LossReason::Released {
+            log::debug!("lease on `{}` ended by the client's shutdown", self.key);
         } else {
             log::warn!("lease on `{}` lost: {reason:?}", self.key);
         }
@@ -314,8 +323,9 @@ impl LeaseState {
         Duration::from_millis(self.ttl_ms.load(Ordering::Acquire))
     }
 
-    /// Marks the lease lost; returns whether this call did it (first time).
-    fn mark_lost(&self) -> bool {
+    /// Marks the lease lost, without telling its holder (a release for the
+    /// client's shutdown is under way); returns whether this call did it.
+    pub(crate) fn mark_lost(&self) -> bool {
         !self.lost.swap(true, Ordering::AcqRel)
     }
 

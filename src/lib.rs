@@ -58,6 +58,9 @@
 //!   `valid_until()`, `check()`, `extend()` and `unlock()`; a handle's `name()` is the
 //!   name as passed, its `key()` the name with the client's prefix. README:
 //!   *Interoperability*, and a section each.
+//! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
+//!   deadline, and says how many in a [`ShutdownReport`] (README: *Releasing
+//!   everything on shutdown*).
 //! - [`CancelToken`] stops a blocked wait; [`Metrics`] is a snapshot of a client's
 //!   counters (README: *Metrics*).
 //!
@@ -74,6 +77,7 @@
 //! | `redlease-map` | one per cluster client | reads the slot map again when a master stops answering |
 //! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller |
 //! | `redlease-notify` | one | runs the `on_lost` callbacks, one after another: never on the renewal thread |
+//! | `redlease-stop` | up to 8 per node, during [`LockClient::shutdown`] only | release the leases the shutdown took; each ends when none is left or the deadline passed (one in a release finishes it, bounded by the timeouts) |
 //!
 //! # Guarantees, in brief
 //!
@@ -160,6 +164,7 @@ pub use client::guard::LockGuard;
 pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 pub use client::multi_guard::MultiGuard;
 pub use client::options::{LockOptions, Renewal};
+pub use client::shutdown::ShutdownReport;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;

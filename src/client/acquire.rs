@@ -3,6 +3,7 @@
 //! passes, and the guard made for the lease taken.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
@@ -44,6 +45,7 @@ impl LockClient {
         };
         let out = plan
             .and_then(|plan| self.acquire_loop(key, &plan, opts, wait))
+            .and_then(|guard| self.unless_stopped(guard))
             .map_err(|e| {
                 let key = format!("{}{key}", self.inner.settings.key_prefix);
                 let limits = self.inner.hub.topology.subscriber(0).limits();
@@ -51,6 +53,18 @@ impl LockClient {
             });
         export::acquisition(&out, label, began);
         out
+    }
+
+    /// Gives back a lease taken while [`shutdown`](LockClient::shutdown) ran: its
+    /// list of leases may have been made before this one was registered. Either
+    /// the shutdown releases it or this does, never both (`take_value`).
+    fn unless_stopped(&self, guard: Option<LockGuard>) -> Result<Option<LockGuard>> {
+        // Pairs with the store in `shutdown`: the lease was registered first.
+        if guard.is_some() && self.inner.stopped.load(Ordering::SeqCst) {
+            drop(guard);
+            return Err(Error::Shutdown);
+        }
+        Ok(guard)
     }
 
     fn acquire_loop(

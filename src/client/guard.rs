@@ -94,7 +94,8 @@ impl LockGuard {
     }
 
     /// Whether the lease is still ours: not known lost, and within
-    /// [`valid_until`](Self::valid_until). A local check; never blocks.
+    /// [`valid_until`](Self::valid_until). A local check; never blocks. False once
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) has ended the lease.
     pub fn is_held(&self) -> bool {
         self.state.is_held()
     }
@@ -119,7 +120,10 @@ impl LockGuard {
     /// The message comes from the renewal thread when a renewal finds the key gone
     /// or taken, when renewals fail until the validity ends, when a fixed lease runs
     /// out, or when the client is dropped (reason [`LossReason::Shutdown`]: nothing
-    /// renews the lease any more). After a normal release no message is sent; the
+    /// renews the lease any more), or when [`LockClient::shutdown`](crate::LockClient::shutdown)
+    /// ended the lease while the guard lived (reason [`LossReason::Released`], or
+    /// [`Expired`](LossReason::Expired) / [`Taken`](LossReason::Taken) when its
+    /// release found it gone). After a normal release no message is sent; the
     /// channel disconnects once the renewal thread has dropped the lease. Use it in
     /// `crossbeam_channel::select!` to abort work.
     pub fn lost(&self) -> &Receiver<LeaseLost> {
@@ -135,10 +139,16 @@ impl LockGuard {
     /// [`Error::LockLost`] when the key is gone or someone else's (the lease is then
     /// marked lost), [`Error::Config`] for a TTL out of range, [`Error::Redis`]
     /// when Redis fails or does not answer in time; validity is then unchanged.
+    /// [`Error::Shutdown`] once [`LockClient::shutdown`](crate::LockClient::shutdown)
+    /// ended the lease (nothing is sent).
     pub fn extend(&self, ttl: Duration) -> Result<()> {
         check_ttl("ttl", ttl)?;
         let hub = self.hub.as_ref().ok_or(Error::Shutdown)?;
         let mut held = self.state.held.lock();
+        // Only a shutdown releases a lease whose guard lives.
+        if held.released {
+            return Err(Error::Shutdown);
+        }
         let (new_value, sent, outcome) = hub.topology.extend(
             &*self.state.backend,
             &self.state.key,
@@ -185,7 +195,11 @@ impl LockGuard {
     ///
     /// # Errors
     /// [`Error::Redis`] when the release could not be sent or got no answer in
-    /// time; the lock then runs out with its TTL.
+    /// time; the lock then runs out with its TTL. [`Error::Shutdown`] when
+    /// [`LockClient::shutdown`](crate::LockClient::shutdown) ended the lease first
+    /// (released it, found it gone, or left it to expire: its report says which);
+    /// nothing is sent then. Not `Ok(Release::Released)`: the work done under the
+    /// guard did not run under the lock to its end.
     pub fn unlock(mut self) -> Result<Release> {
         self.release().unwrap_or(Ok(Release::Released))
     }
@@ -194,10 +208,11 @@ impl LockGuard {
     /// calls): `out` when the lease was still ours, else [`Error::LockLost`].
     pub(crate) fn finish<R>(self, out: R) -> Result<R> {
         let key = self.key().into();
-        if self.unlock()?.was_held() {
-            Ok(out)
-        } else {
-            Err(Error::LockLost { key })
+        match self.unlock() {
+            Ok(outcome) if outcome.was_held() => Ok(out),
+            // A shutdown ended the lease while the closure ran.
+            Ok(_) | Err(Error::Shutdown) => Err(Error::LockLost { key }),
+            Err(e) => Err(e),
         }
     }
 
@@ -210,7 +225,8 @@ impl LockGuard {
         let outcome = release(&hub, &self.state);
         match &outcome {
             Ok(Release::Released) => bump(&hub.counters.released, 1),
-            Ok(_) => {}
+            // The client's shutdown released it (and counted it): nothing sent.
+            Ok(_) | Err(Error::Shutdown) => {}
             Err(_) => bump(&hub.counters.release_errors, 1),
         }
         Some(outcome.map_err(|e| self.context(e, Operation::Release, &hub)))
@@ -225,6 +241,8 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         match self.release() {
+            // The client's shutdown ended the lease and reported it.
+            Some(Err(Error::Shutdown)) => {}
             // The error names the call and the key.
             Some(Err(e)) => log::warn!("dropped guard: {e}"),
             Some(Ok(outcome)) if !outcome.was_held() => {

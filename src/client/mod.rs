@@ -10,10 +10,12 @@
 //! constructors; `multi.rs` [`LockClient::lock_all`] and its family (several names,
 //! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
 //! over any connection); `owners.rs` `inspect`
-//! and `held` themselves.
+//! and `held` themselves; `shutdown.rs` [`LockClient::shutdown`], which releases
+//! every lease the client's guards hold.
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
@@ -37,6 +39,7 @@ pub(crate) mod multi_guard;
 pub(crate) mod options;
 mod owners;
 mod plan;
+pub(crate) mod shutdown;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).
@@ -82,6 +85,8 @@ pub(crate) struct Inner {
     _io: Vec<IoThread>,
     notifier: Notifier,
     waiters: Option<Waiters>,
+    /// Set by [`LockClient::shutdown`]: a lease acquired after it is given back.
+    pub(crate) stopped: AtomicBool,
 }
 
 impl LockClient {
@@ -124,6 +129,7 @@ impl LockClient {
                 _io: io,
                 notifier,
                 waiters,
+                stopped: AtomicBool::new(false),
             }),
         })
     }
@@ -212,7 +218,7 @@ impl LockClient {
     /// Stops new lock calls and wakes every waiting call with [`Error::Shutdown`].
     ///
     /// Held guards keep being renewed until released or until the last clone of
-    /// the client is dropped.
+    /// the client is dropped; [`shutdown`](Self::shutdown) releases them too.
     pub fn close(&self) {
         self.inner.hub.shutdown.cancel();
     }

@@ -201,7 +201,8 @@ pub(crate) struct RunArgs {
                 REDLEASE_FENCE holds one fence per name, comma-separated, KEY's first"
     )]
     pub(crate) and: Vec<String>,
-    /// Time between SIGTERM and SIGKILL when the command must stop because the lock was lost
+    /// Time between SIGTERM (or a forwarded SIGINT) and SIGKILL when the command must
+    /// stop: the lock was lost, or redlease got SIGINT / SIGTERM
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
     /// The lock's key (PREFIX is prepended)

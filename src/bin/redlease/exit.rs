@@ -38,7 +38,8 @@ pub(crate) const EXIT_CODES: &str = "\
 Exit status:
   N      run: the command's own exit status, when the lock was held throughout
   128+N  run: the command was killed by signal N (130: SIGINT, 143: SIGTERM);
-         also run's own status when SIGINT/SIGTERM cancels a wait
+         also run's own status when SIGINT/SIGTERM cancels a wait, or when
+         the command outlives a forwarded SIGINT/SIGTERM by --kill-grace
   0      inspect, release: done
   64     bad input (option, scheme, duration, missing command or --force,
          --permits N for a semaphore that has another N, a key of another format)

@@ -51,7 +51,9 @@ Acquire KEY, run COMMAND while renewing the lease, release when it exits.
 The command gets REDLEASE_KEY (the full key) and, with --fence, REDLEASE_FENCE in
 its environment. It runs in its own process group: if the lock is lost, the group
 gets SIGTERM, then SIGKILL after --kill-grace. SIGINT and SIGTERM are forwarded to
-it; while waiting for the lock they cancel the wait. When redlease's stdin is a
+it, and SIGKILL follows after --kill-grace if it has not exited by then (redlease then
+exits 128 + the signal's number); the lock is released once it has exited. While
+waiting for the lock they cancel the wait. When redlease's stdin is a
 terminal, the command's stdin is /dev/null: a background process group cannot read
 the terminal.";
 

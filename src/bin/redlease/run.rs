@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, at, never, select};
 use nix::sys::signal::Signal;
-use redlease::{CancelToken, Error, LockClient, LockOptions, LossReason};
+use redlease::{CancelToken, Error, LeaseLost, LockClient, LockOptions, LossReason};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -116,9 +116,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
             return Err(failure);
         }
     };
-    let lost = supervise(&child, &guard, &signals, args.kill_grace);
+    let ended = supervise(&child, guard.lost(), &signals, args.kill_grace);
     let status = child.wait()?;
-    finish(guard, lost, status)
+    finish(guard, &ended, status)
 }
 
 /// Installs the SIGINT / SIGTERM handlers: each signal cancels a wait in progress
@@ -151,53 +151,93 @@ fn cancelled(signals: &Receiver<i32>, key: &str) -> u8 {
     SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
 }
 
-/// Watches the running command until it exits: forwards signals to it, and when
-/// the lease is lost sends SIGTERM, then SIGKILL after `grace`. Returns why the
-/// lease was lost, if it was.
-fn supervise(
+/// How a supervised command ended, as [`supervise`] saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ended {
+    /// Why the lease was lost while the command ran, if it was.
+    pub(crate) lost: Option<&'static str>,
+    /// The first SIGINT / SIGTERM redlease received while the command ran.
+    pub(crate) signal: Option<i32>,
+    /// Whether the command had to be stopped with SIGKILL after the grace.
+    pub(crate) killed: bool,
+}
+
+impl Ended {
+    /// The exit code for a command that ended with `status`: its own, unless a
+    /// signal redlease received had to be enforced with SIGKILL, which reports
+    /// that signal as a shell would (128 + N), not the SIGKILL.
+    pub(crate) fn code(&self, status: ExitStatus) -> u8 {
+        match self.signal {
+            Some(signal) if self.killed => {
+                SIGNAL_BASE.saturating_add(u8::try_from(signal).unwrap_or(0))
+            }
+            _ => exit::of_status(status),
+        }
+    }
+}
+
+/// Watches the running command until it exits: forwards SIGINT / SIGTERM to its
+/// process group, and when the lease is lost (a message on `lost`, or its
+/// disconnection) sends SIGTERM; either way SIGKILL follows `grace` after the
+/// first, so a command that ignores the signal cannot keep the lock (or the
+/// caller's shutdown) waiting. Used by every subcommand that runs a command
+/// under a lease.
+pub(crate) fn supervise(
     child: &Running,
-    guard: &Held,
+    lost: &Receiver<LeaseLost>,
     signals: &Receiver<i32>,
     grace: Duration,
-) -> Option<&'static str> {
-    let mut lost_rx = guard.lost().clone();
+) -> Ended {
+    let mut lost_rx = lost.clone();
     let mut signals = signals.clone();
     let mut kill_at = never();
-    let mut lost = None;
+    let mut stopping = false;
+    let mut ended = Ended::default();
+    let mut stop = |kill_at: &mut Receiver<Instant>, signal: Signal| {
+        child.signal(signal);
+        // The grace counts from the first stop; a second signal does not extend it.
+        if !stopping {
+            stopping = true;
+            *kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
+        }
+    };
     loop {
         select! {
             recv(child.exited()) -> _ => break,
             recv(lost_rx) -> msg => {
                 // One message, then disconnection: stop listening either way.
                 lost_rx = never();
-                lost = Some(msg.map_or("its renewal stopped", |m| reason(m.reason)));
-                child.signal(Signal::SIGTERM);
-                kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
+                ended.lost = Some(msg.map_or("its renewal stopped", |m| reason(m.reason)));
+                stop(&mut kill_at, Signal::SIGTERM);
             }
-            recv(signals) -> signal => match signal.map(Signal::try_from) {
-                Ok(Ok(signal)) => child.signal(signal),
-                Ok(Err(_)) => {}
+            recv(signals) -> signal => match signal.map(|n| (n, Signal::try_from(n))) {
+                Ok((n, Ok(signal))) => {
+                    ended.signal.get_or_insert(n);
+                    stop(&mut kill_at, signal);
+                }
+                Ok((_, Err(_))) => {}
                 Err(_) => signals = never(),
             },
             recv(kill_at) -> _ => {
                 kill_at = never();
+                ended.killed = true;
                 child.signal(Signal::SIGKILL);
             }
         }
     }
-    if lost.is_some() {
+    if ended.lost.is_some() {
         // The command has stopped; anything it left running in its group must not
         // go on working without the lock.
         child.signal(Signal::SIGKILL);
     }
-    lost
+    ended
 }
 
 /// Releases the lock after the command exited, and picks the exit code.
-fn finish(guard: Held, lost: Option<&str>, status: ExitStatus) -> Result<u8, Failure> {
+fn finish(guard: Held, ended: &Ended, status: ExitStatus) -> Result<u8, Failure> {
     let what = guard.what();
-    let code = exit::of_status(status);
-    if let Some(why) = lost {
+    let code = ended.code(status);
+    if let Some(why) = ended.lost {
         return Err(Failure::new(
             LOST,
             format!("{what} lost while the command ran ({why}); the command was stopped"),
@@ -208,6 +248,12 @@ fn finish(guard: Held, lost: Option<&str>, status: ExitStatus) -> Result<u8, Fai
             LOST,
             format!("{what} ended before the command did (it exited with {code})"),
         ));
+    }
+    if let (Some(signal), true) = (ended.signal, ended.killed) {
+        let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
+        eprintln!(
+            "redlease: the command outlived {name} by --kill-grace and was killed; releasing"
+        );
     }
     match guard.unlock() {
         Ok(released) if released.was_held() => Ok(code),
@@ -237,6 +283,32 @@ fn reason(reason: LossReason) -> &'static str {
         LossReason::MaxHold => "--max-hold reached",
         LossReason::TtlElapsed => "its ttl ran out",
         LossReason::Shutdown => "its renewal stopped",
+        LossReason::Released => "the client shut down",
         _ => "lost",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    #[test]
+    fn a_command_killed_after_the_grace_reports_the_signal_redlease_got() {
+        let sigkilled = ExitStatus::from_raw(9);
+        let ended = Ended {
+            lost: None,
+            signal: Some(15),
+            killed: true,
+        };
+        assert_eq!(ended.code(sigkilled), 128 + 15);
+        // A command that handled the signal and exited keeps its own status.
+        let exited = ExitStatus::from_raw(7 << 8);
+        let handled = Ended {
+            killed: false,
+            ..ended
+        };
+        assert_eq!(handled.code(exited), 7);
+        assert_eq!(Ended::default().code(sigkilled), 128 + 9);
     }
 }

@@ -45,6 +45,9 @@ enum Command {
     Sync(Sender<()>),
     /// Send every lease held now (for `LockClient::held`).
     Held(Sender<Vec<Arc<LeaseState>>>),
+    /// Send every lease its guard has not released, lost or not, the inbox's
+    /// included (for `LockClient::shutdown`, which releases them).
+    Unreleased(Sender<Vec<Arc<LeaseState>>>),
     Shutdown,
 }
 
@@ -179,6 +182,16 @@ impl Renewer {
         }
         rx.recv().unwrap_or_default()
     }
+
+    /// Every lease whose guard has not released it, lost ones included; empty once
+    /// the thread stopped. A lease registered after this call returns is not in it.
+    pub(crate) fn unreleased(&self) -> Vec<Arc<LeaseState>> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if self.tx.send(Command::Unreleased(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.recv().unwrap_or_default()
+    }
 }
 
 impl Drop for Renewer {
@@ -192,7 +205,7 @@ impl Drop for Renewer {
 
 impl Thread {
     /// Applies a command; `false` on shutdown.
-    fn apply(&self, cmd: Command) -> bool {
+    fn apply(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Wake => {}
             Command::Sync(ack) => {
@@ -203,6 +216,15 @@ impl Thread {
                 let leases = queued.chain(self.in_flight.values().map(|(l, _)| l));
                 let held = leases.filter(|l| !l.state.is_lost() && !l.released());
                 let _ = tx.send(held.map(|l| Arc::clone(&l.state)).collect());
+            }
+            Command::Unreleased(tx) => {
+                // A lease registered before the command was sent is in the inbox
+                // or the queue by now.
+                self.take_inbox();
+                let queued = self.queue.heap.iter().map(|d| &d.0);
+                let leases = queued.chain(self.in_flight.values().map(|(l, _)| l));
+                let all = leases.filter(|l| !l.released());
+                let _ = tx.send(all.map(|l| Arc::clone(&l.state)).collect());
             }
             Command::Shutdown => return false,
         }

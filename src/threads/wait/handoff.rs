@@ -29,7 +29,7 @@ use crossbeam_channel::Sender;
 use parking_lot::Mutex;
 
 use super::{Hub, Wake};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::{LeaseState, Terms};
 use crate::metrics::bump;
 use crate::scheme::{Announce, Release};
@@ -146,8 +146,14 @@ impl Offers {
 /// Ends a holder's use of the lease `state`: passes it to the oldest waiting caller
 /// of this client (the lease itself, or the lock by script), or releases it.
 /// Returns what a release would have said.
+///
+/// # Errors
+/// [`Error::Shutdown`] when [`release_for_shutdown`] ended the lease first: nothing
+/// is sent then. Redis failures.
 pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
-    if state.backend.hands_over() {
+    // A client shutting down hands nothing over: its waiters are woken with
+    // `Error::Shutdown` instead.
+    if state.backend.hands_over() && !hub.shutdown.is_cancelled() {
         while let Some(offer) = hub.offers.take(&state.channel) {
             if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
                 if offer.deliver(Wake::Transferred(Arc::clone(state))).is_ok() {
@@ -157,21 +163,46 @@ pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
                 // The caller is gone: the next one, or a real release.
                 continue;
             }
-            let (value, maybe) = take_value(state);
+            let Some((value, maybe)) = take_value(state) else {
+                let _ = offer.deliver(Wake::NotHanded);
+                return Err(Error::Shutdown);
+            };
             return match hand_off(hub, state, &value, offer) {
                 Some(outcome) => outcome,
                 None => release_for_real(hub, state, &value, &maybe),
             };
         }
     }
-    let (value, maybe) = take_value(state);
+    let (value, maybe) = take_value(state).ok_or(Error::Shutdown)?;
     release_for_real(hub, state, &value, &maybe)
+}
+
+/// Releases the lease `state` for the client's shutdown: the same release in Redis
+/// as a guard's (owner-checked, through the backend's own release), never a
+/// hand-off. `None` when its guard, or an earlier shutdown, released it already;
+/// from then on the guard sends nothing (its release returns [`Error::Shutdown`]).
+pub(crate) fn release_for_shutdown(hub: &Hub, state: &LeaseState) -> Option<Result<Release>> {
+    let (value, maybe) = take_value(state)?;
+    // No longer held from the moment its release may land.
+    state.mark_lost();
+    Some(release_for_real(hub, state, &value, &maybe))
+}
+
+/// Marks the lease released, sending nothing: a shutdown that ran out of time
+/// leaves it to expire. Skipped while its mutex is busy (an extend in flight):
+/// its guard may then still release it later.
+pub(crate) fn abandon(state: &LeaseState) {
+    if let Some(mut held) = state.held.try_lock() {
+        held.released = true;
+    }
 }
 
 /// A lease passed to a caller that had stopped waiting: pass it on, or release it.
 pub(crate) fn give_back(hub: &Hub, state: &Arc<LeaseState>) {
-    if let Err(e) = release(hub, state) {
-        log::warn!("release of `{}` failed: {e}", state.key);
+    match release(hub, state) {
+        // The client's shutdown took it.
+        Ok(_) | Err(Error::Shutdown) => {}
+        Err(e) => log::warn!("release of `{}` failed: {e}", state.key),
     }
 }
 
@@ -179,24 +210,30 @@ pub(crate) fn give_back(hub: &Hub, state: &Arc<LeaseState>) {
 /// late grant is): its value is deleted in the background, retried until it
 /// would expire by itself.
 pub(crate) fn release_later(hub: &Hub, state: &LeaseState) {
-    let (value, _) = take_value(state);
+    let Some((value, _)) = take_value(state) else {
+        return;
+    };
     let until = Instant::now() + state.ttl();
     let backend = Arc::clone(&state.backend);
     hub.topology
         .release_later(backend, state.keys(), value, until);
 }
 
-/// Marks the lease released and takes the values it may be stored under. Under the
-/// lease's mutex: waits for a renewal in flight, and keeps the renewal thread from
-/// sending another once this returns.
-pub(super) fn take_value(state: &LeaseState) -> (String, Vec<String>) {
+/// Marks the lease released and takes the values it may be stored under; `None`
+/// when it was released already (a shutdown took it: only it and the lease's one
+/// holder release). Under the lease's mutex: waits for a renewal in flight, and
+/// keeps the renewal thread from sending another once this returns.
+pub(super) fn take_value(state: &LeaseState) -> Option<(String, Vec<String>)> {
     let mut held = state.held.lock();
+    if held.released {
+        return None;
+    }
     held.released = true;
     // Nothing reads the values once `released` is set.
-    (
+    Some((
         std::mem::take(&mut held.value),
         std::mem::take(&mut held.maybe),
-    )
+    ))
 }
 
 /// Releases the lock in Redis. When the release message reached other clients'

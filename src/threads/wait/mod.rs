@@ -46,7 +46,7 @@ mod thread;
 use shared::Shared;
 use thread::Worker;
 
-pub(crate) use handoff::{Offers, Want, release, release_later};
+pub(crate) use handoff::{Offers, Want, abandon, release, release_for_shutdown, release_later};
 use line::Lines;
 pub(crate) use release_all::release_all;
 pub(crate) use slot::{Next, WaitSlot};

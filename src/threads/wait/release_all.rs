@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Hub;
 use super::handoff::{release, take_value};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::metrics::bump;
 use crate::scheme::token::all::{ALL_SCRIPTS, release_all_cmd};
@@ -26,7 +26,19 @@ pub(crate) fn release_all(hub: &Hub, states: &[Arc<LeaseState>]) -> Vec<Result<R
         return states.iter().map(|s| release(hub, s)).collect();
     }
     // Marked released under each lease's mutex: no renewal is sent after this.
-    let values: Vec<String> = states.iter().map(|s| take_value(s).0).collect();
+    // A lease the client's shutdown took already is not ours to release again.
+    let taken: Vec<Option<String>> = states.iter().map(|s| take_value(s).map(|v| v.0)).collect();
+    if taken.iter().any(Option::is_none) {
+        return states
+            .iter()
+            .zip(taken)
+            .map(|(s, v)| match v {
+                Some(v) => release_value(hub, s, &v),
+                None => Err(Error::Shutdown),
+            })
+            .collect();
+    }
+    let values: Vec<String> = taken.into_iter().flatten().collect();
     let cmd = release_all_cmd(&locks, &values, hub.topology.sharded());
     let reply = hub
         .topology
@@ -40,16 +52,7 @@ pub(crate) fn release_all(hub: &Hub, states: &[Arc<LeaseState>]) -> Vec<Result<R
         return states
             .iter()
             .zip(&values)
-            .map(|(s, v)| {
-                let announce = Announce {
-                    channel: &s.channel,
-                    always: false,
-                };
-                let freed = hub
-                    .topology
-                    .release(&*s.backend, &s.key, announce, v, &[])?;
-                Ok(freed.outcome)
-            })
+            .map(|(s, v)| release_value(hub, s, v))
             .collect();
     };
     states
@@ -72,4 +75,16 @@ pub(crate) fn release_all(hub: &Hub, states: &[Arc<LeaseState>]) -> Vec<Result<R
             })
         })
         .collect()
+}
+
+/// Releases `value`, the lease `state` held, on its own: compare-and-delete.
+fn release_value(hub: &Hub, state: &LeaseState, value: &str) -> Result<Release> {
+    let announce = Announce {
+        channel: &state.channel,
+        always: false,
+    };
+    let freed = hub
+        .topology
+        .release(&*state.backend, &state.key, announce, value, &[])?;
+    Ok(freed.outcome)
 }
