@@ -9,7 +9,8 @@
 //! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
 //! over any connection); `owners.rs` `inspect`
-//! and `held` themselves.
+//! and `held` themselves; `wait_free.rs` [`LockClient::wait_free`], which waits
+//! until nobody holds a name.
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub(crate) mod inspect;
 pub(crate) mod options;
 mod owners;
 mod plan;
+mod wait_free;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).

@@ -17,7 +17,8 @@
 //! channels); `listen.rs` its pub/sub connection; `slot.rs` one caller's side of a
 //! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
 //! hand-off; `backoff.rs` the polling step; `shared.rs` what callers read from the
-//! thread.
+//! thread; `watcher.rs` a caller that hears every release message of some channels
+//! and never acquires (`wait_free`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -40,6 +41,7 @@ mod listen;
 mod shared;
 mod slot;
 mod thread;
+mod watcher;
 
 use shared::Shared;
 use thread::Worker;
@@ -47,6 +49,7 @@ use thread::Worker;
 pub(crate) use handoff::{Offers, Want, release, release_later};
 use line::Lines;
 pub(crate) use slot::{Next, WaitSlot};
+pub(crate) use watcher::{Heard, Watcher};
 
 /// What a client's waiting callers, its releasing guards and its waiter thread
 /// share: where the locks live, the hand-off offers, and the wait settings.
@@ -135,6 +138,18 @@ enum Command {
         seq: u64,
         pass: bool,
         unread: Option<Receiver<Wake>>,
+    },
+    /// Send every release message on `channel` to `tx` (a [`Watcher`]), without
+    /// taking it from the waiters; `seq` names the watcher.
+    Watch {
+        channel: String,
+        seq: u64,
+        tx: Sender<Wake>,
+    },
+    /// The watcher `seq` is done with `channel`.
+    Unwatch {
+        channel: String,
+        seq: u64,
     },
     Shutdown,
 }
