@@ -107,10 +107,12 @@ impl LockClient {
             if added && watcher.hears() {
                 continue;
             }
-            let step = if held.publishes && watcher.hears() {
-                watcher.longest_step() * TRUSTED_STEPS
-            } else {
-                watcher.step()
+            let step = match (held.publishes, watcher.hears()) {
+                (true, true) => watcher.longest_step() * TRUSTED_STEPS,
+                // Until the subscription is confirmed (which wakes us), or while
+                // pub/sub is down: the capped step, without the ramp.
+                (true, false) => watcher.longest_step(),
+                (false, _) => watcher.step(),
             };
             // A holder that never publishes is waited out by its TTL at most.
             let step = held
