@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::LockClient;
-use crate::client::inspect::{self, LockInfo};
+use crate::client::inspect::{self, Holder, LockInfo};
 use crate::error::{Error, Operation, Result};
 use crate::format::LockFormat;
 use crate::owner::ClientTag;
@@ -271,7 +271,7 @@ fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
                 return Ok(None);
             }
             // The soonest permit to expire is given back by the next call after it.
-            let soonest = info.holders().first().and_then(|h| h.expires_at());
+            let soonest = info.holders().first().and_then(Holder::expires_at);
             let remaining = soonest.map(|t| {
                 t.duration_since(SystemTime::now())
                     .unwrap_or(Duration::ZERO)
