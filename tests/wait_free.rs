@@ -240,6 +240,41 @@ fn a_redisson_fair_lock_is_free_once_released() {
 }
 
 #[test]
+fn a_fair_lock_with_waiters_wakes_the_watcher_on_its_queue_heads_channel() {
+    let server = RedisServer::start();
+    let mut holder = RedissonFair::new(&server);
+    let mut queued = RedissonFair::new(&server);
+    assert_eq!(holder.attempt("wf:fair"), None);
+    assert!(
+        queued.attempt("wf:fair").is_some(),
+        "queued behind the holder"
+    );
+    let client = slow(&server);
+    let rx = waiting(&client, "fair", LONG);
+    // Redisson's fair unlock publishes on the next waiter's own channel only.
+    listening(&server, &queued.channel("wf:fair"));
+    answers_after(&rx, || assert_eq!(holder.unlock("wf:fair"), Some(1)));
+}
+
+#[test]
+fn a_semaphore_whose_permit_expires_is_free_when_it_expires() {
+    let server = RedisServer::start();
+    let mut semaphore = RedissonSemaphore::new(&server, "wf:sem");
+    assert!(semaphore.try_set_permits(1));
+    let lease = Duration::from_millis(1500);
+    let start = Instant::now();
+    semaphore
+        .try_acquire(Some(u64::try_from(lease.as_millis()).unwrap()))
+        .unwrap();
+    let client = slow(&server);
+    assert!(client.wait_free("sem", LONG).unwrap());
+    let took = start.elapsed();
+    // Nobody gave the permit back: it counts as free once past its lease.
+    assert!(took >= lease - Duration::from_millis(100), "{took:?}");
+    assert!(took < lease + PROMPT, "{took:?}");
+}
+
+#[test]
 fn the_wait_runs_out_while_the_name_is_held_and_not_before() {
     let server = RedisServer::start();
     let holder = builder(&server).build().unwrap();

@@ -117,13 +117,21 @@ impl<'a> Watcher<'a> {
     }
 
     /// Sleeps until a release message, a change of the subscriptions, the
-    /// client's shutdown, or `until`.
+    /// client's shutdown, or `until`. Every message that came meanwhile is
+    /// taken with the first: one look answers them all, so a name released
+    /// and taken again many times a second costs one look per wake-up, not
+    /// one per release.
     pub(crate) fn sleep(&self, until: Instant) -> Heard {
-        match self.rx.recv_deadline(until) {
-            Ok(Wake::Shutdown) => Heard::Shutdown,
-            Ok(_) => Heard::Something,
-            Err(_) => Heard::Nothing,
+        let Ok(first) = self.rx.recv_deadline(until) else {
+            return Heard::Nothing;
+        };
+        let mut heard = Heard::Something;
+        for wake in std::iter::once(first).chain(self.rx.try_iter()) {
+            if matches!(wake, Wake::Shutdown) {
+                heard = Heard::Shutdown;
+            }
         }
+        heard
     }
 
     /// The next polling step: exponential from the client's shortest backoff to
