@@ -470,4 +470,14 @@ fn in_a_cluster_a_release_on_any_master_wakes_the_waiter() {
         let rx = waiting(&client, name, LONG);
         answers_after(&rx, || guard.unlock().unwrap());
     }
+    // Redisson's formats publish by `SPUBLISH` on their own channels there.
+    let rw = holder.read_write_lock(&names[1].1).unwrap();
+    let write = rw.write().unwrap();
+    let rx = waiting(&client, rw.name(), LONG);
+    answers_after(&rx, || write.unlock().unwrap());
+    let semaphore = holder.semaphore(&names[2].1).unwrap();
+    semaphore.ensure_permits(1).unwrap();
+    let permit = semaphore.acquire().unwrap();
+    let rx = waiting(&client, semaphore.name(), LONG);
+    answers_after(&rx, || permit.unlock().unwrap());
 }
