@@ -439,6 +439,50 @@ fn a_redlock_name_is_free_when_free_on_a_majority() {
     assert!(client.wait_free("one", Duration::ZERO).unwrap());
 }
 
+#[test]
+fn a_redlock_release_heard_from_one_master_is_followed_to_the_others() {
+    let masters = support::Masters::start(3);
+    let holder = LockClient::redlock(masters.urls())
+        .key_prefix(PREFIX)
+        .build()
+        .unwrap();
+    let _guard = holder.lock("job").unwrap();
+    let client = LockClient::redlock(masters.urls())
+        .key_prefix(PREFIX)
+        .backoff(SLOW.0, SLOW.1)
+        .build()
+        .unwrap();
+    let rx = waiting(&client, "job", LONG);
+    // Its waiter thread listens on one master.
+    assert!(eventually(Duration::from_secs(10), || {
+        masters
+            .servers
+            .iter()
+            .any(|m| subscribers(m, "{wf:job}:released") > 0)
+    }));
+    assert!(rx.recv_timeout(STILL).is_err());
+    // The release lands on one master first, and its message wakes the
+    // watcher while the others still hold the name.
+    let behind = &masters.servers[1];
+    behind.reset_stats();
+    let _: () = masters.servers[0].query(redis::cmd("DEL").arg("wf:job"));
+    for m in &masters.servers {
+        let _: () = m.query(redis::cmd("PUBLISH").arg("{wf:job}:released").arg("x"));
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || behind.command_calls("evalsha")
+            > 0),
+        "the watcher looked again"
+    );
+    assert!(rx.try_recv().is_err(), "still held on two masters of three");
+    // The other masters' releases send nothing it hears.
+    answers_after(&rx, || {
+        for m in &masters.servers[1..] {
+            let _: () = m.query(redis::cmd("DEL").arg("wf:job"));
+        }
+    });
+}
+
 #[cfg(feature = "cluster")]
 #[test]
 fn in_a_cluster_a_release_on_any_master_wakes_the_waiter() {

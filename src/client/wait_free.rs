@@ -23,9 +23,17 @@ use crate::threads::wait::{Heard, Watcher};
 /// (a lock handed over inside its holder's client, a key deleted by hand).
 const TRUSTED_STEPS: u32 = 10;
 
+/// The first step after a look that found a quorum's name free on some masters
+/// and held on others, doubled on each such look up to the client's longest
+/// step: a Redlock release reaches every master at once, and the message came
+/// from one of them.
+const PARTLY_FREE_STEP: Duration = Duration::from_millis(2);
+
 /// What one look found.
 #[derive(Debug, Default)]
 struct Held {
+    /// Free on some masters of a quorum, too few for a majority.
+    partly_free: bool,
     /// How long the holder has left at most, when its key says.
     remaining: Option<Duration>,
     /// The channels a release of the present holder may publish on.
@@ -88,6 +96,7 @@ impl LockClient {
         let deadline = Instant::now().checked_add(timeout);
         let mut watcher = Watcher::new(hub, self.inner.waiters.as_ref());
         let mut last_value = None;
+        let mut partly_free_looks = 0;
         loop {
             let Some(held) = self.look(&keys, watcher.listening())? else {
                 return Ok(true);
@@ -107,7 +116,15 @@ impl LockClient {
             if added && watcher.hears() {
                 continue;
             }
+            if !held.partly_free {
+                partly_free_looks = 0;
+            }
             let step = match (held.publishes, watcher.hears()) {
+                _ if held.partly_free => {
+                    partly_free_looks += 1;
+                    let doubled = PARTLY_FREE_STEP.saturating_mul(1 << partly_free_looks.min(16));
+                    doubled.min(watcher.longest_step())
+                }
                 (true, true) => watcher.longest_step() * TRUSTED_STEPS,
                 // Until the subscription is confirmed (which wakes us), or while
                 // pub/sub is down: the capped step, without the ramp.
@@ -173,6 +190,7 @@ impl LockClient {
                 return Ok(None);
             }
         }
+        held.partly_free = free > 0;
         match last_error {
             Some(e) if failed > nodes.len() - majority => Err(e),
             _ if nodes.is_empty() => Err(Error::Shutdown),
@@ -216,6 +234,7 @@ fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
                 .value()
                 .is_some_and(|v| ClientTag::of_token(v).is_some());
             Held {
+                partly_free: false,
                 remaining: info.ttl(),
                 channels: if ours {
                     vec![companion(key, "released")]
@@ -236,6 +255,7 @@ fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
             let left = Duration::from_millis(left);
             // redlease's legacy releases publish; the deployed clients' do not.
             Held {
+                partly_free: false,
                 remaining: Some(info.ttl().map_or(left, |t| t.min(left))),
                 channels: vec![companion(key, "released")],
                 publishes: false,
@@ -252,6 +272,7 @@ fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
                 .first()
                 .map(|w| format!("{channel}:{}", w.id()));
             Held {
+                partly_free: false,
                 remaining: info.ttl(),
                 publishes: head.is_some(),
                 channels: std::iter::once(channel).chain(head).collect(),
@@ -259,6 +280,7 @@ fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
             }
         }
         LockFormat::ReadWrite => Held {
+            partly_free: false,
             remaining: info.ttl(),
             channels: vec![rw_channel(key)],
             publishes: true,
@@ -277,6 +299,7 @@ fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
                     .unwrap_or(Duration::ZERO)
             });
             Held {
+                partly_free: false,
                 remaining,
                 channels: vec![semaphore_channel(key)],
                 publishes: true,
@@ -341,12 +364,14 @@ mod tests {
     fn quorum_answers_merge_to_the_longest_hold_and_every_channel() {
         let mut held = Held::default();
         held.merge(Held {
+            partly_free: false,
             remaining: Some(Duration::from_secs(1)),
             channels: vec!["a".into()],
             publishes: true,
             value: Some("x".into()),
         });
         held.merge(Held {
+            partly_free: false,
             remaining: Some(Duration::from_secs(3)),
             channels: vec!["a".into(), "b".into()],
             publishes: false,
