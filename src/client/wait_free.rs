@@ -49,7 +49,9 @@ impl LockClient {
     ///
     /// Returns `Ok(true)` as soon as a look finds the name free, `Ok(false)` when
     /// `timeout` ran out with it still held (it looks once even when `timeout`
-    /// is zero). Free means, per format: no key; a token or legacy timestamp lock
+    /// is zero); a look under way at the timeout ends within the client's
+    /// network timeouts. Free means, per format: no key (a token lock is held
+    /// while its key lives); a legacy timestamp lock
     /// whose timestamp has passed (a deployed client would take it over); a
     /// semaphore with a free permit (or an expired one, which the next call gives
     /// back). A reentrant, fair or read-write lock is held while its hash exists;
