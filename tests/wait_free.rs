@@ -308,8 +308,9 @@ fn a_long_wait_on_a_lock_that_publishes_sends_almost_nothing() {
     let looks = scripts_run(&server);
     println!("{looks} scripts in {wait:?}");
     // One look per ten longest steps (2 s), the first look, the mark, and the
-    // look after the subscription.
-    assert!(looks <= 8, "{looks} scripts in {wait:?}");
+    // look after the subscription (6 here), and a look per 200 ms the waiter
+    // thread may take to subscribe on a loaded machine. Polling would be 25+.
+    assert!(looks <= 10, "{looks} scripts in {wait:?}");
 }
 
 #[test]
