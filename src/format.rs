@@ -33,6 +33,11 @@ pub enum LockFormat {
     /// as [`Reentrant`](Self::Reentrant), its waiters in
     /// [`LockInfo::queue`](crate::LockInfo::queue).
     Fair,
+    /// Any lock format, or none (the key is free): what
+    /// [`LockClient::wait_free`](crate::LockClient::wait_free) expects in
+    /// [`Error::WrongFormat`](crate::Error::WrongFormat).
+    /// [`LockClient::inspect`](crate::LockClient::inspect) never shows it.
+    Any,
     /// Any other type or value: no lock format
     /// ([`LockInfo::redis_type`](crate::LockInfo::redis_type) says which type,
     /// [`LockInfo::value`](crate::LockInfo::value) a string's value).
@@ -57,6 +62,7 @@ impl LockFormat {
             LockFormat::ReadWrite => "a read-write lock",
             LockFormat::Semaphore => "a semaphore",
             LockFormat::Fair => "a fair lock",
+            LockFormat::Any => "a lock",
             LockFormat::Other => "another format",
         }
     }

@@ -36,7 +36,9 @@
 //!   server, [`LockClient::redlock`] for a quorum of masters; `sentinel` and `cluster`
 //!   behind their features): the lock calls, from `lock` to `with_lock`, and
 //!   [`LockClient::inspect`] / [`LockClient::held`], which show a lock's holders and
-//!   their [`Owner`]s ([`LockInfo`], [`Holder`], [`HeldLock`], [`ClientTag`]).
+//!   their [`Owner`]s ([`LockInfo`], [`Holder`], [`HeldLock`], [`ClientTag`]);
+//!   [`LockClient::wait_free`] waits until nobody holds a name, without taking it
+//!   (a hint; README: *Waiting until a name is free*).
 //! - [`LockGuard`]: a held lease, renewed in the background and released when
 //!   dropped; [`LockGuard::fence`], [`LockGuard::is_held`], [`LockGuard::lost`]
 //!   (a [`LeaseLost`]), [`LockGuard::unlock`] (a [`Release`]).
@@ -75,7 +77,7 @@
 //! | `redlease-io` | one per node | sends each tick's renewals in one pipelined round trip; deletes the value of an acquire whose reply was lost |
 //! | `redlease-lane` | one per node of a Redlock quorum | runs callers' calls on its node, so every node is asked at once |
 //! | `redlease-map` | one per cluster client | reads the slot map again when a master stops answering |
-//! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller |
+//! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller, and tells every `wait_free` caller |
 //! | `redlease-notify` | one | runs the `on_lost` callbacks, one after another: never on the renewal thread |
 //! | `redlease-stop` | up to 8 per node, during [`LockClient::shutdown`] only | release the leases the shutdown took; each ends when none is left or the deadline passed (one in a release finishes it, bounded by the timeouts) |
 //!

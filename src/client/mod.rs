@@ -11,7 +11,8 @@
 //! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
 //! over any connection); `owners.rs` `inspect`
 //! and `held` themselves; `shutdown.rs` [`LockClient::shutdown`], which releases
-//! every lease the client's guards hold.
+//! every lease the client's guards hold; `wait_free.rs` [`LockClient::wait_free`],
+//! which waits until nobody holds a name.
 
 use std::fmt;
 use std::sync::Arc;
@@ -40,6 +41,7 @@ pub(crate) mod options;
 mod owners;
 mod plan;
 pub(crate) mod shutdown;
+mod wait_free;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of
 /// independent masters ([`LockClient::redlock`]).

@@ -104,8 +104,9 @@ pub enum Error {
     WrongFormat {
         /// The key, with the client's prefix.
         key: Box<str>,
-        /// What was asked for: [`LockFormat::Fair`], [`LockFormat::ReadWrite`]
-        /// or [`LockFormat::Semaphore`].
+        /// What was asked for: [`LockFormat::Fair`], [`LockFormat::ReadWrite`],
+        /// [`LockFormat::Semaphore`], or [`LockFormat::Any`] (by
+        /// [`wait_free`](crate::LockClient::wait_free)).
         expected: LockFormat,
         /// What it holds, as far as its type tells: `a list`, `a string (a token
         /// lock or a semaphore?)`, `a hash without `mode` (a reentrant lock?)`, ...

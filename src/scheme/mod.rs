@@ -50,8 +50,12 @@ pub use legacy::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, TimestampUnit};
 pub(crate) use reentrant::ReentrantBackend;
 pub(crate) use replicas::{Replicas, Unreplicated, acquire_confirmed, send_acquire};
 pub(crate) use request::{Announce, REPLY_FLOOR, Request, Waiting};
-pub(crate) use rwlock::{RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE, write_wait};
-pub(crate) use semaphore::{Admin, Found, SemaphoreBackend, State, id_bytes, timeouts};
+pub(crate) use rwlock::{
+    RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE, channel as rw_channel, write_wait,
+};
+pub(crate) use semaphore::{
+    Admin, Found, SemaphoreBackend, State, channel as semaphore_channel, id_bytes, timeouts,
+};
 pub(crate) use token::{TokenBackend, new_token};
 
 /// How a lock is stored in Redis.

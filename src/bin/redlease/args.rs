@@ -248,6 +248,18 @@ pub(crate) struct ReleaseArgs {
     pub(crate) key: String,
 }
 
+/// `redlease wait`.
+#[derive(Debug, Args)]
+pub(crate) struct WaitArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Give up after this long (exit 75) [default: wait as long as it takes]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) timeout: Option<Duration>,
+    /// The lock's key (PREFIX is prepended)
+    pub(crate) key: String,
+}
+
 /// Parses a number of permits: 1 to 4294967295.
 fn permits(text: &str) -> Result<u32, String> {
     let n: u64 = text

@@ -12,7 +12,8 @@
 //! - `run`, with `held` (a lock or a semaphore's permit), `child` (the command's
 //!   process group) and `status` (the line shown while waiting on a terminal);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
-//!   administrator) and `owners` (who holds it, from session records).
+//!   administrator) and `owners` (who holds it, from session records);
+//! - `wait`, until a key is free (the library's `wait_free`).
 
 #![forbid(unsafe_code)]
 
@@ -27,13 +28,14 @@ mod probe;
 mod release;
 mod run;
 mod status;
+mod wait;
 
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::args::{InspectArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs};
+use crate::args::{InspectArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs, WaitArgs};
 use crate::exit::{EXIT_CODES, USAGE};
 
 /// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
@@ -76,7 +78,18 @@ enum Cmd {
     /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
     #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
+    /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
+    #[command(after_help = EXIT_CODES, long_about = WAIT_ABOUT)]
+    Wait(WaitArgs),
 }
+
+/// `wait --help`'s description.
+const WAIT_ABOUT: &str = "\
+Wait until nobody holds KEY, without taking it; exit 0 then, 75 at --timeout.
+
+Free means no key, a legacy timestamp that has passed, or a semaphore with a free
+permit; any lock format counts as held while it exists. The answer is stale at once:
+someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -88,6 +101,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => &a.server,
         Cmd::List(a) => &a.server,
         Cmd::Release(a) => &a.server,
+        Cmd::Wait(a) => &a.server,
     };
     let secrets = server.secrets();
     let result = match &cli.command {
@@ -95,6 +109,7 @@ fn main() -> ExitCode {
         Cmd::Inspect(a) => inspect::inspect(a),
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
+        Cmd::Wait(a) => wait::wait(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

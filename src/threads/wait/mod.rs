@@ -18,7 +18,8 @@
 //! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
 //! hand-off; `release_all.rs` the release of several leases in one call (a guard
 //! of several names); `backoff.rs` the polling step; `shared.rs` what callers read from the
-//! thread.
+//! thread; `watcher.rs` a caller that hears every release message of some channels
+//! and never acquires (`wait_free`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -42,6 +43,7 @@ mod release_all;
 mod shared;
 mod slot;
 mod thread;
+mod watcher;
 
 use shared::Shared;
 use thread::Worker;
@@ -50,6 +52,7 @@ pub(crate) use handoff::{Offers, Want, abandon, release, release_for_shutdown, r
 use line::Lines;
 pub(crate) use release_all::release_all;
 pub(crate) use slot::{Next, WaitSlot};
+pub(crate) use watcher::{Heard, Watcher};
 
 /// What a client's waiting callers, its releasing guards and its waiter thread
 /// share: where the locks live, the hand-off offers, and the wait settings.
@@ -138,6 +141,18 @@ enum Command {
         seq: u64,
         pass: bool,
         unread: Option<Receiver<Wake>>,
+    },
+    /// Send every release message on `channel` to `tx` (a [`Watcher`]), without
+    /// taking it from the waiters; `seq` names the watcher.
+    Watch {
+        channel: String,
+        seq: u64,
+        tx: Sender<Wake>,
+    },
+    /// The watcher `seq` is done with `channel`.
+    Unwatch {
+        channel: String,
+        seq: u64,
     },
     Shutdown,
 }

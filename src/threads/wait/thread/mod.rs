@@ -32,6 +32,9 @@ const RESUBSCRIBE: Duration = Duration::from_secs(2);
 struct Chan {
     /// Waiters by arrival order.
     queue: BTreeMap<u64, Sender<Wake>>,
+    /// Watchers (`wait_free`): each hears every message, and takes none from
+    /// the waiters.
+    watchers: BTreeMap<u64, Sender<Wake>>,
     confirmed: bool,
     /// When a shard subscription was sent and not confirmed yet.
     requested: Option<Instant>,
@@ -39,6 +42,13 @@ struct Chan {
     /// When a release message came that no queued waiter took: a caller may have
     /// found the lock busy just before it and not be queued yet.
     unclaimed: Option<Instant>,
+}
+
+impl Chan {
+    /// Whether nobody waits on it, nor watches it.
+    fn idle(&self) -> bool {
+        self.queue.is_empty() && self.watchers.is_empty()
+    }
 }
 
 /// How long an unclaimed release message is kept for the next waiter to queue.
@@ -201,6 +211,7 @@ impl Worker {
                     match event {
                         Event::Message(channel) if channel != self.kick => {
                             self.hub.lines.hear(&channel);
+                            self.tell_watchers(&channel, &Wake::Released);
                             self.dispatch(&channel);
                         }
                         Event::Confirmed(channel) => self.confirm(vec![channel]),
@@ -257,7 +268,7 @@ impl Worker {
             } => {
                 if let Some(chan) = self.chans.get_mut(&channel) {
                     chan.queue.remove(&seq);
-                    if chan.queue.is_empty() {
+                    if chan.idle() {
                         chan.idle_since.get_or_insert_with(Instant::now);
                     }
                 }
@@ -269,9 +280,29 @@ impl Worker {
                     self.dispatch(&channel);
                 }
             }
+            Command::Watch { channel, seq, tx } => {
+                let chan = self.chans.entry(channel).or_default();
+                chan.idle_since = None;
+                chan.watchers.insert(seq, tx);
+            }
+            Command::Unwatch { channel, seq } => {
+                if let Some(chan) = self.chans.get_mut(&channel) {
+                    chan.watchers.remove(&seq);
+                    if chan.idle() {
+                        chan.idle_since.get_or_insert_with(Instant::now);
+                    }
+                }
+            }
             Command::Shutdown => return false,
         }
         true
+    }
+
+    /// Sends `wake` to every watcher of `channel`, forgetting those gone.
+    fn tell_watchers(&mut self, channel: &str, wake: &Wake) {
+        if let Some(chan) = self.chans.get_mut(channel) {
+            chan.watchers.retain(|_, tx| tx.send(wake.clone()).is_ok());
+        }
     }
 
     /// Hands a release to the oldest live waiter on `channel`.
@@ -287,7 +318,7 @@ impl Worker {
             }
         }
         chan.unclaimed = (!claimed).then(Instant::now);
-        if chan.queue.is_empty() {
+        if chan.idle() {
             chan.idle_since.get_or_insert_with(Instant::now);
         }
     }
@@ -315,7 +346,7 @@ impl Worker {
             chan.confirmed = false;
             chan.requested = None;
             if was_up {
-                for tx in chan.queue.values() {
+                for tx in chan.queue.values().chain(chan.watchers.values()) {
                     let _ = tx.send(Wake::Retry);
                 }
             }

@@ -12,7 +12,7 @@ impl Worker {
         let pending: Vec<String> = self
             .chans
             .iter()
-            .filter(|(_, c)| !c.confirmed && !c.queue.is_empty())
+            .filter(|(_, c)| !c.confirmed && !c.idle())
             .filter(|(_, c)| c.requested.is_none_or(|t| now - t >= RESUBSCRIBE))
             .map(|(name, _)| name.clone())
             .collect();
@@ -51,7 +51,7 @@ impl Worker {
             if let Some(chan) = self.chans.get_mut(name) {
                 chan.confirmed = true;
                 chan.requested = None;
-                for tx in chan.queue.values() {
+                for tx in chan.queue.values().chain(chan.watchers.values()) {
                     let _ = tx.send(Wake::Retry);
                 }
             }
@@ -68,7 +68,7 @@ impl Worker {
             chan.confirmed = false;
             chan.requested = Some(Instant::now());
             self.shared.subscribed_mut(|s| s.remove(name));
-            for tx in chan.queue.values() {
+            for tx in chan.queue.values().chain(chan.watchers.values()) {
                 let _ = tx.send(Wake::Retry);
             }
         }
@@ -79,7 +79,7 @@ impl Worker {
         let idle: Vec<String> = self
             .chans
             .iter()
-            .filter(|(_, c)| c.queue.is_empty() && c.idle_since.is_some_and(|t| now - t >= LINGER))
+            .filter(|(_, c)| c.idle() && c.idle_since.is_some_and(|t| now - t >= LINGER))
             .map(|(name, _)| name.clone())
             .collect();
         if idle.is_empty() {

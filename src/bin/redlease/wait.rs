@@ -1,0 +1,48 @@
+//! `redlease wait [--timeout D] KEY`: wait until nobody holds KEY, without
+//! taking it (the library's `LockClient::wait_free`).
+
+use std::time::Duration;
+
+use redlease::LockClient;
+
+use crate::args::{Servers, WaitArgs, server_name};
+use crate::exit::{Failure, NOT_ACQUIRED};
+
+/// How long `wait` waits without `--timeout`: as long as it takes, in the
+/// longest wait one call can express (a century, renewed if it ever runs out).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Runs `wait`: exit 0 as soon as KEY is free, [`NOT_ACQUIRED`] (75) when
+/// `--timeout` ran out with it still held. The answer is stale at once: someone
+/// may take KEY right after.
+pub(crate) fn wait(args: &WaitArgs) -> Result<u8, Failure> {
+    let (builder, url) = match args.server.servers() {
+        Servers::One(url) => (LockClient::builder(url.as_str()), url),
+        Servers::Quorum(urls) => {
+            let first = urls[0].clone();
+            (LockClient::redlock(urls.iter().map(String::as_str)), first)
+        }
+        Servers::Cluster(urls) => {
+            let first = urls.first().cloned().unwrap_or_default();
+            (LockClient::cluster(urls.iter().map(String::as_str)), first)
+        }
+    };
+    let server = server_name(&url);
+    let client = builder
+        .key_prefix(args.server.prefix.as_str())
+        .build()
+        .map_err(|e| Failure::from_lib(&e, &server))?;
+    loop {
+        let timeout = args.timeout.unwrap_or(FOREVER);
+        match client.wait_free(&args.key, timeout) {
+            Ok(true) => return Ok(0),
+            Ok(false) if args.timeout.is_some() => {
+                let key = args.server.full_key(&args.key);
+                eprintln!("redlease: `{key}` still held after --timeout");
+                return Ok(NOT_ACQUIRED);
+            }
+            Ok(false) => {}
+            Err(e) => return Err(Failure::from_lib(&e, &server)),
+        }
+    }
+}
