@@ -1,0 +1,348 @@
+//! [`Election`]: leader election on a name, built on the token lock with
+//! fencing on. The wire side (the term record, the winner's announcement) is in
+//! `scheme/election.rs`.
+//!
+//! A campaign is a fenced acquire of the name through the client's one loop
+//! (it waits as `lock` waits, woken by the release message), followed by one
+//! script that records `<term> <token>` beside the key and announces the new
+//! leader on the name's elected channel. The term is the fence: strictly
+//! increasing per name over every leader ever.
+//!
+//! Layout: this file is [`Election`] and its campaign and read calls;
+//! `leadership.rs` the guard [`Leadership`] and what [`Election::leader`]
+//! returns, [`Leader`]; `observe.rs` [`Observer`], the thread behind
+//! [`Election::observe`].
+
+mod leadership;
+mod observe;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::client::LockClient;
+use crate::client::options::{LockOptions, Wait};
+use crate::error::{Error, Result};
+use crate::format::LockFormat;
+use crate::owner::{ClientTag, Owner};
+use crate::primitives::handle::Handle;
+use crate::scheme::{ELECTED, ELECTION_SCRIPTS, LEADER, Scheme, elected_channel, term_key, term_of};
+
+pub use leadership::{Leader, Leadership};
+pub use observe::{OBSERVE_POLL, Observer};
+
+impl LockClient {
+    /// A handle on the election `name` (under the client's key prefix): who
+    /// leads it, campaigns to lead it, and a stream of its leaders. Sends
+    /// nothing.
+    ///
+    /// An election is a token lock taken with a fencing token: the leader holds
+    /// the name's lock (renewed in the background, given up on
+    /// [`resign`](Leadership::resign) or drop) and its fence is its
+    /// [term](Leadership::term). A Redis Cluster serves it like any lock.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an empty name; [`Error::Unsupported`] on a
+    /// Redlock client (a quorum of independent masters gives no fencing token,
+    /// so no term).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
+    /// let election = client.election("scheduler")?;
+    /// let leadership = election.campaign()?; // waits until we lead
+    /// let term = leadership.term();           // pass it with every write
+    /// # let _ = term;
+    /// leadership.resign()?;                   // the next candidate leads at once
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: &str) -> Result<Election> {
+        if self.inner.hub.topology.check(&Scheme::Token, true).is_err() {
+            return Err(Error::Unsupported {
+                what: "leader election",
+                by: "redlock (a quorum of independent masters gives no fencing token to be the term)",
+            });
+        }
+        Ok(Election {
+            handle: Handle::new(self, name, LockFormat::Token)?,
+        })
+    }
+}
+
+/// Leader election on one name, across processes.
+///
+/// Made by [`LockClient::election`]. Cheap to clone. At most one
+/// [`Leadership`] of a name is valid at a time (as far as the lock's lease
+/// holds: see [`Leadership::is_held`]); each has a term higher than every
+/// earlier leader's.
+#[derive(Clone)]
+pub struct Election {
+    handle: Handle,
+}
+
+/// What the election key holds, read in one step.
+enum Read {
+    /// No leader.
+    Free,
+    /// A string: its value, its time left, the term the record gives it.
+    Held {
+        value: String,
+        ttl: Duration,
+        term: Option<u64>,
+    },
+}
+
+impl Election {
+    /// The election's name, as passed to [`LockClient::election`].
+    pub fn name(&self) -> &str {
+        self.handle.name()
+    }
+
+    /// The election's key: its name with the client's prefix.
+    pub fn key(&self) -> &str {
+        self.handle.key()
+    }
+
+    /// Campaigns until this caller leads, as long as it takes: waits for the
+    /// leader's release message (a resign wakes the first waiting candidate at
+    /// once) or its lease's end, as [`LockClient::lock`] waits.
+    ///
+    /// # Errors
+    /// [`Error::WrongFormat`] when the name holds another format (a hash, a
+    /// semaphore's count) or a token lock that no campaign announced;
+    /// [`Error::Redis`] when Redis fails or does not answer in time;
+    /// [`Error::Shutdown`] when the client is [closed](LockClient::close).
+    pub fn campaign(&self) -> Result<Leadership> {
+        self.campaign_with(&LockOptions::default())?
+            .ok_or(Error::Shutdown)
+    }
+
+    /// One attempt to lead; never waits. `Ok(None)`: someone else leads.
+    ///
+    /// # Errors
+    /// As [`campaign`](Self::campaign).
+    pub fn try_campaign(&self) -> Result<Option<Leadership>> {
+        self.run(&LockOptions::default(), Wait::Once)
+    }
+
+    /// Campaigns for at most `wait`. `Ok(None)`: someone else still leads.
+    ///
+    /// # Errors
+    /// As [`campaign`](Self::campaign).
+    pub fn try_campaign_for(&self, wait: Duration) -> Result<Option<Leadership>> {
+        self.campaign_with(&LockOptions::default().wait(wait))
+    }
+
+    /// Campaigns with per-call options: the lease's TTL, a wait or deadline,
+    /// renewal, a [`CancelToken`](crate::CancelToken), `on_lost`. Without a
+    /// wait or deadline it waits as long as it takes.
+    ///
+    /// # Errors
+    /// As [`campaign`](Self::campaign); [`Error::Config`] for fencing off or a
+    /// scheme other than [`Scheme::Token`] (an election is a fenced token
+    /// lock); [`Error::Cancelled`].
+    pub fn campaign_with(&self, opts: &LockOptions) -> Result<Option<Leadership>> {
+        self.run(opts, Wait::InLine(opts.deadline_from(Instant::now())))
+    }
+
+    /// The current leader: its term, the time left on its lease and its owner
+    /// (host, pid, program, client id, alive) from its client's session record;
+    /// `None` when nobody leads. One atomic read of the key, its TTL and its
+    /// term record (the term is never another leader's), then one lookup of
+    /// the owner's record. A leader that won but has not announced itself yet
+    /// (one round trip after its acquire) is read again until it has, for at
+    /// most the read timeout.
+    ///
+    /// # Errors
+    /// [`Error::WrongFormat`] when the name holds another format, or a token
+    /// lock that no campaign announced (a plain lock of the name);
+    /// [`Error::Redis`] when Redis fails.
+    pub fn leader(&self) -> Result<Option<Leader>> {
+        let limit = self.handle.client.inner.hub.topology.read_timeout();
+        let until = Instant::now() + limit;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.read()? {
+                Read::Free => return Ok(None),
+                Read::Held {
+                    value,
+                    ttl,
+                    term: Some(term),
+                } => {
+                    let owner = self.owner(&value)?;
+                    return Ok(Some(Leader::new(self.key(), term, ttl, owner)));
+                }
+                Read::Held { .. } if Instant::now() >= until => {
+                    return Err(self.handle.wrong_format(
+                        "a token lock that no campaign announced (a plain lock of the name?)",
+                    ));
+                }
+                // Announced one round trip after the acquire: read again shortly.
+                Read::Held { .. } => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+
+    /// A stream of the leaders: the current one at once, then each change
+    /// (`None` when nobody leads), from a thread of its own (`redlease-watch`)
+    /// woken by the name's release and elected messages, reading again at
+    /// least every [`OBSERVE_POLL`](crate::OBSERVE_POLL) in case a message was
+    /// missed (on a Redis 7 cluster, whose messages are sharded, it polls). The
+    /// channel holds one value, always the latest: a slow reader skips
+    /// leaders, never reads a stale one after a newer one. The thread stops,
+    /// and the channel disconnects, when the client is closed or dropped, or
+    /// when the [`Observer`] is dropped, within one poll interval.
+    ///
+    /// # Errors
+    /// [`Error::Spawn`] when the thread could not be started.
+    pub fn observe(&self) -> Result<Observer> {
+        Observer::spawn(self)
+    }
+
+    fn run(&self, opts: &LockOptions, wait: Wait) -> Result<Option<Leadership>> {
+        if opts.fencing == Some(false) {
+            return Err(Error::config(
+                "fencing",
+                "an election always takes a fence: it is the term",
+            ));
+        }
+        if opts.scheme.as_ref().is_some_and(|s| *s != Scheme::Token) {
+            return Err(Error::config("scheme", "an election is a token lock"));
+        }
+        // A key of another format (a hash, a count) would read as busy forever.
+        self.read()?;
+        let opts = opts.clone().fencing(true).scheme(Scheme::Token);
+        loop {
+            let Some(guard) = self.handle.client.acquire(self.name(), &opts, wait)? else {
+                return Ok(None);
+            };
+            let term = guard.fence().ok_or(Error::Shutdown)?;
+            if self.announce(&guard.value(), term)? {
+                return Ok(Some(Leadership::new(guard, term, self.name())));
+            }
+            // The lease ended before the announcement: campaign again, within
+            // the same wait.
+            if wait == Wait::Once {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Records the new leader's term beside the key, marks its token so that
+    /// its release publishes, and announces it. `false` when the key no
+    /// longer holds `token`.
+    fn announce(&self, token: &str, term: u64) -> Result<bool> {
+        let key = self.key();
+        let sharded = self.handle.client.inner.hub.topology.sharded();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(ELECTED.get_hash())
+            .arg(3)
+            .arg(key)
+            .arg(term_key(key))
+            .arg(elected_channel(key))
+            .arg(token)
+            .arg(term)
+            .arg(if sharded { "SPUBLISH" } else { "PUBLISH" });
+        let reply = self.handle.query(&ELECTION_SCRIPTS, &cmd)?;
+        let won: redis::RedisResult<i64> = redis::from_redis_value_ref(&reply).map_err(Into::into);
+        Ok(won? == 1)
+    }
+
+    /// Reads the key, its TTL and its term record in one step.
+    fn read(&self) -> Result<Read> {
+        let key = self.key();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(LEADER.get_hash()).arg(2).arg(key).arg(term_key(key));
+        let reply = self.handle.query(&ELECTION_SCRIPTS, &cmd)?;
+        let Some((value, pttl, record)) = (match parse(reply)? {
+            Parsed::Kind(kind) if kind == "none" => None,
+            Parsed::Kind(kind) => return Err(self.handle.wrong_format(self.handle.found(&kind))),
+            Parsed::String(held) => Some(held),
+        }) else {
+            return Ok(Read::Free);
+        };
+        if value.parse::<i64>().is_ok() {
+            return Err(self
+                .handle
+                .wrong_format("a number (a semaphore's count or a timestamp lock?)"));
+        }
+        Ok(Read::Held {
+            term: record.and_then(|r| term_of(&r, &value)),
+            ttl: Duration::from_millis(u64::try_from(pttl).unwrap_or(0)),
+            value,
+        })
+    }
+
+    /// The owner a holder's value names, from its client's session record.
+    fn owner(&self, value: &str) -> Result<Owner> {
+        let Some(tag) = ClientTag::of_token(value) else {
+            return Ok(Owner::None);
+        };
+        let prefix = &self.handle.client.inner.settings.key_prefix;
+        let record = tag.session_key(prefix);
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(&record);
+        let topology = &self.handle.client.inner.hub.topology;
+        match topology.query(&record, &[], &cmd) {
+            Ok(reply) => Ok(redis::from_redis_value(reply)
+                .map_or(Owner::Unknown(tag), |fields| Owner::from_record(tag, &fields))),
+            Err(Error::Redis(f))
+                if matches!(
+                    f.redis_error().and_then(redis::RedisError::code),
+                    Some("WRONGTYPE" | "NOPERM")
+                ) =>
+            {
+                Ok(Owner::Unknown(tag))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The [`LEADER`] script's reply: the key's type, or a string's value, PTTL
+/// and the term record.
+enum Parsed {
+    Kind(String),
+    String((String, i64, Option<String>)),
+}
+
+fn parse(reply: Value) -> redis::RedisResult<Parsed> {
+    let reply: Vec<Value> = redis::from_redis_value(reply)?;
+    Ok(match &reply[..] {
+        [_, value, pttl, record] => Parsed::String((
+            redis::from_redis_value_ref(value)?,
+            redis::from_redis_value_ref(pttl)?,
+            redis::from_redis_value_ref(record)?,
+        )),
+        [kind, ..] => Parsed::Kind(redis::from_redis_value_ref(kind)?),
+        [] => Parsed::Kind("none".into()),
+    })
+}
+
+impl fmt::Debug for Election {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Election")
+            .field("key", &self.key())
+            .field("client", &self.handle.client)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Election>();
+        send::<Leadership>();
+        send::<Observer>();
+    }
+}
