@@ -126,8 +126,14 @@ fn a_resign_hands_over_to_a_waiting_candidate_of_another_client_promptly() {
     }
     // Woken, not polled: a single hand-over may meet a stall on a loaded machine,
     // the median does not.
-    assert!(median(handovers.clone()) < Duration::from_millis(100), "{handovers:?}");
-    assert!(handovers.iter().all(|d| *d < Duration::from_secs(1)), "{handovers:?}");
+    assert!(
+        median(handovers.clone()) < Duration::from_millis(100),
+        "{handovers:?}"
+    );
+    assert!(
+        handovers.iter().all(|d| *d < Duration::from_secs(1)),
+        "{handovers:?}"
+    );
 }
 
 #[test]
@@ -146,7 +152,11 @@ fn a_leader_that_stops_renewing_is_replaced_after_its_lease() {
     std::mem::forget(leadership);
     let began = Instant::now();
     drop(dying);
-    let next = client(&server).election("dies").unwrap().campaign().unwrap();
+    let next = client(&server)
+        .election("dies")
+        .unwrap()
+        .campaign()
+        .unwrap();
     let took = began.elapsed();
     assert!(next.term() > old);
     assert!(took < ttl + Duration::from_secs(2), "{took:?}");
@@ -159,7 +169,12 @@ fn a_deposed_leader_is_told_and_its_term_is_lower() {
     let fixed = LockOptions::new()
         .ttl(Duration::from_secs(1))
         .renewal(Renewal::None);
-    let old = a.election("deposed").unwrap().campaign_with(&fixed).unwrap().unwrap();
+    let old = a
+        .election("deposed")
+        .unwrap()
+        .campaign_with(&fixed)
+        .unwrap()
+        .unwrap();
     let new = b.election("deposed").unwrap().campaign().unwrap();
     assert!(!old.is_held());
     assert!(old.check().is_err());
@@ -178,7 +193,11 @@ fn leader_reads_term_ttl_and_a_live_owner() {
     let leader = election.leader().unwrap().expect("a leader");
     assert_eq!(leader.term(), leadership.term());
     assert_eq!(leader.key(), "lock:who");
-    assert!(leader.ttl() > TTL / 2 && leader.ttl() <= TTL, "{:?}", leader.ttl());
+    assert!(
+        leader.ttl() > TTL / 2 && leader.ttl() <= TTL,
+        "{:?}",
+        leader.ttl()
+    );
     // The session record is written in the background when the client starts.
     let owner = support::wait_for(SEEN, || {
         let leader = election.leader().unwrap().unwrap();
@@ -297,7 +316,13 @@ fn bad_names_get_typed_errors() {
         hash.leader().unwrap_err(),
     ] {
         assert!(
-            matches!(e, Error::WrongFormat { expected: LockFormat::Token, .. }),
+            matches!(
+                e,
+                Error::WrongFormat {
+                    expected: LockFormat::Token,
+                    ..
+                }
+            ),
             "{e:?}"
         );
     }

@@ -45,9 +45,7 @@ pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
-pub(crate) use election::{
-    ELECTED, ELECTION_SCRIPTS, LEADER, elected_channel, term_key, term_of,
-};
+pub(crate) use election::{ELECTED, ELECTION_SCRIPTS, LEADER, elected_channel, term_key, term_of};
 pub(crate) use fair::{FAIR_SCRIPTS, FairBackend, fair_keys, leave_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;

@@ -27,7 +27,9 @@ use crate::error::{Error, Result};
 use crate::format::LockFormat;
 use crate::owner::{ClientTag, Owner};
 use crate::primitives::handle::Handle;
-use crate::scheme::{ELECTED, ELECTION_SCRIPTS, LEADER, Scheme, elected_channel, term_key, term_of};
+use crate::scheme::{
+    ELECTED, ELECTION_SCRIPTS, LEADER, Scheme, elected_channel, term_key, term_of,
+};
 
 pub use leadership::{Leader, Leadership};
 pub use observe::{OBSERVE_POLL, Observer};
@@ -257,7 +259,10 @@ impl Election {
     fn read(&self) -> Result<Read> {
         let key = self.key();
         let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(LEADER.get_hash()).arg(2).arg(key).arg(term_key(key));
+        cmd.arg(LEADER.get_hash())
+            .arg(2)
+            .arg(key)
+            .arg(term_key(key));
         let reply = self.handle.query(&ELECTION_SCRIPTS, &cmd)?;
         let Some((value, pttl, record)) = (match parse(reply)? {
             Parsed::Kind(kind) if kind == "none" => None,
@@ -289,8 +294,11 @@ impl Election {
         cmd.arg(&record);
         let topology = &self.handle.client.inner.hub.topology;
         match topology.query(&record, &[], &cmd) {
-            Ok(reply) => Ok(redis::from_redis_value(reply)
-                .map_or(Owner::Unknown(tag), |fields| Owner::from_record(tag, &fields))),
+            Ok(reply) => Ok(
+                redis::from_redis_value(reply).map_or(Owner::Unknown(tag), |fields| {
+                    Owner::from_record(tag, &fields)
+                }),
+            ),
             Err(Error::Redis(f))
                 if matches!(
                     f.redis_error().and_then(redis::RedisError::code),
