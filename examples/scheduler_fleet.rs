@@ -97,7 +97,11 @@ fn check(
     let first = wait_for("a leader with a live owner", || {
         Ok(election.leader()?.filter(|l| l.owner().is_alive()))
     })?;
-    let pid = first.owner().session().map(|s| s.pid()).ok_or("no owner")?;
+    let pid = first
+        .owner()
+        .session()
+        .map(redlease::Session::pid)
+        .ok_or("no owner")?;
     println!("term {} led by pid {pid}", first.term());
     wait_for("the first leader's entries", || {
         Ok((entries(con)?.len() >= 3).then_some(()))
@@ -116,7 +120,7 @@ fn check(
             .filter(|l| l.term() > first.term() && l.owner().is_alive()))
     })?;
     let took = killed.elapsed();
-    let next_pid = next.owner().session().map(|s| s.pid());
+    let next_pid = next.owner().session().map(redlease::Session::pid);
     println!(
         "term {} led by pid {next_pid:?}, {took:?} after the kill",
         next.term()

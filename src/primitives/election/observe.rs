@@ -107,8 +107,8 @@ struct Watch {
 
 impl Watch {
     fn run(self) {
-        // The term last sent; `None` before the first send.
-        let mut last: Option<Option<u64>> = None;
+        // The term last sent (0: nobody led); `None` before the first send.
+        let mut last: Option<u64> = None;
         loop {
             let Some(mut conn) = self.connect() else {
                 // Polling: sharded messages, or the connection failed (tried
@@ -149,13 +149,14 @@ impl Watch {
 
     /// Reads the leader and sends it when it changed. `false`: stop (the
     /// observer or the client is gone, or the client is closed).
-    fn step(&self, last: &mut Option<Option<u64>>) -> bool {
+    fn step(&self, last: &mut Option<u64>) -> bool {
         if self.stopped.try_recv() != Err(TryRecvError::Empty) {
             return false;
         }
         match self.read() {
             Some(Ok(leader)) => {
-                let term = leader.as_ref().map(Leader::term);
+                // Terms are above 0 (at least the server's clock in µs).
+                let term = leader.as_ref().map_or(0, Leader::term);
                 if *last != Some(term) {
                     // Replace a value nobody read: the channel holds the latest.
                     let _ = self.drain.try_recv();
