@@ -148,6 +148,7 @@ fn a_killed_leader_is_replaced_within_its_ttl() {
     let ((old, orphan), (new, _)) = (read(&first), read(&second));
     let _ = killpg(Pid::from_raw(orphan), Signal::SIGKILL);
     assert!(new > old);
+    println!("replaced {took:?} after the kill (ttl {ttl:?})");
     // Its lease, plus a polling step and a stall.
     assert!(took < ttl + Duration::from_millis(1500), "{took:?}");
     signal(&candidate, Signal::SIGTERM);

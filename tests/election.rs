@@ -124,6 +124,7 @@ fn a_resign_hands_over_to_a_waiting_candidate_of_another_client_promptly() {
         assert!(leadership.term() > old);
         handovers.push(won_at - began);
     }
+    println!("hand-overs: {handovers:?}");
     // Woken, not polled: a single hand-over may meet a stall on a loaded machine,
     // the median does not.
     assert!(
@@ -277,6 +278,57 @@ fn observe_stops_when_the_client_is_dropped() {
         observer.recv_timeout(SEEN),
         Err(RecvTimeoutError::Disconnected)
     );
+}
+
+#[test]
+fn an_observer_is_woken_by_messages_not_its_poll() {
+    let server = RedisServer::start();
+    let (a, watcher) = (client(&server), client(&server));
+    let observer = watcher.election("woken").unwrap().observe().unwrap();
+    assert_eq!(observer.recv_timeout(SEEN).unwrap(), None);
+    let election = a.election("woken").unwrap();
+    let (mut elected, mut resigned) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let leadership = election.try_campaign().unwrap().expect("free");
+        let won = Instant::now();
+        let seen = observer.recv_timeout(SEEN).unwrap().expect("the leader");
+        elected.push(won.elapsed());
+        assert_eq!(seen.term(), leadership.term());
+        let began = Instant::now();
+        let _ = leadership.resign().unwrap();
+        assert_eq!(observer.recv_timeout(SEEN).unwrap(), None);
+        resigned.push(began.elapsed());
+    }
+    println!("seen after election {elected:?}, after resign {resigned:?}");
+    // A poll alone would take half its interval (250 ms) in the median.
+    assert!(
+        median(elected.clone()) < Duration::from_millis(150),
+        "{elected:?}"
+    );
+    assert!(
+        median(resigned.clone()) < Duration::from_millis(150),
+        "{resigned:?}"
+    );
+}
+
+#[test]
+fn a_dropped_observer_stops_its_thread() {
+    let server = RedisServer::start();
+    let watcher = client(&server);
+    let elected = |server: &RedisServer| -> i64 {
+        let (_, n): (String, i64) = server.query(
+            redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("{lock:dropped}:elected"),
+        );
+        n
+    };
+    let observer = watcher.election("dropped").unwrap().observe().unwrap();
+    assert_eq!(observer.recv_timeout(SEEN).unwrap(), None);
+    assert!(eventually(SEEN, || elected(&server) == 1));
+    drop(observer);
+    // Its thread ends within a poll interval, and its connection with it.
+    assert!(eventually(SEEN, || elected(&server) == 0));
 }
 
 #[test]
