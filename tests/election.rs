@@ -138,6 +138,39 @@ fn a_resign_hands_over_to_a_waiting_candidate_of_another_client_promptly() {
 }
 
 #[test]
+fn a_resign_hands_over_to_a_candidate_of_the_same_client() {
+    let server = RedisServer::start();
+    let (shared, watcher) = (client(&server), client(&server));
+    let observer = watcher.election("local").unwrap().observe().unwrap();
+    let first = shared.election("local").unwrap().campaign().unwrap();
+    let election = shared.election("local").unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let waiter = thread::spawn(move || {
+        let won = election.campaign().unwrap();
+        tx.send(()).unwrap();
+        won
+    });
+    // The candidate waits in this client's line for the name.
+    assert!(eventually(SEEN, || listeners(&server, "local") >= 2));
+    assert!(rx.try_recv().is_err());
+    let old = first.term();
+    assert_eq!(first.resign().unwrap(), Release::Released);
+    rx.recv_timeout(SEEN).expect("the candidate leads");
+    let second = waiter.join().unwrap();
+    assert!(second.term() > old && second.is_held());
+    let leader = watcher.election("local").unwrap().leader().unwrap().unwrap();
+    assert_eq!(leader.term(), second.term());
+    let seen = support::wait_for(SEEN, || {
+        observer
+            .recv_timeout(SEEN)
+            .ok()
+            .flatten()
+            .filter(|l| l.term() == second.term())
+    });
+    assert!(seen.is_some());
+}
+
+#[test]
 fn a_leader_that_stops_renewing_is_replaced_after_its_lease() {
     let server = RedisServer::start();
     let dying = client(&server);
