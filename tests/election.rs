@@ -158,7 +158,12 @@ fn a_resign_hands_over_to_a_candidate_of_the_same_client() {
     rx.recv_timeout(SEEN).expect("the candidate leads");
     let second = waiter.join().unwrap();
     assert!(second.term() > old && second.is_held());
-    let leader = watcher.election("local").unwrap().leader().unwrap().unwrap();
+    let leader = watcher
+        .election("local")
+        .unwrap()
+        .leader()
+        .unwrap()
+        .unwrap();
     assert_eq!(leader.term(), second.term());
     let seen = support::wait_for(SEEN, || {
         observer
