@@ -10,8 +10,10 @@
 //! The example starts three copies of itself as schedulers
 //! (`scheduler_fleet scheduler`), finds the leader's process through
 //! `Election::leader` (its owner's session record names its pid), SIGKILLs it,
-//! and checks that a new leader with a higher term took over and that every
-//! entry the store accepted came in term order. Talks to `REDIS_URL` like
+//! and checks that a new leader with a higher term took over; then pauses that
+//! one (SIGSTOP) past its lease, lets a third lead, resumes it, and checks that
+//! its late write was refused and every entry the store accepted came in term
+//! order. Talks to `REDIS_URL` like
 //! `basic`, or starts a private `redis-server`. Exits non-zero when a check
 //! fails.
 
@@ -94,8 +96,14 @@ fn check(
 ) -> Result<(), Box<dyn Error>> {
     let client = LockClient::builder(url).key_prefix(PREFIX).build()?;
     let election = client.election(ELECTION)?;
-    let first = wait_for("a leader with a live owner", || {
-        Ok(election.leader()?.filter(|l| l.owner().is_alive()))
+    // A leader of ours: an earlier run's may still hold the name until its lease
+    // runs out.
+    let ours: Vec<u32> = children.iter().map(Child::id).collect();
+    let pid_of = |l: &redlease::Leader| l.owner().session().map(redlease::Session::pid);
+    let first = wait_for("a leader among our schedulers", || {
+        Ok(election
+            .leader()?
+            .filter(|l| pid_of(l).is_some_and(|p| ours.contains(&p))))
     })?;
     let pid = first
         .owner()
@@ -117,7 +125,7 @@ fn check(
     let next = wait_for("a new leader", || {
         Ok(election
             .leader()?
-            .filter(|l| l.term() > first.term() && l.owner().is_alive()))
+            .filter(|l| l.term() > first.term() && pid_of(l).is_some_and(|p| ours.contains(&p))))
     })?;
     let took = killed.elapsed();
     let next_pid = next.owner().session().map(redlease::Session::pid);
@@ -132,19 +140,55 @@ fn check(
         let log = entries(con)?;
         Ok(log.iter().any(|(t, _)| *t == next.term()).then_some(()))
     })?;
+
+    // Now a leader that is deposed without dying: paused (SIGSTOP) past its
+    // lease, it wakes up still writing under its old term.
+    let paused = next_pid.ok_or("no owner")?;
+    signal("-STOP", paused)?;
+    println!("paused pid {paused}");
+    let third = wait_for("a leader after the paused one", || {
+        Ok(election.leader()?.filter(|l| {
+            l.term() > next.term() && pid_of(l).is_some_and(|p| ours.contains(&p) && p != paused)
+        }))
+    })?;
+    println!("term {} led by pid {:?}", third.term(), pid_of(&third));
+    wait_for("the third leader's entries", || {
+        let log = entries(con)?;
+        Ok(log.iter().any(|(t, _)| *t == third.term()).then_some(()))
+    })?;
+    signal("-CONT", paused)?;
+    let refused = wait_for("the paused leader's late write to be refused", || {
+        let refused: Option<u64> = redis::cmd("GET")
+            .arg("sched:store:term:refused")
+            .query(con)?;
+        Ok(refused.filter(|n| *n > 0))
+    })?;
     let log = entries(con)?;
     if !log.windows(2).all(|w| w[0].0 <= w[1].0) {
         return Err(format!("the store accepted an entry out of term order: {log:?}").into());
     }
-    let refused: Option<u64> = redis::cmd("GET")
-        .arg("sched:store:term:refused")
-        .query(con)?;
+    let after = log.iter().skip_while(|(t, _)| *t < third.term());
+    if after.clone().any(|(t, _)| *t < third.term()) {
+        return Err("a deposed leader's write landed after its successor's".into());
+    }
     println!(
-        "{} entries accepted in term order, {} late writes refused",
-        log.len(),
-        refused.unwrap_or(0)
+        "{} entries accepted in term order; {refused} late write(s) of the deposed leader refused",
+        log.len()
     );
     Ok(())
+}
+
+/// Sends `kill <sig>` to `pid`, one of our schedulers.
+fn signal(sig: &str, pid: u32) -> Result<(), Box<dyn Error>> {
+    let status = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill {sig} {pid} failed").into())
+    }
 }
 
 /// The store's log: `(term, entry)` in the order accepted.
@@ -181,7 +225,8 @@ fn wait_for<T>(
 }
 
 /// One scheduler process: campaigns, and while leader writes one entry every
-/// 100 ms under its term, until its leadership ends; then campaigns again.
+/// 100 ms under its term, until its leadership ends or the store refuses its
+/// term; then campaigns again.
 fn scheduler(url: &str) -> Result<(), Box<dyn Error>> {
     let client = LockClient::builder(url).key_prefix(PREFIX).build()?;
     let election = client.election(ELECTION)?;
@@ -194,10 +239,9 @@ fn scheduler(url: &str) -> Result<(), Box<dyn Error>> {
             .ok_or("campaign ended")?;
         let term = leadership.term();
         let mut seq = 0u64;
-        while leadership.is_held() {
-            seq += 1;
-            // The term travels with the write: the store refuses it once a
-            // later leader has written.
+        // The store's fence, not `is_held()`, is what keeps a deposed leader's
+        // write out: a pause can fall between any check and the write.
+        let mut write = |seq: u64| -> Result<bool, Box<dyn Error>> {
             let written: i64 = store
                 .key("sched:store:term")
                 .key("sched:store:log")
@@ -206,10 +250,24 @@ fn scheduler(url: &str) -> Result<(), Box<dyn Error>> {
                 .invoke(&mut con)?;
             if written == 0 {
                 eprintln!("pid {pid}: term {term} deposed; its write was refused");
+            }
+            Ok(written == 1)
+        };
+        loop {
+            seq += 1;
+            if !write(seq)? {
                 break;
             }
-            // Waits for the next tick, or the loss of the lease.
-            let _ = leadership.lost().recv_timeout(Duration::from_millis(100));
+            // The next tick, or the loss of the lease: then the job in hand is
+            // written one last time, late, as a real scheduler would.
+            if leadership
+                .lost()
+                .recv_timeout(Duration::from_millis(100))
+                .is_ok()
+            {
+                let _ = write(seq + 1)?;
+                break;
+            }
         }
     }
 }
