@@ -1,14 +1,14 @@
 //! [`Election`]: leader election on a name, built on the token lock with
-//! fencing on. The wire side (the term record, the winner's announcement) is in
-//! `scheme/election.rs`.
+//! fencing on. The wire side (the acquire that records the term and announces
+//! it) is in `scheme/election.rs`.
 //!
 //! A campaign is a fenced acquire of the name through the client's one loop
-//! (it waits as `lock` waits, woken by the release message), followed by one
-//! script that records `<term> <token>` beside the key and announces the new
-//! leader on the name's elected channel. The term is the fence: strictly
-//! increasing per name over every leader ever.
+//! (it waits as `lock` waits, woken by the release message), whose script also
+//! records `<term> <token>` beside the key and announces the new leader on the
+//! name's elected channel. The term is the fence: strictly increasing per name
+//! over every leader ever.
 //!
-//! Layout: this file is [`Election`] and its campaign and read calls;
+//! Layout: this file is [`Election`] and its campaign calls;
 //! `leadership.rs` the guard [`Leadership`] and what [`Election::leader`]
 //! returns, [`Leader`]; `read.rs` [`Election::leader`] itself, the one-step
 //! read of the key and its term record; `observe.rs` [`Observer`], the thread
@@ -19,6 +19,7 @@ mod observe;
 mod read;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::LockClient;
@@ -26,7 +27,7 @@ use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
 use crate::format::LockFormat;
 use crate::primitives::handle::Handle;
-use crate::scheme::{ELECTED, ELECTION_SCRIPTS, Scheme, elected_channel, term_key};
+use crate::scheme::{Backend, ElectionBackend, Scheme};
 
 pub use leadership::{Leader, Leadership};
 pub use observe::{OBSERVE_POLL, Observer};
@@ -66,6 +67,7 @@ impl LockClient {
         }
         Ok(Election {
             handle: Handle::new(self, name, LockFormat::Token)?,
+            backend: Arc::new(ElectionBackend::new(self.inner.id.tag())),
         })
     }
 }
@@ -79,6 +81,8 @@ impl LockClient {
 #[derive(Clone)]
 pub struct Election {
     handle: Handle,
+    /// Its leases' backend: the fenced token acquire that records the term.
+    backend: Arc<dyn Backend>,
 }
 
 impl Election {
@@ -98,7 +102,7 @@ impl Election {
     ///
     /// # Errors
     /// [`Error::WrongFormat`] when the name holds another format (a hash, a
-    /// semaphore's count) or a token lock that no campaign announced;
+    /// semaphore's count; a plain lock of the name is waited for);
     /// [`Error::Redis`] when Redis fails or does not answer in time;
     /// [`Error::Shutdown`] when the client is [closed](LockClient::close).
     pub fn campaign(&self) -> Result<Leadership> {
@@ -162,41 +166,16 @@ impl Election {
         }
         // A key of another format (a hash, a count) would read as busy forever.
         self.read()?;
-        let opts = opts.clone().fencing(true).scheme(Scheme::Token);
-        loop {
-            let Some(guard) = self.handle.client.acquire(self.name(), &opts, wait)? else {
-                return Ok(None);
-            };
-            let term = guard.fence().ok_or(Error::Shutdown)?;
-            if self.announce(&guard.value(), term)? {
-                return Ok(Some(Leadership::new(guard, term, self.name())));
-            }
-            // The lease ended before the announcement: campaign again, within
-            // the same wait.
-            if wait == Wait::Once {
-                return Ok(None);
-            }
-        }
-    }
-
-    /// Records the new leader's term beside the key, marks its token so that
-    /// its release publishes, and announces it. `false` when the key no
-    /// longer holds `token`.
-    fn announce(&self, token: &str, term: u64) -> Result<bool> {
-        let key = self.key();
-        let sharded = self.handle.client.inner.hub.topology.sharded();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(ELECTED.get_hash())
-            .arg(3)
-            .arg(key)
-            .arg(term_key(key))
-            .arg(elected_channel(key))
-            .arg(token)
-            .arg(term)
-            .arg(if sharded { "SPUBLISH" } else { "PUBLISH" });
-        let reply = self.handle.query(&ELECTION_SCRIPTS, &cmd)?;
-        let won: redis::RedisResult<i64> = redis::from_redis_value_ref(&reply).map_err(Into::into);
-        Ok(won? == 1)
+        // The election's backend, not the client's scheme: its acquire records
+        // the term.
+        let mut opts = opts.clone().fencing(true);
+        opts.scheme = None;
+        opts.backend = Some(Arc::clone(&self.backend));
+        let Some(guard) = self.handle.client.acquire(self.name(), &opts, wait)? else {
+            return Ok(None);
+        };
+        let term = guard.fence().ok_or(Error::Shutdown)?;
+        Ok(Some(Leadership::new(guard, term, self.name())))
     }
 }
 

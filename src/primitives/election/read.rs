@@ -1,7 +1,7 @@
 //! [`Election::leader`]: the key, its TTL and its term record read in one
 //! step, and the owner's session record.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
@@ -26,41 +26,27 @@ impl Election {
     /// The current leader: its term, the time left on its lease and its owner
     /// (host, pid, program, client id, alive) from its client's session record;
     /// `None` when nobody leads. One atomic read of the key, its TTL and its
-    /// term record (the term is never another leader's), then one lookup of
-    /// the owner's record. A leader that won but has not announced itself yet
-    /// (one round trip after its acquire) is read again until it has, for at
-    /// most the read timeout.
+    /// term record (written by the winning acquire itself, so the term is never
+    /// another leader's), then one lookup of the owner's record.
     ///
     /// # Errors
     /// [`Error::WrongFormat`] when the name holds another format, or a token
-    /// lock that no campaign announced (a plain lock of the name);
+    /// lock that no campaign took (a plain lock of the name);
     /// [`Error::Redis`] when Redis fails.
     pub fn leader(&self) -> Result<Option<Leader>> {
-        let limit = self.handle.client.inner.hub.topology.read_timeout();
-        let until = Instant::now() + limit;
-        let mut pause = Duration::from_millis(1);
-        loop {
-            match self.read()? {
-                Read::Free => return Ok(None),
-                Read::Held {
-                    value,
-                    ttl,
-                    term: Some(term),
-                } => {
-                    let owner = self.owner(&value)?;
-                    return Ok(Some(Leader::new(self.key(), term, ttl, owner)));
-                }
-                Read::Held { .. } if Instant::now() >= until => {
-                    return Err(self.handle.wrong_format(
-                        "a token lock that no campaign announced (a plain lock of the name?)",
-                    ));
-                }
-                // Announced one round trip after the acquire: read again shortly.
-                Read::Held { .. } => {
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
-                }
+        match self.read()? {
+            Read::Free => Ok(None),
+            Read::Held {
+                value,
+                ttl,
+                term: Some(term),
+            } => {
+                let owner = self.owner(&value)?;
+                Ok(Some(Leader::new(self.key(), term, ttl, owner)))
             }
+            Read::Held { term: None, .. } => Err(self
+                .handle
+                .wrong_format("a token lock that no campaign took (a plain lock of the name?)")),
         }
     }
 

@@ -21,7 +21,7 @@ use crate::owner::{TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
 /// to the millisecond; leaves the key's `PTTL` in `t`. A Lua fragment for the
 /// scripts below, written in place: a function would be a closure made on every
 /// call, the fenced acquire's fast path included.
-static MARK: LazyLock<String> = LazyLock::new(|| {
+pub(crate) static MARK: LazyLock<String> = LazyLock::new(|| {
     format!(
         r"
 local t = redis.call('PTTL', KEYS[1])
