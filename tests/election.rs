@@ -254,6 +254,9 @@ fn leader_reads_term_ttl_and_a_live_owner() {
 fn a_plain_lock_of_the_name_reads_as_no_election() {
     let server = RedisServer::start();
     let c = client(&server);
+    // An earlier leader's term record stays: it must not name the plain lock's holder.
+    let earlier = c.election("plain").unwrap().campaign().unwrap();
+    assert_eq!(earlier.resign().unwrap(), Release::Released);
     let guard = c.lock("plain").unwrap();
     let e = c.election("plain").unwrap().leader().unwrap_err();
     assert!(matches!(e, Error::WrongFormat { .. }), "{e:?}");
