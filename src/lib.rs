@@ -60,6 +60,11 @@
 //!   `valid_until()`, `check()`, `extend()` and `unlock()`; a handle's `name()` is the
 //!   name as passed, its `key()` the name with the client's prefix. README:
 //!   *Interoperability*, and a section each.
+//! - Leader election: [`Election`] ([`LockClient::election`]) campaigns for a name
+//!   ([`Election::campaign`] and its `try_`/`_for`/`_with` forms); the winner holds a
+//!   [`Leadership`] whose [`term`](Leadership::term) is a fencing token;
+//!   [`Election::leader`] reads the [`Leader`], [`Election::observe`] streams them
+//!   ([`Observer`]). README: *Leader election*.
 //! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
 //!   deadline, and says how many in a [`ShutdownReport`] (README: *Releasing
 //!   everything on shutdown*).
@@ -78,6 +83,7 @@
 //! | `redlease-lane` | one per node of a Redlock quorum | runs callers' calls on its node, so every node is asked at once |
 //! | `redlease-map` | one per cluster client | reads the slot map again when a master stops answering |
 //! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller, and tells every `wait_free` caller |
+//! | `redlease-watch` | one per [`Observer`] | reads the leader of an election on each release or elected message, and every [`OBSERVE_POLL`] |
 //! | `redlease-notify` | one | runs the `on_lost` callbacks, one after another: never on the renewal thread |
 //! | `redlease-stop` | up to 8 per node, during [`LockClient::shutdown`] only | release the leases the shutdown took; each ends when none is left or the deadline passed (one in a release finishes it, bounded by the timeouts) |
 //!
@@ -173,6 +179,7 @@ pub use metrics::Metrics;
 #[cfg(feature = "tls-rustls")]
 pub use net::tls::TlsCertificates;
 pub use owner::{ClientTag, Owner, Session};
+pub use primitives::election::{Election, Leader, Leadership, OBSERVE_POLL, Observer};
 pub use primitives::fair::FairLock;
 pub use primitives::held::{PermitGuard, ReadGuard, WriteGuard};
 pub use primitives::rwlock::ReadWriteLock;

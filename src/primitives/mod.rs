@@ -12,8 +12,11 @@
 //! [`PermitGuard`](crate::PermitGuard); `fair.rs` [`FairLock`](crate::FairLock) (its
 //! guard is the plain [`LockGuard`](crate::LockGuard)); `rwlock.rs`
 //! [`ReadWriteLock`](crate::ReadWriteLock); `semaphore.rs`
-//! [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits).
+//! [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits); `election/`
+//! [`Election`](crate::Election), its guard [`Leadership`](crate::Leadership),
+//! [`Leader`](crate::Leader) and [`Observer`](crate::Observer).
 
+pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod handle;
 pub(crate) mod held;

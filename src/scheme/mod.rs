@@ -10,7 +10,8 @@
 //! (deployed timestamp locks; `options.rs`, `scripts.rs`), `reentrant/` (Redisson's
 //! `RLock`; `fences.rs`), `rwlock/` (`RReadWriteLock`; `scripts.rs`), `fair/`
 //! (`RFairLock`; `scripts.rs`), `semaphore/` (`RPermitExpirableSemaphore`; `admin.rs`,
-//! `names.rs`). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
+//! `names.rs`), `election.rs` (leader election: a fenced token lock whose acquire
+//! records the term and announces the winner). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
 //! what an acquire asks for, `call.rs` script calls and replies, `bulk.rs` the renewal
 //! of many leases in one call, `replicas.rs` `WAIT` behind an acquire, `redisson.rs` Redisson's naming
 //! rules, owner ids, clock and publish verb. This folder is
@@ -28,6 +29,7 @@ use crate::owner::ClientId;
 
 mod bulk;
 mod call;
+mod election;
 mod fair;
 mod keys;
 mod legacy;
@@ -43,6 +45,9 @@ pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
 pub(crate) use call::{acquired, fixed_extend_cmd};
+pub(crate) use election::{
+    ELECTION_SCRIPTS, ElectionBackend, LEADER, elected_channel, term_key, term_of,
+};
 pub(crate) use fair::{FAIR_SCRIPTS, FairBackend, fair_keys, leave_cmd};
 pub(crate) use keys::{Keys, companion};
 pub(crate) use legacy::LegacyBackend;

@@ -254,7 +254,7 @@ impl RedisServer {
     }
 
     /// `(command, calls)` from `INFO commandstats`.
-    fn command_stats(&self) -> Vec<(String, u64)> {
+    pub fn command_stats(&self) -> Vec<(String, u64)> {
         let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
         info.lines()
             .filter_map(|line| {

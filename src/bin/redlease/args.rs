@@ -214,6 +214,36 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// `redlease elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Leadership lease time to live; renewed every third of it while the command runs [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when the command must stop because leadership was lost
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
+    pub(crate) kill_grace: Duration,
+    /// The election's name (PREFIX is prepended)
+    pub(crate) name: String,
+    /// The command and its arguments, after `--`
+    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `redlease leader`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The election's name (PREFIX is prepended)
+    pub(crate) name: String,
+}
+
 /// `redlease inspect`.
 #[derive(Debug, Args)]
 pub(crate) struct InspectArgs {

@@ -22,7 +22,7 @@ pub(crate) const SOFTWARE: u8 = 70;
 /// could not be waited for (`EX_OSERR`).
 pub(crate) const OS_ERROR: u8 = 71;
 /// Not acquired within `--wait`, or still held at `wait --timeout`: someone else
-/// holds the lock (`EX_TEMPFAIL`).
+/// holds the lock; `leader`: nobody leads (`EX_TEMPFAIL`).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
 /// The lock was lost while the command ran, and the command was stopped. No
 /// sysexits code means this, so it takes the first number past their range.
@@ -37,19 +37,21 @@ pub(crate) const SIGNAL_BASE: u8 = 128;
 /// The exit-code table shown by `--help`; README.md has the same table.
 pub(crate) const EXIT_CODES: &str = "\
 Exit status:
-  N      run: the command's own exit status, when the lock was held throughout
-  128+N  run: the command was killed by signal N (130: SIGINT, 143: SIGTERM);
-         also run's own status when SIGINT/SIGTERM cancels a wait, or when
+  N      run: the command's own exit status, when the lock was held throughout;
+         elect: the command's own exit status, when it led throughout
+  128+N  run, elect: the command was killed by signal N (130: SIGINT, 143: SIGTERM);
+         also their own status when SIGINT/SIGTERM cancels a wait, or when
          the command outlives a forwarded SIGINT/SIGTERM by --kill-grace
-  0      inspect, release: done; wait: KEY is free
+  0      inspect, release: done; wait: KEY is free; leader: someone leads
   64     bad input (option, scheme, duration, missing command or --force,
          --permits N for a semaphore that has another N, a key of another format)
   69     Redis unreachable or failing
   70     internal error
   71     local OS error (threads, signals, waiting for the command)
   75     run: not acquired within --wait (with --and: any name still held);
-         wait: still held at --timeout
-  79     run: the lock was lost while the command ran; the command was stopped
+         wait: still held at --timeout; leader: nobody leads
+  79     run: the lock was lost while the command ran; the command was stopped;
+         elect: leadership was lost while the command ran; the command was stopped
   126    run: the command could not be executed
   127    run: the command was not found";
 

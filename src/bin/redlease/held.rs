@@ -1,10 +1,11 @@
 //! What `run` holds while the command runs: a lock, several locks taken together
-//! (`--and`), or one permit of a semaphore (`--permits N`). All are leases renewed
-//! by the library.
+//! (`--and`), or one permit of a semaphore (`--permits N`); what `elect` holds: a
+//! leadership. All are leases renewed by the library.
 
 use crossbeam_channel::Receiver;
 use redlease::{
-    Error, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard, PermitGuard, ReadGuard,
+    Error, Leadership, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard, PermitGuard,
+    ReadGuard,
     Release, Result, WriteGuard,
 };
 
@@ -18,6 +19,7 @@ pub(crate) enum Held {
     Permit(PermitGuard),
     Read(ReadGuard),
     Write(WriteGuard),
+    Leader(Leadership),
 }
 
 impl Held {
@@ -75,6 +77,7 @@ impl Held {
             Held::Permit(p) => format!("permit of `{}`", p.key()),
             Held::Read(g) => format!("read lock on `{}`", g.key()),
             Held::Write(g) => format!("write lock on `{}`", g.key()),
+            Held::Leader(l) => format!("leadership of `{}`", l.key()),
         }
     }
 
@@ -102,6 +105,10 @@ impl Held {
             ],
             Held::Read(g) => vec![("REDLEASE_KEY", g.key().to_owned())],
             Held::Write(g) => vec![("REDLEASE_KEY", g.key().to_owned())],
+            Held::Leader(l) => vec![
+                ("REDLEASE_KEY", l.key().to_owned()),
+                ("REDLEASE_TERM", l.term().to_string()),
+            ],
         }
     }
 
@@ -112,6 +119,7 @@ impl Held {
             Held::Permit(p) => p.lost(),
             Held::Read(g) => g.lost(),
             Held::Write(g) => g.lost(),
+            Held::Leader(l) => l.lost(),
         }
     }
 
@@ -122,6 +130,7 @@ impl Held {
             Held::Permit(p) => p.is_held(),
             Held::Read(g) => g.is_held(),
             Held::Write(g) => g.is_held(),
+            Held::Leader(l) => l.is_held(),
         }
     }
 
@@ -146,6 +155,7 @@ impl Held {
             Held::Permit(p) => p.unlock(),
             Held::Read(g) => g.unlock(),
             Held::Write(g) => g.unlock(),
+            Held::Leader(l) => l.resign(),
         }
     }
 }

@@ -11,6 +11,8 @@
 //! - `exit`: the exit codes and the failure type that carries one;
 //! - `run`, with `held` (a lock or a semaphore's permit), `child` (the command's
 //!   process group) and `status` (the line shown while waiting on a terminal);
+//! - `elect` (a command run while leader, on `run`'s machinery) and `leader` (who
+//!   leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`).
@@ -19,9 +21,11 @@
 
 mod args;
 mod child;
+mod elect;
 mod exit;
 mod held;
 mod inspect;
+mod leader;
 mod list;
 mod owners;
 mod probe;
@@ -35,7 +39,9 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::args::{InspectArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs, WaitArgs};
+use crate::args::{
+    ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs, WaitArgs,
+};
 use crate::exit::{EXIT_CODES, USAGE};
 
 /// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
@@ -59,6 +65,18 @@ waiting for the lock they cancel the wait. When redlease's stdin is a
 terminal, the command's stdin is /dev/null: a background process group cannot read
 the terminal.";
 
+/// `elect --help`'s description.
+const ELECT_ABOUT: &str = "\
+Campaign for leadership of NAME, then run COMMAND while leader, renewing the lease.
+
+The command gets REDLEASE_KEY (the full key) and REDLEASE_TERM (the term: strictly
+increasing per name over every leader; pass it with each write so that a deposed
+leader's late write can be refused). If leadership is lost, the command's process
+group gets SIGTERM, then SIGKILL after --kill-grace, and elect exits 79. When the
+command exits, elect resigns (the next candidate leads at once) and exits with its
+status. SIGINT and SIGTERM are forwarded to the command; while campaigning they stop
+the campaign.";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 enum Cmd {
@@ -69,6 +87,16 @@ enum Cmd {
         override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
+    /// Campaign for leadership of NAME, run COMMAND while leader, resign when it exits.
+    #[command(
+        after_help = EXIT_CODES,
+        long_about = ELECT_ABOUT,
+        override_usage = "redlease elect [OPTIONS] NAME -- COMMAND [ARGS]..."
+    )]
+    Elect(ElectArgs),
+    /// Show the current leader of the election NAME: term, time left, owner.
+    #[command(after_help = EXIT_CODES)]
+    Leader(LeaderArgs),
     /// Show which lock format holds KEY, the time left on it, its fence counter and its owners.
     #[command(after_help = EXIT_CODES)]
     Inspect(InspectArgs),
@@ -98,6 +126,8 @@ fn main() -> ExitCode {
     };
     let server: &ServerArgs = match &cli.command {
         Cmd::Run(a) => &a.server,
+        Cmd::Elect(a) => &a.server,
+        Cmd::Leader(a) => &a.server,
         Cmd::Inspect(a) => &a.server,
         Cmd::List(a) => &a.server,
         Cmd::Release(a) => &a.server,
@@ -106,6 +136,8 @@ fn main() -> ExitCode {
     let secrets = server.secrets();
     let result = match &cli.command {
         Cmd::Run(a) => run::run(a),
+        Cmd::Elect(a) => elect::elect(a),
+        Cmd::Leader(a) => leader::leader(a),
         Cmd::Inspect(a) => inspect::inspect(a),
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),

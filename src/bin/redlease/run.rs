@@ -124,7 +124,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
 /// Installs the SIGINT / SIGTERM handlers: each signal cancels a wait in progress
 /// (through `cancel`) and is queued on the returned channel, to be forwarded to
 /// the command once it runs.
-fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failure> {
+pub(crate) fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failure> {
     let os_error = |e: std::io::Error| Failure::new(OS_ERROR, format!("cannot watch signals: {e}"));
     let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(os_error)?;
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -144,7 +144,7 @@ fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failure> {
 
 /// The exit code after a signal cancelled the wait: 128 + its number, as a shell
 /// reports a process that signal ended.
-fn cancelled(signals: &Receiver<i32>, key: &str) -> u8 {
+pub(crate) fn cancelled(signals: &Receiver<i32>, key: &str) -> u8 {
     let signal = signals.try_recv().unwrap_or(SIGINT);
     let name = Signal::try_from(signal).map_or("a signal", Signal::as_str);
     eprintln!("redlease: stopped by {name} before `{key}` was acquired; nothing left held");
@@ -234,7 +234,7 @@ pub(crate) fn supervise(
 }
 
 /// Releases the lock after the command exited, and picks the exit code.
-fn finish(guard: Held, ended: &Ended, status: ExitStatus) -> Result<u8, Failure> {
+pub(crate) fn finish(guard: Held, ended: &Ended, status: ExitStatus) -> Result<u8, Failure> {
     let what = guard.what();
     let code = ended.code(status);
     if let Some(why) = ended.lost {
