@@ -125,12 +125,15 @@ impl LockGuard {
         check_ttl("ttl", ttl)?;
         let hub = self.hub.as_ref().ok_or(Error::Shutdown)?;
         let mut held = self.state.held.lock();
+        // Never shorter than what is left of a minimum hold (the lease's validity
+        // still counts `ttl`).
+        let stored = ttl.max(self.state.min_hold_left(Instant::now()).unwrap_or_default());
         let (new_value, sent, outcome) = hub.topology.extend(
             &*self.state.backend,
             &self.state.key,
             &held.value,
             &held.maybe,
-            ttl,
+            stored,
         );
         let outcome = match outcome {
             Ok(outcome) => outcome,

@@ -5,7 +5,7 @@
 //! Layout: this file is [`LockClient`] and its lock calls; `acquire.rs` how a call runs
 //! (the attempts and waits, the guard made for the lease taken); `plan.rs` a call's
 //! options with the client's defaults filled in; `options.rs` [`LockOptions`] and the
-//! client-wide settings; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
+//! client-wide settings; `min_hold.rs` [`LockOptions::min_hold`] and its checks; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
 //! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
 //! over any connection); `owners.rs` `inspect`
@@ -31,6 +31,7 @@ pub(crate) mod builder;
 mod deploy;
 pub(crate) mod guard;
 pub(crate) mod inspect;
+mod min_hold;
 pub(crate) mod options;
 mod owners;
 mod plan;

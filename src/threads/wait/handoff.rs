@@ -146,8 +146,13 @@ impl Offers {
 /// Ends a holder's use of the lease `state`: passes it to the oldest waiting caller
 /// of this client (the lease itself, or the lock by script), or releases it.
 /// Returns what a release would have said.
+///
+/// Inside the lease's minimum hold the lock passes to nobody: the release keeps
+/// the key until the hold ends (see `release_for_real`), and says
+/// [`Release::Released`] when the key was still ours.
 pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
-    if state.backend.hands_over() {
+    let holding = state.min_hold_left(Instant::now()).is_some();
+    if state.backend.hands_over() && !holding {
         while let Some(offer) = hub.offers.take(&state.channel) {
             if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
                 if offer.deliver(Wake::Transferred(Arc::clone(state))).is_ok() {
@@ -180,6 +185,11 @@ pub(crate) fn give_back(hub: &Hub, state: &Arc<LeaseState>) {
 /// would expire by itself.
 pub(crate) fn release_later(hub: &Hub, state: &LeaseState) {
     let (value, _) = take_value(state);
+    if state.min_hold_left(Instant::now()).is_some() {
+        // Its key lasts until the minimum hold ends (acquire and renewals saw to
+        // it): deleting it would end the hold early.
+        return;
+    }
     let until = Instant::now() + state.ttl();
     let backend = Arc::clone(&state.backend);
     hub.topology
@@ -203,7 +213,9 @@ fn take_value(state: &LeaseState) -> (String, Vec<String>) {
 /// waiters, this client's own waiters hold off until each of those clients may
 /// have had a turn (see the module docs), so that a key released at the end of a
 /// run of hand-offs goes to the process that waited longest, not back to this
-/// one: that is what makes the bound of [`STREAK`] a turn-taking.
+/// one: that is what makes the bound of [`STREAK`] a turn-taking. Inside the
+/// lease's minimum hold it keeps the key instead (compare, then a relative `PX`
+/// of what is left), and wakes nobody.
 fn release_for_real(
     hub: &Hub,
     state: &LeaseState,
@@ -215,6 +227,9 @@ fn release_for_real(
     let announce = Announce {
         channel: &state.channel,
         always: hub.lines.busy(&state.channel),
+        // Measured now, after any renewal in flight has landed: the key is kept
+        // for exactly what is left of the minimum hold.
+        keep: state.min_hold_left(Instant::now()),
     };
     // Messages heard before ours: the hold-off counts from here.
     let heard = announce
