@@ -53,7 +53,13 @@ its environment. It runs in its own process group: if the lock is lost, the grou
 gets SIGTERM, then SIGKILL after --kill-grace. SIGINT and SIGTERM are forwarded to
 it; while waiting for the lock they cancel the wait. When redlease's stdin is a
 terminal, the command's stdin is /dev/null: a background process group cannot read
-the terminal.";
+the terminal.
+
+With --min-hold D the lock is kept until D after the acquisition even when the
+command ends sooner. A cron line on every host, `redlease run --wait 0 --min-hold
+14m job -- COMMAND` every 15 minutes, runs COMMAND once per period across the
+fleet; the other hosts' runs exit 75 and say how long the lock is still held, and
+by whom.";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
