@@ -33,9 +33,10 @@ const HOSTS: u64 = 4;
 const PERIODS: u64 = 4;
 /// How often cron fires the job.
 const PERIOD: Duration = Duration::from_secs(2);
-/// The minimum hold is the period less this: the lock is free again before the
-/// next period's first firing, even when the acquire came late in its own.
-const SLACK: Duration = Duration::from_millis(800);
+/// The minimum hold: the period less 800 ms of slack, so that the lock is free
+/// again before the next period's first firing even when the acquire came late
+/// in its own.
+const MIN_HOLD: Duration = Duration::from_millis(1200);
 /// How far apart the hosts fire within a period.
 const SPREAD: Duration = Duration::from_millis(60);
 /// The record each run appends itself to: `<period> <host>`.
@@ -108,9 +109,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 fn host_loop(url: &str, host: u64, start: u64) -> Result<(), Box<dyn Error>> {
     let client = LockClient::builder(url).key_prefix("cron:lock:").build()?;
     let mut con = redis::Client::open(url)?.get_connection()?;
-    let opts = LockOptions::new()
-        .wait(Duration::ZERO)
-        .min_hold(PERIOD - SLACK);
+    let opts = LockOptions::new().wait(Duration::ZERO).min_hold(MIN_HOLD);
     let period_ms = u64::try_from(PERIOD.as_millis())?;
     let spread_ms = u64::try_from(SPREAD.as_millis())?;
     for period in 0..PERIODS {

@@ -68,7 +68,10 @@ fn a_release_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
     assert!(b.try_lock("job").unwrap().is_none());
     assert!(a.try_lock("job").unwrap().is_none());
     // It expires when the hold ends, not at the 30 s TTL.
-    assert!(eventually(d + STALL, || b.try_lock("job").unwrap().is_some()));
+    assert!(eventually(d + STALL, || b
+        .try_lock("job")
+        .unwrap()
+        .is_some()));
     assert!(began.elapsed() >= d);
 }
 
@@ -110,7 +113,13 @@ fn the_keep_leaves_a_key_someone_else_holds_untouched_and_says_so() {
         .unwrap()
         .unwrap();
     // Someone else's value now (our lease was taken over, as after an expiry).
-    let _: () = server.query(redis::cmd("SET").arg("lock:job").arg("theirs").arg("PX").arg(60_000));
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("lock:job")
+            .arg("theirs")
+            .arg("PX")
+            .arg(60_000),
+    );
     assert_eq!(guard.unlock().unwrap(), Release::Taken);
     assert_eq!(value(&server, "lock:job").as_deref(), Some("theirs"));
     assert!(pttl(&server, "lock:job") > 55_000, "their TTL was changed");
@@ -144,7 +153,11 @@ fn a_waiter_of_the_same_client_is_not_handed_the_lock_inside_the_min_hold() {
         assert_eq!(guard.unlock().unwrap(), Release::Released);
         let (at, got) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
         assert!(got, "the waiter never got the lock");
-        assert!(at >= began + d, "handed the lock {:?} early", began + d - at);
+        assert!(
+            at >= began + d,
+            "handed the lock {:?} early",
+            (began + d).saturating_duration_since(at)
+        );
     });
     assert_eq!(a.metrics().handoffs, 0);
 }
@@ -162,7 +175,7 @@ fn renewals_never_shorten_the_key_below_the_min_hold_and_continue_past_it() {
     let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
     // Several renewals (every 333 ms) fall inside the hold: the key always lasts
     // until the hold's end at least.
-    while began.elapsed() < d - ms(600) {
+    while began.elapsed() < ms(2400) {
         let ttl = pttl(&server, "lock:job");
         let left = (began + d).saturating_duration_since(Instant::now());
         assert!(
@@ -225,7 +238,10 @@ fn a_holder_that_dies_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
         b.try_lock("job").unwrap().is_none(),
         "free 2.3 s into a 3 s hold"
     );
-    assert!(eventually(d + STALL, || b.try_lock("job").unwrap().is_some()));
+    assert!(eventually(d + STALL, || b
+        .try_lock("job")
+        .unwrap()
+        .is_some()));
     assert!(began.elapsed() >= d);
 }
 
@@ -267,7 +283,10 @@ fn redlock_keeps_the_key_on_every_master_inside_the_min_hold() {
         assert!(value(server, "lock:job").unwrap().ends_with('~'));
     }
     assert!(a.try_lock("job").unwrap().is_none());
-    assert!(eventually(d + STALL, || a.try_lock("job").unwrap().is_some()));
+    assert!(eventually(d + STALL, || a
+        .try_lock("job")
+        .unwrap()
+        .is_some()));
     assert!(began.elapsed() >= d);
 }
 
@@ -286,7 +305,10 @@ fn a_cluster_keeps_the_key_inside_the_min_hold() {
     assert_kept_for(pttl(owner, "lock:job"), d, began, Instant::now());
     assert!(a.inspect("job").unwrap().kept());
     assert!(a.try_lock("job").unwrap().is_none());
-    assert!(eventually(d + STALL, || a.try_lock("job").unwrap().is_some()));
+    assert!(eventually(d + STALL, || a
+        .try_lock("job")
+        .unwrap()
+        .is_some()));
 }
 
 #[test]

@@ -31,7 +31,7 @@ impl LockOptions {
     /// a job runs at most once per `d` however long it takes. The acquire writes
     /// a TTL of at least `d` and renewals never shorten the key below the hold's
     /// end, so a holder that dies inside the hold keeps the lock until the hold
-    /// ends too (ShedLock's `lockAtLeastFor`). Time is counted on this process's
+    /// ends too (as `lockAtLeastFor` does in `ShedLock`). Time is counted on this process's
     /// monotonic clock and reaches Redis as a relative TTL: no wall clock of any
     /// host enters it. Token locks only (on one server, Sentinel, a Cluster or a
     /// Redlock quorum). Defaults to none.
