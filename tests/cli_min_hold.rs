@@ -183,7 +183,7 @@ fn the_min_hold_is_the_same_on_a_host_whose_clock_is_30_s_off() {
             "offset {offset} s: PTTL {ttl} ms not in [{least}, {most}]"
         );
         // And it ends when the hold does.
-        assert!(eventually(hold + Duration::from_millis(400), || {
+        assert!(eventually(hold + Duration::from_secs(2), || {
             pttl(&server, &key) == -2
         }));
         assert!(began.elapsed() + Duration::from_millis(5) >= hold);

@@ -14,8 +14,10 @@ use redlease::{Error, LockClient, LockFormat, LockOptions, LossReason, MAX_TTL, 
 use support::cluster::Cluster;
 use support::{Masters, RedisServer, eventually};
 
-/// Slack for a scheduling stall on a loaded 2-core machine.
-const STALL: Duration = Duration::from_millis(400);
+/// How long after a hold's end the key may take to be seen free on a loaded
+/// 2-core machine (each look is a lock attempt; a Redlock one asks three
+/// servers). When it expires is checked to the millisecond by its `PTTL`.
+const STALL: Duration = Duration::from_secs(3);
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -268,25 +270,34 @@ fn inspect_says_the_lock_is_kept_for_its_minimum_hold() {
 fn redlock_keeps_the_key_on_every_master_inside_the_min_hold() {
     let masters = Masters::start(3);
     let urls = masters.urls();
+    // Each master gets up to 1 s to answer (the 50 ms default is for a LAN, not
+    // a loaded test machine).
     let a = LockClient::redlock(urls.iter().map(String::as_str))
         .key_prefix("lock:")
+        .node_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
     let d = Duration::from_secs(3);
     let began = Instant::now();
     let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    let read_to = Instant::now() + ms(50);
-    for server in &masters.servers {
-        let ttl = pttl(server, "lock:job");
-        assert_kept_for(ttl, d, began, read_to.max(Instant::now()));
-        assert!(value(server, "lock:job").unwrap().ends_with('~'));
+    // The release returns once a majority answered; each master that keeps
+    // the key keeps it for what is left of the hold.
+    let kept = |s: &RedisServer| value(s, "lock:job").is_some_and(|v| v.ends_with('~'));
+    assert!(eventually(Duration::from_secs(2), || {
+        masters.servers.iter().filter(|s| kept(s)).count() >= 2
+    }));
+    for server in masters.servers.iter().filter(|s| kept(s)) {
+        assert_kept_for(pttl(server, "lock:job"), d, began, Instant::now());
     }
     assert!(a.try_lock("job").unwrap().is_none());
-    assert!(eventually(d + STALL, || a
-        .try_lock("job")
-        .unwrap()
-        .is_some()));
+    let free = eventually(d + STALL, || a.try_lock("job").unwrap().is_some());
+    let state: Vec<(Option<String>, i64)> = masters
+        .servers
+        .iter()
+        .map(|s| (value(s, "lock:job"), pttl(s, "lock:job")))
+        .collect();
+    assert!(free, "never free: {state:?}, {:?}", a.metrics());
     assert!(began.elapsed() >= d);
 }
 
