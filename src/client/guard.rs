@@ -170,7 +170,9 @@ impl LockGuard {
     ///
     /// [`Release::Expired`] and [`Release::Taken`] mean the lease ended before the
     /// release: work done under it may have overlapped another holder's. One round
-    /// trip, bounded by the client's timeouts.
+    /// trip, bounded by the client's timeouts. Inside a
+    /// [`min_hold`](crate::LockOptions::min_hold) the key is kept until the hold
+    /// ends rather than deleted, and a lock still ours says [`Release::Released`].
     ///
     /// # Errors
     /// [`Error::Redis`] when the release could not be sent or got no answer in

@@ -20,9 +20,9 @@ use crate::time::MAX_TTL;
 
 impl LockOptions {
     /// Keep the lock at least `d` after its acquisition: a release (an
-    /// [`unlock`](crate::LockGuard::unlock), a dropped guard, the end of a
-    /// [`with_lock`](crate::LockClient::with_lock) closure) before `d` has passed
-    /// keeps the key until then, if it still holds this lease's token, and
+    /// [`unlock`](crate::LockGuard::unlock), or a guard dropped, also while
+    /// unwinding) before `d` has passed keeps the key until then, if it still
+    /// holds this lease's token, and
     /// passes it to no waiting caller. The release still reports
     /// [`Release::Released`](crate::Release::Released); [`inspect`](crate::LockClient::inspect)
     /// shows the lock as [`kept`](crate::LockInfo::kept).
