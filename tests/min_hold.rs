@@ -197,6 +197,21 @@ fn renewals_never_shorten_the_key_below_the_min_hold_and_continue_past_it() {
 }
 
 #[test]
+fn an_extend_inside_the_min_hold_never_shortens_the_key_below_its_end() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let d = Duration::from_secs(5);
+    let began = Instant::now();
+    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    guard.extend(Duration::from_secs(1)).unwrap();
+    let ttl = pttl(&server, "lock:job");
+    assert_kept_for(ttl, d, began, Instant::now());
+    // The lease itself counts the TTL asked for.
+    assert!(guard.valid_until() <= Instant::now() + Duration::from_secs(1));
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+}
+
+#[test]
 fn a_lease_lost_inside_the_min_hold_is_reported_and_not_written_back() {
     let server = RedisServer::start();
     let a = LockClient::builder(server.url())
