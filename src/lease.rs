@@ -157,6 +157,9 @@ pub(crate) struct LeaseState {
     pub(crate) reschedule: OnceLock<Sender<u64>>,
     /// Set when the lease can pass to another holder as it is.
     terms: Option<Terms>,
+    /// The end of its minimum hold, on the local monotonic clock: a release
+    /// before it keeps the key until then.
+    min_hold_until: Option<Instant>,
 }
 
 impl LeaseState {
@@ -193,6 +196,7 @@ impl LeaseState {
             on_lost,
             reschedule: OnceLock::new(),
             terms: None,
+            min_hold_until: None,
         }
     }
 
@@ -263,6 +267,19 @@ impl LeaseState {
     pub(crate) fn with_terms(mut self, terms: Option<Terms>) -> Self {
         self.terms = terms;
         self
+    }
+
+    /// Gives the lease a minimum hold that ends at `until` (local monotonic clock).
+    pub(crate) fn with_min_hold(mut self, until: Option<Instant>) -> Self {
+        self.min_hold_until = until;
+        self
+    }
+
+    /// What is left at `now` of the lease's minimum hold; `None` when it has none
+    /// or it has ended (less than a millisecond left counts as ended).
+    pub(crate) fn min_hold_left(&self, now: Instant) -> Option<Duration> {
+        let left = self.min_hold_until?.saturating_duration_since(now);
+        (left >= Duration::from_millis(1)).then_some(left)
     }
 
     /// The terms another holder can take the lease over on, as the lease is now (an

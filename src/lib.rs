@@ -47,6 +47,9 @@
 //!   README: *Several names at once*).
 //! - [`LockOptions`] and [`Renewal`]: one call's TTL, fencing, scheme, renewal policy
 //!   and `on_lost` callback, over the client's defaults.
+//!   [`LockOptions::min_hold`] keeps a released lock until a minimum time after its
+//!   acquisition: a job on every host's cron runs once per period (README: *At most
+//!   once per period: minimum hold*).
 //! - [`Scheme`], how a lock is stored: [`Scheme::Token`] (the default; the format of
 //!   redis-py, redsync, node-redlock and redlock-rs), [`Scheme::Reentrant`]
 //!   (Redisson's `RLock`), [`Scheme::LegacyTimestamp`] (deployed `SETNX`/`GETSET`

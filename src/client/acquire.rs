@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::client::guard::LockGuard;
+use crate::client::min_hold::{check_min_hold, hold_end, stored_ttl};
 use crate::client::options::{LockOptions, Renewal, Wait, check_interval, check_ttl};
 use crate::error::{Error, Operation, Result};
 use crate::lease::LeaseState;
@@ -88,7 +89,7 @@ impl LockClient {
         let waiter = || waiters.and_then(|w| w.for_channel(&keys.channel));
         // Only token locks can be handed over by a releasing guard.
         let want = waiters.filter(|_| plan.takes_hand_off()).map(|_| Want {
-            ttl: plan.ttl,
+            ttl: stored_ttl(plan.ttl, plan.min_hold),
             fence: plan.fence,
             terms: plan.terms,
         });
@@ -136,7 +137,8 @@ impl LockClient {
             }
             let will_wait = deadline.is_none_or(|d| d > Instant::now());
             let req = Request {
-                ttl: plan.ttl,
+                // The key outlives a holder that dies inside its minimum hold.
+                ttl: stored_ttl(plan.ttl, plan.min_hold),
                 fence: plan.fence,
                 // The holder's remaining TTL bounds a wait; once known, polls skip it.
                 wait: Waiting::of(
@@ -204,7 +206,7 @@ impl LockClient {
         );
         if !plan.backend.reentrant() {
             // The value landed before its reply came back: it expires a TTL after.
-            let until = Instant::now() + plan.ttl;
+            let until = Instant::now() + stored_ttl(plan.ttl, plan.min_hold);
             let (backend, value) = (Arc::clone(&plan.backend), value.to_owned());
             hub.topology
                 .release_later(backend, keys.clone(), value, until);
@@ -237,7 +239,8 @@ impl LockClient {
                 plan.ttl,
                 on_lost,
             )
-            .with_terms(plan.terms.filter(|_| fence.is_none())),
+            .with_terms(plan.terms.filter(|_| fence.is_none()))
+            .with_min_hold(hold_end(plan.min_hold)),
         );
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(
@@ -268,6 +271,7 @@ impl LockClient {
             Some(scheme) if *scheme != s.scheme => scheme::backend(scheme, &self.inner.id),
             _ => (opts.backend.clone()).unwrap_or_else(|| Arc::clone(&self.inner.default_backend)),
         };
+        let min_hold = check_min_hold(opts.min_hold, max_hold, &*backend)?;
         let fence = opts.fencing.unwrap_or(s.fencing);
         let topology = &self.inner.hub.topology;
         topology.check(opts.scheme.as_ref().unwrap_or(&s.scheme), fence)?;
@@ -284,6 +288,7 @@ impl LockClient {
                 Some((count, timeout)) => Replicas::checked(count, timeout)?,
                 None => s.replicas,
             },
+            min_hold,
             terms: None,
         }
         .with_terms())

@@ -149,12 +149,15 @@ impl LockGuard {
         if held.released {
             return Err(Error::Shutdown);
         }
+        // Never shorter than what is left of a minimum hold (the lease's validity
+        // still counts `ttl`).
+        let stored = ttl.max(self.state.min_hold_left(Instant::now()).unwrap_or_default());
         let (new_value, sent, outcome) = hub.topology.extend(
             &*self.state.backend,
             &self.state.key,
             &held.value,
             &held.maybe,
-            ttl,
+            stored,
         );
         let outcome = match outcome {
             Ok(outcome) => outcome,
@@ -191,7 +194,9 @@ impl LockGuard {
     ///
     /// [`Release::Expired`] and [`Release::Taken`] mean the lease ended before the
     /// release: work done under it may have overlapped another holder's. One round
-    /// trip, bounded by the client's timeouts.
+    /// trip, bounded by the client's timeouts. Inside a
+    /// [`min_hold`](crate::LockOptions::min_hold) the key is kept until the hold
+    /// ends rather than deleted, and a lock still ours says [`Release::Released`].
     ///
     /// # Errors
     /// [`Error::Redis`] when the release could not be sent or got no answer in

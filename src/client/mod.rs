@@ -5,7 +5,7 @@
 //! Layout: this file is [`LockClient`] and its lock calls; `acquire.rs` how a call runs
 //! (the attempts and waits, the guard made for the lease taken); `plan.rs` a call's
 //! options with the client's defaults filled in; `options.rs` [`LockOptions`] and the
-//! client-wide settings; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
+//! client-wide settings; `min_hold.rs` [`LockOptions::min_hold`] and its checks; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
 //! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `multi.rs` [`LockClient::lock_all`] and its family (several names,
 //! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
@@ -35,6 +35,7 @@ pub(crate) mod builder;
 mod deploy;
 pub(crate) mod guard;
 pub(crate) mod inspect;
+mod min_hold;
 mod multi;
 pub(crate) mod multi_guard;
 pub(crate) mod options;

@@ -25,6 +25,7 @@ use crate::threads::wait::{Next, WaitSlot};
 use crate::topology::Attempt;
 
 use super::LockClient;
+use super::min_hold::stored_ttl;
 use super::plan::Plan;
 
 /// What one try at the whole set found.
@@ -256,7 +257,13 @@ impl LockClient {
         } else {
             Vec::new()
         };
-        let cmd = acquire_all_cmd(&locks, &fences, &values, plan.ttl, mark);
+        let cmd = acquire_all_cmd(
+            &locks,
+            &fences,
+            &values,
+            stored_ttl(plan.ttl, plan.min_hold),
+            mark,
+        );
         bump(&hub.counters.attempts, 1);
         let sent = Instant::now();
         let reply = hub
@@ -276,7 +283,7 @@ impl LockClient {
             Err(e) => {
                 // The script may have run and its reply been lost: take our tokens
                 // out again, off the caller's time, until they would expire anyway.
-                let until = sent + plan.ttl;
+                let until = sent + stored_ttl(plan.ttl, plan.min_hold);
                 for (k, v) in keys.iter().zip(values) {
                     let backend = Arc::clone(&plan.backend);
                     hub.topology.release_later(backend, k.clone(), v, until);
@@ -287,7 +294,7 @@ impl LockClient {
         // One grant, one validity: past it every name is given back.
         if self.late(plan, &keys[0], &values[0], sent) {
             for (k, v) in keys.iter().zip(&values).skip(1) {
-                let until = Instant::now() + plan.ttl;
+                let until = Instant::now() + stored_ttl(plan.ttl, plan.min_hold);
                 let backend = Arc::clone(&plan.backend);
                 hub.topology
                     .release_later(backend, k.clone(), v.clone(), until);
@@ -319,7 +326,7 @@ impl LockClient {
         let mut taken: Vec<(usize, LockGuard)> = Vec::with_capacity(keys.len());
         for &i in order {
             let req = Request {
-                ttl: plan.ttl,
+                ttl: stored_ttl(plan.ttl, plan.min_hold),
                 fence: plan.fence,
                 // A caller that will wait marks the holder, so its release publishes.
                 wait: if will_wait {

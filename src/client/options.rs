@@ -54,6 +54,8 @@ pub struct LockOptions {
     pub(crate) cancel: Option<CancelToken>,
     pub(crate) on_lost: Option<LostCallback>,
     pub(crate) replicas: Option<(u32, Duration)>,
+    /// See [`LockOptions::min_hold`] (in `min_hold.rs`).
+    pub(crate) min_hold: Option<Duration>,
     /// Set by a named primitive (a fair lock, read-write lock or semaphore, through
     /// its handle): its format.
     pub(crate) backend: Option<Arc<dyn Backend>>,
@@ -209,6 +211,7 @@ impl fmt::Debug for LockOptions {
             .field("cancel", &self.cancel)
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
             .field("replicas", &self.replicas)
+            .field("min_hold", &self.min_hold)
             .field("backend", &self.backend)
             .finish()
     }

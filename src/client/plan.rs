@@ -18,19 +18,23 @@ pub(super) struct Plan {
     pub(super) backend: Arc<dyn Backend>,
     pub(super) on_lost: Option<LostCallback>,
     pub(super) replicas: Option<Replicas>,
+    /// The minimum hold (checked against the scheme and `max_hold`).
+    pub(super) min_hold: Option<Duration>,
     /// Computed once by [`Plan::with_terms`].
     pub(super) terms: Option<Terms>,
 }
 
 impl Plan {
     /// The terms on which a lease of this plan can pass between holders of the
-    /// client as it is: renewed, no fence, no hold bound, no callback.
+    /// client as it is: renewed, no fence, no hold bound, no minimum hold (it
+    /// counts from each holder's own acquisition), no callback.
     pub(super) fn with_terms(mut self) -> Self {
         let plain = self.renewal == Renewal::Auto
             && !self.fence
             && self.max_hold.is_none()
             && self.max_renewals.is_none()
             && self.on_lost.is_none()
+            && self.min_hold.is_none()
             && self.backend.hands_over();
         self.terms = plain.then_some(Terms {
             ttl: self.ttl,

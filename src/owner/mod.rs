@@ -33,6 +33,9 @@ pub(crate) const TOKEN_PREFIX: &str = "rl2:";
 /// digits (the tag and 64 random bits). Still read (owners) and marked, so that
 /// the values of older clients are understood during a rolling upgrade.
 pub(crate) const TOKEN_PREFIX_V1: &str = "rl1:";
+/// What a release inside a minimum hold appends to its token (`<token>~`): the
+/// key is kept until the hold ends, its holder done with it.
+pub(crate) const KEPT_MARK: char = '~';
 
 /// The length of an older redlease token: [`TOKEN_PREFIX_V1`] and 32 hex digits.
 pub(crate) const TOKEN_LEN_V1: usize = TOKEN_PREFIX_V1.len() + 32;
@@ -57,13 +60,14 @@ pub(crate) const TOKEN_LEN_V1: usize = TOKEN_PREFIX_V1.len() + 32;
 pub struct ClientTag([u8; 16]);
 
 impl ClientTag {
-    /// The tag in a token lock's value (with or without a waiter's `+` mark):
+    /// The tag in a token lock's value (with or without a waiter's `+` mark, or
+    /// the `~` of a lock kept for its minimum hold):
     /// `rl2:`, the tag's 16 lowercase hex digits, `:` and a counter in base 36
     /// (`0-9a-z`), or an older redlease version's `rl1:` and 32 hex digits whose
     /// first 16 are the tag. `None` for any other value: another client's token
     /// (redis-py, redsync), a timestamp.
     pub fn of_token(value: &str) -> Option<Self> {
-        let value = value.strip_suffix('+').unwrap_or(value);
+        let value = value.strip_suffix(['+', KEPT_MARK]).unwrap_or(value);
         if let Some(rest) = value.strip_prefix(TOKEN_PREFIX) {
             let (tag, counter) = rest.split_once(':')?;
             let base36 = |b: u8| b.is_ascii_digit() || b.is_ascii_lowercase();

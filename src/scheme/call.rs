@@ -7,7 +7,7 @@ use redis::{RedisResult, Script, Value};
 use super::{Acquire, Announce, Freed, Release};
 use crate::net::connection::Conn;
 use crate::net::resp::{self, Arg};
-use crate::scheme::token::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
+use crate::scheme::token::scripts::{TOKEN_KEEP, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
 use crate::time::ttl_millis;
 
 /// Room for a script call's arguments and their bytes, so that adding them does
@@ -32,6 +32,12 @@ pub(crate) fn release(
     announce: Announce<'_>,
     (value, maybe): (&str, &[String]),
 ) -> RedisResult<i64> {
+    if let Some(keep) = announce.keep {
+        // A minimum hold not over yet: keep the key, do not free it.
+        let mut cmd = script_cmd(&TOKEN_KEEP, 1);
+        cmd.arg(key).arg(value).arg(ttl_millis(keep));
+        return conn.run(|c| cmd.query(c));
+    }
     let script = if conn.sharded() {
         &TOKEN_RELEASE_SHARDED
     } else {

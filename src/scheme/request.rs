@@ -75,6 +75,11 @@ pub(crate) struct Announce<'a> {
     /// client wait for the key (they may not have marked the current value), or
     /// the value is no redlease token.
     pub(crate) always: bool,
+    /// Keep the key this much longer instead of deleting it: a minimum hold
+    /// ([`LockOptions::min_hold`](crate::LockOptions::min_hold)) that has not
+    /// ended. The release then compares the token and sets this `PTTL` (marking
+    /// the value kept), and publishes nothing: the lock is not free.
+    pub(crate) keep: Option<Duration>,
 }
 
 impl<'a> Announce<'a> {
@@ -83,6 +88,7 @@ impl<'a> Announce<'a> {
         Self {
             channel,
             always: true,
+            keep: None,
         }
     }
 }

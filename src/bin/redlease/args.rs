@@ -149,6 +149,17 @@ pub(crate) struct RunArgs {
     /// Stop renewing this long after acquiring: the lease then runs out and the command is stopped
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) max_hold: Option<Duration>,
+    /// Keep the lock at least this long after acquiring, even when the command ends sooner.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration,
+        conflicts_with_all = ["permits", "shared", "exclusive", "fair"],
+        help = "Keep the lock at least this long after acquiring, even when the command ends \
+                sooner (token locks): with --wait 0 on every host, the command runs at most \
+                once per DURATION"
+    )]
+    pub(crate) min_hold: Option<Duration>,
     /// Take a fencing token with the lock.
     #[arg(
         long,

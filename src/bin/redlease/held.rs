@@ -5,8 +5,7 @@
 use crossbeam_channel::Receiver;
 use redlease::{
     Error, Leadership, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard, PermitGuard,
-    ReadGuard,
-    Release, Result, WriteGuard,
+    ReadGuard, Release, Result, WriteGuard,
 };
 
 use crate::exit::Failure;

@@ -38,6 +38,9 @@ pub(crate) fn summary(info: &LockInfo) -> String {
     let holders = info.holders();
     match info.format() {
         LockFormat::Free => "free".to_owned(),
+        LockFormat::Token if info.kept() => {
+            format!("kept for its minimum hold (its holder released it){left}")
+        }
         LockFormat::Token => format!("held by a token lock{left}"),
         LockFormat::LegacyTimestamp => {
             let expiry = legacy_left(info).map_or_else(String::new, expires);
@@ -76,6 +79,10 @@ fn to_text(info: &LockInfo) -> String {
     let value = info.value().unwrap_or_default();
     let holder = match info.format() {
         LockFormat::Free => "none: the key does not exist".to_owned(),
+        LockFormat::Token if info.kept() => format!(
+            "token lock, value {value} (redlease; released, kept for its minimum hold \
+             until the key expires)"
+        ),
         LockFormat::Token if info.waited() => {
             format!("token lock, value {value} (redlease; callers wait for its release)")
         }
@@ -180,7 +187,12 @@ pub(crate) fn to_json(info: &LockInfo) -> Value {
             .collect()
     };
     match info.format() {
-        LockFormat::Token => out["value"] = json!(info.value()),
+        LockFormat::Token => {
+            out["value"] = json!(info.value());
+            if info.kept() {
+                out["kept"] = json!(true);
+            }
+        }
         LockFormat::LegacyTimestamp => {
             out["expiry"] = json!(info.value().and_then(|v| v.parse::<u64>().ok()));
             out["expires_in_ms"] = json!(legacy_left(info));

@@ -63,7 +63,13 @@ it, and SIGKILL follows after --kill-grace if it has not exited by then (redleas
 exits 128 + the signal's number); the lock is released once it has exited. While
 waiting for the lock they cancel the wait. When redlease's stdin is a
 terminal, the command's stdin is /dev/null: a background process group cannot read
-the terminal.";
+the terminal.
+
+With --min-hold D the lock is kept until D after the acquisition even when the
+command ends sooner. A cron line on every host, `redlease run --wait 0 --min-hold
+14m job -- COMMAND` every 15 minutes, runs COMMAND once per period across the
+fleet; the other hosts' runs exit 75 and say how long the lock is still held, and
+by whom.";
 
 /// `elect --help`'s description.
 const ELECT_ABOUT: &str = "\

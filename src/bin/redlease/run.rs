@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, at, never, select};
 use nix::sys::signal::Signal;
-use redlease::{CancelToken, Error, LeaseLost, LockClient, LockOptions, LossReason};
+use redlease::{CancelToken, Error, LeaseLost, LockClient, LockOptions, LossReason, Owner};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -54,6 +54,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     if let Some(max_hold) = args.max_hold {
         opts = opts.max_hold(max_hold);
     }
+    if let Some(min_hold) = args.min_hold {
+        opts = opts.min_hold(min_hold);
+    }
     let status = (args.wait != Some(Duration::ZERO))
         .then(|| Status::start(&url, &args.server.prefix, &args.key))
         .flatten();
@@ -94,6 +97,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
                 Some(n) => format!("no permit of `{key}` (of {n}) came free"),
                 None if !args.and.is_empty() => {
                     format!("`{key}` or an --and name is held by someone else; none acquired")
+                }
+                None if args.min_hold.is_some() => {
+                    format!("`{key}` {}; not acquired", held_for(&client, &args.key))
                 }
                 None => format!("`{key}` is held by someone else; not acquired"),
             };
@@ -271,6 +277,28 @@ pub(crate) fn finish(guard: Held, ended: &Ended, status: ExitStatus) -> Result<u
             );
             Ok(code)
         }
+    }
+}
+
+/// How long the lock `name` is still held, and by whom when its holder lives:
+/// what a run skipped inside another's minimum hold says (`is kept for its
+/// minimum hold for another 12.3s, released by pid 42 on host (job)`).
+fn held_for(client: &LockClient, name: &str) -> String {
+    let Ok(info) = client.inspect(name) else {
+        return "is held by someone else".to_owned();
+    };
+    let left = info.ttl().map_or_else(String::new, |t| {
+        format!(" for another {:.1}s", t.as_secs_f64())
+    });
+    let alive = info.holders().iter().find_map(|h| match h.owner() {
+        Owner::Alive(s) => Some(format!("pid {} on {} ({})", s.pid(), s.host(), s.program())),
+        _ => None,
+    });
+    match (info.kept(), alive) {
+        (true, Some(who)) => format!("is kept for its minimum hold{left}, released by {who}"),
+        (true, None) => format!("is kept for its minimum hold{left} (its holder has exited)"),
+        (false, Some(who)) => format!("is held{left} by {who}"),
+        (false, None) => format!("is held by someone else{left}"),
     }
 }
 

@@ -39,6 +39,7 @@ pub struct LockInfo {
     ttl: Option<Duration>,
     fence: Option<u64>,
     waited: bool,
+    kept: bool,
     mode: Option<String>,
     free: Option<i64>,
     held: u64,
@@ -146,6 +147,13 @@ impl LockInfo {
     /// lock's waiters are in [`queue`](Self::queue).
     pub fn waited(&self) -> bool {
         self.waited
+    }
+    /// Whether the lock is kept for its minimum hold: its holder released it
+    /// before its [`min_hold`](crate::LockOptions::min_hold) ended, and the key
+    /// (a redlease token marked `~`) stays until it expires, in
+    /// [`ttl`](Self::ttl). Nobody holds it and nobody can take it meanwhile.
+    pub fn kept(&self) -> bool {
+        self.kept
     }
     /// A read-write lock's mode, `read` or `write`; `None` for other formats.
     pub fn mode(&self) -> Option<&str> {

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
-use crate::owner::{ClientTag, Owner};
+use crate::owner::{ClientTag, KEPT_MARK, Owner};
 use crate::scheme::{TimestampUnit, companion, fair_keys, timeouts, write_wait};
 
 /// Integers from here on (2001-09-09 in seconds) read as legacy timestamps in
@@ -127,6 +127,7 @@ pub(crate) fn snapshot(
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence: fence.and_then(|f| f.parse().ok()),
         waited: false,
+        kept: false,
         mode: None,
         free: None,
         held,
@@ -189,6 +190,7 @@ impl LockInfo {
             }
             if self.format != LockFormat::Other {
                 self.waited = ClientTag::of_token(&v).is_some() && v.ends_with('+');
+                self.kept = ClientTag::of_token(&v).is_some() && v.ends_with(KEPT_MARK);
                 let tag = ClientTag::of_token(&v);
                 self.holders.push(Holder::new(v.clone(), 1, tag, None));
             }

@@ -39,10 +39,11 @@ use super::{
 };
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
-use crate::owner::{ClientTag, TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
+use crate::owner::{ClientTag, KEPT_MARK, TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
 use crate::time::ttl_millis;
 use scripts::{
-    TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED,
+    TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_KEEP, TOKEN_MARK, TOKEN_RELEASE,
+    TOKEN_RELEASE_SHARDED,
 };
 
 /// The token scheme's commands, for one client: its tokens carry the client's tag.
@@ -58,8 +59,9 @@ impl TokenBackend {
     }
 }
 
-static SCRIPTS: [&LazyLock<Script>; 6] = [
+static SCRIPTS: [&LazyLock<Script>; 7] = [
     &TOKEN_ACQUIRE_FENCED,
+    &TOKEN_KEEP,
     &TOKEN_MARK,
     &TOKEN_RELEASE,
     &TOKEN_RELEASE_SHARDED,
@@ -266,6 +268,7 @@ fn is_unmarked_token(value: &[u8]) -> bool {
         return true;
     }
     !value.ends_with(b"+")
+        && !value.ends_with(&[KEPT_MARK as u8])
         && std::str::from_utf8(value).is_ok_and(|v| ClientTag::of_token(v).is_some())
 }
 

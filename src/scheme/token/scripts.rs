@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::owner::{TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
+use crate::owner::{KEPT_MARK, TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
 
 /// Marks the holder's value of KEYS[1] as waited for, if it is an unmarked
 /// redlease token (`rl2:<16 hex>:<base 36>`, see [`TOKEN_PREFIX`], or an older
@@ -178,6 +178,32 @@ local heard = redis.pcall('SPUBLISH', channel, 'released')
 if type(heard) ~= 'number' then return 1 end
 return 1 + heard
 ";
+
+/// Token keep: a release inside a minimum hold. Compare, then keep the key for
+/// what is left of the hold instead of deleting it.
+///
+/// KEYS[1] lock key. ARGV[1] token, ARGV[2] the time left of the hold in ms (a
+/// relative `PX`, counted on the releaser's monotonic clock: no wall clock
+/// enters). Returns 1 kept, 0 gone, -1 someone else's value (left untouched).
+/// The value becomes `<token>~` ([`KEPT_MARK`]): the holder is done with it, and
+/// `inspect` says the lock is kept for its minimum hold. A waiter's `+` mark is
+/// dropped and nothing is published: the lock is not free until the key
+/// expires, and a waiter's wait is bounded by the key's `PTTL`. Accepting a kept
+/// value again makes a retried keep idempotent.
+pub(crate) static TOKEN_KEEP: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        r"
+local v = redis.pcall('GET', KEYS[1])
+if v == false then return 0 end
+local kept = ARGV[1] .. '{KEPT_MARK}'
+if type(v) == 'table' or (v ~= ARGV[1] and v ~= ARGV[1] .. '+' and v ~= kept) then
+  return -1
+end
+redis.call('SET', KEYS[1], kept, 'PX', ARGV[2])
+return 1
+"
+    ))
+});
 
 /// Token extend (also the renewal): compare-and-pexpire.
 ///

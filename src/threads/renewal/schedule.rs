@@ -60,7 +60,8 @@ impl Lease {
         lease
     }
 
-    /// The TTL for the next renewal (clipped to the hold bound), or `None` when the
+    /// The TTL for the next renewal (clipped to the hold bound, and at least what
+    /// is left of the minimum hold), or `None` when the
     /// lease must not be renewed any more.
     pub(super) fn next_ttl(&self, now: Instant) -> Option<Duration> {
         if !self.renew || self.renewals_left == Some(0) {
@@ -71,6 +72,9 @@ impl Lease {
             Some(end) => ttl.min(end.saturating_duration_since(now)),
             None => ttl,
         };
+        // Never shorter than the minimum hold's rest: a holder that dies inside
+        // it leaves the key until the hold's end (`min_hold` ≤ `max_hold`).
+        let ttl = ttl.max(self.state.min_hold_left(now).unwrap_or_default());
         (ttl >= Duration::from_millis(1)).then_some(ttl)
     }
 

@@ -147,13 +147,18 @@ impl Offers {
 /// of this client (the lease itself, or the lock by script), or releases it.
 /// Returns what a release would have said.
 ///
+/// Inside the lease's minimum hold the lock passes to nobody: the release keeps
+/// the key until the hold ends (see `release_for_real`), and says
+/// [`Release::Released`] when the key was still ours.
+///
 /// # Errors
 /// [`Error::Shutdown`] when [`release_for_shutdown`] ended the lease first: nothing
 /// is sent then. Redis failures.
 pub(crate) fn release(hub: &Hub, state: &Arc<LeaseState>) -> Result<Release> {
     // A client shutting down hands nothing over: its waiters are woken with
     // `Error::Shutdown` instead.
-    if state.backend.hands_over() && !hub.shutdown.is_cancelled() {
+    let holding = state.min_hold_left(Instant::now()).is_some();
+    if state.backend.hands_over() && !hub.shutdown.is_cancelled() && !holding {
         while let Some(offer) = hub.offers.take(&state.channel) {
             if offer.want.terms.is_some() && offer.want.terms == state.terms() && state.is_held() {
                 if offer.deliver(Wake::Transferred(Arc::clone(state))).is_ok() {
@@ -213,6 +218,11 @@ pub(crate) fn release_later(hub: &Hub, state: &LeaseState) {
     let Some((value, _)) = take_value(state) else {
         return;
     };
+    if state.min_hold_left(Instant::now()).is_some() {
+        // Its key lasts until the minimum hold ends (acquire and renewals saw to
+        // it): deleting it would end the hold early.
+        return;
+    }
     let until = Instant::now() + state.ttl();
     let backend = Arc::clone(&state.backend);
     hub.topology
@@ -240,7 +250,9 @@ pub(super) fn take_value(state: &LeaseState) -> Option<(String, Vec<String>)> {
 /// waiters, this client's own waiters hold off until each of those clients may
 /// have had a turn (see the module docs), so that a key released at the end of a
 /// run of hand-offs goes to the process that waited longest, not back to this
-/// one: that is what makes the bound of [`STREAK`] a turn-taking.
+/// one: that is what makes the bound of [`STREAK`] a turn-taking. Inside the
+/// lease's minimum hold it keeps the key instead (compare, then a relative `PX`
+/// of what is left), and wakes nobody.
 fn release_for_real(
     hub: &Hub,
     state: &LeaseState,
@@ -252,6 +264,9 @@ fn release_for_real(
     let announce = Announce {
         channel: &state.channel,
         always: hub.lines.busy(&state.channel),
+        // Measured now, after any renewal in flight has landed: the key is kept
+        // for exactly what is left of the minimum hold.
+        keep: state.min_hold_left(Instant::now()),
     };
     // Messages heard before ours: the hold-off counts from here.
     let heard = announce

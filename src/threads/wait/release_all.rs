@@ -3,6 +3,7 @@
 //! by one as each guard releases.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::Hub;
 use super::handoff::{release, take_value};
@@ -22,7 +23,10 @@ use crate::scheme::{Announce, Release};
 pub(crate) fn release_all(hub: &Hub, states: &[Arc<LeaseState>]) -> Vec<Result<Release>> {
     let locks: Vec<&str> = states.iter().map(|s| s.key.as_str()).collect();
     let alone = states.iter().all(|s| !hub.lines.busy(&s.channel));
-    if states.len() < 2 || !alone || !hub.topology.one_step(&locks) {
+    // A lease inside its minimum hold keeps its key on release: its own script.
+    let now = Instant::now();
+    let holding = states.iter().any(|s| s.min_hold_left(now).is_some());
+    if states.len() < 2 || !alone || holding || !hub.topology.one_step(&locks) {
         return states.iter().map(|s| release(hub, s)).collect();
     }
     // Marked released under each lease's mutex: no renewal is sent after this.
@@ -82,6 +86,7 @@ fn release_value(hub: &Hub, state: &LeaseState, value: &str) -> Result<Release> 
     let announce = Announce {
         channel: &state.channel,
         always: false,
+        keep: state.min_hold_left(Instant::now()),
     };
     let freed = hub
         .topology

@@ -171,7 +171,7 @@ impl Topology for Redlock {
         value: &str,
         maybe: &[String],
     ) -> Result<Freed> {
-        let always = announce.always;
+        let (always, keep) = (announce.always, announce.keep);
         let keys = Keys {
             lock: key.to_owned(),
             channel: announce.channel.to_owned(),
@@ -186,6 +186,7 @@ impl Topology for Redlock {
                 let announce = Announce {
                     channel: &keys.channel,
                     always,
+                    keep,
                 };
                 backend.release(c, &keys.lock, announce, &value, &maybe)
             }
@@ -197,6 +198,10 @@ impl Topology for Redlock {
         let then = move |answer: &Result<Freed>, worker: &Worker| match answer {
             Ok(f) if f.outcome == Release::Released => bump(&counters.node_releases, 1),
             Ok(_) => {}
+            // A keep (a minimum hold) that failed leaves the node's key to its
+            // TTL, which lasts past the hold's end: deleting it would end the
+            // hold early.
+            Err(_) if keep.is_some() => {}
             Err(_) => send(worker, cleanup.clone()),
         };
         let wait = self.quorum.node_wait(None);
