@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 use redis::IntoConnectionInfo;
-use redlease::{LegacyTimestamp, Scheme, TimestampUnit};
+use redlease::{LegacyTimestamp, LockClient, LockClientBuilder, Scheme, TimestampUnit};
 
 use crate::exit::Failure;
 
@@ -57,6 +57,24 @@ impl ServerArgs {
             [one] => Servers::One(one.clone()),
             many => Servers::Quorum(many.to_vec()),
         }
+    }
+
+    /// A client builder for the servers these arguments name (one server, a
+    /// Redlock quorum or a cluster's seeds), and the first server's URL (for
+    /// messages: [`server_name`] of it, which prints no password).
+    pub(crate) fn builder(&self) -> (LockClientBuilder, String) {
+        let (builder, url) = match self.servers() {
+            Servers::One(url) => (LockClient::builder(url.as_str()), url),
+            Servers::Quorum(urls) => {
+                let first = urls[0].clone();
+                (LockClient::redlock(urls.iter().map(String::as_str)), first)
+            }
+            Servers::Cluster(urls) => {
+                let first = urls.first().cloned().unwrap_or_default();
+                (LockClient::cluster(urls.iter().map(String::as_str)), first)
+            }
+        };
+        (builder, url)
     }
 
     /// The one server a command that reads a key directly works on.

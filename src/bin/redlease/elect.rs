@@ -2,18 +2,18 @@
 //! command while leader (the library renews the lease), stop it when
 //! leadership is lost, resign when it exits. The supervision is `run`'s.
 
-use redlease::{CancelToken, Error, LockClient, LockClientBuilder, LockOptions};
+use redlease::{CancelToken, Error, LockOptions};
 
-use crate::args::{ElectArgs, ServerArgs, Servers, server_name};
-use crate::child::Running;
+use crate::args::{ElectArgs, server_name};
 use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::held::Held;
-use crate::run::{cancelled, finish, supervise, watch_signals};
+use crate::run::{cancelled, run_command, watch_signals};
 
 /// Runs `elect`; returns the exit code (the command's, or 128 + a signal that
 /// stopped the campaign) or the failure to report.
 pub(crate) fn elect(args: &ElectArgs) -> Result<u8, Failure> {
-    let (builder, server) = builder(&args.server);
+    let (builder, url) = args.server.builder();
+    let server = server_name(&url);
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
     let client = builder
@@ -41,37 +41,5 @@ pub(crate) fn elect(args: &ElectArgs) -> Result<u8, Failure> {
         Err(e) => return Err(Failure::from_lib(&e, &server)),
     };
     let held = Held::Leader(leadership);
-    // A signal that raced the campaign: resign before the command starts.
-    if !signals.is_empty() {
-        let _ = held.unlock();
-        return Ok(cancelled(&signals, &key));
-    }
-    let env = held.env();
-    let child = match Running::spawn(&args.command, &env) {
-        Ok(child) => child,
-        Err(failure) => {
-            let _ = held.unlock();
-            return Err(failure);
-        }
-    };
-    let ended = supervise(&child, held.lost(), &signals, args.kill_grace);
-    let status = child.wait()?;
-    finish(held, &ended, status)
-}
-
-/// A client builder for the servers `server` names, and the first server's
-/// `host:port` for messages.
-pub(crate) fn builder(server: &ServerArgs) -> (LockClientBuilder, String) {
-    let (builder, url) = match server.servers() {
-        Servers::One(url) => (LockClient::builder(url.as_str()), url),
-        Servers::Quorum(urls) => {
-            let first = urls[0].clone();
-            (LockClient::redlock(urls.iter().map(String::as_str)), first)
-        }
-        Servers::Cluster(urls) => {
-            let first = urls.first().cloned().unwrap_or_default();
-            (LockClient::cluster(urls.iter().map(String::as_str)), first)
-        }
-    };
-    (builder, server_name(&url))
+    run_command(held, &args.command, &signals, args.kill_grace, &key)
 }

@@ -4,14 +4,14 @@
 use redlease::{Leader, Owner};
 use serde_json::{Value, json};
 
-use crate::args::LeaderArgs;
-use crate::elect::builder;
+use crate::args::{LeaderArgs, server_name};
 use crate::exit::{Failure, NOT_ACQUIRED};
 
 /// Prints the leader; 0 when there is one, [`NOT_ACQUIRED`] (75) when nobody
 /// leads.
 pub(crate) fn leader(args: &LeaderArgs) -> Result<u8, Failure> {
-    let (builder, server) = builder(&args.server);
+    let (builder, url) = args.server.builder();
+    let server = server_name(&url);
     let client = builder
         .key_prefix(args.server.prefix.as_str())
         .build()

@@ -2,6 +2,7 @@
 //! renewal thread keeps the lease alive, stop the command if the lease is lost,
 //! release when it exits.
 
+use std::ffi::OsString;
 use std::process::ExitStatus;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -12,7 +13,7 @@ use redlease::{CancelToken, Error, LeaseLost, LockClient, LockOptions, LossReaso
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::args::{RunArgs, Servers, server_name};
+use crate::args::{RunArgs, server_name};
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, NOT_ACQUIRED, OS_ERROR, SIGNAL_BASE};
 use crate::held::Held;
@@ -23,17 +24,7 @@ use crate::status::Status;
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     // Bad input is reported before anything connects.
     let scheme = args.scheme.scheme();
-    let (builder, url) = match args.server.servers() {
-        Servers::One(url) => (LockClient::builder(url.as_str()), url),
-        Servers::Quorum(urls) => {
-            let first = urls[0].clone();
-            (LockClient::redlock(urls.iter().map(String::as_str)), first)
-        }
-        Servers::Cluster(urls) => {
-            let first = urls.first().cloned().unwrap_or_default();
-            (LockClient::cluster(urls.iter().map(String::as_str)), first)
-        }
-    };
+    let (builder, url) = args.server.builder();
     let server = server_name(&url);
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
@@ -108,23 +99,35 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         Err(Error::Cancelled { .. }) => return Ok(cancelled(&signals, &key)),
         Err(e) => return Err(Failure::from_lib(&e, &server)),
     };
-    // A signal that raced the acquire: stop before the command starts.
-    if !signals.is_empty() {
-        let _ = guard.unlock();
-        return Ok(cancelled(&signals, &key));
-    }
+    run_command(guard, &args.command, &signals, args.kill_grace, &key)
+}
 
-    let env = guard.env();
-    let child = match Running::spawn(&args.command, &env) {
+/// Runs `command` while `held` (a lock, locks, a permit or a leadership) is held:
+/// supervised (see [`supervise`]), then released; the exit code is picked by
+/// [`finish`]. A signal that raced the acquire stops it before the command starts.
+/// Shared by `run` and `elect`.
+pub(crate) fn run_command(
+    held: Held,
+    command: &[OsString],
+    signals: &Receiver<i32>,
+    grace: Duration,
+    key: &str,
+) -> Result<u8, Failure> {
+    if !signals.is_empty() {
+        let _ = held.unlock();
+        return Ok(cancelled(signals, key));
+    }
+    let env = held.env();
+    let child = match Running::spawn(command, &env) {
         Ok(child) => child,
         Err(failure) => {
-            let _ = guard.unlock();
+            let _ = held.unlock();
             return Err(failure);
         }
     };
-    let ended = supervise(&child, guard.lost(), &signals, args.kill_grace);
+    let ended = supervise(&child, held.lost(), signals, grace);
     let status = child.wait()?;
-    finish(guard, &ended, status)
+    finish(held, &ended, status)
 }
 
 /// Installs the SIGINT / SIGTERM handlers: each signal cancels a wait in progress
@@ -240,7 +243,7 @@ pub(crate) fn supervise(
 }
 
 /// Releases the lock after the command exited, and picks the exit code.
-pub(crate) fn finish(guard: Held, ended: &Ended, status: ExitStatus) -> Result<u8, Failure> {
+fn finish(guard: Held, ended: &Ended, status: ExitStatus) -> Result<u8, Failure> {
     let what = guard.what();
     let code = ended.code(status);
     if let Some(why) = ended.lost {

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use redlease::LockClient;
-
-use crate::args::{Servers, WaitArgs, server_name};
+use crate::args::{WaitArgs, server_name};
 use crate::exit::{Failure, NOT_ACQUIRED};
 
 /// How long `wait` waits without `--timeout`: as long as it takes, in the
@@ -16,17 +14,7 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// `--timeout` ran out with it still held. The answer is stale at once: someone
 /// may take KEY right after.
 pub(crate) fn wait(args: &WaitArgs) -> Result<u8, Failure> {
-    let (builder, url) = match args.server.servers() {
-        Servers::One(url) => (LockClient::builder(url.as_str()), url),
-        Servers::Quorum(urls) => {
-            let first = urls[0].clone();
-            (LockClient::redlock(urls.iter().map(String::as_str)), first)
-        }
-        Servers::Cluster(urls) => {
-            let first = urls.first().cloned().unwrap_or_default();
-            (LockClient::cluster(urls.iter().map(String::as_str)), first)
-        }
-    };
+    let (builder, url) = args.server.builder();
     let server = server_name(&url);
     let client = builder
         .key_prefix(args.server.prefix.as_str())
