@@ -13,15 +13,15 @@
 //! (`CLAIM`), and a counter write only with the fence of the latest claim (`SET`).
 //! Each worker is a copy of this program (`--worker`), so a `SIGSTOP` freezes its
 //! renewal thread too. A worker loops over turns, each a section: one name locked
-//! (fenced; one name with the reentrant scheme, taken twice), two names at once with
-//! `lock_all_with` (fenced; `a`+`b` on the single master in one script, `c`+`d` on
-//! two Cluster slots one at a time), or an election (`wait_free` as a hint, then
-//! `try_campaign_for`; the leader writes a few times under its term as the fence,
-//! then resigns). In a section it claims each name with its fence, reads each
-//! counter, pauses, writes each plus one, and releases. When the soak says stop
-//! right after a section it keeps what it holds and calls `shutdown` on each of its
-//! clients, reporting each `ShutdownReport`; the kept guards' `unlock` must then
-//! answer `Error::Shutdown`.
+//! (fenced, but for the Redlock name; one name with the reentrant scheme, taken
+//! twice), two names at once with `lock_all_with` (fenced; `a`+`b` on the single
+//! master in one script, `c`+`d` on two Cluster slots one at a time), or an election
+//! (`wait_free` as a hint, then `try_campaign_for`; the leader writes a few times
+//! under its term as the fence, then resigns). In a section it claims each name
+//! with its fence, reads each counter, pauses, writes each plus one, and releases.
+//! When the soak says stop right after a section it keeps what it holds and calls
+//! `shutdown` on each of its clients, reporting each `ShutdownReport`; the kept
+//! guards' `unlock` must then answer `Error::Shutdown`.
 //!
 //! The nemesis, seeded by `--seed`, injects one fault at a time and heals it after
 //! 0.5–3 s: `kill -9` of a worker (restarted at the heal), `SIGSTOP` of a worker past
@@ -31,14 +31,15 @@
 //! Checks: no two workers inside a name at once unless one of them reported its lease
 //! lost (or was killed; for two names, the set's `is_held()` at its exit); no write
 //! accepted from a worker that is not the latest to claim the name (a deposed
-//! leader's term is refused too); the counter of each name equals the number of
-//! accepted increments; no fence (or term) handed out twice; after every heal a
-//! section completes within a lease + 1.5 s; no `wait_free` returns more than 2 s
-//! past its timeout (unless its worker was frozen); every worker's clients report
-//! a shutdown, none more than 2 s past its deadline, counting no more leases than
-//! the worker held and leaving no guard held; no lock key left at the end. The last
-//! line on stdout is one JSON object; the exit status is 0 when every check holds, 1
-//! otherwise.
+//! leader's term is refused too; on the Redlock name, which has no fence, such
+//! writes and the updates they lose are counted apart); the counter of each name
+//! equals the number of accepted increments; no fence (or term) handed out twice;
+//! after every heal a section completes within a lease + 1.5 s; no `wait_free`
+//! returns more than 2 s past its timeout (unless its worker was frozen); every
+//! worker's clients report a shutdown, none more than 2 s past its deadline,
+//! counting no more leases than the worker held and leaving no guard held; no lock
+//! key left at the end. The last line on stdout is one JSON object; the exit status
+//! is 0 when every check holds, 1 otherwise.
 //!
 //! `--client bronze` runs workers of one name at a time over the same names with an
 //! unsafe lock (`SET NX PX`, plain `DEL`, no fence, no renewal, no shutdown): the soak
@@ -407,10 +408,11 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
             match turn {
                 Turn::One(name) => {
                     let client = Clients::of(name);
-                    let opts = if name == REENTRANT {
-                        fenced.clone().scheme(Scheme::Reentrant)
-                    } else {
-                        fenced.clone()
+                    let opts = match name {
+                        REENTRANT => fenced.clone().scheme(Scheme::Reentrant),
+                        // A quorum has no single counter to take fences from.
+                        REDLOCK_NAME => LockOptions::new().wait(Duration::from_secs(3)),
+                        _ => fenced.clone(),
                     };
                     let guard = match clients.all[client].lock_with(name, &opts) {
                         Ok(Some(guard)) => guard,
@@ -420,7 +422,12 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
                             continue;
                         }
                     };
-                    let Some(fence) = guard.fence() else {
+                    let fence = if name == REDLOCK_NAME {
+                        Some(0)
+                    } else {
+                        guard.fence()
+                    };
+                    let Some(fence) = fence else {
                         // A fenced acquire that came back without a fence.
                         let found = raw_state(redis, name);
                         res.ask(&format!("NOFENCE {name} {found}"))?;
@@ -710,6 +717,10 @@ struct NameState {
     fences: HashSet<u64>,
     /// Claims and writes refused for a stale fence (or term).
     refused: u64,
+    /// Writes accepted from a worker that was not the latest to claim the name.
+    stale_accepted: u64,
+    /// Sections that held the name (exits).
+    sections: u64,
     /// Connections inside (between ENTER and EXIT), with their worker id.
     inside: Vec<u64>,
 }
@@ -937,6 +948,7 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
                 let from_latest = state.claimer == Some(conn);
                 state.counter = value;
                 state.increments += 1;
+                state.stale_accepted += u64::from(!from_latest);
                 h.stale_accepted += u64::from(!from_latest);
                 "OK".to_owned()
             } else {
@@ -950,6 +962,7 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
             let wrote = num(3) == 1;
             if let Some(state) = h.names.get_mut(&name) {
                 state.inside.retain(|c| *c != conn);
+                state.sections += 1;
             }
             exit_overlaps(h, &name, conn, !held);
             h.sections += 1;
@@ -1618,11 +1631,25 @@ fn report(
         .filter(|o| !o.excused())
         .partition(|o| near_failover(o));
     let excused = h.overlaps.len() - overlaps.len() - failover_overlaps.len();
+    // Redlock gives no fence: the resource cannot refuse a paused holder's late
+    // write to its name, so those (and the updates they lose) are counted apart.
+    let unfenced = |name: &str| !bronze && name == REDLOCK_NAME;
+    let lost = |s: &NameState| s.increments.abs_diff(s.counter);
     let lost_updates: u64 = h
         .names
-        .values()
-        .map(|s| s.increments.abs_diff(s.counter))
+        .iter()
+        .filter(|(n, _)| !unfenced(n))
+        .map(|(_, s)| lost(s))
         .sum();
+    let stale_accepted: u64 = h
+        .names
+        .iter()
+        .filter(|(n, _)| !unfenced(n))
+        .map(|(_, s)| s.stale_accepted)
+        .sum();
+    let redlock = h.names.get(REDLOCK_NAME);
+    let redlock_stale = redlock.map_or(0, |s| s.stale_accepted);
+    let redlock_lost = redlock.map_or(0, lost);
     // Liveness: the first completed section after each heal.
     let mut max_gap = Duration::ZERO;
     let mut stalls = Vec::new();
@@ -1681,7 +1708,7 @@ fn report(
     if !overlaps.is_empty() {
         failed.push("overlaps");
     }
-    if h.stale_accepted > 0 {
+    if stale_accepted > 0 {
         failed.push("stale_writes_accepted");
     }
     if lost_updates > 0 {
@@ -1802,6 +1829,12 @@ fn report(
             failed.join(", ")
         );
     }
+    let by_name = h
+        .names
+        .iter()
+        .map(|(n, s)| format!("\"{n}\":{}", s.sections))
+        .collect::<Vec<_>>()
+        .join(",");
     let faults = kinds
         .iter()
         .map(|(k, n)| format!("\"{k}\":{n}"))
@@ -1813,7 +1846,7 @@ fn report(
         .collect::<Vec<_>>()
         .join(",");
     println!(
-        "{{\"seed\":{seed},\"seconds\":{seconds},\"client\":\"{}\",\"sections\":{},\"faults\":{{{faults}}},\
+        "{{\"seed\":{seed},\"seconds\":{seconds},\"client\":\"{}\",\"sections\":{},\"sections_by_name\":{{{by_name}}},\"faults\":{{{faults}}},\
          \"overlaps\":{},\"overlaps_excused\":{excused},\"overlaps_lost_with_failover\":{},\"leases_reported_lost\":{},\
          \"stale_writes_accepted\":{},\"stale_writes_refused\":{},\"lost_updates\":{lost_updates},\
          \"fence_repeats\":{},\"grants_without_fence\":{},\"max_liveness_gap_ms\":{},\"keys_left\":{},\"worker_crashes\":{crashes},\
@@ -1824,13 +1857,14 @@ fn report(
          \"wait_free\":{{\"calls\":{},\"free\":{},\"held\":{},\"errors\":{},\"max_overrun_ms\":{},\"overruns\":{}}},\
          \"shutdown\":{{\"reports\":{},\"leases_kept\":{},\"released\":{},\"already_gone\":{},\"failed\":{},\
          \"max_ms\":{},\"overruns\":{},\"held_after\":{held_after_shutdown},\"unlocks_after\":{},\"unlocks_after_wrong\":{}}},\
+         \"redlock_unfenced\":{{\"stale_writes_accepted\":{redlock_stale},\"lost_updates\":{redlock_lost}}},\
          \"ok\":{ok},\"failed\":[{failed_json}]}}",
         if bronze { "bronze" } else { "redlease" },
         h.sections,
         overlaps.len(),
         failover_overlaps.len(),
         h.lost_reported,
-        h.stale_accepted,
+        stale_accepted,
         h.refused,
         h.fence_repeats,
         h.no_fence.len(),
