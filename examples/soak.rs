@@ -600,15 +600,18 @@ fn bronze_worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
     // One connection per deployment: the proxied master, the Sentinel master, the
-    // Cluster master last named by a MOVED.
+    // Cluster master last named by a MOVED for each Cluster name.
     // Redlock's name on its first master only: bronze knows no quorum.
-    let mut cons: [Option<redis::Connection>; 4] = [None, None, None, None];
-    let mut cluster_node = cluster.first().cloned().unwrap_or_default();
+    let mut cons: [Option<redis::Connection>; 5] = [None, None, None, None, None];
+    // Per Cluster name (`c`, `d`): the node last named by a MOVED.
+    let mut cluster_nodes: [String; 2] =
+        std::array::from_fn(|_| cluster.first().cloned().unwrap_or_default());
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
         let (con, url) = match name {
             SENTINEL_NAME => (&mut cons[1], sentinel_master(sentinels).unwrap_or_default()),
-            n if CLUSTER_NAMES.contains(&n) => (&mut cons[2], cluster_node.clone()),
+            CLUSTER_NAME => (&mut cons[2], cluster_nodes[0].clone()),
+            n if CLUSTER_NAMES.contains(&n) => (&mut cons[4], cluster_nodes[1].clone()),
             REDLOCK_NAME => (&mut cons[3], quorum[0].clone()),
             _ => (&mut cons[0], redis.to_owned()),
         };
@@ -638,10 +641,13 @@ fn bronze_worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
                 Ok(Some(_)) => got = true,
                 Ok(None) => thread::sleep(Duration::from_millis(10)),
                 Err(e) => {
-                    if let Some((host, port)) = e.redirect_node() {
-                        cluster_node = format!("redis://{host}:{port}/");
+                    // `MOVED <slot> <host:port>`: the node, then the slot.
+                    if let Some((addr, _slot)) = e.redirect_node() {
+                        cluster_nodes[usize::from(name != CLUSTER_NAME)] =
+                            format!("redis://{addr}/");
                     } else if CLUSTER_NAMES.contains(&name) {
-                        cluster_node.clone_from(&cluster[rng.usize(..cluster.len())]);
+                        cluster_nodes[usize::from(name != CLUSTER_NAME)]
+                            .clone_from(&cluster[rng.usize(..cluster.len())]);
                     }
                     *con = None;
                     break;
