@@ -314,13 +314,13 @@ impl Held {
     /// still ours, or the error.
     fn release(self) -> Vec<Result<bool, redlease::Error>> {
         match self {
-            Held::One(g) => vec![g.unlock().map(|r| r.was_held())],
+            Held::One(g) => vec![g.unlock().map(redlease::Release::was_held)],
             Held::Multi(g) => g
                 .unlock()
                 .into_iter()
-                .map(|r| r.map(|r| r.was_held()))
+                .map(|r| r.map(redlease::Release::was_held))
                 .collect(),
-            Held::Leader(g) => vec![g.resign().map(|r| r.was_held())],
+            Held::Leader(g) => vec![g.resign().map(redlease::Release::was_held)],
         }
     }
 }
@@ -456,12 +456,12 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
                             continue;
                         }
                     };
-                    let Some(fences) = set.fences() else {
+                    let Some(per_name) = set.fences() else {
                         res.ask(&format!("NOFENCE {}+{} multi", pair[0], pair[1]))?;
                         drop(set);
                         continue;
                     };
-                    let names = pair.iter().copied().zip(fences).collect();
+                    let names = pair.iter().copied().zip(per_name).collect();
                     (names, Held::Multi(set), client, None, 1)
                 }
                 Turn::Leader(name) => {
