@@ -12,9 +12,16 @@
 //! that accepts a write for a name only with a fence above the last one it saw for it
 //! (`CLAIM`), and a counter write only with the fence of the latest claim (`SET`).
 //! Each worker is a copy of this program (`--worker`), so a `SIGSTOP` freezes its
-//! renewal thread too. A worker loops over a few names: lock (fenced; one name with
-//! the reentrant scheme, taken twice), claim, read the counter, pause, write it plus
-//! one, release.
+//! renewal thread too. A worker loops over turns, each a section: one name locked
+//! (fenced, but for the Redlock name; one name with the reentrant scheme, taken
+//! twice), two names at once with `lock_all_with` (fenced; `a`+`b` on the single
+//! master in one script, `c`+`d` on two Cluster slots one at a time), or an election
+//! (`wait_free` as a hint, then `try_campaign_for`; the leader writes a few times
+//! under its term as the fence, then resigns). In a section it claims each name
+//! with its fence, reads each counter, pauses, writes each plus one, and releases.
+//! When the soak says stop right after a section it keeps what it holds and calls
+//! `shutdown` on each of its clients, reporting each `ShutdownReport`; the kept
+//! guards' `unlock` must then answer `Error::Shutdown`.
 //!
 //! The nemesis, seeded by `--seed`, injects one fault at a time and heals it after
 //! 0.5–3 s: `kill -9` of a worker (restarted at the heal), `SIGSTOP` of a worker past
@@ -22,14 +29,21 @@
 //! blackhole, latency and connection reset, a restart of the server.
 //!
 //! Checks: no two workers inside a name at once unless one of them reported its lease
-//! lost (or was killed); no write accepted from a worker that is not the latest to
-//! claim the name; the counter of each name equals the number of accepted increments;
-//! no fence handed out twice; after every heal a section completes within a lease +
-//! 1.5 s; no lock key left at the end. The last line on stdout is one JSON object; the
-//! exit status is 0 when every check holds, 1 otherwise.
+//! lost (or was killed; for two names, the set's `is_held()` at its exit); no write
+//! accepted from a worker that is not the latest to claim the name (a deposed
+//! leader's term is refused too; on the Redlock name, which has no fence, such
+//! writes and the updates they lose are counted apart); the counter of each name
+//! equals the number of accepted increments; no fence (or term) handed out twice;
+//! after every heal a section completes within a lease + 1.5 s; no `wait_free`
+//! returns more than 2 s past its timeout (unless its worker was frozen); every
+//! worker's clients report a shutdown, none more than 2 s past its deadline,
+//! counting no more leases than the worker held and leaving no guard held; no lock
+//! key left at the end. The last line on stdout is one JSON object; the exit status
+//! is 0 when every check holds, 1 otherwise.
 //!
-//! `--client bronze` runs the same workers with an unsafe lock (`SET NX PX`, plain
-//! `DEL`, no fence, no renewal): the soak must fail then, or its checker proves nothing.
+//! `--client bronze` runs workers of one name at a time over the same names with an
+//! unsafe lock (`SET NX PX`, plain `DEL`, no fence, no renewal, no shutdown): the soak
+//! must fail then, or its checker proves nothing.
 
 // The tests' servers, Sentinel deployment, Cluster and proxy (it allows the dead code
 // of the parts the soak does not use).
@@ -58,15 +72,33 @@ const TTL: Duration = Duration::from_millis(1500);
 /// How long after a heal some section must have completed.
 const LIVENESS: Duration = Duration::from_secs(3);
 const WORKERS: usize = 6;
-/// Names the workers lock; the last one with [`Scheme::Reentrant`].
-/// Names the workers lock: on the single master behind the proxy, `r` with
-/// [`Scheme::Reentrant`]; `s` on the master of the Sentinel deployment; `c` on the
-/// Cluster; `l` by Redlock over three masters.
-const NAMES: [&str; 6] = ["a", "b", "r", "s", "c", "l"];
+/// Names the workers lock one at a time: `a`, `b` and `r` (with
+/// [`Scheme::Reentrant`]) on the single master behind the proxy; `s` on the master
+/// of the Sentinel deployment; `c` and `d` on the Cluster (slots 1342 and 13785, on
+/// two masters at the start); `l` by Redlock over three masters.
+const NAMES: [&str; 7] = ["a", "b", "r", "s", "c", "d", "l"];
 const REENTRANT: &str = "r";
 const SENTINEL_NAME: &str = "s";
+/// The Cluster name whose slot the nemesis migrates and whose master it fails over.
 const CLUSTER_NAME: &str = "c";
 const REDLOCK_NAME: &str = "l";
+/// Names taken together by `lock_all_with`: two on the single master (one script),
+/// two on the Cluster on different slots (one at a time, in key order).
+const MULTI_SINGLE: [&str; 2] = ["a", "b"];
+const MULTI_CLUSTER: [&str; 2] = ["c", "d"];
+/// Election names: `L` on the single master behind the proxy, `E` on the Cluster
+/// (slot 410, on the master of `c` at the start).
+const LEADER_SINGLE: &str = "L";
+const LEADER_CLUSTER: &str = "E";
+/// Every name on the Cluster: a `CLUSTER FAILOVER` excuses overlaps on any of them.
+const CLUSTER_NAMES: [&str; 3] = ["c", "d", "E"];
+/// Longest `wait_free` a worker asks for before it campaigns.
+const MAX_WAIT_FREE_MS: u64 = 700;
+/// How long a worker gives `shutdown` for all its clients.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+/// How far past its timeout (`wait_free`) or deadline (`shutdown`) a call may
+/// return on a loaded machine before it fails the soak.
+const OVERRUN_MARGIN: Duration = Duration::from_secs(2);
 const PREFIX: &str = "soak:";
 /// Longest pause between reading the counter and writing it back.
 const MAX_RMW_PAUSE_MS: u64 = 80;
@@ -184,21 +216,40 @@ impl Resource {
     }
 }
 
-/// One section's writes under a lock with `fence` (0: unfenced): claim, then a
-/// read-modify-write of the name's counter with a pause in between.
-fn section(res: &mut Resource, rng: &mut fastrand::Rng, name: &str, fence: u64) -> Res<bool> {
-    if res.ask(&format!("CLAIM {name} {fence}"))? != "OK" {
-        return Ok(false);
+/// One section's writes under the locks of `names`, each with its fence (0:
+/// unfenced): claim every name, then `rounds` read-modify-writes of every name's
+/// counter with a pause between the reads and the writes. True when every write
+/// was accepted.
+fn section(
+    res: &mut Resource,
+    rng: &mut fastrand::Rng,
+    names: &[(&str, u64)],
+    rounds: u64,
+) -> Res<bool> {
+    for (name, fence) in names {
+        if res.ask(&format!("CLAIM {name} {fence}"))? != "OK" {
+            return Ok(false);
+        }
     }
-    let value: u64 = res.ask(&format!("READ {name}"))?.parse()?;
-    // Now and then longer than a lease: a lock that is not renewed runs out.
-    let pause = if rng.u8(..100) < LONG_PAUSE_PERCENT {
-        rng.u64(millis(TTL)..=millis(TTL) + 1000)
-    } else {
-        rng.u64(0..=MAX_RMW_PAUSE_MS)
-    };
-    thread::sleep(Duration::from_millis(pause));
-    Ok(res.ask(&format!("SET {name} {fence} {}", value + 1))? == "OK")
+    for _ in 0..rounds {
+        let mut values = Vec::with_capacity(names.len());
+        for (name, _) in names {
+            values.push(res.ask(&format!("READ {name}"))?.parse::<u64>()?);
+        }
+        // Now and then longer than a lease: a lock that is not renewed runs out.
+        let pause = if rng.u8(..100) < LONG_PAUSE_PERCENT {
+            rng.u64(millis(TTL)..=millis(TTL) + 1000)
+        } else {
+            rng.u64(0..=MAX_RMW_PAUSE_MS)
+        };
+        thread::sleep(Duration::from_millis(pause));
+        for ((name, fence), value) in names.iter().zip(values) {
+            if res.ask(&format!("SET {name} {fence} {}", value + 1))? != "OK" {
+                return Ok(false);
+            }
+        }
+    }
+    Ok(true)
 }
 
 /// Builds a client, retrying for a while: `build` checks the server.
@@ -234,6 +285,92 @@ struct Urls {
     quorum: Vec<String>,
 }
 
+/// What a worker holds between its section's exit and the release: kept, instead of
+/// released, when the soak says stop right then, for the clients' `shutdown`.
+enum Held {
+    One(redlease::LockGuard),
+    Multi(redlease::MultiGuard),
+    Leader(redlease::Leadership),
+}
+
+impl Held {
+    fn is_held(&self) -> bool {
+        match self {
+            Held::One(g) => g.is_held(),
+            Held::Multi(g) => g.is_held(),
+            Held::Leader(g) => g.is_held(),
+        }
+    }
+
+    /// How many leases: one per name.
+    fn leases(&self) -> usize {
+        match self {
+            Held::Multi(g) => g.len(),
+            Held::One(_) | Held::Leader(_) => 1,
+        }
+    }
+
+    /// Releases every name: for each (in order) whether its release found the lease
+    /// still ours, or the error.
+    fn release(self) -> Vec<Result<bool, redlease::Error>> {
+        match self {
+            Held::One(g) => vec![g.unlock().map(redlease::Release::was_held)],
+            Held::Multi(g) => g
+                .unlock()
+                .into_iter()
+                .map(|r| r.map(redlease::Release::was_held))
+                .collect(),
+            Held::Leader(g) => vec![g.resign().map(redlease::Release::was_held)],
+        }
+    }
+}
+
+/// What the worker does in one turn.
+enum Turn {
+    /// One name, with its client.
+    One(&'static str),
+    /// Two names with `lock_all_with`, on the single master or the Cluster.
+    Multi(&'static [&'static str; 2]),
+    /// An election: `wait_free` as a hint, then `try_campaign_for`.
+    Leader(&'static str),
+}
+
+fn pick_turn(rng: &mut fastrand::Rng) -> Turn {
+    // One name as often as each other turn's kind, per name.
+    let i = rng.usize(..NAMES.len() + 4);
+    match i.checked_sub(NAMES.len()) {
+        None => Turn::One(NAMES[i]),
+        Some(0) => Turn::Multi(&MULTI_SINGLE),
+        Some(1) => Turn::Multi(&MULTI_CLUSTER),
+        Some(2) => Turn::Leader(LEADER_SINGLE),
+        _ => Turn::Leader(LEADER_CLUSTER),
+    }
+}
+
+/// The clients of a worker, one per deployment, in the order of [`CLIENTS`].
+struct Clients {
+    all: [LockClient; 4],
+}
+
+/// The clients' labels in the history (`SHUTDOWN <label> ...`).
+const CLIENTS: [&str; 4] = ["single", "sentinel", "cluster", "redlock"];
+
+impl Clients {
+    /// Index of the client that holds `name`.
+    fn of(name: &str) -> usize {
+        match name {
+            SENTINEL_NAME => 1,
+            n if CLUSTER_NAMES.contains(&n) => 2,
+            REDLOCK_NAME => 3,
+            _ => 0,
+        }
+    }
+}
+
+#[allow(
+    clippy::too_many_lines,
+    reason = "one turn of each kind reads best together"
+)]
 fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
     let Urls {
         redis,
@@ -243,75 +380,212 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
     } = urls;
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
-    let single = build_client(id, || LockClient::builder(redis.as_str()))?;
-    let sentinel = build_client(id, || {
-        LockClient::sentinel(sentinels.iter().map(String::as_str), MASTER_NAME)
-    })?;
-    let clustered = build_client(id, || {
-        LockClient::cluster(cluster.iter().map(String::as_str))
-    })?;
-    let redlock = build_client(id, || {
-        LockClient::redlock(quorum.iter().map(String::as_str))
-    })?;
+    let clients = Clients {
+        all: [
+            build_client(id, || LockClient::builder(redis.as_str()))?,
+            build_client(id, || {
+                LockClient::sentinel(sentinels.iter().map(String::as_str), MASTER_NAME)
+            })?,
+            build_client(id, || {
+                LockClient::cluster(cluster.iter().map(String::as_str))
+            })?,
+            build_client(id, || {
+                LockClient::redlock(quorum.iter().map(String::as_str))
+            })?,
+        ],
+    };
+    let single_election = clients.all[0].election(LEADER_SINGLE)?;
+    let cluster_election = clients.all[2].election(LEADER_CLUSTER)?;
+    let fenced = LockOptions::new()
+        .fencing(true)
+        .wait(Duration::from_secs(3));
+    // What the worker holds when the soak tells it to stop, with its client.
+    let mut kept: Option<(usize, Held)> = None;
     while res.ask("GO")? == "GO" {
-        let name = NAMES[rng.usize(..NAMES.len())];
-        let client = match name {
-            SENTINEL_NAME => &sentinel,
-            CLUSTER_NAME => &clustered,
-            REDLOCK_NAME => &redlock,
-            _ => &single,
+        let turn = pick_turn(&mut rng);
+        // The names of the section, each with its fence, and what holds them.
+        let (names, held, client, nested, rounds): (Vec<(&str, u64)>, Held, usize, _, u64) =
+            match turn {
+                Turn::One(name) => {
+                    let client = Clients::of(name);
+                    let opts = match name {
+                        REENTRANT => fenced.clone().scheme(Scheme::Reentrant),
+                        // A quorum has no single counter to take fences from.
+                        REDLOCK_NAME => LockOptions::new().wait(Duration::from_secs(3)),
+                        _ => fenced.clone(),
+                    };
+                    let guard = match clients.all[client].lock_with(name, &opts) {
+                        Ok(Some(guard)) => guard,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            error(&mut res, "lock", &e)?;
+                            continue;
+                        }
+                    };
+                    let fence = if name == REDLOCK_NAME {
+                        Some(0)
+                    } else {
+                        guard.fence()
+                    };
+                    let Some(fence) = fence else {
+                        // A fenced acquire that came back without a fence.
+                        let found = raw_state(redis, name);
+                        res.ask(&format!("NOFENCE {name} {found}"))?;
+                        drop(guard);
+                        continue;
+                    };
+                    // The reentrant name is taken again by the same thread: a
+                    // nested hold.
+                    let nested = if name == REENTRANT {
+                        clients.all[client]
+                            .try_lock_for(name, Duration::ZERO)
+                            .ok()
+                            .flatten()
+                    } else {
+                        None
+                    };
+                    (vec![(name, fence)], Held::One(guard), client, nested, 1)
+                }
+                Turn::Multi(pair) => {
+                    let client = Clients::of(pair[0]);
+                    let set = match clients.all[client].lock_all_with(pair, &fenced) {
+                        Ok(Some(set)) => set,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            error(&mut res, "lock_all", &e)?;
+                            continue;
+                        }
+                    };
+                    let Some(per_name) = set.fences() else {
+                        res.ask(&format!("NOFENCE {}+{} multi", pair[0], pair[1]))?;
+                        drop(set);
+                        continue;
+                    };
+                    let names = pair.iter().copied().zip(per_name).collect();
+                    (names, Held::Multi(set), client, None, 1)
+                }
+                Turn::Leader(name) => {
+                    let client = Clients::of(name);
+                    let election = if client == 0 {
+                        &single_election
+                    } else {
+                        &cluster_election
+                    };
+                    // A hint: campaign when the leader has just gone, or anyway.
+                    let timeout = Duration::from_millis(rng.u64(0..=MAX_WAIT_FREE_MS));
+                    let started = Instant::now();
+                    let free = clients.all[client].wait_free(name, timeout);
+                    let took = started.elapsed();
+                    res.ask(&format!(
+                        "WAITFREE {name} {id} {} {} {}",
+                        millis(timeout),
+                        millis(took),
+                        match &free {
+                            Ok(true) => "free",
+                            Ok(false) => "held",
+                            Err(_) => "error",
+                        }
+                    ))?;
+                    if let Err(e) = &free {
+                        error(&mut res, "wait_free", e)?;
+                    }
+                    let wait = Duration::from_millis(rng.u64(0..=1000));
+                    let leadership = match election.try_campaign_for(wait) {
+                        Ok(Some(l)) => l,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            error(&mut res, "campaign", &e)?;
+                            continue;
+                        }
+                    };
+                    let term = leadership.term();
+                    // A leader writes a few times under its term.
+                    let rounds = rng.u64(1..=3);
+                    (
+                        vec![(name, term)],
+                        Held::Leader(leadership),
+                        client,
+                        None,
+                        rounds,
+                    )
+                }
+            };
+        let kind = match held {
+            Held::One(_) => "one",
+            Held::Multi(_) => "multi",
+            Held::Leader(_) => "leader",
         };
-        let mut opts = LockOptions::new()
-            .fencing(true)
-            .wait(Duration::from_secs(3));
-        if name == REENTRANT {
-            opts = opts.scheme(Scheme::Reentrant);
+        for (name, fence) in &names {
+            res.ask(&format!("ENTER {name} {fence} {kind} {}", CLIENTS[client]))?;
         }
-        let guard = match client.lock_with(name, &opts) {
-            Ok(Some(guard)) => guard,
-            Ok(None) => continue,
-            Err(e) => {
-                res.ask(&format!("ERROR lock {}", one_line(&e.to_string())))?;
-                thread::sleep(Duration::from_millis(20));
-                continue;
-            }
-        };
-        let Some(fence) = guard.fence() else {
-            // A fenced acquire that came back without a fence.
-            let found = raw_state(redis, name);
-            res.ask(&format!("NOFENCE {name} {found}"))?;
-            drop(guard);
-            continue;
-        };
-        res.ask(&format!("ENTER {name} {fence}"))?;
-        // The reentrant name is taken again by the same thread: a nested hold.
-        let nested = if name == REENTRANT {
-            client.try_lock_for(name, Duration::ZERO).ok().flatten()
-        } else {
-            None
-        };
-        let wrote = section(&mut res, &mut rng, name, fence)?;
+        let wrote = section(&mut res, &mut rng, &names, rounds)?;
         if let Some(nested) = nested {
             let _ = nested.unlock();
         }
-        let held = guard.is_held();
-        res.ask(&format!(
-            "EXIT {name} {} {}",
-            u8::from(held),
-            u8::from(wrote)
-        ))?;
-        match guard.unlock() {
-            // The key was gone or someone else's at the release: the lease had been
-            // lost during the section without the client knowing yet.
-            Ok(release) if !release.was_held() => {
-                res.ask(&format!("LATE {name}"))?;
-            }
-            Ok(_) => {}
-            Err(e) => {
-                res.ask(&format!("ERROR unlock {}", one_line(&e.to_string())))?;
+        let is_held = held.is_held();
+        for (name, _) in &names {
+            res.ask(&format!(
+                "EXIT {name} {} {}",
+                u8::from(is_held),
+                u8::from(wrote)
+            ))?;
+        }
+        // Told to stop while holding: the shutdown below gives it back.
+        if res.ask("GO")? != "GO" {
+            kept = Some((client, held));
+            break;
+        }
+        for ((name, _), released) in names.iter().zip(held.release()) {
+            match released {
+                // The key was gone or someone else's at the release: the lease had
+                // been lost during the section without the client knowing yet.
+                Ok(false) => {
+                    res.ask(&format!("LATE {name}"))?;
+                }
+                Ok(true) => {}
+                Err(e) => error(&mut res, "unlock", &e)?,
             }
         }
     }
+    // The end of the worker's life: every client gives back what it holds, within
+    // one deadline.
+    let deadline = Instant::now() + SHUTDOWN_WAIT;
+    for (i, client) in clients.all.iter().enumerate() {
+        let started = Instant::now();
+        let report = client.shutdown(deadline);
+        let took = started.elapsed();
+        let overrun = Instant::now().saturating_duration_since(deadline);
+        let (leases, still_held) = match &kept {
+            Some((c, held)) if *c == i => (held.leases(), held.is_held()),
+            _ => (0, false),
+        };
+        res.ask(&format!(
+            "SHUTDOWN {} {id} {leases} {} {} {} {} {} {}",
+            CLIENTS[i],
+            report.released,
+            report.already_gone,
+            report.failed,
+            millis(took),
+            millis(overrun),
+            u8::from(still_held),
+        ))?;
+    }
+    // A guard whose lease the shutdown ended sends nothing: its unlock says so.
+    if let Some((_, held)) = kept {
+        let answers = held.release();
+        let wrong = answers
+            .iter()
+            .filter(|r| !matches!(r, Err(redlease::Error::Shutdown)))
+            .count();
+        res.ask(&format!("AFTER_SHUTDOWN {} {wrong}", answers.len()))?;
+    }
+    Ok(())
+}
+
+/// Reports an error of the library (counted, not fatal) and backs off a moment.
+fn error(res: &mut Resource, what: &str, e: &redlease::Error) -> Res<()> {
+    res.ask(&format!("ERROR {what} {}", one_line(&e.to_string())))?;
+    thread::sleep(Duration::from_millis(20));
     Ok(())
 }
 
@@ -326,15 +600,18 @@ fn bronze_worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
     let mut rng = fastrand::Rng::with_seed(seed ^ (id << 32) ^ u64::from(std::process::id()));
     let mut res = Resource::connect(resource)?;
     // One connection per deployment: the proxied master, the Sentinel master, the
-    // Cluster master last named by a MOVED.
+    // Cluster master last named by a MOVED for each Cluster name.
     // Redlock's name on its first master only: bronze knows no quorum.
-    let mut cons: [Option<redis::Connection>; 4] = [None, None, None, None];
-    let mut cluster_node = cluster.first().cloned().unwrap_or_default();
+    let mut cons: [Option<redis::Connection>; 5] = [None, None, None, None, None];
+    // Per Cluster name (`c`, `d`): the node last named by a MOVED.
+    let mut cluster_nodes: [String; 2] =
+        std::array::from_fn(|_| cluster.first().cloned().unwrap_or_default());
     while res.ask("GO")? == "GO" {
         let name = NAMES[rng.usize(..NAMES.len())];
         let (con, url) = match name {
             SENTINEL_NAME => (&mut cons[1], sentinel_master(sentinels).unwrap_or_default()),
-            CLUSTER_NAME => (&mut cons[2], cluster_node.clone()),
+            CLUSTER_NAME => (&mut cons[2], cluster_nodes[0].clone()),
+            n if CLUSTER_NAMES.contains(&n) => (&mut cons[4], cluster_nodes[1].clone()),
             REDLOCK_NAME => (&mut cons[3], quorum[0].clone()),
             _ => (&mut cons[0], redis.to_owned()),
         };
@@ -364,10 +641,13 @@ fn bronze_worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
                 Ok(Some(_)) => got = true,
                 Ok(None) => thread::sleep(Duration::from_millis(10)),
                 Err(e) => {
-                    if let Some((host, port)) = e.redirect_node() {
-                        cluster_node = format!("redis://{host}:{port}/");
-                    } else if name == CLUSTER_NAME {
-                        cluster_node.clone_from(&cluster[rng.usize(..cluster.len())]);
+                    // `MOVED <slot> <host:port>`: the node, then the slot.
+                    if let Some((addr, _slot)) = e.redirect_node() {
+                        cluster_nodes[usize::from(name != CLUSTER_NAME)] =
+                            format!("redis://{addr}/");
+                    } else if CLUSTER_NAMES.contains(&name) {
+                        cluster_nodes[usize::from(name != CLUSTER_NAME)]
+                            .clone_from(&cluster[rng.usize(..cluster.len())]);
                     }
                     *con = None;
                     break;
@@ -378,7 +658,7 @@ fn bronze_worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
             continue;
         }
         res.ask(&format!("ENTER {name} 0"))?;
-        let wrote = section(&mut res, &mut rng, name, 0)?;
+        let wrote = section(&mut res, &mut rng, &[(name, 0)], 1)?;
         res.ask(&format!("EXIT {name} 1 {}", u8::from(wrote)))?;
         if let Some(c) = con.as_mut() {
             let r: redis::RedisResult<i64> = redis::cmd("DEL").arg(&key).query(c);
@@ -441,6 +721,12 @@ struct NameState {
     counter: u64,
     increments: u64,
     fences: HashSet<u64>,
+    /// Claims and writes refused for a stale fence (or term).
+    refused: u64,
+    /// Writes accepted from a worker that was not the latest to claim the name.
+    stale_accepted: u64,
+    /// Sections that held the name (exits).
+    sections: u64,
     /// Connections inside (between ENTER and EXIT), with their worker id.
     inside: Vec<u64>,
 }
@@ -490,6 +776,39 @@ struct History {
     nemesis_errors: u64,
     /// Those faults, for the checker's failover windows.
     failed_faults: Vec<Fault>,
+    /// Names entered, by kind of section and client (`multi cluster`, ...).
+    entries: BTreeMap<String, u64>,
+    wait_frees: Vec<WaitFree>,
+    shutdowns: Vec<ShutdownLine>,
+    /// Guards kept past a shutdown whose unlock did not say `Error::Shutdown`.
+    unlock_after_shutdown_wrong: u64,
+    unlocks_after_shutdown: u64,
+}
+
+/// One `wait_free` of a worker, as it timed it.
+struct WaitFree {
+    worker: u64,
+    /// Since the soak's start: when the call began and returned.
+    start: Duration,
+    end: Duration,
+    timeout: Duration,
+    took: Duration,
+    outcome: String,
+}
+
+/// One client's `shutdown` at a worker's end, as the worker reported it.
+struct ShutdownLine {
+    client: String,
+    worker: u64,
+    /// Leases the worker knew it held on that client.
+    leases: u64,
+    released: u64,
+    already_gone: u64,
+    failed: u64,
+    took: Duration,
+    overrun: Duration,
+    /// A kept guard that still said `is_held()` after the shutdown.
+    still_held: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -584,6 +903,8 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
     match parts.first().copied() {
         Some("GO") => if h.stopping { "STOP" } else { "GO" }.to_owned(),
         Some("ENTER") => {
+            let kind = parts.get(3..).map(|p| p.join(" ")).unwrap_or_default();
+            *h.entries.entry(kind).or_default() += 1;
             let state = h.names.entry(name.clone()).or_default();
             let others: Vec<u64> = state.inside.clone();
             state.inside.push(conn);
@@ -618,6 +939,7 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
             if accepted {
                 "OK".to_owned()
             } else {
+                state.refused += 1;
                 h.refused += 1;
                 "REFUSED".to_owned()
             }
@@ -632,9 +954,11 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
                 let from_latest = state.claimer == Some(conn);
                 state.counter = value;
                 state.increments += 1;
+                state.stale_accepted += u64::from(!from_latest);
                 h.stale_accepted += u64::from(!from_latest);
                 "OK".to_owned()
             } else {
+                state.refused += 1;
                 h.refused += 1;
                 "REFUSED".to_owned()
             }
@@ -644,6 +968,7 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
             let wrote = num(3) == 1;
             if let Some(state) = h.names.get_mut(&name) {
                 state.inside.retain(|c| *c != conn);
+                state.sections += 1;
             }
             exit_overlaps(h, &name, conn, !held);
             h.sections += 1;
@@ -669,6 +994,37 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
                 o.first_late |= o.first == conn;
                 o.second_late |= o.second == conn;
             }
+            "OK".to_owned()
+        }
+        Some("WAITFREE") => {
+            let took = Duration::from_millis(num(4));
+            h.wait_frees.push(WaitFree {
+                worker: num(2),
+                start: now.saturating_sub(took),
+                end: now,
+                timeout: Duration::from_millis(num(3)),
+                took,
+                outcome: parts.get(5).copied().unwrap_or("").to_owned(),
+            });
+            "OK".to_owned()
+        }
+        Some("SHUTDOWN") => {
+            h.shutdowns.push(ShutdownLine {
+                client: name,
+                worker: num(2),
+                leases: num(3),
+                released: num(4),
+                already_gone: num(5),
+                failed: num(6),
+                took: Duration::from_millis(num(7)),
+                overrun: Duration::from_millis(num(8)),
+                still_held: num(9) == 1,
+            });
+            "OK".to_owned()
+        }
+        Some("AFTER_SHUTDOWN") => {
+            h.unlocks_after_shutdown += num(1);
+            h.unlock_after_shutdown_wrong += num(2);
             "OK".to_owned()
         }
         Some("NOFENCE") => {
@@ -1265,12 +1621,12 @@ fn report(
     // it. Counted apart; anywhere else it fails the soak.
     let near_failover = |o: &Overlap| {
         h.faults.iter().chain(&h.failed_faults).any(|f| {
-            let name = match f.kind {
-                "sentinel_failover" => SENTINEL_NAME,
-                "cluster_failover" => CLUSTER_NAME,
+            let failed_over = match f.kind {
+                "sentinel_failover" => o.name == SENTINEL_NAME,
+                "cluster_failover" => CLUSTER_NAMES.contains(&o.name.as_str()),
                 _ => return false,
             };
-            o.name == name
+            failed_over
                 && f.start <= o.at + Duration::from_secs(1)
                 && o.at <= f.end + TTL + Duration::from_secs(1)
         })
@@ -1281,11 +1637,25 @@ fn report(
         .filter(|o| !o.excused())
         .partition(|o| near_failover(o));
     let excused = h.overlaps.len() - overlaps.len() - failover_overlaps.len();
+    // Redlock gives no fence: the resource cannot refuse a paused holder's late
+    // write to its name, so those (and the updates they lose) are counted apart.
+    let unfenced = |name: &str| !bronze && name == REDLOCK_NAME;
+    let lost = |s: &NameState| s.increments.abs_diff(s.counter);
     let lost_updates: u64 = h
         .names
-        .values()
-        .map(|s| s.increments.abs_diff(s.counter))
+        .iter()
+        .filter(|(n, _)| !unfenced(n))
+        .map(|(_, s)| lost(s))
         .sum();
+    let stale_accepted: u64 = h
+        .names
+        .iter()
+        .filter(|(n, _)| !unfenced(n))
+        .map(|(_, s)| s.stale_accepted)
+        .sum();
+    let redlock = h.names.get(REDLOCK_NAME);
+    let redlock_stale = redlock.map_or(0, |s| s.stale_accepted);
+    let redlock_lost = redlock.map_or(0, lost);
     // Liveness: the first completed section after each heal.
     let mut max_gap = Duration::ZERO;
     let mut stalls = Vec::new();
@@ -1297,6 +1667,45 @@ fn report(
             stalls.push(f);
         }
     }
+    // wait_free: bounded by its timeout, unless its worker was frozen meanwhile.
+    let frozen = |worker: u64, start: Duration, end: Duration| {
+        h.faults.iter().any(|f| {
+            f.kind == "stop_worker"
+                && f.victim.starts_with(&format!("worker {worker} "))
+                && f.start <= end
+                && start <= f.end
+        })
+    };
+    let wait_free_overruns: Vec<&WaitFree> = h
+        .wait_frees
+        .iter()
+        .filter(|w| w.took > w.timeout + OVERRUN_MARGIN && !frozen(w.worker, w.start, w.end))
+        .collect();
+    let max_wait_free_overrun = h
+        .wait_frees
+        .iter()
+        .filter(|w| !frozen(w.worker, w.start, w.end))
+        .map(|w| w.took.saturating_sub(w.timeout))
+        .max()
+        .unwrap_or_default();
+    let wait_free_outcomes = |o: &str| h.wait_frees.iter().filter(|w| w.outcome == o).count();
+    // shutdown: by its deadline, every kept lease ended, counted at most once.
+    let sum = |f: fn(&ShutdownLine) -> u64| h.shutdowns.iter().map(f).sum::<u64>();
+    let shutdown_overruns: Vec<&ShutdownLine> = h
+        .shutdowns
+        .iter()
+        .filter(|s| s.overrun > OVERRUN_MARGIN)
+        .collect();
+    let held_after_shutdown = h.shutdowns.iter().filter(|s| s.still_held).count();
+    let overcounted = h
+        .shutdowns
+        .iter()
+        .filter(|s| s.released + s.already_gone + s.failed > s.leases)
+        .count();
+    let max_shutdown = h.shutdowns.iter().map(|s| s.took).max().unwrap_or_default();
+    let expected_shutdowns = if bronze { 0 } else { WORKERS * CLIENTS.len() };
+    let entries = |kind: &str| h.entries.get(kind).copied().unwrap_or_default();
+    let name_stat = |name: &str, f: fn(&NameState) -> u64| h.names.get(name).map_or(0, f);
     let mut kinds: BTreeMap<&str, u64> = BTreeMap::new();
     for f in &h.faults {
         *kinds.entry(f.kind).or_default() += 1;
@@ -1305,7 +1714,7 @@ fn report(
     if !overlaps.is_empty() {
         failed.push("overlaps");
     }
-    if h.stale_accepted > 0 {
+    if stale_accepted > 0 {
         failed.push("stale_writes_accepted");
     }
     if lost_updates > 0 {
@@ -1328,6 +1737,42 @@ fn report(
     }
     if !keys_left.is_empty() {
         failed.push("keys_left");
+    }
+    if !wait_free_overruns.is_empty() {
+        failed.push("wait_free_overrun");
+    }
+    for w in wait_free_overruns.iter().take(5) {
+        eprintln!(
+            "soak: WAIT_FREE OVERRUN: worker {} asked {} ms, returned after {} ms at {:.2} s ({})",
+            w.worker,
+            w.timeout.as_millis(),
+            w.took.as_millis(),
+            w.end.as_secs_f64(),
+            w.outcome
+        );
+    }
+    if !shutdown_overruns.is_empty() {
+        failed.push("shutdown_overrun");
+    }
+    for s in shutdown_overruns.iter().take(5) {
+        eprintln!(
+            "soak: SHUTDOWN OVERRUN: worker {}'s {} client returned {} ms past its deadline",
+            s.worker,
+            s.client,
+            s.overrun.as_millis()
+        );
+    }
+    if held_after_shutdown > 0 {
+        failed.push("held_after_shutdown");
+    }
+    if overcounted > 0 {
+        failed.push("shutdown_overcounted");
+    }
+    if h.unlock_after_shutdown_wrong > 0 {
+        failed.push("unlock_after_shutdown");
+    }
+    if h.shutdowns.len() != expected_shutdowns {
+        failed.push("shutdown_reports");
     }
     if crashes > 0 || stuck > 0 {
         failed.push("workers");
@@ -1390,6 +1835,12 @@ fn report(
             failed.join(", ")
         );
     }
+    let by_name = h
+        .names
+        .iter()
+        .map(|(n, s)| format!("\"{n}\":{}", s.sections))
+        .collect::<Vec<_>>()
+        .join(",");
     let faults = kinds
         .iter()
         .map(|(k, n)| format!("\"{k}\":{n}"))
@@ -1401,23 +1852,54 @@ fn report(
         .collect::<Vec<_>>()
         .join(",");
     println!(
-        "{{\"seed\":{seed},\"seconds\":{seconds},\"client\":\"{}\",\"sections\":{},\"faults\":{{{faults}}},\
+        "{{\"seed\":{seed},\"seconds\":{seconds},\"client\":\"{}\",\"sections\":{},\"sections_by_name\":{{{by_name}}},\"faults\":{{{faults}}},\
          \"overlaps\":{},\"overlaps_excused\":{excused},\"overlaps_lost_with_failover\":{},\"leases_reported_lost\":{},\
          \"stale_writes_accepted\":{},\"stale_writes_refused\":{},\"lost_updates\":{lost_updates},\
          \"fence_repeats\":{},\"grants_without_fence\":{},\"max_liveness_gap_ms\":{},\"keys_left\":{},\"worker_crashes\":{crashes},\
-         \"workers_stuck\":{stuck},\"nemesis_errors\":{},\"ok\":{ok},\"failed\":[{failed_json}]}}",
+         \"workers_stuck\":{stuck},\"nemesis_errors\":{},\
+         \"multi_sections\":{{\"single\":{},\"cluster\":{}}},\"leader_sections\":{{\"single\":{},\"cluster\":{}}},\
+         \"leader_terms\":{{\"{LEADER_SINGLE}\":{},\"{LEADER_CLUSTER}\":{}}},\
+         \"leader_refused\":{{\"{LEADER_SINGLE}\":{},\"{LEADER_CLUSTER}\":{}}},\
+         \"wait_free\":{{\"calls\":{},\"free\":{},\"held\":{},\"errors\":{},\"max_overrun_ms\":{},\"overruns\":{}}},\
+         \"shutdown\":{{\"reports\":{},\"leases_kept\":{},\"released\":{},\"already_gone\":{},\"failed\":{},\
+         \"max_ms\":{},\"overruns\":{},\"held_after\":{held_after_shutdown},\"unlocks_after\":{},\"unlocks_after_wrong\":{}}},\
+         \"redlock_unfenced\":{{\"stale_writes_accepted\":{redlock_stale},\"lost_updates\":{redlock_lost}}},\
+         \"ok\":{ok},\"failed\":[{failed_json}]}}",
         if bronze { "bronze" } else { "redlease" },
         h.sections,
         overlaps.len(),
         failover_overlaps.len(),
         h.lost_reported,
-        h.stale_accepted,
+        stale_accepted,
         h.refused,
         h.fence_repeats,
         h.no_fence.len(),
         max_gap.as_millis(),
         keys_left.len(),
         h.nemesis_errors,
+        entries("multi single") / 2,
+        entries("multi cluster") / 2,
+        entries("leader single"),
+        entries("leader cluster"),
+        name_stat(LEADER_SINGLE, |n| n.fences.len() as u64),
+        name_stat(LEADER_CLUSTER, |n| n.fences.len() as u64),
+        name_stat(LEADER_SINGLE, |n| n.refused),
+        name_stat(LEADER_CLUSTER, |n| n.refused),
+        h.wait_frees.len(),
+        wait_free_outcomes("free"),
+        wait_free_outcomes("held"),
+        wait_free_outcomes("error"),
+        max_wait_free_overrun.as_millis(),
+        wait_free_overruns.len(),
+        h.shutdowns.len(),
+        sum(|s| s.leases),
+        sum(|s| s.released),
+        sum(|s| s.already_gone),
+        sum(|s| s.failed),
+        max_shutdown.as_millis(),
+        shutdown_overruns.len(),
+        h.unlocks_after_shutdown,
+        h.unlock_after_shutdown_wrong,
     );
     ok
 }

@@ -526,3 +526,38 @@ fn in_a_cluster_a_release_on_any_master_wakes_the_waiter() {
     let rx = waiting(&client, semaphore.name(), LONG);
     answers_after(&rx, || permit.unlock().unwrap());
 }
+
+#[cfg(feature = "cluster")]
+#[test]
+fn in_a_cluster_a_look_that_meets_a_moved_slot_follows_it() {
+    use support::cluster::Cluster;
+    let cluster = Cluster::start(3, 0);
+    let holder = LockClient::cluster(cluster.urls())
+        .key_prefix(PREFIX)
+        .build()
+        .unwrap();
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix(PREFIX)
+        .build()
+        .unwrap();
+    let name = "moving";
+    let slot = cluster.slot(&format!("{PREFIX}{name}"));
+    let from = cluster.owner(slot);
+    let to = (from + 1) % 3;
+    // The client's map names `from` for the slot, and has used it.
+    assert!(client.wait_free(name, Duration::ZERO).unwrap());
+    let guard = holder.lock(name).unwrap();
+    cluster.begin_migration(slot, from, to);
+    assert!(
+        cluster.move_keys(slot, from, to) > 0,
+        "the lock did not move"
+    );
+    cluster.finish_migration(slot, from, to);
+    // `from` answers MOVED now: the look goes where it says, within the call.
+    assert!(
+        !client.wait_free(name, Duration::ZERO).unwrap(),
+        "held on `to`"
+    );
+    let rx = waiting(&client, name, LONG);
+    answers_after(&rx, || guard.unlock().unwrap());
+}

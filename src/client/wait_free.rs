@@ -29,6 +29,13 @@ const TRUSTED_STEPS: u32 = 10;
 /// from one of them.
 const PARTLY_FREE_STEP: Duration = Duration::from_millis(2);
 
+/// Answers of a cluster node that say a look ran nowhere (`MOVED`, `ASK`,
+/// `TRYAGAIN`, `CLUSTERDOWN`) followed at once, as a cluster call follows its
+/// first redirections; after them a look pauses 1, 2, 4 … ms, up to
+/// [`MAX_HOP_PAUSE`], before it is sent again.
+const FREE_HOPS: u32 = 2;
+const MAX_HOP_PAUSE: Duration = Duration::from_millis(100);
+
 /// What one look found.
 #[derive(Debug, Default)]
 struct Held {
@@ -77,7 +84,10 @@ impl LockClient {
     /// [`Error::Invalid`] for an empty name; [`Error::WrongFormat`] when the key
     /// holds no lock format (a list, a set, a hash of other fields, ...);
     /// [`Error::Shutdown`] when the client is [closed](Self::close), also while
-    /// it waits; [`Error::Redis`] when a look got no answer.
+    /// it waits; [`Error::Redis`] when a look got no answer, or, in a Redis
+    /// Cluster, was still redirected (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`)
+    /// when `timeout` ran out (a look follows the slot's move within the call,
+    /// as every cluster call does).
     ///
     /// # Examples
     /// ```no_run
@@ -100,7 +110,7 @@ impl LockClient {
         let mut last_value = None;
         let mut partly_free_looks = 0;
         loop {
-            let Some(held) = self.look(&keys, watcher.listening())? else {
+            let Some(held) = self.look_following(&keys, watcher.listening(), deadline)? else {
                 return Ok(true);
             };
             if held.value != last_value {
@@ -149,6 +159,36 @@ impl LockClient {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(false);
             }
+        }
+    }
+
+    /// [`look`](Self::look), sent again while a cluster node answers that it ran
+    /// nowhere: the connection noted where the slot went, and the next look goes
+    /// where the map then says. The first [`FREE_HOPS`] at once, then after a
+    /// growing pause that ends before `deadline`; past it, the last answer.
+    fn look_following(
+        &self,
+        keys: &Keys,
+        mark: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Held>> {
+        let mut hops = 0u32;
+        loop {
+            let e = match self.look(keys, mark) {
+                Err(e) if ran_nowhere(&e) => e,
+                answer => return answer,
+            };
+            hops += 1;
+            if hops <= FREE_HOPS {
+                continue;
+            }
+            let pause =
+                Duration::from_millis(1 << (hops - FREE_HOPS - 1).min(7)).min(MAX_HOP_PAUSE);
+            let late = deadline.is_some_and(|d| Instant::now() + pause >= d);
+            if late || self.inner.hub.shutdown.is_cancelled() {
+                return Err(e);
+            }
+            std::thread::sleep(pause);
         }
     }
 
@@ -219,6 +259,24 @@ impl Held {
             self.value = other.value;
         }
     }
+}
+
+/// Whether a cluster node answered that the command ran nowhere: sending it
+/// again, where the answer says, is safe.
+fn ran_nowhere(e: &Error) -> bool {
+    let Error::Redis(failure) = e else {
+        return false;
+    };
+    failure.redis_error().is_some_and(|e| {
+        [
+            redis::ServerErrorKind::Moved,
+            redis::ServerErrorKind::Ask,
+            redis::ServerErrorKind::TryAgain,
+            redis::ServerErrorKind::ClusterDown,
+        ]
+        .into_iter()
+        .any(|k| e.kind() == k.into())
+    })
 }
 
 /// Who holds the name as `info` shows it, at `now_ms` (unix ms); `None` when free.
