@@ -289,6 +289,8 @@ fn a_multi_guard_after_shutdown_is_not_held_and_its_unlock_sends_nothing() {
     assert_eq!(client.shutdown(in_secs(10)), report(5, 0, 0));
     assert!(!all.is_held());
     assert!(all.check().is_err());
+    let told: Vec<_> = all.lost().try_iter().map(|m| m.reason).collect();
+    assert_eq!(told, [LossReason::Released; 3]);
     assert!(!dropped.is_held());
     for i in 1..=5 {
         assert!(
