@@ -600,3 +600,44 @@ fn an_observer_of_a_client_that_shuts_down_disconnects() {
         }
     }
 }
+
+#[test]
+fn callers_waiting_before_a_release_inside_the_min_hold_see_the_key_free_at_the_holds_end() {
+    let server = RedisServer::start();
+    // Both poll every 10 s at best, and read a TTL of 30 s before the release:
+    // only the release tells them that the key now ends with the hold.
+    let (holder, other) = (slow(&server), slow(&server));
+    let began = Instant::now();
+    let opts = LockOptions::new().wait(Duration::ZERO).min_hold(HOLD);
+    let guard = holder.lock_with("early", &opts).unwrap().unwrap();
+    let ours = holder.lock_with("early-local", &opts).unwrap().unwrap();
+    let watcher = other.clone();
+    let free = spawned(move || watcher.wait_free("early", LONG));
+    let taken = spawned(move || {
+        other
+            .lock_with("early", &LockOptions::new().wait(LONG))
+            .map(|g| g.is_some())
+    });
+    let local = holder.clone();
+    let handed = spawned(move || {
+        local
+            .lock_with("early-local", &LockOptions::new().wait(LONG))
+            .map(|g| g.is_some())
+    });
+    listening(&server, "early");
+    listening(&server, "early-local");
+    assert!(free.recv_timeout(STILL).is_err(), "free while held");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    assert_eq!(ours.unlock().unwrap(), Release::Released);
+    assert_kept_until(&server, "lock:early", HOLD, began);
+
+    let end = began + HOLD;
+    for (what, answer) in [("wait_free", free), ("lock", taken), ("local lock", handed)] {
+        let (ok, at) = answer.recv_timeout(LONG).unwrap();
+        assert!(ok.unwrap(), "{what}");
+        let late = at.saturating_duration_since(end);
+        println!("{what}: {late:?} after the hold's end");
+        assert!(at + ROUNDING >= end, "{what}: {:?} early", end - at);
+        assert!(late < AFTER, "{what}: {late:?} after the hold's end");
+    }
+}
