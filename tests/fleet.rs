@@ -279,6 +279,27 @@ fn unlocking_a_lock_all_inside_its_min_hold_keeps_every_name_and_hands_none_on()
 }
 
 #[test]
+fn unlocking_a_lock_all_nobody_waits_for_inside_its_min_hold_keeps_every_name() {
+    let server = RedisServer::start();
+    let (client, other) = (client(&server), client(&server));
+    let names = ["q1", "q2", "q3"];
+    let began = Instant::now();
+    let opts = LockOptions::new().wait(Duration::ZERO).min_hold(HOLD);
+    let all = client.lock_all_with(&names, &opts).unwrap().unwrap();
+    // Nobody waits: where the keys share a node, one script would release all.
+    let released = all.unlock();
+    assert!(
+        released.iter().all(|r| matches!(r, Ok(Release::Released))),
+        "{released:?}"
+    );
+    for name in names {
+        assert_kept_until(&server, &format!("lock:{name}"), HOLD, began);
+    }
+    assert!(other.try_lock_all(&names).unwrap().is_none());
+    assert!(client.try_lock("q2").unwrap().is_none());
+}
+
+#[test]
 fn a_multi_guard_after_shutdown_is_not_held_and_its_unlock_sends_nothing() {
     let server = RedisServer::start();
     let client = client(&server);
