@@ -155,7 +155,9 @@ impl MultiGuard {
             .map(|(outcome, state)| {
                 match &outcome {
                     Ok(Release::Released) => bump(&hub.counters.released, 1),
-                    Ok(_) => {}
+                    // The client's shutdown released it (and counted it):
+                    // nothing sent.
+                    Ok(_) | Err(Error::Shutdown) => {}
                     Err(_) => bump(&hub.counters.release_errors, 1),
                 }
                 outcome.map_err(|e| e.during(Operation::Release, &state.key, limits))
@@ -168,6 +170,8 @@ impl Drop for MultiGuard {
     fn drop(&mut self) {
         for (outcome, key) in self.release().into_iter().zip(self.keys()) {
             match outcome {
+                // The client's shutdown ended the lease and reported it.
+                Err(Error::Shutdown) => {}
                 // The error names the call and the key.
                 Err(e) => log::warn!("dropped guard: {e}"),
                 Ok(outcome) if !outcome.was_held() => {

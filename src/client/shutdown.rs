@@ -68,13 +68,17 @@ impl LockClient {
     ///
     /// Afterwards every guard of these leases ([`LockGuard`](crate::LockGuard),
     /// [`ReadGuard`](crate::ReadGuard), [`WriteGuard`](crate::WriteGuard),
-    /// [`PermitGuard`](crate::PermitGuard), a fair lock's guard) says
+    /// [`PermitGuard`](crate::PermitGuard), a fair lock's guard, each name of a
+    /// [`MultiGuard`](crate::MultiGuard), a [`Leadership`](crate::Leadership)) says
     /// `is_held() == false`; its `lost()` receiver gets one [`LeaseLost`](crate::LeaseLost)
     /// (reason [`LossReason::Released`], or [`Expired`](LossReason::Expired) /
     /// [`Taken`](LossReason::Taken) when the release found the lease gone) and an
     /// `on_lost` callback runs; `unlock()` and `extend()` return
-    /// [`Error::Shutdown`](crate::Error::Shutdown) and dropping it sends nothing. A guard released by its
-    /// holder while the shutdown ran is not counted.
+    /// [`Error::Shutdown`](crate::Error::Shutdown) (a `MultiGuard`'s `unlock` one
+    /// per name, a `Leadership`'s `resign` too) and dropping it sends nothing. A
+    /// lock inside its [minimum hold](crate::LockOptions::min_hold) is kept until
+    /// the hold ends, as its `unlock` would keep it, and counts as released. A
+    /// guard released by its holder while the shutdown ran is not counted.
     ///
     /// Returns by `deadline` (plus the time to spawn the release threads); a
     /// release not answered by then counts as [`failed`](ShutdownReport::failed),

@@ -36,6 +36,9 @@ const PARTLY_FREE_STEP: Duration = Duration::from_millis(2);
 const FREE_HOPS: u32 = 2;
 const MAX_HOP_PAUSE: Duration = Duration::from_millis(100);
 
+/// `PTTL` of a key that does not exist.
+const KEY_GONE: i64 = -2;
+
 /// What one look found.
 #[derive(Debug, Default)]
 struct Held {
@@ -210,21 +213,25 @@ impl LockClient {
                         && info
                             .value()
                             .is_some_and(|v| ClientTag::of_token(v).is_some() && !v.ends_with('+'));
-                    if mark && unmarked {
-                        TOKEN_MARK.key(&keys.lock).invoke::<i64>(c)?;
-                    }
-                    Ok(info)
+                    // The mark comes after the snapshot: a release in between
+                    // published nothing (nobody had marked the value), and the
+                    // mark finds no key (`PTTL` -2). The name was free then.
+                    let gone = mark
+                        && unmarked
+                        && TOKEN_MARK.key(&keys.lock).invoke::<i64>(c)? == KEY_GONE;
+                    Ok((info, gone))
                 })?)
             });
-            let info = match read {
-                Ok(info) => info,
+            let (info, gone) = match read {
+                Ok(read) => read,
                 Err(e) => {
                     failed += 1;
                     last_error = Some(e.during(Operation::Inspect, &keys.lock, node.limits()));
                     continue;
                 }
             };
-            match holder(&info, now_ms())? {
+            let found = if gone { None } else { holder(&info, now_ms())? };
+            match found {
                 None => free += 1,
                 Some(h) => held.merge(h),
             }

@@ -33,9 +33,20 @@ pub(crate) fn release(
     (value, maybe): (&str, &[String]),
 ) -> RedisResult<i64> {
     if let Some(keep) = announce.keep {
-        // A minimum hold not over yet: keep the key, do not free it.
+        // A minimum hold not over yet: keep the key, do not free it; its waiters
+        // are told to read its new `PTTL`.
+        let publish = if conn.sharded() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
         let mut cmd = script_cmd(&TOKEN_KEEP, 1);
-        cmd.arg(key).arg(value).arg(ttl_millis(keep));
+        cmd.arg(key)
+            .arg(value)
+            .arg(ttl_millis(keep))
+            .arg(announce.channel)
+            .arg(publish)
+            .arg(if announce.always { "1" } else { "0" });
         return conn.run(|c| cmd.query(c));
     }
     let script = if conn.sharded() {

@@ -78,7 +78,8 @@ pub(crate) struct Announce<'a> {
     /// Keep the key this much longer instead of deleting it: a minimum hold
     /// ([`LockOptions::min_hold`](crate::LockOptions::min_hold)) that has not
     /// ended. The release then compares the token and sets this `PTTL` (marking
-    /// the value kept), and publishes nothing: the lock is not free.
+    /// the value kept); the lock is not free, and the message it publishes (as
+    /// a release would) only makes waiters read the key's new `PTTL`.
     pub(crate) keep: Option<Duration>,
 }
 

@@ -133,7 +133,9 @@ impl Election {
     /// # Errors
     /// As [`campaign`](Self::campaign); [`Error::Config`] for fencing off or a
     /// scheme other than [`Scheme::Token`] (an election is a fenced token
-    /// lock); [`Error::Cancelled`].
+    /// lock); [`Error::Unsupported`] for a
+    /// [`min_hold`](LockOptions::min_hold) (a resign hands the leadership on
+    /// at once); [`Error::Cancelled`].
     pub fn campaign_with(&self, opts: &LockOptions) -> Result<Option<Leadership>> {
         self.run(opts, Wait::InLine(opts.deadline_from(Instant::now())))
     }
@@ -163,6 +165,14 @@ impl Election {
         }
         if opts.scheme.as_ref().is_some_and(|s| *s != Scheme::Token) {
             return Err(Error::config("scheme", "an election is a token lock"));
+        }
+        // A kept key (`<token>~`) would name no leader and no term until it
+        // expired: `leader()` and observers would fail on it.
+        if opts.min_hold.is_some() {
+            return Err(Error::Unsupported {
+                what: "a minimum hold (min_hold)",
+                by: "an election (a resign hands the leadership on at once)",
+            });
         }
         // A key of another format (a hash, a count) would read as busy forever.
         self.read()?;

@@ -184,12 +184,17 @@ return 1 + heard
 ///
 /// KEYS[1] lock key. ARGV[1] token, ARGV[2] the time left of the hold in ms (a
 /// relative `PX`, counted on the releaser's monotonic clock: no wall clock
-/// enters). Returns 1 kept, 0 gone, -1 someone else's value (left untouched).
-/// The value becomes `<token>~` ([`KEPT_MARK`]): the holder is done with it, and
-/// `inspect` says the lock is kept for its minimum hold. A waiter's `+` mark is
-/// dropped and nothing is published: the lock is not free until the key
-/// expires, and a waiter's wait is bounded by the key's `PTTL`. Accepting a kept
-/// value again makes a retried keep idempotent.
+/// enters), ARGV[3] the key's release channel, ARGV[4] `PUBLISH` or `SPUBLISH`,
+/// ARGV[5] `1` to publish whatever the value says (the releaser's client has
+/// callers waiting). Returns 1 kept, 0 gone, -1 someone else's value (left
+/// untouched). The value becomes `<token>~` ([`KEPT_MARK`]): the holder is done
+/// with it, and `inspect` says the lock is kept for its minimum hold. A
+/// waiter's `+` mark is dropped. When a waiter had marked the value (or
+/// ARGV[5] asks), a `kept` message goes out on the release channel: the lock is
+/// not free, but its waiters read the key's new, shorter `PTTL`, which then
+/// bounds their wait (they read the old one before, and the key publishes
+/// nothing when it expires). Accepting a kept value again makes a retried keep
+/// idempotent; it publishes nothing.
 pub(crate) static TOKEN_KEEP: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
@@ -200,6 +205,9 @@ if type(v) == 'table' or (v ~= ARGV[1] and v ~= ARGV[1] .. '+' and v ~= kept) th
   return -1
 end
 redis.call('SET', KEYS[1], kept, 'PX', ARGV[2])
+if v == ARGV[1] .. '+' or (ARGV[5] == '1' and v ~= kept) then
+  redis.pcall(ARGV[4], ARGV[3], 'kept')
+end
 return 1
 "
     ))

@@ -209,6 +209,11 @@ impl<'a> WaitSlot<'a> {
                     self.queued = false;
                     self.turn = Turn::Woken;
                     self.backoff_step = 0;
+                    // The holder's TTL last seen is stale: the key may be someone
+                    // else's now, or kept for a minimum hold that ends sooner
+                    // (whose key publishes nothing when it expires). A busy reply
+                    // to the next attempt says how long the holder has left.
+                    self.holder_until = None;
                     bump(&self.hub.counters.wakeups, 1);
                     // Other clients' waiters go first for a moment: try after it.
                     if self.hub.lines.held_off(&self.keys.channel).is_none() {
