@@ -4,10 +4,11 @@
 
 use redlease::{CancelToken, Error, LockOptions};
 
-use crate::args::{ElectArgs, server_name};
+use crate::args::ElectArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::held::Held;
-use crate::run::{cancelled, run_command, watch_signals};
+use crate::server::server_name;
+use crate::supervise::{cancelled, run_command, watch_signals};
 
 /// Runs `elect`; returns the exit code (the command's, or 128 + a signal that
 /// stopped the campaign) or the failure to report.

@@ -9,10 +9,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use redlease::{LockFormat, LockInfo, TimestampUnit};
 use serde_json::{Value, json};
 
-use crate::args::{InspectArgs, server_name};
+use crate::args::InspectArgs;
 use crate::exit::Failure;
 use crate::owners;
 use crate::probe;
+use crate::server::server_name;
 
 /// Runs `inspect`: prints what holds the key. Exit code 0 when the key could be
 /// read, whatever holds it (also when nothing does).

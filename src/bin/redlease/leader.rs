@@ -4,8 +4,9 @@
 use redlease::{Leader, Owner};
 use serde_json::{Value, json};
 
-use crate::args::{LeaderArgs, server_name};
+use crate::args::LeaderArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
+use crate::server::server_name;
 
 /// Prints the leader; 0 when there is one, [`NOT_ACQUIRED`] (75) when nobody
 /// leads.

@@ -10,11 +10,13 @@
 use redis::{Connection, ConnectionInfo, IntoConnectionInfo, Value};
 use redlease::LockInfo;
 
-use crate::args::{ListArgs, Servers, server_name};
+use crate::args::ListArgs;
 use crate::exit::Failure;
 use crate::inspect::{summary, to_json};
 use crate::owners;
 use crate::probe;
+use crate::server::Servers;
+use crate::server::server_name;
 
 /// Keys a `SCAN` call looks at.
 const SCAN_COUNT: usize = 100;

@@ -7,12 +7,13 @@
 //! --force` use the `redis` crate directly). Modules, one per subcommand plus
 //! their helpers:
 //!
-//! - `args`: what clap parses, turned into library settings;
+//! - `args`: what clap parses, turned into library settings; `server` the servers
+//!   a subcommand talks to and the client built for them;
 //! - `exit`: the exit codes and the failure type that carries one;
-//! - `run`, with `held` (a lock or a semaphore's permit), `child` (the command's
-//!   process group) and `status` (the line shown while waiting on a terminal);
-//! - `elect` (a command run while leader, on `run`'s machinery) and `leader` (who
-//!   leads an election);
+//! - `run`, with `held` (a lock, locks, a permit or a leadership), `child` (the
+//!   command's process group), `status` (the line shown while waiting on a
+//!   terminal) and `supervise` (the command run under the lease, shared with `elect`);
+//! - `elect` (a command run while leader) and `leader` (who leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`).
@@ -31,7 +32,9 @@ mod owners;
 mod probe;
 mod release;
 mod run;
+mod server;
 mod status;
+mod supervise;
 mod wait;
 
 use std::process::ExitCode;
@@ -39,10 +42,9 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::args::{
-    ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, ServerArgs, WaitArgs,
-};
+use crate::args::{ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs};
 use crate::exit::{EXIT_CODES, USAGE};
+use crate::server::ServerArgs;
 
 /// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
 #[derive(Debug, Parser)]

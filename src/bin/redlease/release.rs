@@ -5,10 +5,11 @@ use std::sync::LazyLock;
 use redis::Script;
 use redlease::LockInfo;
 
-use crate::args::{ReleaseArgs, server_name};
+use crate::args::ReleaseArgs;
 use crate::exit::Failure;
 use crate::inspect::summary;
 use crate::probe;
+use crate::server::server_name;
 
 /// Deletes the lock key whatever holds it and, if it existed, wakes the waiters
 /// as a release would: the token scheme's, and Redisson's (and the reentrant

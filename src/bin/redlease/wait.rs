@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use crate::args::{WaitArgs, server_name};
+use crate::args::WaitArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
+use crate::server::server_name;
 
 /// How long `wait` waits without `--timeout`: as long as it takes, in the
 /// longest wait one call can express (a century, renewed if it ever runs out).
