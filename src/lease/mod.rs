@@ -1,4 +1,8 @@
 //! The state of one held lease, shared by its guard and the renewal thread.
+//!
+//! Layout: this file is [`LeaseState`] and what its mutex guards ([`Held`]);
+//! `loss.rs` how a holder hears that the lease ended ([`LossReason`],
+//! [`LeaseLost`], the `on_lost` callback's [`Notice`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -11,9 +15,10 @@ use crate::metrics::{Counters, bump, export};
 use crate::scheme::{Backend, Keys};
 use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
 
-/// A callback run when a lease is lost, on the client's notifier thread (or the
-/// guard owner's thread once the client is gone).
-pub(crate) type LostCallback = Arc<dyn Fn(&LeaseLost) + Send + Sync>;
+mod loss;
+
+pub use loss::{LeaseLost, LossReason};
+pub(crate) use loss::{LostCallback, Notice};
 
 /// The terms of a lease that a waiting caller can take over as it is: renewed in the
 /// background with this TTL and interval, with no fence, hold bound or callback.
@@ -21,77 +26,6 @@ pub(crate) type LostCallback = Arc<dyn Fn(&LeaseLost) + Send + Sync>;
 pub(crate) struct Terms {
     pub(crate) ttl: Duration,
     pub(crate) interval: Duration,
-}
-
-/// A callback to run and the message to run it with, queued for the notifier.
-pub(crate) struct Notice {
-    pub(crate) callback: LostCallback,
-    pub(crate) msg: LeaseLost,
-}
-
-impl Notice {
-    /// Runs the callback, catching a panic (logged; the panic hook has printed it).
-    pub(crate) fn run(self) {
-        let Notice { callback, msg } = self;
-        let call = std::panic::AssertUnwindSafe(|| callback(&msg));
-        if std::panic::catch_unwind(call).is_err() {
-            log::error!("on_lost callback for `{}` panicked", msg.key);
-        }
-    }
-}
-
-/// Why a lease was lost; carried by [`LeaseLost`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// A renewal found the key gone: it expired, or someone deleted it.
-    Expired,
-    /// A renewal found another value under the key: someone else holds it now.
-    Taken,
-    /// Renewals kept failing (Redis unreachable or slow) until the lease's local
-    /// validity ran out; with Redlock, a renewal could not reach a majority of the
-    /// nodes.
-    Unreachable,
-    /// The lease reached its `max_hold` or `max_renewals` bound and was left to expire.
-    MaxHold,
-    /// The lease was not renewed ([`Renewal::None`](crate::Renewal::None)) and its
-    /// TTL ran out.
-    TtlElapsed,
-    /// The client was dropped: nothing renews the lease any more. Unlike the other
-    /// reasons this is a warning, not a loss: the lease stays valid, and
-    /// [`is_held`](crate::LockGuard::is_held) true, until the guard's `valid_until()`.
-    Shutdown,
-    /// [`LockClient::shutdown`](crate::LockClient::shutdown) ended the lease while
-    /// its guard lived: released in Redis, or, when that release got no answer
-    /// before the shutdown's deadline, left to expire with its TTL (no longer
-    /// renewed either way). Not counted as a loss in the metrics.
-    Released,
-}
-
-impl LossReason {
-    /// The reason's name in metrics' labels.
-    fn label(self) -> &'static str {
-        match self {
-            LossReason::Expired => "expired",
-            LossReason::Taken => "taken",
-            LossReason::Unreachable => "unreachable",
-            LossReason::MaxHold => "max_hold",
-            LossReason::TtlElapsed => "ttl_elapsed",
-            LossReason::Shutdown => "shutdown",
-            LossReason::Released => "released",
-        }
-    }
-}
-
-/// The message sent on [`LockGuard::lost`](crate::LockGuard::lost) and passed to the
-/// `on_lost` callback.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LeaseLost {
-    /// The lock key, with the client's prefix.
-    pub key: String,
-    /// Why it was lost.
-    pub reason: LossReason,
 }
 
 /// The mutable part of a lease: what is stored under the key, and whether the
