@@ -37,6 +37,10 @@ pub(crate) struct WaitSlot<'a> {
     backoff_step: u32,
     /// When the holder's TTL last seen runs out.
     holder_until: Option<Instant>,
+    /// The holder last seen publishes its release whoever waits (an election's
+    /// leader): while this client hears the key's channel, the head waits for
+    /// the message or `holder_until`, and does not poll.
+    announced: bool,
     /// Gave up at its deadline: the lock was busy at its last poll, so the next
     /// prober need not try at once.
     timed_out: bool,
@@ -111,6 +115,7 @@ impl<'a> WaitSlot<'a> {
             turn: Turn::Waiting,
             backoff_step: 0,
             holder_until: None,
+            announced: false,
             timed_out: false,
             want,
             offer_value: None,
@@ -139,16 +144,22 @@ impl<'a> WaitSlot<'a> {
     /// attempt and the wait). The head of the line sleeps until a release message,
     /// a polling step (capped, jittered, never past the holder's `remaining` TTL) or
     /// `deadline`; callers behind it send nothing and sleep until a release message,
-    /// a hand-off, their turn at the head, or `deadline`.
+    /// a hand-off, their turn at the head, or `deadline`. A holder that `announces`
+    /// its release is not polled while the key's channel is heard: the head then
+    /// sleeps until the message, the end of `remaining`, or a change of the
+    /// subscription (a lost connection, a confirmation).
     pub(crate) fn pause(
         &mut self,
         remaining: Option<Duration>,
+        announces: bool,
         deadline: Option<Instant>,
     ) -> Result<Next> {
         // The attempt that found the lock busy used any wake-up we had.
         self.turn = Turn::Waiting;
         self.join();
         self.holder_until = self.hub.lines.note_holder(&self.keys.channel, remaining);
+        // Trusted only with this reply's TTL: the line's may be an older holder's.
+        self.announced = announces && remaining.is_some();
         if let Some(w) = self.healthy_waiter()
             && !self.queued
         {
@@ -187,10 +198,16 @@ impl<'a> WaitSlot<'a> {
             let until = if let Some(t) = held_off.filter(|_| head) {
                 t
             } else if head {
-                let step = now + self.backoff();
-                // A holder that never publishes is waited out by its TTL at most.
-                self.holder_until
-                    .map_or(step, |t| step.min(t + Duration::from_millis(1)))
+                let ttl_end = self.holder_until.map(|t| t + Duration::from_millis(1));
+                match ttl_end {
+                    // Its release message wakes us; its death, the end of its TTL.
+                    Some(end) if self.hears_release() => end,
+                    // A holder that never publishes is waited out by its TTL at most.
+                    _ => {
+                        let step = now + self.backoff();
+                        ttl_end.map_or(step, |t| step.min(t))
+                    }
+                }
             } else {
                 now + self.hub.backoff.1 * BEHIND_STEPS
             };
@@ -222,6 +239,8 @@ impl<'a> WaitSlot<'a> {
                 }
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;
+                    // Whoever holds the key now was not seen by this caller.
+                    self.announced = false;
                     if now {
                         return Ok(Next::Attempt);
                     }
@@ -333,6 +352,19 @@ impl<'a> WaitSlot<'a> {
             sent,
             fence,
         }
+    }
+
+    /// Whether the holder's release message would wake this caller now: the holder
+    /// announces it, and this caller is queued on a confirmed subscription of the
+    /// key's channel over a connection that is up. When the connection drops or
+    /// the server ends the subscription, the waiter thread sends
+    /// [`Wake::Retry`], and the caller polls (and looks again once subscribed).
+    fn hears_release(&self) -> bool {
+        self.announced
+            && self.queued
+            && self
+                .healthy_waiter()
+                .is_some_and(|w| w.shared.subscribed.read().contains(&self.keys.channel))
     }
 
     fn healthy_waiter(&self) -> Option<&'a Waiter> {
