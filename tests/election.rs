@@ -598,7 +598,7 @@ fn a_waiting_candidate_polls_a_holder_that_never_publishes() {
             .arg("lock:foreign")
             .arg("someone-else")
             .arg("PX")
-            .arg(TTL.as_millis() as u64),
+            .arg(u64::try_from(TTL.as_millis()).unwrap()),
     );
     let c = client(&server);
     let election = c.election("foreign").unwrap();

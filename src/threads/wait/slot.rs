@@ -37,10 +37,11 @@ pub(crate) struct WaitSlot<'a> {
     backoff_step: u32,
     /// When the holder's TTL last seen runs out.
     holder_until: Option<Instant>,
-    /// The holder last seen publishes its release whoever waits (an election's
-    /// leader): while this client hears the key's channel, the head waits for
-    /// the message or `holder_until`, and does not poll.
-    announced: bool,
+    /// When the TTL last seen runs out of a holder that publishes its release
+    /// whoever waits (an election's leader): while this client hears the key's
+    /// channel, the head waits for the message or this instant, and does not
+    /// poll. `None`: the holder last seen may release without a word.
+    announced_until: Option<Instant>,
     /// Gave up at its deadline: the lock was busy at its last poll, so the next
     /// prober need not try at once.
     timed_out: bool,
@@ -115,7 +116,7 @@ impl<'a> WaitSlot<'a> {
             turn: Turn::Waiting,
             backoff_step: 0,
             holder_until: None,
-            announced: false,
+            announced_until: None,
             timed_out: false,
             want,
             offer_value: None,
@@ -159,7 +160,9 @@ impl<'a> WaitSlot<'a> {
         self.join();
         self.holder_until = self.hub.lines.note_holder(&self.keys.channel, remaining);
         // Trusted only with this reply's TTL: the line's may be an older holder's.
-        self.announced = announces && remaining.is_some();
+        self.announced_until = self
+            .holder_until
+            .filter(|_| announces && remaining.is_some());
         if let Some(w) = self.healthy_waiter()
             && !self.queued
         {
@@ -198,14 +201,14 @@ impl<'a> WaitSlot<'a> {
             let until = if let Some(t) = held_off.filter(|_| head) {
                 t
             } else if head {
-                let ttl_end = self.holder_until.map(|t| t + Duration::from_millis(1));
-                match ttl_end {
+                let after = |t: Instant| t + Duration::from_millis(1);
+                match self.announced_until {
                     // Its release message wakes us; its death, the end of its TTL.
-                    Some(end) if self.hears_release() => end,
+                    Some(end) if self.hears_release() => after(end),
                     // A holder that never publishes is waited out by its TTL at most.
                     _ => {
                         let step = now + self.backoff();
-                        ttl_end.map_or(step, |t| step.min(t))
+                        self.holder_until.map_or(step, |t| step.min(after(t)))
                     }
                 }
             } else {
@@ -240,7 +243,7 @@ impl<'a> WaitSlot<'a> {
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;
                     // Whoever holds the key now was not seen by this caller.
-                    self.announced = false;
+                    self.announced_until = None;
                     if now {
                         return Ok(Next::Attempt);
                     }
@@ -354,14 +357,13 @@ impl<'a> WaitSlot<'a> {
         }
     }
 
-    /// Whether the holder's release message would wake this caller now: the holder
-    /// announces it, and this caller is queued on a confirmed subscription of the
-    /// key's channel over a connection that is up. When the connection drops or
-    /// the server ends the subscription, the waiter thread sends
-    /// [`Wake::Retry`], and the caller polls (and looks again once subscribed).
+    /// Whether a release message would wake this caller now: it is queued on a
+    /// confirmed subscription of the key's channel over a connection that is up.
+    /// When the connection drops or the server ends the subscription, the waiter
+    /// thread sends [`Wake::Retry`], and the caller polls (and looks again once
+    /// subscribed: a release meanwhile may have been missed).
     fn hears_release(&self) -> bool {
-        self.announced
-            && self.queued
+        self.queued
             && self
                 .healthy_waiter()
                 .is_some_and(|w| w.shared.subscribed.read().contains(&self.keys.channel))
