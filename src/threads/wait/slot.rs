@@ -168,8 +168,11 @@ impl<'a> WaitSlot<'a> {
         {
             self.enqueue(w);
             // A release between the busy reply and the queueing is covered by the
-            // head's first polling step; a channel not yet subscribed is subscribed
-            // now, and the confirmation makes the head try again.
+            // head's first polling step, and for a holder that announces (no
+            // polling) by the thread, which keeps a message nobody was queued for
+            // until the next caller queues (for a second); a channel not yet
+            // subscribed is subscribed now, and the confirmation makes the head
+            // try again.
             if !w.shared.subscribed.read().contains(&self.keys.channel) {
                 self.kick(w);
             }
