@@ -480,3 +480,142 @@ fn an_election_on_a_cluster_hands_over_and_is_observed() {
     });
     assert!(seen.is_some());
 }
+
+/// Candidates campaigning in their own clients, each in a thread, until their
+/// client is `close`d; each win is sent on the channel (and resigned at once).
+fn waiting_candidates(
+    server: &RedisServer,
+    name: &str,
+    n: usize,
+) -> (
+    Vec<LockClient>,
+    Vec<thread::JoinHandle<()>>,
+    crossbeam_channel::Receiver<Instant>,
+) {
+    let clients: Vec<LockClient> = (0..n).map(|_| client(server)).collect();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let threads = clients
+        .iter()
+        .map(|c| {
+            let election = c.election(name).unwrap();
+            let tx = tx.clone();
+            thread::spawn(move || {
+                if election.campaign().is_ok() {
+                    let _ = tx.send(Instant::now());
+                }
+            })
+        })
+        .collect();
+    (clients, threads, rx)
+}
+
+#[test]
+fn waiting_candidates_cost_redis_almost_nothing_while_one_leads() {
+    const CANDIDATES: usize = 6;
+    const WINDOW: Duration = Duration::from_secs(4);
+    let server = RedisServer::start();
+    let leader = client(&server);
+    let leadership = leader.election("cost").unwrap().campaign().unwrap();
+    let (candidates, threads, won) = waiting_candidates(&server, "cost", CANDIDATES);
+    assert!(eventually(SEEN, || {
+        listeners(&server, "cost") >= i64::try_from(CANDIDATES).unwrap()
+    }));
+    server.reset_stats();
+    // A window to count in, not a synchronisation: nothing changes meanwhile.
+    thread::sleep(WINDOW);
+    let stats = server.command_stats();
+    let calls = server.command_calls("evalsha");
+    println!("{CANDIDATES} candidates over {WINDOW:?}: {calls} script calls; {stats:?}");
+    // Each candidate tries again when the leader's TTL last seen runs out (renewed
+    // every TTL / 3, so at most once in the window), and once more if its
+    // subscription was confirmed just before the window; the leader renews, each
+    // client refreshes its session record. A candidate polling every 200 ms
+    // alone would send some 20 in the window.
+    let bound = 3 * CANDIDATES as u64 + 10;
+    assert!(calls <= bound, "{calls} script calls > {bound}: {stats:?}");
+    // Still woken at once by a resign.
+    let began = Instant::now();
+    assert_eq!(leadership.resign().unwrap(), Release::Released);
+    let won_at = won.recv_timeout(SEEN).expect("no candidate took over");
+    assert!(
+        won_at - began < Duration::from_secs(1),
+        "{:?}",
+        won_at - began
+    );
+    for c in &candidates {
+        c.close();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn a_waiting_candidate_rechecks_when_its_subscription_drops_with_the_release() {
+    let server = RedisServer::start();
+    let leader = client(&server);
+    let leadership = leader.election("lossy").unwrap().campaign().unwrap();
+    let old = leadership.term();
+    let candidate = client(&server);
+    let election = candidate.election("lossy").unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let waiter = thread::spawn(move || {
+        let won = election.campaign().unwrap();
+        tx.send(Instant::now()).unwrap();
+        won
+    });
+    assert!(eventually(SEEN, || listeners(&server, "lossy") >= 1));
+    // The candidate's subscription drops, and the name is freed before it is
+    // back (atomically: no release message can reach it), as if the leader had
+    // resigned while its message was lost.
+    let began = Instant::now();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .cmd("DEL")
+        .arg("lock:lossy")
+        .query(&mut server.conn())
+        .unwrap();
+    // The reconnection makes it look again: well before the leader's TTL.
+    let won_at = rx.recv_timeout(TTL).expect("the candidate never led");
+    let took = won_at - began;
+    let won = waiter.join().unwrap();
+    assert!(won.term() > old);
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    drop(leadership);
+}
+
+#[test]
+fn a_waiting_candidate_polls_a_holder_that_never_publishes() {
+    let server = RedisServer::start();
+    // Another client's lock under the name: a bare `SET NX PX`, freed with a
+    // bare `DEL` that announces nothing.
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg("lock:foreign")
+            .arg("someone-else")
+            .arg("PX")
+            .arg(u64::try_from(TTL.as_millis()).unwrap()),
+    );
+    let c = client(&server);
+    let election = c.election("foreign").unwrap();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let waiter = thread::spawn(move || {
+        let won = election.campaign().unwrap();
+        tx.send(Instant::now()).unwrap();
+        won
+    });
+    assert!(eventually(SEEN, || listeners(&server, "foreign") >= 1));
+    let began = Instant::now();
+    let _: () = server.query(redis::cmd("DEL").arg("lock:foreign"));
+    let won_at = rx.recv_timeout(TTL).expect("the candidate never led");
+    assert!(
+        won_at - began < Duration::from_secs(2),
+        "{:?}",
+        won_at - began
+    );
+    drop(waiter.join().unwrap());
+}

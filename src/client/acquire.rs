@@ -149,11 +149,11 @@ impl LockClient {
                 replicas: plan.replicas,
                 return_by,
             };
-            let remaining = match hub.topology.acquire(&plan.backend, &keys, req)? {
+            let (remaining, announces) = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who
                 // holds the key now is unknown, so the wait polls.
                 Attempt::Acquired { value, sent, .. } if self.late(plan, &keys, &value, sent) => {
-                    None
+                    (None, false)
                 }
                 Attempt::Acquired { value, sent, fence } => {
                     // A shared hold passes its wake-up on to the next waiter.
@@ -162,14 +162,17 @@ impl LockClient {
                     }
                     return Ok(Some(self.adopt(plan, keys, value, sent, fence)));
                 }
-                Attempt::Busy { remaining } => remaining,
+                Attempt::Busy {
+                    remaining,
+                    announces,
+                } => (remaining, announces),
             };
             if !will_wait || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
             next = slot
                 .get_or_insert_with(|| WaitSlot::new(hub, waiter(), &keys, cancel, want))
-                .pause(remaining, deadline)?;
+                .pause(remaining, announces, deadline)?;
         }
     }
 

@@ -199,9 +199,9 @@ impl LockClient {
                 // be one name held while waiting for the rest.
                 slot = Some((index, WaitSlot::new(hub, waiter, busy, cancel, None)));
             }
-            let next = slot
-                .as_mut()
-                .map_or(Ok(Next::Attempt), |(_, s)| s.pause(remaining, deadline))?;
+            let next = slot.as_mut().map_or(Ok(Next::Attempt), |(_, s)| {
+                s.pause(remaining, false, deadline)
+            })?;
             match next {
                 Next::Attempt => {}
                 Next::GaveUp => return Ok(None),
@@ -349,7 +349,7 @@ impl LockClient {
                     taken.push((i, guard));
                     continue;
                 }
-                Attempt::Busy { remaining } => remaining,
+                Attempt::Busy { remaining, .. } => remaining,
             };
             return Ok(Try::Busy {
                 index: i,

@@ -16,10 +16,10 @@ use std::time::Duration;
 use redis::{RedisResult, Script};
 
 use super::bulk::TOKEN_BULK_EXTEND;
-use super::token::busy;
 use super::token::scripts::{
     EFFECTS, FENCE, MARK, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED,
 };
+use super::token::{busy, remaining};
 use super::{
     Acquire, Backend, Keys, Request, TokenBackend, Waiting, acquired, companion, send_acquire,
 };
@@ -48,7 +48,11 @@ pub(crate) fn elected_channel(key: &str) -> String {
 /// record, KEYS[4] the elected channel; ARGV[1] the token, ARGV[2] the TTL in
 /// ms, ARGV[3] `1` to mark a redlease holder's token when busy (the caller will
 /// wait), ARGV[4] `SPUBLISH` or `PUBLISH`. Returns `{1, term}` when won, `{0,
-/// pttl}` when busy, as the token's fenced acquire does. The winner's token is
+/// pttl}` when busy, as the token's fenced acquire does, and to a caller that
+/// waits `{0, pttl, led}`: `led` is 1 when the holder is a leader (its value is
+/// the record's token, marked), whose release always publishes, so the caller
+/// need not poll it; 0 for any other holder (a plain lock of the name, another
+/// client's). The winner's token is
 /// stored marked (`<token>+`), so that its release publishes its release
 /// message whoever waits (observers do not mark); the record `<term> <token>`
 /// and the fence are written in the same atomic step as the `SET`, and the term
@@ -72,7 +76,14 @@ if redis.call('SET', KEYS[1], ARGV[1] .. '+', 'NX', 'PX', ARGV[2]) then
 end
 if ARGV[3] == '1' then
 {mark}
-  return {{0, t}}
+  local led = 0
+  local held = redis.pcall('GET', KEYS[1])
+  local record = redis.pcall('GET', KEYS[3])
+  if type(held) == 'string' and type(record) == 'string' then
+    local space = string.find(record, ' ', 1, true)
+    if space and string.sub(record, space + 1) .. '+' == held then led = 1 end
+  end
+  return {{0, t, led}}
 end
 return {{0, redis.call('PTTL', KEYS[1])}}
 ",
@@ -160,6 +171,13 @@ impl Backend for ElectionBackend {
             .into(),
         ];
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
+        // A waiting caller's busy reply also says whether a leader holds the name.
+        if let Ok((0, pttl, led)) = redis::from_redis_value_ref::<(i64, i64, i64)>(&reply) {
+            return Ok(Acquire::Busy {
+                remaining: remaining(pttl),
+                announces: led == 1,
+            });
+        }
         Ok(acquired(reply, true, acked)?.unwrap_or_else(busy))
     }
 

@@ -141,8 +141,14 @@ pub(crate) enum Acquire {
         acked: Option<u32>,
     },
     /// Someone else holds it; it lasts at most `remaining` more (None: unknown,
-    /// e.g. a key without TTL).
-    Busy { remaining: Option<Duration> },
+    /// e.g. a key without TTL). `announces`: the holder publishes its release
+    /// message whoever waits (an election's leader, whose acquire stored its
+    /// token marked), so a waiter that hears the key's channel need not poll:
+    /// the message or the end of `remaining` is its next look.
+    Busy {
+        remaining: Option<Duration>,
+        announces: bool,
+    },
 }
 
 /// The result of one extend or renewal.

@@ -54,8 +54,13 @@ pub(crate) enum Attempt {
         sent: Instant,
         fence: Option<u64>,
     },
-    /// Someone else holds it, for at most `remaining` more (`None`: unknown).
-    Busy { remaining: Option<Duration> },
+    /// Someone else holds it, for at most `remaining` more (`None`: unknown);
+    /// `announces`: its release is published whoever waits (see the scheme's
+    /// `Acquire::Busy`).
+    Busy {
+        remaining: Option<Duration>,
+        announces: bool,
+    },
 }
 
 /// A lock handed from one holder of this client to another: our value is replaced

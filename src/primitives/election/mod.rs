@@ -98,7 +98,12 @@ impl Election {
 
     /// Campaigns until this caller leads, as long as it takes: waits for the
     /// leader's release message (a resign wakes the first waiting candidate at
-    /// once) or its lease's end, as [`LockClient::lock`] waits.
+    /// once) or its lease's end, as [`LockClient::lock`] waits. A leader always
+    /// publishes its release, so the wait sends nothing to Redis while the
+    /// client hears the name's channel, but one try when the leader's TTL last
+    /// read runs out; it polls, as a lock's wait does, while the client does not
+    /// hear the channel or the name is held by something else than a leader (a
+    /// plain lock of the name).
     ///
     /// # Errors
     /// [`Error::WrongFormat`] when the name holds another format (a hash, a

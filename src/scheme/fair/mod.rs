@@ -163,6 +163,7 @@ impl Backend for FairBackend {
                     Ok(ms) if ms > 0 => Duration::from_millis(ms).min(POLL),
                     _ => POLL / 4,
                 }),
+                announces: false,
             }),
             other => Err(unexpected("fair lock acquire", &other)),
         }

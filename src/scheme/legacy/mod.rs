@@ -133,11 +133,15 @@ impl Backend for LegacyBackend {
                     keys.lock
                 );
             }
-            return Ok(Acquire::Busy { remaining: None });
+            return Ok(Acquire::Busy {
+                remaining: None,
+                announces: false,
+            });
         };
         let remaining = Duration::from_millis(left.saturating_mul(unit_ms(unit)));
         Ok(Acquire::Busy {
             remaining: Some(remaining),
+            announces: false,
         })
     }
 

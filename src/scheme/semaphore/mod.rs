@@ -180,8 +180,12 @@ impl Backend for SemaphoreBackend {
             Value::Array(busy) => match busy[..] {
                 [_, Value::Int(ms)] => Acquire::Busy {
                     remaining: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    announces: false,
                 },
-                _ => Acquire::Busy { remaining: None },
+                _ => Acquire::Busy {
+                    remaining: None,
+                    announces: false,
+                },
             },
             other => return Err(unexpected("semaphore acquire", &other)),
         })

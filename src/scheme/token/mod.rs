@@ -114,7 +114,12 @@ impl Backend for TokenBackend {
         let get = wait != Waiting::No && !alone && nx_get;
         let markable = match set_nx(conn, &keys.lock, value, ms, (get, replicas))? {
             Set::Won(acked) => return Ok(Acquire::Acquired { fence: None, acked }),
-            Set::Busy(_) if wait == Waiting::No => return Ok(Acquire::Busy { remaining: None }),
+            Set::Busy(_) if wait == Waiting::No => {
+                return Ok(Acquire::Busy {
+                    remaining: None,
+                    announces: false,
+                });
+            }
             Set::Busy(markable) => markable,
         };
         // A caller that waits marks a redlease holder's token, once per holder (a
@@ -131,7 +136,10 @@ impl Backend for TokenBackend {
         } else if wait.first() {
             conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?
         } else {
-            return Ok(Acquire::Busy { remaining: None });
+            return Ok(Acquire::Busy {
+                remaining: None,
+                announces: false,
+            });
         };
         Ok(busy(pttl))
     }
@@ -275,11 +283,18 @@ fn is_unmarked_token(value: &[u8]) -> bool {
 /// A busy reply: `pttl` ≥ 0 bounds the wait, -2 (gone since) means retry now,
 /// -1 (a key without TTL, not written by this scheme) gives no bound.
 pub(super) fn busy(pttl: i64) -> Acquire {
-    let remaining = match pttl {
+    Acquire::Busy {
+        remaining: remaining(pttl),
+        announces: false,
+    }
+}
+
+/// The wait a busy reply's `pttl` allows, as [`busy`] reads it.
+pub(super) fn remaining(pttl: i64) -> Option<Duration> {
+    match pttl {
         -2 => Some(Duration::ZERO),
         n => u64::try_from(n).ok().map(Duration::from_millis),
-    };
-    Acquire::Busy { remaining }
+    }
 }
 
 #[cfg(test)]

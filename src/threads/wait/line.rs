@@ -3,7 +3,9 @@
 //! The head of a key's line is its prober: the only caller of this client that
 //! sends acquire attempts for the key while waiting, on a capped, jittered interval
 //! (most other clients release without publishing, so a release message may never
-//! come). Callers behind it send nothing: they wait for a release message, a lock
+//! come; a holder that always publishes, an election's leader, is not polled while
+//! the key's channel is heard: the head waits for its message or its TTL's end).
+//! Callers behind it send nothing: they wait for a release message, a lock
 //! handed over by a releasing guard of this client, or their turn at the head.
 //! A caller that leaves the head (acquired, gave up, cancelled) promotes the next.
 //!

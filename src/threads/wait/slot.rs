@@ -37,6 +37,11 @@ pub(crate) struct WaitSlot<'a> {
     backoff_step: u32,
     /// When the holder's TTL last seen runs out.
     holder_until: Option<Instant>,
+    /// When the TTL last seen runs out of a holder that publishes its release
+    /// whoever waits (an election's leader): while this client hears the key's
+    /// channel, the head waits for the message or this instant, and does not
+    /// poll. `None`: the holder last seen may release without a word.
+    announced_until: Option<Instant>,
     /// Gave up at its deadline: the lock was busy at its last poll, so the next
     /// prober need not try at once.
     timed_out: bool,
@@ -111,6 +116,7 @@ impl<'a> WaitSlot<'a> {
             turn: Turn::Waiting,
             backoff_step: 0,
             holder_until: None,
+            announced_until: None,
             timed_out: false,
             want,
             offer_value: None,
@@ -139,23 +145,34 @@ impl<'a> WaitSlot<'a> {
     /// attempt and the wait). The head of the line sleeps until a release message,
     /// a polling step (capped, jittered, never past the holder's `remaining` TTL) or
     /// `deadline`; callers behind it send nothing and sleep until a release message,
-    /// a hand-off, their turn at the head, or `deadline`.
+    /// a hand-off, their turn at the head, or `deadline`. A holder that `announces`
+    /// its release is not polled while the key's channel is heard: the head then
+    /// sleeps until the message, the end of `remaining`, or a change of the
+    /// subscription (a lost connection, a confirmation).
     pub(crate) fn pause(
         &mut self,
         remaining: Option<Duration>,
+        announces: bool,
         deadline: Option<Instant>,
     ) -> Result<Next> {
         // The attempt that found the lock busy used any wake-up we had.
         self.turn = Turn::Waiting;
         self.join();
         self.holder_until = self.hub.lines.note_holder(&self.keys.channel, remaining);
+        // Trusted only with this reply's TTL: the line's may be an older holder's.
+        self.announced_until = self
+            .holder_until
+            .filter(|_| announces && remaining.is_some());
         if let Some(w) = self.healthy_waiter()
             && !self.queued
         {
             self.enqueue(w);
             // A release between the busy reply and the queueing is covered by the
-            // head's first polling step; a channel not yet subscribed is subscribed
-            // now, and the confirmation makes the head try again.
+            // head's first polling step, and for a holder that announces (no
+            // polling) by the thread, which keeps a message nobody was queued for
+            // until the next caller queues (for a second); a channel not yet
+            // subscribed is subscribed now, and the confirmation makes the head
+            // try again.
             if !w.shared.subscribed.read().contains(&self.keys.channel) {
                 self.kick(w);
             }
@@ -187,10 +204,16 @@ impl<'a> WaitSlot<'a> {
             let until = if let Some(t) = held_off.filter(|_| head) {
                 t
             } else if head {
-                let step = now + self.backoff();
-                // A holder that never publishes is waited out by its TTL at most.
-                self.holder_until
-                    .map_or(step, |t| step.min(t + Duration::from_millis(1)))
+                let after = |t: Instant| t + Duration::from_millis(1);
+                match self.announced_until {
+                    // Its release message wakes us; its death, the end of its TTL.
+                    Some(end) if self.hears_release() => after(end),
+                    // A holder that never publishes is waited out by its TTL at most.
+                    _ => {
+                        let step = now + self.backoff();
+                        self.holder_until.map_or(step, |t| step.min(after(t)))
+                    }
+                }
             } else {
                 now + self.hub.backoff.1 * BEHIND_STEPS
             };
@@ -227,6 +250,8 @@ impl<'a> WaitSlot<'a> {
                 }
                 Some(Wake::Probe { now }) => {
                     self.backoff_step = 0;
+                    // Whoever holds the key now was not seen by this caller.
+                    self.announced_until = None;
                     if now {
                         return Ok(Next::Attempt);
                     }
@@ -338,6 +363,18 @@ impl<'a> WaitSlot<'a> {
             sent,
             fence,
         }
+    }
+
+    /// Whether a release message would wake this caller now: it is queued on a
+    /// confirmed subscription of the key's channel over a connection that is up.
+    /// When the connection drops or the server ends the subscription, the waiter
+    /// thread sends [`Wake::Retry`], and the caller polls (and looks again once
+    /// subscribed: a release meanwhile may have been missed).
+    fn hears_release(&self) -> bool {
+        self.queued
+            && self
+                .healthy_waiter()
+                .is_some_and(|w| w.shared.subscribed.read().contains(&self.keys.channel))
     }
 
     fn healthy_waiter(&self) -> Option<&'a Waiter> {

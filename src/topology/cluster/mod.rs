@@ -217,6 +217,7 @@ impl Topology for Cluster {
             // Each `Hop` comes before anything runs: nothing was written.
             Err(e) if waits && Hop::of(&e).is_some() => Ok(Attempt::Busy {
                 remaining: Some(pause),
+                announces: false,
             }),
             out => out,
         }

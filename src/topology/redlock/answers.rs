@@ -49,7 +49,7 @@ pub(super) fn remaining(count: &Count, answers: &[Result<Acquire>]) -> Option<Du
     let mut busy: Vec<Option<Duration>> = answers
         .iter()
         .filter_map(|a| match a {
-            Ok(Acquire::Busy { remaining }) => Some(*remaining),
+            Ok(Acquire::Busy { remaining, .. }) => Some(*remaining),
             _ => None,
         })
         .collect();

@@ -140,7 +140,10 @@ impl Topology for Redlock {
             self.quorum.take_back(keys, &value, until);
             if !count.won() && count.answered_live() {
                 let remaining = remaining(&count, &answers).map(|r| r.min(POLL_MAX));
-                return Ok(Attempt::Busy { remaining });
+                return Ok(Attempt::Busy {
+                    remaining,
+                    announces: false,
+                });
             }
             // Failed: another round after a random pause, if the caller waits and
             // the round can end before the caller must return.

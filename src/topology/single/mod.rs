@@ -110,7 +110,15 @@ impl Single {
                 Ok(Ok(Acquire::Acquired { fence, .. })) => {
                     return Ok(Attempt::Acquired { value, sent, fence });
                 }
-                Ok(Ok(Acquire::Busy { remaining })) => return Ok(Attempt::Busy { remaining }),
+                Ok(Ok(Acquire::Busy {
+                    remaining,
+                    announces,
+                })) => {
+                    return Ok(Attempt::Busy {
+                        remaining,
+                        announces,
+                    });
+                }
                 Ok(Err(Unreplicated { acked, required })) => {
                     return Err(Error::NotReplicated {
                         key: keys.lock.as_str().into(),
