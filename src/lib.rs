@@ -36,20 +36,12 @@
 //!   server, [`LockClient::redlock`] for a quorum of masters; `sentinel` and `cluster`
 //!   behind their features): the lock calls, from `lock` to `with_lock`, and
 //!   [`LockClient::inspect`] / [`LockClient::held`], which show a lock's holders and
-//!   their [`Owner`]s ([`LockInfo`], [`Holder`], [`HeldLock`], [`ClientTag`]);
-//!   [`LockClient::wait_free`] waits until nobody holds a name, without taking it
-//!   (a hint; README: *Waiting until a name is free*).
+//!   their [`Owner`]s ([`LockInfo`], [`Holder`], [`HeldLock`], [`ClientTag`]).
 //! - [`LockGuard`]: a held lease, renewed in the background and released when
 //!   dropped; [`LockGuard::fence`], [`LockGuard::is_held`], [`LockGuard::lost`]
 //!   (a [`LeaseLost`]), [`LockGuard::unlock`] (a [`Release`]).
-//! - [`MultiGuard`]: several names held together, all or none
-//!   ([`LockClient::lock_all`], `try_lock_all`, `try_lock_all_for`, `lock_all_with`;
-//!   README: *Several names at once*).
 //! - [`LockOptions`] and [`Renewal`]: one call's TTL, fencing, scheme, renewal policy
 //!   and `on_lost` callback, over the client's defaults.
-//!   [`LockOptions::min_hold`] keeps a released lock until a minimum time after its
-//!   acquisition: a job on every host's cron runs once per period (README: *At most
-//!   once per period: minimum hold*).
 //! - [`Scheme`], how a lock is stored: [`Scheme::Token`] (the default; the format of
 //!   redis-py, redsync, node-redlock and redlock-rs), [`Scheme::Reentrant`]
 //!   (Redisson's `RLock`), [`Scheme::LegacyTimestamp`] (deployed `SETNX`/`GETSET`
@@ -63,16 +55,23 @@
 //!   `valid_until()`, `check()`, `extend()` and `unlock()`; a handle's `name()` is the
 //!   name as passed, its `key()` the name with the client's prefix. README:
 //!   *Interoperability*, and a section each.
-//! - Leader election: [`Election`] ([`LockClient::election`]) campaigns for a name
-//!   ([`Election::campaign`] and its `try_`/`_for`/`_with` forms); the winner holds a
-//!   [`Leadership`] whose [`term`](Leadership::term) is a fencing token;
-//!   [`Election::leader`] reads the [`Leader`], [`Election::observe`] streams them
-//!   ([`Observer`]). README: *Leader election*.
-//! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
-//!   deadline, and says how many in a [`ShutdownReport`] (README: *Releasing
-//!   everything on shutdown*).
 //! - [`CancelToken`] stops a blocked wait; [`Metrics`] is a snapshot of a client's
 //!   counters (README: *Metrics*).
+//!
+//! # Fleets (README: *Fleets*)
+//!
+//! - A leader: [`LockClient::election`] → [`Election`]; `campaign()` and its
+//!   `try_`/`_for`/`_with` forms give a [`Leadership`] whose [`term`](Leadership::term)
+//!   is a fencing token; [`Election::leader`] reads the [`Leader`],
+//!   [`Election::observe`] streams them ([`Observer`]).
+//! - Once per period: [`LockOptions::min_hold`] keeps a released lock until a minimum
+//!   time after its acquisition.
+//! - Several names, all or none: [`LockClient::lock_all`] (and `try_lock_all`,
+//!   `try_lock_all_for`, `lock_all_with`) → [`MultiGuard`].
+//! - [`LockClient::wait_free`] waits until nobody holds a name, without taking it (a
+//!   hint, stale at once).
+//! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
+//!   deadline ([`ShutdownReport`]).
 //!
 //! # Threads
 //!
