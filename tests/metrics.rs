@@ -99,6 +99,7 @@ fn each_primitive_counts_its_acquisitions_waits_and_holds_under_its_own_label() 
     jobs.ensure_permits(2).unwrap();
     let rw = client.read_write_lock("rw").unwrap();
     let fair = client.fair_lock("f").unwrap();
+    let election = client.election("e").unwrap();
 
     metrics::with_local_recorder(&recorder, || {
         let held = (
@@ -106,13 +107,22 @@ fn each_primitive_counts_its_acquisitions_waits_and_holds_under_its_own_label() 
             fair.lock().unwrap(),
             rw.read().unwrap(),
             jobs.acquire().unwrap(),
+            election.campaign().unwrap(),
         );
         drop(held);
         assert!(rw.try_write().unwrap().is_some());
     });
 
     let text = handle.render();
-    for label in ["token", "fair", "rwlock_read", "rwlock_write", "semaphore"] {
+    let labels = [
+        "token",
+        "fair",
+        "rwlock_read",
+        "rwlock_write",
+        "semaphore",
+        "election",
+    ];
+    for label in labels {
         let scheme = format!("scheme=\"{label}\"");
         let acquired = ["outcome=\"acquired\"", scheme.as_str()];
         let counted = value(&text, "redlease_acquisitions_total", &acquired);
@@ -124,7 +134,7 @@ fn each_primitive_counts_its_acquisitions_waits_and_holds_under_its_own_label() 
     }
     assert_eq!(
         value(&text, "redlease_acquisitions_total", &[]),
-        5,
+        6,
         "{text}"
     );
     assert_eq!(value(&text, "redlease_leases_held", &[]), 0, "{text}");

@@ -92,6 +92,7 @@ pub(super) fn check_min_hold(
         "fair" => "a fair lock (its queue hands the lock on)",
         "rwlock_read" | "rwlock_write" => "a read-write lock (readers share the key)",
         "semaphore" => "a semaphore (its permits are not one key)",
+        "election" => "an election (its term record names the leader's own token)",
         _ => "this format (only the token scheme keeps a key)",
     };
     Err(Error::Unsupported {

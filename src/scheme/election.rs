@@ -208,7 +208,7 @@ impl Backend for ElectionBackend {
     }
 
     fn label(&self) -> &'static str {
-        "token"
+        "election"
     }
 }
 

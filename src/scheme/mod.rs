@@ -246,7 +246,8 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
     /// What it holds, in metrics' `scheme` label: `token`, `legacy`,
-    /// `reentrant`, `fair`, `rwlock_read`, `rwlock_write` or `semaphore`.
+    /// `reentrant`, `fair`, `rwlock_read`, `rwlock_write`, `semaphore` or
+    /// `election`.
     fn label(&self) -> &'static str;
 }
 
