@@ -1130,3 +1130,34 @@ fn a_lasting_disagreement_is_quoted_after_one_read_timeout() {
     let after = client.try_lock("{split}:other").unwrap().expect("free");
     assert_eq!(after.unlock().unwrap(), Release::Released);
 }
+
+#[test]
+fn inspect_follows_a_slot_that_moved_to_another_master() {
+    let cluster = Cluster::start(3, 0);
+    let holder = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    let name = "moving";
+    let slot = cluster.slot("lock:moving");
+    let from = cluster.owner(slot);
+    let to = (from + 1) % 3;
+    // The client's map names `from` for the slot, and has used it.
+    assert!(client.inspect(name).unwrap().holders().is_empty());
+    let guard = holder.lock(name).unwrap();
+    cluster.begin_migration(slot, from, to);
+    assert!(
+        cluster.move_keys(slot, from, to) > 0,
+        "the lock did not move"
+    );
+    cluster.finish_migration(slot, from, to);
+    // `from` answers MOVED now: the read goes where it says, within the call.
+    let info = client.inspect(name).expect("a moved slot is followed");
+    assert_eq!(info.holders().len(), 1, "{info:?}");
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    assert!(client.inspect(name).unwrap().holders().is_empty());
+}

@@ -2,17 +2,20 @@
 //! entry points), how it is built, and what it hands out. The named primitives built on
 //! it are in `primitives/`.
 //!
-//! Layout: this file is [`LockClient`] and its lock calls; `acquire.rs` how a call runs
-//! (the attempts and waits, the guard made for the lease taken); `plan.rs` a call's
-//! options with the client's defaults filled in; `options.rs` [`LockOptions`] and the
-//! client-wide settings; `min_hold.rs` [`LockOptions::min_hold`] and its checks; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`],
-//! its setters and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
+//! Layout: this file is [`LockClient`] and its lock calls; `acquire.rs` how a call
+//! runs (the attempts and waits, the guard made for the lease taken); `plan.rs` a
+//! call's options with the client's defaults filled in; `options.rs` [`LockOptions`]
+//! and the client-wide settings; `min_hold.rs` [`LockOptions::min_hold`] and its
+//! checks; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`], its setters
+//! and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `multi.rs` [`LockClient::lock_all`] and its family (several names,
-//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read)
-//! over any connection); `owners.rs` `inspect`
-//! and `held` themselves; `shutdown.rs` [`LockClient::shutdown`], which releases
-//! every lease the client's guards hold; `wait_free.rs` [`LockClient::wait_free`],
-//! which waits until nobody holds a name.
+//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what
+//! `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read) over any
+//! connection); `owners.rs` `inspect` and `held` themselves; `follow.rs` the cluster
+//! redirections that reads sent straight to a node (`inspect`, `wait_free`) follow;
+//! `shutdown.rs` [`LockClient::shutdown`], which releases every lease the client's
+//! guards hold; `wait_free.rs` [`LockClient::wait_free`], which waits until nobody
+//! holds a name.
 
 use std::fmt;
 use std::sync::Arc;
@@ -33,6 +36,7 @@ use crate::topology::{IoThread, Topology};
 mod acquire;
 pub(crate) mod builder;
 mod deploy;
+mod follow;
 pub(crate) mod guard;
 pub(crate) mod inspect;
 mod min_hold;

@@ -2,13 +2,16 @@
 //! this client holds.
 
 use super::LockClient;
+use super::follow::following;
 use crate::client::inspect::{self, HeldLock, LockInfo};
 use crate::error::{Error, Operation, Result};
 use crate::net::connection::Conn;
 use crate::owner::Owner;
 use crate::scheme::Keys;
+use crate::threads::cancel::CancelToken;
 use crate::topology::Topology;
 use std::sync::Arc;
+use std::time::Instant;
 
 impl LockClient {
     /// Reads the lock `name` as Redis shows it: its format, time left, the
@@ -47,15 +50,16 @@ impl LockClient {
         let prefix = &self.inner.settings.key_prefix;
         let keys = Keys::new(prefix, name, &*self.inner.default_backend)?;
         let topology = &self.inner.hub.topology;
+        let shutdown = &self.inner.hub.shutdown;
         let fence = topology.fence_of(&keys);
-        let info = on_reader(topology, &keys.lock, |c| {
+        let info = on_reader(topology, shutdown, &keys.lock, |c| {
             c.run(|c| inspect::snapshot(c, &keys.lock, &fence))
         })?;
         // A session record lives where its own key does (another master of a
         // cluster), and on every master of a quorum.
         info.resolve(|tag| {
             let record = tag.session_key(prefix);
-            on_reader(topology, &record, |c| {
+            on_reader(topology, shutdown, &record, |c| {
                 c.run(|c| Owner::lookup(c, prefix, tag))
             })
         })
@@ -72,18 +76,23 @@ impl LockClient {
     }
 }
 
-/// Runs `read` on the first node holding `key` that answers.
+/// Runs `read` on the first node holding `key` that answers; on a cluster it
+/// follows the slot's redirections for one read timeout (see [`following`]).
 fn on_reader<T>(
     topology: &Arc<dyn Topology>,
+    shutdown: &CancelToken,
     key: &str,
     mut read: impl FnMut(&mut Conn) -> redis::RedisResult<T>,
 ) -> Result<T> {
-    let mut last = Error::Shutdown;
-    for node in topology.readers(key) {
-        match node.get().and_then(|mut c| Ok(read(&mut c)?)) {
-            Ok(found) => return Ok(found),
-            Err(e) => last = e.during(Operation::Inspect, key, node.limits()),
+    let deadline = Instant::now() + topology.read_timeout();
+    following(Some(deadline), shutdown, || {
+        let mut last = Error::Shutdown;
+        for node in topology.readers(key) {
+            match node.get().and_then(|mut c| Ok(read(&mut c)?)) {
+                Ok(found) => return Ok(found),
+                Err(e) => last = e.during(Operation::Inspect, key, node.limits()),
+            }
         }
-    }
-    Err(last)
+        Err(last)
+    })
 }

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::LockClient;
+use super::follow::following;
 use crate::client::inspect::{self, Holder, LockInfo};
 use crate::error::{Error, Operation, Result};
 use crate::format::LockFormat;
@@ -28,13 +29,6 @@ const TRUSTED_STEPS: u32 = 10;
 /// step: a Redlock release reaches every master at once, and the message came
 /// from one of them.
 const PARTLY_FREE_STEP: Duration = Duration::from_millis(2);
-
-/// Answers of a cluster node that say a look ran nowhere (`MOVED`, `ASK`,
-/// `TRYAGAIN`, `CLUSTERDOWN`) followed at once, as a cluster call follows its
-/// first redirections; after them a look pauses 1, 2, 4 … ms, up to
-/// [`MAX_HOP_PAUSE`], before it is sent again.
-const FREE_HOPS: u32 = 2;
-const MAX_HOP_PAUSE: Duration = Duration::from_millis(100);
 
 /// `PTTL` of a key that does not exist.
 const KEY_GONE: i64 = -2;
@@ -166,33 +160,14 @@ impl LockClient {
     }
 
     /// [`look`](Self::look), sent again while a cluster node answers that it ran
-    /// nowhere: the connection noted where the slot went, and the next look goes
-    /// where the map then says. The first [`FREE_HOPS`] at once, then after a
-    /// growing pause that ends before `deadline`; past it, the last answer.
+    /// nowhere (see [`following`]), until `deadline`.
     fn look_following(
         &self,
         keys: &Keys,
         mark: bool,
         deadline: Option<Instant>,
     ) -> Result<Option<Held>> {
-        let mut hops = 0u32;
-        loop {
-            let e = match self.look(keys, mark) {
-                Err(e) if ran_nowhere(&e) => e,
-                answer => return answer,
-            };
-            hops += 1;
-            if hops <= FREE_HOPS {
-                continue;
-            }
-            let pause =
-                Duration::from_millis(1 << (hops - FREE_HOPS - 1).min(7)).min(MAX_HOP_PAUSE);
-            let late = deadline.is_some_and(|d| Instant::now() + pause >= d);
-            if late || self.inner.hub.shutdown.is_cancelled() {
-                return Err(e);
-            }
-            std::thread::sleep(pause);
-        }
+        following(deadline, &self.inner.hub.shutdown, || self.look(keys, mark))
     }
 
     /// One look at the name on every node that holds it: `None` when it is free
@@ -266,24 +241,6 @@ impl Held {
             self.value = other.value;
         }
     }
-}
-
-/// Whether a cluster node answered that the command ran nowhere: sending it
-/// again, where the answer says, is safe.
-fn ran_nowhere(e: &Error) -> bool {
-    let Error::Redis(failure) = e else {
-        return false;
-    };
-    failure.redis_error().is_some_and(|e| {
-        [
-            redis::ServerErrorKind::Moved,
-            redis::ServerErrorKind::Ask,
-            redis::ServerErrorKind::TryAgain,
-            redis::ServerErrorKind::ClusterDown,
-        ]
-        .into_iter()
-        .any(|k| e.kind() == k.into())
-    })
 }
 
 /// Who holds the name as `info` shows it, at `now_ms` (unix ms); `None` when free.
