@@ -25,10 +25,9 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use private_server::{PrivateServer, answers};
+use private_server::redis_url;
 use redlease::{LockClient, LockOptions};
 
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 const HOSTS: u64 = 4;
 const PERIODS: u64 = 4;
 /// How often cron fires the job.
@@ -50,18 +49,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let start: u64 = args.next().ok_or("host needs a start")?.parse()?;
         return host_loop(&url, host, start);
     }
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-    let mut private = None;
-    let url = if answers(&url) {
-        url
-    } else {
-        let server = PrivateServer::start()?;
-        eprintln!(
-            "started a private redis-server on 127.0.0.1:{}",
-            server.port
-        );
-        private.insert(server).url()
-    };
+    let (url, private) = redis_url()?;
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     let () = redis::cmd("DEL").arg(RECORD).query(&mut con)?;
     // The schedule's first period starts a second from now (unix ms): time for

@@ -21,10 +21,9 @@ use std::error::Error;
 use std::process::Command;
 use std::time::Duration;
 
-use private_server::{PrivateServer, answers};
+use private_server::redis_url;
 use redlease::LockClient;
 
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 const WORKERS: usize = 6;
 const IMPORTS: usize = 3;
 const PERMITS: u32 = 3;
@@ -55,18 +54,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let name = args.next().ok_or("worker needs a name")?;
         return worker(&url, &name);
     }
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-    let mut private = None;
-    let url = if answers(&url) {
-        url
-    } else {
-        let server = PrivateServer::start()?;
-        eprintln!(
-            "started a private redis-server on 127.0.0.1:{}",
-            server.port
-        );
-        private.insert(server).url()
-    };
+    let (url, private) = redis_url()?;
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     let () = redis::cmd("DEL")
         .arg(&KEYS[..])

@@ -25,10 +25,9 @@ use std::process::{Child, Command};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use private_server::{PrivateServer, answers};
+use private_server::redis_url;
 use redlease::{LockClient, LockOptions};
 
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 const SCHEDULERS: usize = 3;
 const ELECTION: &str = "scheduler";
 const PREFIX: &str = "sched:lock:";
@@ -57,18 +56,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let url = args.next().ok_or("scheduler needs a url")?;
         return scheduler(&url);
     }
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
-    let mut private = None;
-    let url = if answers(&url) {
-        url
-    } else {
-        let server = PrivateServer::start()?;
-        eprintln!(
-            "started a private redis-server on 127.0.0.1:{}",
-            server.port
-        );
-        private.insert(server).url()
-    };
+    let (url, private) = redis_url()?;
     let mut con = redis::Client::open(url.as_str())?.get_connection()?;
     let () = redis::cmd("DEL")
         .arg("sched:store:term")
