@@ -14,7 +14,7 @@
 //!
 //! Layout: this file is the waiter's handle ([`Hub`], `Waiters`) and the messages
 //! between callers and the thread; `thread/` the thread itself (`subscriptions.rs` its
-//! channels); `listen.rs` its pub/sub connection; `slot.rs` one caller's side of a
+//! channels); `listen.rs` its pub/sub connection; `slot/` one caller's side of a
 //! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
 //! hand-off; `release_all.rs` the release of several leases in one call (a guard
 //! of several names); `backoff.rs` the polling step; `shared.rs` what callers read from the

@@ -1,5 +1,9 @@
 //! [`WaitSlot`]: one caller's side of a wait, from its first busy reply (or its
 //! arrival behind other callers of its client) to its return.
+//!
+//! Layout: this file is the wait itself (the line, the sleeps, the polling step);
+//! `offer.rs` the caller's side of a local hand-off (its offer to a releasing guard
+//! of its client, and what it was handed).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -8,17 +12,21 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 
 use super::backoff::{backoff_cap, jitter};
-use super::handoff::{ABANDONED, OPEN, Offer, Want, give_back};
+use super::handoff::{OPEN, Want};
 use super::{Command, Hub, Waiter, Wake};
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::metrics::bump;
-use crate::scheme::{Keys, TokenBackend, new_token};
+use crate::scheme::Keys;
 use crate::threads::cancel::{CancelToken, Watch};
 
 /// How long a caller behind the head sleeps before it looks at the line again on
 /// its own, in units of the longest polling step. It sends nothing when it wakes.
 const BEHIND_STEPS: u32 = 4;
+
+mod offer;
+
+pub(crate) use offer::Handoff;
 
 /// One caller's wait for one key.
 pub(crate) struct WaitSlot<'a> {
@@ -66,16 +74,6 @@ pub(crate) enum Next {
     Transferred(Arc<LeaseState>),
     /// The deadline passed: give up without another attempt.
     GaveUp,
-}
-
-/// A lock handed to a waiting caller by a releasing guard of its client.
-#[derive(Debug)]
-pub(crate) struct Handoff {
-    /// The caller's token, now stored under the key.
-    pub(crate) value: String,
-    /// When the hand-off was sent: the lease's validity counts from here.
-    pub(crate) sent: Instant,
-    pub(crate) fence: Option<u64>,
 }
 
 /// Where a slot stands with the wake-ups it was sent.
@@ -297,74 +295,6 @@ impl<'a> WaitSlot<'a> {
         woke
     }
 
-    /// Puts this caller's offer out; whether there is one.
-    fn post_offer(&mut self) -> bool {
-        let Some(want) = self.want else {
-            return false;
-        };
-        let value = self
-            .offer_value
-            .get_or_insert_with(|| new_token(self.hub.tag))
-            .clone();
-        // A fresh claim for each offer: the last one was withdrawn or settled.
-        self.claim = Arc::new(AtomicU8::new(OPEN));
-        self.hub.offers.post(
-            &self.keys.channel,
-            Offer {
-                seq: self.seq,
-                value,
-                want,
-                tx: self.tx.clone(),
-                claim: Arc::clone(&self.claim),
-            },
-        );
-        true
-    }
-
-    fn withdraw_offer(&self) -> bool {
-        self.hub.offers.withdraw(&self.keys.channel, self.seq)
-    }
-
-    /// Waits for the outcome of a hand-off in flight to this caller: at most the
-    /// time the releaser's calls can take, then gives up on it, unless the outcome
-    /// is being delivered right then (it is read, never left unread).
-    fn await_hand_off(&mut self) -> Option<Wake> {
-        let mut bound = Instant::now() + 2 * self.hub.topology.subscriber(0).call_bound();
-        let mut delivering = false;
-        loop {
-            match self.rx.recv_deadline(bound) {
-                Ok(wake @ (Wake::Handed { .. } | Wake::Transferred(_) | Wake::NotHanded)) => {
-                    return Some(wake);
-                }
-                Err(_) => {
-                    let gave_up = self
-                        .claim
-                        .compare_exchange(OPEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok();
-                    if gave_up || delivering {
-                        return None;
-                    }
-                    // The releaser is sending it now: a send never blocks.
-                    delivering = true;
-                    bound = Instant::now() + Duration::from_secs(1);
-                }
-                // Cancel and shutdown flags are seen by the caller's next check; a
-                // release message is for the head, which may be us: not lost.
-                Ok(Wake::Released) => self.turn = Turn::Woken,
-                Ok(_) => {}
-            }
-        }
-    }
-
-    fn handed(&mut self, sent: Instant, fence: Option<u64>) -> Handoff {
-        self.turn = Turn::Acquired;
-        Handoff {
-            value: self.offer_value.take().unwrap_or_default(),
-            sent,
-            fence,
-        }
-    }
-
     /// Whether a release message would wake this caller now: it is queued on a
     /// confirmed subscription of the key's channel over a connection that is up.
     /// When the connection drops or the server ends the subscription, the waiter
@@ -452,34 +382,6 @@ impl Drop for WaitSlot<'_> {
                 pass: woken,
                 unread: (self.turn != Turn::Acquired).then(|| self.rx.clone()),
             });
-        }
-    }
-}
-
-impl WaitSlot<'_> {
-    /// A hand-off that arrived after the caller stopped waiting for it is a lock
-    /// nobody will use: release it so the next waiter gets it.
-    fn release_late_hand_off(&mut self) {
-        let mut late = false;
-        let mut unread = Vec::new();
-        for wake in self.rx.try_iter() {
-            unread.push(wake);
-        }
-        for wake in unread {
-            match wake {
-                Wake::Handed { .. } => late = true,
-                Wake::Transferred(state) => give_back(self.hub, &state),
-                // An unread release is passed on by the `Leave` below.
-                Wake::Released if self.turn != Turn::Acquired => self.turn = Turn::Woken,
-                _ => {}
-            }
-        }
-        if let (true, Some(value), Some(want)) = (late, self.offer_value.take(), self.want) {
-            let until = Instant::now() + want.ttl;
-            let token = Arc::new(TokenBackend::new(self.hub.tag));
-            self.hub
-                .topology
-                .release_later(token, self.keys.clone(), value, until);
         }
     }
 }
