@@ -8,7 +8,7 @@
 mod support;
 
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlease::{LockClient, LockClientBuilder, LockOptions, Release};
 use support::{RedisServer, eventually};
@@ -213,12 +213,21 @@ fn a_marked_lock_extends_renews_and_releases_as_its_holder_s() {
         let pttl: i64 = server.query(redis::cmd("PTTL").arg(LOCK_KEY));
         assert!(pttl > 20_000, "extend left a PTTL of {pttl} ms");
         assert!(marked(&server), "the extend dropped the mark");
+        let released = Instant::now();
         assert_eq!(guard.unlock().unwrap(), Release::Released);
         let got = waiting.join().unwrap().unwrap().expect("acquired");
+        // The holder's TTL was 30 s and the waiter polls every 30 s: taken well
+        // before either, it was woken by the release of the marked value (on a
+        // loaded machine the message may reach it while it is between two of its
+        // own steps, so the count of wake-ups is not what is checked).
+        let took = released.elapsed();
+        assert!(
+            took < BOUND,
+            "the waiter took the lock {took:?} after the release"
+        );
         assert_eq!(got.unlock().unwrap(), Release::Released);
     });
     assert_eq!(holder.metrics().leases_lost, 0);
-    assert_eq!(waiter.metrics().wakeups, 1);
 }
 
 #[test]
