@@ -85,15 +85,8 @@ pub(super) fn check_min_hold(
     if max_hold.is_some_and(|max| d > max) {
         return Err(Error::config("min_hold", "must not exceed max_hold"));
     }
-    let by = match backend.label() {
-        "token" => return Ok(Some(d)),
-        "legacy" => "the legacy timestamp scheme (its value is a wall-clock expiry)",
-        "reentrant" => "the reentrant scheme (only the outermost unlock frees the key)",
-        "fair" => "a fair lock (its queue hands the lock on)",
-        "rwlock_read" | "rwlock_write" => "a read-write lock (readers share the key)",
-        "semaphore" => "a semaphore (its permits are not one key)",
-        "election" => "an election (its term record names the leader's own token)",
-        _ => "this format (only the token scheme keeps a key)",
+    let Some(by) = backend.refuses_min_hold() else {
+        return Ok(Some(d));
     };
     Err(Error::Unsupported {
         what: "a minimum hold (min_hold)",

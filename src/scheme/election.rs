@@ -207,6 +207,10 @@ impl Backend for ElectionBackend {
         &SCRIPTS
     }
 
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        Some("an election (its term record names the leader's own token)")
+    }
+
     fn label(&self) -> &'static str {
         "election"
     }

@@ -245,6 +245,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     }
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
+    /// Why a lease of this format cannot keep its key for a minimum hold after
+    /// its release ([`LockOptions::min_hold`](crate::LockOptions::min_hold)), said
+    /// for [`Error::Unsupported`](crate::Error::Unsupported); `None` when it can
+    /// (the token scheme: one key, one value, compared on release).
+    fn refuses_min_hold(&self) -> Option<&'static str>;
     /// What it holds, in metrics' `scheme` label: `token`, `legacy`,
     /// `reentrant`, `fair`, `rwlock_read`, `rwlock_write`, `semaphore` or
     /// `election`.

@@ -229,6 +229,10 @@ impl Backend for FairBackend {
         &FAIR_SCRIPTS
     }
 
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        Some("a fair lock (its queue hands the lock on)")
+    }
+
     fn label(&self) -> &'static str {
         "fair"
     }

@@ -179,6 +179,10 @@ impl Backend for LegacyBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        Some("the legacy timestamp scheme (its value is a wall-clock expiry)")
+    }
+
     fn label(&self) -> &'static str {
         "legacy"
     }

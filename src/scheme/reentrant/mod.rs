@@ -271,6 +271,10 @@ impl Backend for ReentrantBackend {
         &SCRIPTS
     }
 
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        Some("the reentrant scheme (only the outermost unlock frees the key)")
+    }
+
     fn label(&self) -> &'static str {
         "reentrant"
     }

@@ -248,6 +248,10 @@ impl Backend for RwBackend {
         &RW_SCRIPTS
     }
 
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        Some("a read-write lock (readers share the key)")
+    }
+
     fn label(&self) -> &'static str {
         if self.write {
             "rwlock_write"

@@ -248,6 +248,10 @@ impl Backend for SemaphoreBackend {
         &SCRIPTS
     }
 
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        Some("a semaphore (its permits are not one key)")
+    }
+
     fn label(&self) -> &'static str {
         "semaphore"
     }

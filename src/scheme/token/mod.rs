@@ -174,6 +174,10 @@ impl Backend for TokenBackend {
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        None
+    }
+
     fn label(&self) -> &'static str {
         "token"
     }
