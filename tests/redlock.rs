@@ -594,3 +594,171 @@ fn with_the_first_node_down_waiters_still_hear_releases_from_another() {
         });
     }
 }
+
+/// `calls` per command in `INFO commandstats`, leaving out the test's own queries
+/// (`info`, `client|…`, `config|…`, `pubsub|…`). Commands a script runs count too:
+/// they are work the server does for the client.
+fn command_counts(server: &RedisServer) -> Vec<(String, u64)> {
+    server
+        .command_stats()
+        .into_iter()
+        .filter(|(name, _)| {
+            !(name == "info"
+                || ["client|", "config|", "pubsub|"]
+                    .iter()
+                    .any(|p| name.starts_with(p)))
+        })
+        .collect()
+}
+
+/// The sum of [`command_counts`]: what the clients under test cost `server`.
+fn commands(server: &RedisServer) -> u64 {
+    command_counts(server).iter().map(|(_, n)| n).sum()
+}
+
+/// What a Redlock waiter may cost a master beyond one server's waiter in the same
+/// time: its first round's take-back of the value a free master stored (the
+/// release script and the `GET` and `DEL` it runs: 3), and two polls of jitter
+/// (each waiter draws its polling steps at random within the top quarter of the
+/// step, so over 3 s the two may differ by a poll; two is four times the
+/// difference's standard deviation).
+const TOLERANCE: u64 = 5;
+
+/// A Redlock waiter behind a foreign holder of 2 of 3 masters (the third,
+/// `free`, is free) and one server's waiter behind a foreign holder wait 3 s side
+/// by side; returns the commands each master and the one server received.
+fn counted_waits(free: usize) -> (Vec<u64>, u64) {
+    let masters = Masters::start(3);
+    let single = RedisServer::start();
+    let quorum = client(&masters.urls());
+    let one = LockClient::builder(single.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    for (i, s) in masters.servers.iter().enumerate() {
+        if i != free {
+            assert!(set_nx(s, "lock:k", "foreign", 30_000));
+        }
+    }
+    assert!(set_nx(&single, "lock:k", "foreign", 30_000));
+    for s in masters.servers.iter().chain([&single]) {
+        s.reset_stats();
+    }
+    let wait = Duration::from_secs(3);
+    thread::scope(|s| {
+        let ours = s.spawn(|| quorum.try_lock_for("k", wait).unwrap().is_none());
+        let theirs = s.spawn(|| one.try_lock_for("k", wait).unwrap().is_none());
+        assert!(ours.join().unwrap(), "the quorum waiter got a held lock");
+        assert!(
+            theirs.join().unwrap(),
+            "one server's waiter got a held lock"
+        );
+    });
+    let per_master: Vec<u64> = masters.servers.iter().map(commands).collect();
+    let one_server = commands(&single);
+    // Nothing of ours is left on the free master.
+    let cleaned = eventually(Duration::from_secs(2), || {
+        !exists(&masters.servers[free], "lock:k")
+    });
+    assert!(cleaned, "our value stayed on the free master");
+    for (i, s) in masters.servers.iter().enumerate() {
+        eprintln!("master {i} (free: {}): {:?}", i == free, command_counts(s));
+    }
+    eprintln!("one server: {:?}", command_counts(&single));
+    eprintln!(
+        "free master {free}: the masters received {per_master:?} commands in 3 s, one server {one_server}"
+    );
+    (per_master, one_server)
+}
+
+fn assert_waits_like_one_server(free: usize) {
+    let (per_master, one_server) = counted_waits(free);
+    // One server's waiter polled all along: the comparison means something.
+    assert!(one_server >= 10, "one server's waiter sent {one_server}");
+    for (i, n) in per_master.into_iter().enumerate() {
+        assert!(
+            n <= one_server + TOLERANCE,
+            "master {i} received {n} commands, one server {one_server}"
+        );
+    }
+}
+
+#[test]
+fn a_waiter_short_of_a_majority_costs_each_master_what_one_servers_waiter_costs() {
+    // The free master is the one whose channel the waiter hears.
+    assert_waits_like_one_server(0);
+}
+
+#[test]
+fn a_waiter_short_of_a_majority_costs_a_free_master_it_does_not_hear_what_one_server_costs() {
+    assert_waits_like_one_server(2);
+}
+
+/// Takes a foreign holder's token off `servers`, publishing on the key's channel
+/// when `publish` says, as a redlease-style holder does (redis-py does not).
+fn release_foreign(servers: &[RedisServer], token: &str, publish: bool) {
+    for s in servers {
+        release_raw(s, "lock:k", token);
+        if publish {
+            let _: i64 = s.query(
+                redis::cmd("PUBLISH")
+                    .arg("{lock:k}:released")
+                    .arg("released"),
+            );
+        }
+    }
+}
+
+/// A waiter over 3 masters, 2 of them held by a foreign token, takes the lock
+/// once the holder releases; how long after the release it had it.
+fn taken_after_release(waiter: &LockClient, masters: &Masters, publish: bool) -> Duration {
+    for s in &masters.servers[..2] {
+        assert!(set_nx(s, "lock:k", "foreign", 30_000));
+    }
+    let looked = || masters.servers[1].command_calls("get");
+    let before = looked();
+    thread::scope(|s| {
+        let w = s.spawn(|| {
+            let g = waiter.try_lock_for("k", Duration::from_secs(20)).unwrap();
+            (g, Instant::now())
+        });
+        // It is waiting: it has looked at the lock at least once after its first
+        // round (its first look follows its subscription).
+        let waiting = eventually(Duration::from_secs(10), || looked() > before);
+        assert!(waiting, "the waiter never polled");
+        let released = Instant::now();
+        release_foreign(&masters.servers[..2], "foreign", publish);
+        let (got, at) = w.join().unwrap();
+        let guard = got.expect("the waiter never got the lock");
+        assert!(holders(masters, "lock:k") >= 2);
+        drop(guard);
+        at - released
+    })
+}
+
+#[test]
+fn a_waiter_short_of_a_majority_takes_the_lock_on_the_release_message() {
+    // Polling every 1.5 s at the soonest: only the message explains a prompt take.
+    let masters = Masters::start(3);
+    let waiter = builder(&masters.urls())
+        .node_timeout(ROOMY)
+        .backoff(ms(2000), ms(4000))
+        .build()
+        .unwrap();
+    let took = taken_after_release(&waiter, &masters, true);
+    eprintln!("taken {took:?} after a release that published");
+    assert!(took < ms(1000), "taken {took:?} after the release");
+}
+
+#[test]
+fn a_waiter_short_of_a_majority_finds_a_silent_release_within_a_polling_step() {
+    let masters = Masters::start(3);
+    let waiter = builder(&masters.urls())
+        .node_timeout(ROOMY)
+        .backoff(ms(4), ms(200))
+        .build()
+        .unwrap();
+    let took = taken_after_release(&waiter, &masters, false);
+    eprintln!("taken {took:?} after a release that did not publish");
+    assert!(took < ms(200) + SLACK, "taken {took:?} after the release");
+}

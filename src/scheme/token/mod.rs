@@ -21,9 +21,10 @@
 //! Layout: this file is the backend and its tokens; `scripts.rs` the token's Lua
 //! scripts (mark, fenced acquire, release, extend) and the hand-off's; `all.rs` the
 //! acquire and the release of several keys in one script each (`lock_all` on one
-//! node).
+//! node); `look.rs` the look a caller polling a quorum takes before it tries.
 
 pub(crate) mod all;
+pub(crate) mod look;
 pub(crate) mod scripts;
 
 use std::sync::LazyLock;

@@ -41,26 +41,32 @@ pub(super) fn late(
     (late, failures)
 }
 
-/// How long a busy lock may stay busy. When the busy nodes are a majority,
-/// someone may hold the lock: it is ours to take at the earliest once enough of
-/// them expire to leave a majority free. When they are not (a split vote, each
-/// caller holding a minority), a short random pause, as Redlock prescribes.
-pub(super) fn remaining(count: &Count, answers: &[Result<Acquire>]) -> Option<Duration> {
-    let mut busy: Vec<Option<Duration>> = answers
+/// How long a busy lock may stay busy, from `held`, the remaining TTL of each
+/// node found held (`None`: unknown) by a call counted in `count` (the nodes not
+/// among them counted free). When the held nodes are a majority, someone may hold
+/// the lock: it is ours to take at the earliest once enough of them expire to leave
+/// a majority free. When they are not (a split vote, each caller holding a
+/// minority), a short random pause, as Redlock prescribes.
+pub(super) fn remaining(count: &Count, mut held: Vec<Option<Duration>>) -> Option<Duration> {
+    let q = count.quorum();
+    if held.len() < q {
+        return Some(jitter(RETRY_MAX));
+    }
+    // Free for us now: the nodes that were not held; needed: `q` of all.
+    let needed = q - (count.n - held.len());
+    held.sort_by_key(|r| r.unwrap_or(Duration::MAX));
+    held.get(needed - 1).copied().flatten()
+}
+
+/// The remaining TTL of each node an acquire's `answers` found busy.
+pub(super) fn busy(answers: &[Result<Acquire>]) -> Vec<Option<Duration>> {
+    answers
         .iter()
         .filter_map(|a| match a {
             Ok(Acquire::Busy { remaining, .. }) => Some(*remaining),
             _ => None,
         })
-        .collect();
-    let q = count.quorum();
-    if busy.len() < q {
-        return Some(jitter(RETRY_MAX));
-    }
-    // Free for us now: the nodes that were not busy; needed: `q` of all.
-    let needed = q - (count.n - busy.len());
-    busy.sort_by_key(|r| r.unwrap_or(Duration::MAX));
-    busy.get(needed - 1).copied().flatten()
+        .collect()
 }
 
 /// A pause drawn uniformly from 1 ms to `max`.

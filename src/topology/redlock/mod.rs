@@ -5,15 +5,18 @@
 //! rule of [`Count`] (`quorum.rs` sends, `ballot.rs` counts). An acquire is one token,
 //! the same `SET NX PX` on every node; it holds when a majority granted it while
 //! its validity (`sent + ttl - drift`) is still ahead; anything else is taken out
-//! again, off the caller's time, by the nodes' I/O threads.
+//! again, off the caller's time, by the nodes' I/O threads. A caller that polls
+//! looks first (`look.rs`): a poll that finds no majority free writes nothing.
 //!
 //! Layout: this file is [`Redlock`], its calls; `quorum.rs` the nodes and how a call
 //! asks them all at once; `lane.rs` a node's lane thread; `ballot.rs` the majority rule
-//! and the renewal tick's ballot; `answers.rs` reading an acquire's answers.
+//! and the renewal tick's ballot; `answers.rs` reading an acquire's answers; `look.rs`
+//! a polling caller's look before it tries.
 
 mod answers;
 mod ballot;
 mod lane;
+mod look;
 mod quorum;
 
 use std::sync::Arc;
@@ -22,7 +25,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use redis::Value;
 
-use self::answers::{RETRY_MAX, jitter, late, remaining};
+use self::answers::{RETRY_MAX, busy, jitter, late, remaining};
 use self::ballot::{Ballot, Count, Vote};
 use self::quorum::{Quorum, no_fencing, no_quorum, send};
 use crate::error::{Error, Operation, Result};
@@ -31,7 +34,7 @@ use crate::net::connection::{Conn, Target};
 use crate::net::node::{Node, NodeConfig};
 use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
-    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, new_token,
+    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, Waiting, new_token,
     with_scripts,
 };
 use crate::time::in_time;
@@ -43,11 +46,13 @@ pub(crate) use self::quorum::{Wait, no_replicas, refuse};
 
 /// Rounds an acquire makes when failures, not other holders, kept it from a
 /// majority (only for callers that will wait; `try_lock` makes one).
+///
+/// A busy acquire tells its caller how long the holders have left, as one
+/// server does, and the caller waits as one server's does: for a release
+/// message or its next poll, whichever comes first. Its waiter hears release
+/// messages from one node only (which may not have held the lock), so a release
+/// it did not hear is found by a poll, within the client's longest polling step.
 const ROUNDS: u32 = 3;
-/// The longest a busy acquire asks its caller to wait before trying again: the
-/// waiter hears release messages from one node only (which may not have held the
-/// lock), so a release it did not hear is found by an attempt within this.
-const POLL_MAX: Duration = Duration::from_millis(500);
 
 /// A quorum of independent masters holds every lock.
 pub(crate) struct Redlock {
@@ -104,6 +109,13 @@ impl Topology for Redlock {
         if req.replicas.is_some() {
             return Err(no_replicas());
         }
+        // A caller that polls (it knows how long the holder has left) looks
+        // before it writes, as one server's poll costs one command a node.
+        if req.wait == Waiting::Poll
+            && let Some(busy) = self.look(keys, req.ttl)
+        {
+            return Ok(busy);
+        }
         let mut round = 1;
         loop {
             let value = new_token(self.tag);
@@ -136,10 +148,13 @@ impl Topology for Redlock {
                 });
             }
             // Not ours: take the value out wherever it may have landed (a node
-            // that said no never stored it; asking costs one idempotent script).
-            self.quorum.take_back(keys, &value, until);
+            // that said busy never stored it). Only a majority, held too late,
+            // may have been seen as the lock by anyone who did not mark it.
+            let stored = |i: usize| !matches!(answers[i], Ok(Acquire::Busy { .. }));
+            self.quorum
+                .take_back(keys, &value, until, (&stored, count.won()));
             if !count.won() && count.answered_live() {
-                let remaining = remaining(&count, &answers).map(|r| r.min(POLL_MAX));
+                let remaining = remaining(&count, busy(&answers));
                 return Ok(Attempt::Busy {
                     remaining,
                     announces: false,
@@ -246,7 +261,9 @@ impl Topology for Redlock {
     }
 
     fn release_later(&self, _backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant) {
-        self.quorum.take_back(&keys, &value, until);
+        // Held where, and by whom seen, is unknown: everywhere, announced.
+        self.quorum
+            .take_back(&keys, &value, until, (&|_| true, true));
     }
 
     fn extend(

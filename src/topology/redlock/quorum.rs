@@ -184,13 +184,28 @@ impl Quorum {
         (count, answers)
     }
 
-    /// Takes an acquire's `value` back out on every node, off the caller's time:
-    /// first on each node's lane, behind the acquire's own `SET` (a delete that
-    /// overtook it would leave the value to its TTL), then, where that failed, by
-    /// the node's I/O thread, retried until `until`, when it expires anyway.
-    pub(crate) fn take_back(&self, keys: &Keys, value: &str, until: Instant) {
+    /// Takes an acquire's `value` back out on every node `stored` names (those
+    /// where it may have landed), off the caller's time: first on each node's
+    /// lane, behind the acquire's own `SET` (a delete that overtook it would leave
+    /// the value to its TTL), then, where that failed, by the node's I/O thread,
+    /// retried until `until`, when it expires anyway.
+    ///
+    /// The lane's delete publishes the release message only when a waiter marked
+    /// the value, or when `always` asks (a majority may have held it): a value a
+    /// failed acquire held on a minority for a moment was nobody's lock, and a
+    /// message for it would only wake this client's own waiter to try again.
+    pub(crate) fn take_back(
+        &self,
+        keys: &Keys,
+        value: &str,
+        until: Instant,
+        (stored, always): (&dyn Fn(usize) -> bool, bool),
+    ) {
         let wait = self.node_wait(None);
-        for m in &self.members {
+        for (i, m) in self.members.iter().enumerate() {
+            if !stored(i) {
+                continue;
+            }
             let cleanup = self.cleanup(keys, value, until);
             let worker = m.worker.clone();
             let call = Box::new(move |link: &mut Link| {
@@ -199,13 +214,11 @@ impl Quorum {
                 }
                 let Cleanup { backend, keys, .. } = &cleanup;
                 let delete = |c: &mut Conn| {
-                    backend.release(
-                        c,
-                        &keys.lock,
-                        Announce::always(&keys.channel),
-                        &cleanup.value,
-                        &[],
-                    )
+                    let announce = Announce {
+                        always,
+                        ..Announce::always(&keys.channel)
+                    };
+                    backend.release(c, &keys.lock, announce, &cleanup.value, &[])
                 };
                 if link.call(Instant::now() + wait, wait, delete).is_err() {
                     send(&worker, cleanup);
