@@ -74,3 +74,39 @@ pub(super) fn jitter(max: Duration) -> Duration {
     let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1000);
     Duration::from_micros(fastrand::u64(1000..=max))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(n: usize) -> Count {
+        Count::new(n)
+    }
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_held_majority_is_free_once_enough_holders_expire_to_free_one() {
+        // 2 of 3 held: the first to expire frees a majority with the free node.
+        assert_eq!(
+            remaining(&count(3), vec![Some(30 * S), Some(10 * S)]),
+            Some(10 * S)
+        );
+        // 3 of 3 held: two must expire.
+        let all = vec![Some(5 * S), Some(30 * S), Some(10 * S)];
+        assert_eq!(remaining(&count(3), all), Some(10 * S));
+        // 4 of 5 held: two must expire, one of them without a TTL.
+        let four = vec![None, Some(2 * S), None, None];
+        assert_eq!(remaining(&count(5), four), None);
+        let four = vec![None, Some(2 * S), Some(7 * S), None];
+        assert_eq!(remaining(&count(5), four), Some(7 * S));
+    }
+
+    #[test]
+    fn a_minority_held_is_a_split_vote_retried_after_a_short_pause() {
+        for held in [vec![], vec![Some(30 * S)]] {
+            let pause = remaining(&count(3), held).unwrap();
+            assert!(pause >= Duration::from_millis(1) && pause <= RETRY_MAX);
+        }
+    }
+}

@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::Redlock;
 use super::answers::remaining;
 use super::ballot::Vote;
+use crate::metrics::bump;
 use crate::net::connection::Conn;
 use crate::scheme::Keys;
 use crate::scheme::token::look::{Look, look};
@@ -25,7 +26,11 @@ impl Redlock {
     /// that no majority can be free, with how long the holders have left when
     /// the look learned it; `None` (try now) otherwise, failures included: the
     /// round that follows counts them as an acquire does.
+    ///
+    /// A look counts as an attempt: it is the poll one server's waiter makes
+    /// with its `SET`.
     pub(super) fn look(&self, keys: &Keys, ttl: Duration) -> Option<Attempt> {
+        bump(&self.counters.attempts, 1);
         let key = keys.lock.clone();
         let (count, answers) = self.quorum.ask(
             self.quorum.node_wait(Some(ttl)),
