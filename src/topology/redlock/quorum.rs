@@ -184,16 +184,12 @@ impl Quorum {
         (count, answers)
     }
 
-    /// Takes an acquire's `value` back out on every node `stored` names (those
-    /// where it may have landed), off the caller's time: first on each node's
-    /// lane, behind the acquire's own `SET` (a delete that overtook it would leave
-    /// the value to its TTL), then, where that failed, by the node's I/O thread,
-    /// retried until `until`, when it expires anyway.
-    ///
-    /// The lane's delete publishes the release message only when a waiter marked
-    /// the value, or when `always` asks (a majority may have held it): a value a
-    /// failed acquire held on a minority for a moment was nobody's lock, and a
-    /// message for it would only wake this client's own waiter to try again.
+    /// Takes an acquire's `value` back out on the nodes `stored` names (where it
+    /// may have landed), off the caller's time: on each node's lane, behind the
+    /// acquire's own `SET` (a delete that overtook it would leave the value to its
+    /// TTL), then, where that failed, by the node's I/O thread, retried until
+    /// `until`. It publishes only if a waiter marked the value or `always` asks: a
+    /// moment's minority was nobody's lock; its message would wake our own waiter.
     pub(crate) fn take_back(
         &self,
         keys: &Keys,
@@ -202,10 +198,8 @@ impl Quorum {
         (stored, always): (&dyn Fn(usize) -> bool, bool),
     ) {
         let wait = self.node_wait(None);
-        for (i, m) in self.members.iter().enumerate() {
-            if !stored(i) {
-                continue;
-            }
+        let members = self.members.iter().enumerate();
+        for (_, m) in members.filter(|(i, _)| stored(*i)) {
             let cleanup = self.cleanup(keys, value, until);
             let worker = m.worker.clone();
             let call = Box::new(move |link: &mut Link| {
