@@ -96,7 +96,8 @@ impl LockClient {
         let cancel = opts.cancel.as_ref();
         // When the call must return by, if it has a deadline: the deadline, or one
         // read timeout after the call began if that is later.
-        let return_by = deadline.map(|d| d.max(Instant::now() + hub.topology.read_timeout()));
+        let began = Instant::now();
+        let return_by = deadline.map(|d| d.max(began + hub.topology.read_timeout()));
         // Counted in until this call returns: callers of this client that arrive
         // while it acquires or waits join the key's line instead of racing it.
         let arrival = hub.lines.arrive(&keys.channel);
@@ -148,6 +149,7 @@ impl LockClient {
                 ),
                 replicas: plan.replicas,
                 return_by,
+                began,
             };
             let (remaining, announces) = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who

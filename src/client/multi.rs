@@ -336,6 +336,7 @@ impl LockClient {
                 },
                 replicas: None,
                 return_by: None,
+                began: Instant::now(),
             };
             // An error or a busy key drops `taken`: each guard releases its name.
             let remaining = match hub.topology.acquire(&plan.backend, &keys[i], req)? {

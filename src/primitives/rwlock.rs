@@ -52,10 +52,18 @@ impl LockClient {
 /// to the client and the calling thread (Redisson's `<uuid>:<thread id>`): a
 /// thread may read again while it reads, and read while it writes; a thread that
 /// reads and asks to write gets [`Error::ReadHeld`] at once. A write release
-/// wakes every waiting reader of this client, and they share. While a redlease
-/// writer waits, redlease readers that hold no read of the name wait behind it,
-/// unless a live Redisson reader holds the name: Redisson's readers ignore the
-/// waiting writer, and while theirs overlap without a pause no writer gets in.
+/// wakes every waiting reader of this client, and they share.
+///
+/// Waiting writers and readers take turns (phase-fair, with a bound): while a
+/// redlease writer waits, a redlease reader that holds no read of the name
+/// waits behind it as long as only redlease readers hold the name (they drain,
+/// and the writer gets in). While a live Redisson reader holds it (Redisson's
+/// readers ignore the waiting writer), the writer can get in only where
+/// Redisson's readers leave the name free: a reader then waits behind the
+/// writer for at most 250 ms from the start of its call, and goes in after
+/// that. So each reader gets at least one turn per 250 ms and the hold it
+/// takes, and the writer the moments the foreign readers leave. While
+/// Redisson's readers overlap without a pause, no writer gets in at all.
 #[derive(Clone)]
 pub struct ReadWriteLock {
     handle: Handle,
@@ -149,7 +157,8 @@ impl ReadWriteLock {
     side!(
         false, ReadGuard, "a read hold",
         read, try_read, try_read_for, try_read_until, read_with, with_read,
-        /// (while a writer holds or a redlease writer waits).
+        /// (while a writer holds or a redlease writer waits; behind a waiting
+        /// writer at most 250 ms while a Redisson reader holds).
         ///
         /// # Errors
         /// [`Error::WrongFormat`] when the name holds another format (left as

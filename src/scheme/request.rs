@@ -19,6 +19,10 @@ pub(crate) struct Request {
     /// deadline or, if later, one read timeout after the call began. An attempt
     /// made near it waits for its reply until then (but at least [`REPLY_FLOOR`]).
     pub(crate) return_by: Option<Instant>,
+    /// When the caller's call began: how long it has waited so far, for a
+    /// format that bounds how long a caller defers to another (a read-write
+    /// lock's reader behind a waiting writer's mark).
+    pub(crate) began: Instant,
 }
 
 /// Whether the caller of an acquire attempt waits if the lock is busy.

@@ -8,7 +8,7 @@
 //! on the channels the waiter thread uses: a user without channel permissions
 //! (Redis 7's default, `resetchannels`) gets waits that poll instead.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{RedisError, RedisResult, Value};
 
@@ -92,6 +92,7 @@ pub(crate) fn probe(
         wait: Waiting::No,
         return_by: None,
         replicas: None,
+        began: Instant::now(),
     };
     let acquired = check(backend.acquire(&mut conn, &keys, &value, req), &ACQUIRE)?;
     if let Acquire::Acquired { .. } = acquired {

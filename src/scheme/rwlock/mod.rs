@@ -20,12 +20,14 @@
 //! for itself); a write release that leaves this thread's reads publishes too;
 //! and a redlease writer that waits sets `{n}:redlease:write_wait` (its field,
 //! a short TTL refreshed by each of its attempts), while which redlease readers
-//! holding no read of the name do not start one, as long as every live read
-//! hold honours the mark. A redlease reader's timeout keys hold `redlease`
-//! (Redisson writes `1` and reads only their TTL), so the read script tells
-//! them apart: beside a live Redisson reader, which does not know the mark and
-//! keeps the name read-held whatever redlease readers do, holding them back
-//! would only starve them with the writer, so they read.
+//! holding no read of the name do not start one. A redlease reader's timeout
+//! keys hold `redlease` (Redisson writes `1` and reads only their TTL), so the
+//! read script tells the holds apart: while every live read hold honours the
+//! mark, readers defer for as long as the writer waits (the holds drain and it
+//! gets in); beside a live Redisson reader, which does not know the mark and
+//! keeps the name read-held whatever redlease readers do, a reader defers only
+//! until `DEFER` after its call began, then reads. The writer gets in where
+//! Redisson's readers leave the name free, and no reader starves behind it.
 //!
 //! Layout: this file is the wire format's backend and the replies it reads;
 //! `scripts.rs` its Lua scripts. The handle, [`ReadWriteLock`](crate::ReadWriteLock),
@@ -59,6 +61,14 @@ const CHANNEL_PREFIX: &str = "redisson_rwlock";
 /// last attempt: several of its polling steps, so a writer that died stops
 /// holding them back within it.
 pub(crate) const WRITE_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a redlease reader defers to a waiting writer's mark at most, from
+/// the start of its call, while a read hold that ignores the mark (a Redisson
+/// reader's) is live: past it, the reader goes in. Such readers keep the name
+/// read-held whatever redlease readers do, so the writer gets in only where
+/// they leave it free; readers that defer for a while leave those moments to
+/// the writer, and readers that defer no longer than this are not starved by it.
+pub(crate) const DEFER: Duration = Duration::from_millis(250);
 
 /// The detail of the error a reader of a thread gets when it asks to write.
 pub(crate) const UPGRADE: &str = "a reader of this thread asked to write";
@@ -139,6 +149,7 @@ impl Backend for RwBackend {
             let prefix = timeout_prefix(name, value);
             let base = suffix_name(name, "");
             let write_field = format!("{value}:write");
+            let defers = DEFER.saturating_sub(req.began.elapsed());
             let args = [
                 Arg::from("EVALSHA"),
                 READ_ACQUIRE.get_hash().into(),
@@ -150,6 +161,7 @@ impl Backend for RwBackend {
                 ttl.into(),
                 value.into(),
                 write_field.as_str().into(),
+                ttl_millis(defers).into(),
             ];
             send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
         };

@@ -34,21 +34,26 @@ macro_rules! honours {
 }
 
 /// Read acquire: Redisson's read `tryLockInnerAsync`, and a redlease writer's
-/// waiting mark respected by new readers while it can help the writer.
+/// waiting mark respected by new readers: for as long as it takes while that
+/// lets the writer in, for a bounded time while it cannot.
 ///
 /// KEYS[1] the name, KEYS[2] this hold's timeout prefix
 /// (`{name}:<field>:rwlock_timeout`), KEYS[3] the writer-waiting mark, KEYS[4]
 /// the name's timeout prefix (`{name}`). ARGV[1] TTL in ms, ARGV[2] the reader
-/// field `<uuid>:<thread>`, ARGV[3] the same thread's write field. Returns nil
-/// when held (one more hold: a timeout key `<prefix>:<n>` with the TTL and the
-/// value `redlease`, the name's TTL only lengthened), else the PTTL that bounds
-/// the wait: the name's, or the mark's while a writer waits, this thread holds
-/// no read yet (a thread already reading reads again, or it would wait for a
-/// writer that waits for it), and no live hold ignores the mark. A live hold
-/// whose timeout key holds another value (a Redisson reader's `1`) keeps the
-/// name read-held whatever redlease readers do: holding them back then would
-/// only starve them beside the writer, so they read. A dead reader's hold (its
-/// timeout keys run out) does not count: it ends with the next release.
+/// field `<uuid>:<thread>`, ARGV[3] the same thread's write field, ARGV[4] how
+/// much longer in ms the caller defers to a writer beside a hold that ignores
+/// the mark (0: no longer). Returns nil when held (one more hold: a timeout key
+/// `<prefix>:<n>` with the TTL and the value `redlease`, the name's TTL only
+/// lengthened), else the PTTL that bounds the wait: the name's, or, while a
+/// writer waits and this thread holds no read yet (a thread already reading
+/// reads again, or it would wait for a writer that waits for it), the mark's.
+/// A live hold whose timeout key holds another value (a Redisson reader's `1`)
+/// keeps the name read-held whatever redlease readers do: the writer gets in
+/// only where such readers leave the name free, so redlease readers defer
+/// there only until ARGV[4] runs out (the reply is then the shorter of the
+/// mark's PTTL and ARGV[4], so the caller tries again at its end), and read
+/// after it. A dead reader's hold (its timeout keys run out) does not count: it
+/// ends with the next release.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         mode_or_refuse!(),
@@ -71,7 +76,11 @@ end
 local mine = mode == 'read' and redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1
 if (mode == false or mode == 'read') and not mine then
   local waiting = redis.call('PTTL', KEYS[3])
-  if waiting > 0 and not (mode == 'read' and ignored()) then return waiting end
+  if waiting > 0 then
+    if not (mode == 'read' and ignored()) then return waiting end
+    local defers = tonumber(ARGV[4])
+    if defers > 0 then return math.min(waiting, defers) end
+  end
 end
 if mode == false then
   redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[2], 1)

@@ -3,6 +3,8 @@
 //! their unlock latch), for the interop tests; the scripts also make the
 //! read-write lock benchmark's floor.
 
+use std::time::{Duration, Instant};
+
 use super::super::RedisServer;
 use super::{eval, prefix_name, suffix_name};
 
@@ -221,5 +223,42 @@ impl RedissonRwLock {
             .arg(5000)
             .query(&mut self.con)
             .unwrap()
+    }
+
+    /// `readLock().lock()` (`RedissonLock.lock`): see [`lock_loop`](Self::lock_loop).
+    pub fn read(&mut self, listen: &mut redis::Connection, lease_ms: u64, bound: Duration) -> bool {
+        self.lock_loop(listen, bound, |l| l.read_lock(lease_ms))
+    }
+
+    /// Redisson's `lock()` loop: one attempt; when busy, it subscribes to the
+    /// lock's channel and attempts again after each message, or when the PTTL
+    /// the script returned runs out (Redisson waits without end; here at most
+    /// `bound` in all). `listen` is a connection of its own for the
+    /// subscription. `false` when it has not the lock after `bound`.
+    fn lock_loop(
+        &mut self,
+        listen: &mut redis::Connection,
+        bound: Duration,
+        mut attempt: impl FnMut(&mut Self) -> Option<i64>,
+    ) -> bool {
+        let end = Instant::now() + bound;
+        if attempt(self).is_none() {
+            return true;
+        }
+        let mut sub = listen.as_pubsub();
+        sub.subscribe(channel(&self.name)).unwrap();
+        loop {
+            let Some(ttl) = attempt(self) else {
+                return true;
+            };
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let wait =
+                u64::try_from(ttl).map_or(left, |ms| Duration::from_millis(ms.max(1)).min(left));
+            sub.set_read_timeout(Some(wait)).unwrap();
+            let _woken = sub.get_message().is_ok();
+        }
     }
 }
