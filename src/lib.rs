@@ -3,8 +3,8 @@
 //! redlease is for code that is not async — plain-threaded services, batch workers,
 //! cron jobs — and for teams moving off the old `SETNX`/`GETSET` timestamp locks. No
 //! tokio, no futures: calls block, with every network call bounded by a timeout.
-//! MSRV: Rust 1.88, raised only in a minor release. These docs are a map; the README
-//! is the long form, named by section below.
+//! MSRV: Rust 1.88, raised only in a minor release. This page is a map; the
+//! [`guide`] is the long form, a chapter per topic.
 //!
 //! # Quick start
 //!
@@ -32,88 +32,40 @@
 //!
 //! # What each type is for
 //!
-//! - [`LockClient`], made by a [`LockClientBuilder`] ([`LockClient::builder`] for one
-//!   server, [`LockClient::redlock`] for a quorum of masters; `sentinel` and `cluster`
-//!   behind their features): the lock calls, from `lock` to `with_lock`, and
-//!   [`LockClient::inspect`] / [`LockClient::held`], which show a lock's holders and
-//!   their [`Owner`]s ([`LockInfo`], [`Holder`], [`HeldLock`], [`ClientTag`]).
-//! - [`LockGuard`]: a held lease, renewed in the background and released when
-//!   dropped; [`LockGuard::fence`], [`LockGuard::is_held`], [`LockGuard::lost`]
-//!   (a [`LeaseLost`]), [`LockGuard::unlock`] (a [`Release`]).
-//! - [`LockOptions`] and [`Renewal`]: one call's TTL, fencing, scheme, renewal policy
-//!   and `on_lost` callback, over the client's defaults.
-//! - [`Scheme`], how a lock is stored: [`Scheme::Token`] (the default; the format of
-//!   redis-py, redsync, node-redlock and redlock-rs), [`Scheme::Reentrant`]
-//!   (Redisson's `RLock`), [`Scheme::LegacyTimestamp`] (deployed `SETNX`/`GETSET`
-//!   locks, see [`LegacyTimestamp`]; README: *Migrating from `SETNX`/`GETSET`…*).
-//! - Redisson's primitives, each shared with Redisson clients: [`FairLock`]
-//!   ([`LockClient::fair_lock`]), [`ReadWriteLock`] ([`LockClient::read_write_lock`]; a
-//!   [`ReadGuard`] or [`WriteGuard`]), [`Semaphore`] ([`LockClient::semaphore`]; a
-//!   [`PermitGuard`] per permit). Each offers the lock's whole family (`x`, `try_x`,
-//!   `try_x_for`, `try_x_until`, `x_with`, and `with_lock` / `with_read` /
-//!   `with_write` / `with_permit`), and every guard `key()`, `is_held()`, `lost()`,
-//!   `valid_until()`, `check()`, `extend()` and `unlock()`; a handle's `name()` is the
-//!   name as passed, its `key()` the name with the client's prefix. README:
-//!   *Interoperability*, and a section each.
-//! - [`CancelToken`] stops a blocked wait; [`Metrics`] is a snapshot of a client's
-//!   counters (README: *Metrics*).
+//! - [`LockClient`], made by a [`LockClientBuilder`] ([`LockClient::builder`], one
+//!   server; [`LockClient::redlock`], a [quorum](guide::redlock); Sentinel and Cluster
+//!   behind their features, see [deployments](guide::deployments)): the lock calls,
+//!   `lock` to `with_lock`; [`LockClient::inspect`] and [`LockClient::held`] show
+//!   holders and their [`Owner`]s ([`LockInfo`], [`Holder`], [`HeldLock`],
+//!   [`ClientTag`]; [operations](guide::operations)).
+//! - [`LockGuard`]: a held lease, renewed in the background, released when dropped;
+//!   [`LockGuard::fence`], [`is_held`](LockGuard::is_held), [`lost`](LockGuard::lost)
+//!   (a [`LeaseLost`]), [`unlock`](LockGuard::unlock) (a [`Release`]).
+//! - [`LockOptions`] and [`Renewal`]: one call's TTL, fencing, scheme, renewal and
+//!   `on_lost` callback, over the client's defaults; [`CancelToken`] stops a wait;
+//!   [`Metrics`], the client's counters.
+//! - [`Scheme`]: [`Scheme::Token`] (the default; redis-py's, redsync's,
+//!   node-redlock's format), [`Scheme::Reentrant`] (Redisson's `RLock`),
+//!   [`Scheme::LegacyTimestamp`] ([`LegacyTimestamp`]; [migrating](guide::migrating)).
+//! - Redisson's primitives ([guide](guide::redisson)): [`FairLock`], [`ReadWriteLock`]
+//!   ([`ReadGuard`], [`WriteGuard`]), [`Semaphore`] ([`PermitGuard`]), each with the
+//!   lock's whole family of calls and the same guard surface.
+//! - Fleets ([guide](guide::fleets)): [`LockClient::election`] → [`Election`] →
+//!   [`Leadership`], whose term is a fence; [`LockOptions::min_hold`], once per
+//!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::wait_free`];
+//!   [`LockClient::shutdown`] → [`ShutdownReport`].
 //!
-//! # Fleets (README: *Fleets*)
+//! # Guarantees and errors, in brief
 //!
-//! - A leader: [`LockClient::election`] → [`Election`]; `campaign()` and its
-//!   `try_`/`_for`/`_with` forms give a [`Leadership`] whose [`term`](Leadership::term)
-//!   is a fencing token; [`Election::leader`] reads the [`Leader`],
-//!   [`Election::observe`] streams them ([`Observer`]).
-//! - Once per period: [`LockOptions::min_hold`] keeps a released lock until a minimum
-//!   time after its acquisition.
-//! - Several names, all or none: [`LockClient::lock_all`] (and `try_lock_all`,
-//!   `try_lock_all_for`, `lock_all_with`) → [`MultiGuard`].
-//! - [`LockClient::wait_free`] waits until nobody holds a name, without taking it (a
-//!   hint, stale at once).
-//! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
-//!   deadline ([`ShutdownReport`]).
-//!
-//! # Threads
-//!
-//! Each client's threads stop, and are joined, when its last clone is dropped; each
-//! name fits the 15 bytes Linux keeps, so `ps` and `top` show it whole.
-//!
-//! | thread | how many | job |
-//! | --- | --- | --- |
-//! | `redlease-renew` | one | renews every held lease in due order, per its [`Renewal`]; reports a loss when the lease's validity ends, never waiting on the network or on user code; keeps the client's session record |
-//! | `redlease-io` | one per node | sends each tick's renewals in one pipelined round trip; deletes the value of an acquire whose reply was lost |
-//! | `redlease-lane` | one per node of a Redlock quorum | runs callers' calls on its node, so every node is asked at once |
-//! | `redlease-map` | one per cluster client | reads the slot map again when a master stops answering |
-//! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller, and tells every `wait_free` caller |
-//! | `redlease-watch` | one per [`Observer`] | reads the leader of an election on each release or elected message, and every [`OBSERVE_POLL`] |
-//! | `redlease-notify` | one | runs the `on_lost` callbacks, one after another: never on the renewal thread |
-//! | `redlease-stop` | up to 8 per node, during [`LockClient::shutdown`] only | release the leases the shutdown took; each ends when none is left or the deadline passed (one in a release finishes it, bounded by the timeouts) |
-//!
-//! # Guarantees, in brief
-//!
-//! - Busy is `Ok(None)`, never an error; a lock that may be held is never reported
-//!   as not acquired (a lost acquire reply is an error, and its value is deleted).
-//! - A lease is valid until `sent + ttl - drift` on the local monotonic clock; only a
-//!   confirmed renewal moves that forward, and [`LockGuard::is_held`] never says true
-//!   past it, and no call hands over a lease already past it (a grant whose reply
-//!   came later is deleted in the background). Every call returns within
-//!   `max(wait, read timeout)` + 200 ms (and a little scheduling).
-//! - A Redis Cluster that redirects (`MOVED`, `ASK`) or is briefly down (`TRYAGAIN`,
-//!   `CLUSTERDOWN`) is waited out with a fresh slot map within the caller's time.
-//! - A process paused past its lease still believes, for a moment, that it holds it:
-//!   [`LockGuard::fence`], strictly increasing (at least the server's clock in µs,
-//!   so it keeps rising across a failover), lets downstream systems refuse it.
-//!   README: *What it gives you*, *What it does not promise*, *Redlock*.
-//!
-//! # Errors
-//!
+//! Busy is `Ok(None)`, never an error; a lock that may be held is never reported as
+//! not acquired. A lease is valid until `sent + ttl - drift` on the local monotonic
+//! clock and [`LockGuard::is_held`] never says true past it; a paused process may
+//! still believe it holds a lock, which [`LockGuard::fence`] lets downstream systems
+//! refuse. Every call returns within `max(wait, read timeout)` + 200 ms. More, with
+//! the background threads, in [guarantees and limits](guide::guarantees).
 //! [`Error::is_timeout`] and [`Error::is_connection_error`] decide retries; a
-//! [`RedisFailure`] names the [`Operation`], the key and the limit that ran out;
-//! [`Error::Permission`] what a Redis ACL refuses, found by `build()`; a key that holds
-//! another format is one [`Error::WrongFormat`] (the key, the [`LockFormat`] asked
-//! for, what it holds), and what a deployment cannot hold (a fair lock on Redlock)
-//! [`Error::Unsupported`]. Bad input ([`Error::Config`], [`Error::Invalid`]) never
-//! panics. README: *Errors*, *Redis ACL users*.
+//! [`RedisFailure`] names the [`Operation`], the key and the limit that ran out; bad
+//! input is [`Error::Config`] or [`Error::Invalid`], never a panic ([errors](guide::errors)).
 //!
 //! # Foreign types
 //!
@@ -124,14 +76,8 @@
 //!
 //! # Feature flags
 //!
-//! | feature (all off by default; README: *Deployments*) | what it adds |
-//! | --- | --- |
-//! | `tls-rustls` | `rediss://` URLs, private CAs and client certificates (`TlsCertificates`) |
-//! | `sentinel` | `LockClient::sentinel`: the master found through Redis Sentinel |
-//! | `cluster` | `LockClient::cluster`: locks routed to the master of their key's slot |
-//! | `metrics` | counters, gauges and histograms through the `metrics` crate's facade |
-//! | `cli` | the `redlease` command-line tool (`src/bin/redlease/`; README: *Command-line tool*) |
-
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(unreachable_pub, clippy::allow_attributes, clippy::dbg_macro)]
@@ -164,6 +110,8 @@ mod threads;
 mod client;
 // Redisson's named primitives: fair, read-write, semaphore
 mod primitives;
+// the long-form docs: markdown chapters, no code
+pub mod guide;
 
 pub use client::LockClient;
 pub use client::builder::{

@@ -300,54 +300,56 @@ fn quoted_rules(text: &str) -> std::collections::BTreeSet<&str> {
         .collect()
 }
 
-/// The README's text from `start` to the first `end` after it.
-fn readme_between<'a>(readme: &'a str, start: &str, end: &str) -> &'a str {
-    let from = readme
+/// The guide's text from `start` to the first `end` after it.
+fn guide_between<'a>(guide: &'a str, start: &str, end: &str) -> &'a str {
+    let from = guide
         .find(start)
-        .unwrap_or_else(|| panic!("README: no {start:?}"));
-    let rest = &readme[from + start.len()..];
+        .unwrap_or_else(|| panic!("guide: no {start:?}"));
+    let rest = &guide[from + start.len()..];
     &rest[..rest
         .find(end)
-        .unwrap_or_else(|| panic!("README: no {end:?}"))]
+        .unwrap_or_else(|| panic!("guide: no {end:?}"))]
 }
 
 #[test]
-fn the_readme_quotes_exactly_the_acl_rules_the_tests_run() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+fn the_guide_quotes_exactly_the_acl_rules_the_tests_run() {
+    // The lock rule and the cluster's additions are in the deployments chapter,
+    // each primitive's additions in the Redisson chapter.
+    let guide = ["deployments", "redisson"]
+        .map(|chapter| {
+            let dir = env!("CARGO_MANIFEST_DIR");
+            std::fs::read_to_string(format!("{dir}/guide/{chapter}.md")).unwrap()
+        })
+        .concat();
     let sections = [
         (
             "the lock rule",
-            readme_between(&readme, "ACL SETUSER locker on >password", "```"),
+            guide_between(&guide, "ACL SETUSER locker on >password", "```"),
             LOCK_RULE,
         ),
         (
             "the cluster additions",
-            readme_between(&readme, "On a Redis\nCluster add", "; the\nper-slot"),
+            guide_between(&guide, "On a Redis\nCluster add", "; the\nper-slot"),
             CLUSTER_RULE,
         ),
         (
             "the fair lock additions",
-            readme_between(&readme, "a fair lock user needs", "(`tests/fair.rs`"),
+            guide_between(&guide, "a fair lock user needs", "(`tests/fair.rs`"),
             FAIR_RULE,
         ),
         (
             "the read-write lock additions",
-            readme_between(
-                &readme,
-                "a read-write lock user needs",
-                "(`tests/rwlock.rs`",
-            ),
+            guide_between(&guide, "a read-write lock user needs", "(`tests/rwlock.rs`"),
             RWLOCK_RULE,
         ),
         (
             "the semaphore additions",
-            readme_between(&readme, "ACL SETUSER worker ...", "```"),
+            guide_between(&guide, "ACL SETUSER worker ...", "```"),
             SEMAPHORE_RULE,
         ),
     ];
     for (what, quoted, rule) in sections {
         let tested: std::collections::BTreeSet<&str> = rule.split_whitespace().collect();
-        assert_eq!(quoted_rules(quoted), tested, "{what}: README {quoted:?}");
+        assert_eq!(quoted_rules(quoted), tested, "{what}: guide {quoted:?}");
     }
 }

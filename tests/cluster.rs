@@ -329,7 +329,7 @@ fn a_crashed_shard_master_is_replaced_by_its_replica() {
     let master = cluster.owner(slot);
     let held = client.lock("{crash}").unwrap();
     // On the replica before the crash: a lock the replica never had is lost in the
-    // failover (asynchronous replication; README: *What it does not promise*).
+    // failover (asynchronous replication; guide: *What it does not promise*).
     assert!(
         cluster.nodes[master].replicated(1, Duration::from_secs(10)),
         "the lock did not reach the replica"

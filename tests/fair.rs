@@ -359,7 +359,7 @@ fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
 #[test]
 fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
     let server = RedisServer::start();
-    // The README's lock rule, and its fair lock additions.
+    // The guide's lock rule, and its fair lock additions.
     acl::set_user(&server, "fair", "pw", &[acl::LOCK_RULE, acl::FAIR_RULE]);
     let url = format!("redis://fair:pw@127.0.0.1:{}/", server.port());
     let lock = |url: &str| {

@@ -29,6 +29,8 @@ const LAYERS: &[&[&str]] = &[
     &["threads"],
     &["client"],
     &["primitives"],
+    // the guide: markdown chapters as module docs, no code
+    &["guide"],
 ];
 
 /// At most this many `.rs` files sit directly in `src/`.

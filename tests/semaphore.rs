@@ -427,7 +427,7 @@ fn redlock_refuses_a_semaphore() {
 #[test]
 fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
     let server = RedisServer::start();
-    // The README's lock rule, then what a semaphore adds.
+    // The guide's lock rule, then what a semaphore adds.
     acl::set_user(
         &server,
         "worker",

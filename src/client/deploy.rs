@@ -113,6 +113,7 @@ impl LockClient {
     /// .build()?;
     /// # drop(client); Ok(()) }
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub fn sentinel<U: IntoConnectionInfo>(
         sentinels: impl IntoIterator<Item = U>,
         master: impl Into<String>,
@@ -173,6 +174,7 @@ impl LockClient {
     /// guard.unlock()?;
     /// # Ok(()) }
     /// ```
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster<I>(seeds: I) -> LockClientBuilder
     where
         I: IntoIterator,
@@ -320,6 +322,7 @@ impl LockClientBuilder {
     /// a client certificate for mutual TLS; for every node of the client. A
     /// `rediss://` URL without this uses the system's trust store. Defaults to none.
     #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
     pub fn tls(mut self, certs: crate::TlsCertificates) -> Self {
         self.tls.certs = Some(certs);
         self

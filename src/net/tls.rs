@@ -26,6 +26,7 @@ use redis::{ConnectionInfo, RedisResult};
 /// # drop(client); Ok(()) }
 /// ```
 #[cfg(feature = "tls-rustls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
 #[derive(Clone, Default)]
 #[must_use]
 pub struct TlsCertificates {

@@ -1,5 +1,6 @@
-//! Redis ACL users for the tests, and the rules the README documents for them
-//! (`tests/acl.rs` checks that the README quotes exactly these).
+//! Redis ACL users for the tests, and the rules the guide documents for them
+//! (`tests/acl.rs` checks that guide/deployments.md and guide/redisson.md quote
+//! exactly these).
 
 use super::RedisServer;
 
