@@ -26,6 +26,8 @@ mod elect;
 mod exit;
 mod held;
 mod inspect;
+#[cfg(target_os = "linux")]
+mod keeper;
 mod leader;
 mod list;
 mod owners;
@@ -128,6 +130,10 @@ permit; any lock format counts as held while it exists. The answer is stale at o
 someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
 fn main() -> ExitCode {
+    #[cfg(target_os = "linux")]
+    if let Some(code) = keeper::dispatch() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return parse_failure(&e),
