@@ -34,7 +34,7 @@ use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{SigSet, Signal, kill, killpg};
 use nix::sys::signalfd::SignalFd;
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, getpid, getppid};
 use signal_hook::low_level::emulate_default_handler;
 
@@ -211,9 +211,12 @@ fn watch(
                     status = Some(st);
                     // What the command left behind must not outlive its lease:
                     // SIGTERM now, SIGKILL after the grace. Usually nothing is
-                    // left, and the next message is the disconnection.
-                    kill_all(Signal::SIGTERM);
-                    kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
+                    // left (no child: orphans are reparented here), and the next
+                    // message is the disconnection; `/proc` is not read then.
+                    if !childless() {
+                        kill_all(Signal::SIGTERM);
+                        kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
+                    }
                 }
                 Ok(_) => {}
                 Err(_) => return status,
@@ -233,6 +236,12 @@ fn watch(
             recv(again) -> _ => kill_all(Signal::SIGKILL),
         }
     }
+}
+
+/// Whether the keeper has no child left, not even an unreaped one.
+fn childless() -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    waitid(Id::All, flags) == Err(Errno::ECHILD)
 }
 
 /// Sends `signal` to every live process of the keeper's group and every
