@@ -64,7 +64,8 @@ fn stat(pid: i32) -> Option<(char, u64)> {
 impl Seen {
     fn read(path: &Path) -> Seen {
         let pid: i32 = fs::read_to_string(path).unwrap().trim().parse().unwrap();
-        let (_, start) = stat(pid).unwrap_or_else(|| panic!("{path:?}: {pid} not running"));
+        let (_, start) =
+            stat(pid).unwrap_or_else(|| panic!("{}: {pid} not running", path.display()));
         Seen { pid, start }
     }
 

@@ -20,7 +20,7 @@
 //!   death: SIGKILL to every process of the group and every descendant, again
 //!   until none is left;
 //! - when the command exits: SIGTERM to whatever it left running, SIGKILL after
-//!   GRACE_MS; once nothing is left, exits as the command did (its code, or the
+//!   `GRACE_MS`; once nothing is left, exits as the command did (its code, or the
 //!   signal that ended it, raised again on itself), so the supervisor reads the
 //!   command's own status. The supervisor releases only then.
 
@@ -39,6 +39,8 @@ use nix::unistd::{Pid, getpid, getppid};
 use signal_hook::low_level::emulate_default_handler;
 
 use crate::exit::{CANNOT_EXECUTE, NOT_FOUND, OS_ERROR, SIGNAL_BASE};
+
+mod procs;
 
 /// The hidden subcommand that starts a keeper.
 pub(crate) const KEEP: &str = "__keep";
@@ -70,6 +72,9 @@ const BLOCKED: [Signal; 17] = [
 /// killed: a process that forked between a scan and its kill leaves an orphan
 /// that the next round finds.
 const AGAIN: Duration = Duration::from_millis(10);
+
+/// How often the parent is looked for if signals can no longer be read.
+const LOOK: Duration = Duration::from_millis(100);
 
 /// The keeper's `main`: runs it when the arguments start with [`KEEP`].
 pub(crate) fn dispatch() -> Option<ExitCode> {
@@ -198,6 +203,9 @@ fn watch(
     reaped: &Receiver<(Pid, WaitStatus)>,
 ) -> Option<WaitStatus> {
     let mut status = None;
+    let mut signals = signals.clone();
+    // Only if the signal thread ever stops: the parent is then looked for.
+    let mut look = never();
     let mut kill_at = never();
     let mut again = never();
     let kill_now = |again: &mut Receiver<Instant>| {
@@ -222,12 +230,20 @@ fn watch(
                 Err(_) => return status,
             },
             recv(signals) -> s => {
-                let Ok((signal, from)) = s else { continue };
+                let Ok((signal, from)) = s else {
+                    signals = never();
+                    look = tick(LOOK);
+                    continue;
+                };
                 let orphaned = getppid() != parent;
                 let usr1 = signal == Signal::SIGUSR1 as i32;
                 if usr1 && (from == parent.as_raw() || orphaned) {
                     kill_now(&mut again);
                 }
+            },
+            recv(look) -> _ => if getppid() != parent {
+                look = never();
+                kill_now(&mut again);
             },
             recv(kill_at) -> _ => {
                 kill_at = never();
@@ -269,66 +285,5 @@ fn exit_as(status: Option<WaitStatus>) -> ExitCode {
         }
         // Its parent died: nobody reads the status.
         _ => ExitCode::from(SIGNAL_BASE.saturating_add(9)),
-    }
-}
-
-/// Which processes are the keeper's to end, read from `/proc`.
-mod procs {
-    use std::collections::{HashMap, HashSet};
-    use std::fs;
-
-    use nix::unistd::Pid;
-
-    /// Every live (not zombie) process in `keeper`'s group or below it, the
-    /// keeper excepted.
-    pub(super) fn doomed(keeper: Pid) -> Vec<Pid> {
-        let me = keeper.as_raw();
-        let mut found: Vec<i32> = Vec::new();
-        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-        let mut live = HashSet::new();
-        let Ok(entries) = fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            let Some((state, ppid, pgid)) = stat(pid) else {
-                continue;
-            };
-            children.entry(ppid).or_default().push(pid);
-            if state != 'Z' && pid != me {
-                live.insert(pid);
-                if pgid == me {
-                    found.push(pid);
-                }
-            }
-        }
-        let mut stack = vec![me];
-        while let Some(pid) = stack.pop() {
-            for &child in children.get(&pid).into_iter().flatten() {
-                if live.contains(&child) && !found.contains(&child) {
-                    found.push(child);
-                }
-                stack.push(child);
-            }
-        }
-        found.into_iter().map(Pid::from_raw).collect()
-    }
-
-    /// State, parent and process group of `pid`, from `/proc/PID/stat`: after the
-    /// command name in parentheses (which may hold anything), fields 3 to 5.
-    fn stat(pid: i32) -> Option<(char, i32, i32)> {
-        let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let rest = &text[text.rfind(')')? + 1..];
-        let mut fields = rest.split_whitespace();
-        let state = fields.next()?.chars().next()?;
-        let ppid = fields.next()?.parse().ok()?;
-        let pgid = fields.next()?.parse().ok()?;
-        Some((state, ppid, pgid))
     }
 }
