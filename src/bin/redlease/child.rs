@@ -1,7 +1,7 @@
 //! The command run under the lock: started in its own process group, watched for
 //! its exit, signalled, and reaped.
 //!
-//! On Linux the process started is the keeper (`keeper.rs`), which leads the
+//! On Linux the process started is the keeper (`keeper/`), which leads the
 //! group, runs the command in it and ends everything it started if this process
 //! dies; its exit status is the command's. Elsewhere the command is started
 //! directly, and a supervisor killed without a word leaves it running.
