@@ -23,6 +23,9 @@
 //!   `GRACE_MS`; once nothing is left, exits as the command did (its code, or the
 //!   signal that ended it, raised again on itself), so the supervisor reads the
 //!   command's own status. The supervisor releases only then.
+//!
+//! Layout: this file is the keeper's process and its watch; `procs.rs` reads
+//! `/proc` for what is left to end.
 
 use std::ffi::OsString;
 use std::process::{Command, ExitCode};
