@@ -105,6 +105,9 @@ fn killed_takes_everything(server: &RedisServer, mut supervisor: Child, seen: &[
     for s in &left {
         let _ = kill(Pid::from_raw(s.pid), Signal::SIGKILL);
     }
+    eprintln!(
+        "FIGURE everything gone {took:?} after the supervisor's SIGKILL; PTTL then {pttl} ms"
+    );
     assert!(gone, "still running {took:?} after the SIGKILL: {left:?}");
     assert!(pttl > 0, "the lease ran out first (PTTL {pttl})");
 }

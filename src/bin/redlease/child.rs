@@ -62,6 +62,11 @@ impl Running {
         }
         let name = program.to_string_lossy();
         let child = cmd.spawn().map_err(|e| match e.kind() {
+            // The keeper reports the command's own failure to start as a shell
+            // would (127, 126); this one is the keeper's.
+            _ if cfg!(target_os = "linux") => {
+                Failure::new(OS_ERROR, format!("cannot start the keeper of {name}: {e}"))
+            }
             io::ErrorKind::NotFound => {
                 Failure::new(NOT_FOUND, format!("{name}: command not found"))
             }
