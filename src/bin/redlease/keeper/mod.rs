@@ -271,7 +271,8 @@ fn kill_all(signal: Signal) {
         let _ = kill(pid, signal);
     }
     if signal != Signal::SIGKILL {
-        // Also reaches what forks meanwhile; the keeper catches it.
+        // Also reaches what forks meanwhile; the keeper has it blocked (read
+        // from its signalfd and ignored).
         let _ = killpg(me, signal);
     }
 }
