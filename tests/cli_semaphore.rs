@@ -160,7 +160,8 @@ fn a_killed_holders_permit_comes_back_when_its_lease_ends() {
         "true",
     ));
     let waited = killed.elapsed();
-    // Its command, orphaned, may stop now.
+    // Its command went with it (its keeper ended it); were it still running,
+    // this would let it end.
     fs::write(&go, "").unwrap();
     assert!(next.status.success(), "{}", stderr(&next));
     assert!(

@@ -76,3 +76,58 @@ fn wait_refuses_bad_input_with_64() {
     let out = output(wait(&server, &["--timeout", "soon"], "job"));
     assert_eq!(out.status.code(), Some(USAGE), "{}", stderr(&out));
 }
+
+/// How soon `wait` exits after a `redlease run` holder's command exits: the
+/// median of [`RUNS`] runs. The release and its message take about a millisecond
+/// and each side a process exit; 40 ms leaves a loaded machine room, while a
+/// poll or a tick of 50 ms anywhere on the path fails it.
+const HANDED_ON: Duration = Duration::from_millis(40);
+const RUNS: usize = 7;
+
+#[test]
+fn wait_exits_promptly_after_a_run_holders_command_exits() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("wait-run");
+    let (ready, go, exited) = (dir.file("ready"), dir.file("go"), dir.file("exited"));
+    let script = format!(
+        "touch {ready}; while [ ! -e {go} ]; do sleep 0.01; done; date +%s%N > {exited}",
+        ready = ready.display(),
+        go = go.display(),
+        exited = exited.display(),
+    );
+    let mut gaps = Vec::new();
+    for _ in 0..RUNS {
+        for f in [&ready, &go, &exited] {
+            let _ = std::fs::remove_file(f);
+        }
+        let mut holder = run_sh(&server, &[], "job", &script).spawn().unwrap();
+        assert!(
+            eventually(STARTUP, || ready.exists()),
+            "the holder never ran"
+        );
+        let mut waiter = wait(&server, &[], "job").spawn().unwrap();
+        // Its first look marked the token: it waits for the release.
+        assert!(eventually(STARTUP, || {
+            server
+                .query::<Option<String>>(redis::cmd("GET").arg("job"))
+                .is_some_and(|v| v.ends_with('+'))
+        }));
+        std::fs::write(&go, "").unwrap();
+        let status = exit_within(&mut waiter, HUNG);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        assert_eq!(status.code(), Some(0));
+        assert!(exit_within(&mut holder, HUNG).success());
+        let nanos: u64 = std::fs::read_to_string(&exited)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        gaps.push(now.saturating_sub(Duration::from_nanos(nanos)));
+    }
+    gaps.sort();
+    let median = gaps[RUNS / 2];
+    eprintln!("command exit to wait's exit: median {median:?} of {gaps:?}");
+    assert!(median < HANDED_ON, "median {median:?} of {gaps:?}");
+}

@@ -52,6 +52,11 @@ impl Drop for Scratch {
 
 /// `redlease ARGS` with stdin closed, stdout and stderr piped, and no `REDIS_URL`
 /// from the environment.
+///
+/// It dies (SIGKILL) when the thread that spawns it ends, so that a test that
+/// fails or forgets it leaves nothing running: on Linux its keeper then ends the
+/// command it runs, and what that started (`tests/cli_keeper.rs` checks it). A
+/// test spawns it on its own thread, or on one that outlives the process.
 pub fn redlease<I, S>(args: I) -> Command
 where
     I: IntoIterator<Item = S>,
@@ -68,7 +73,23 @@ where
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    #[cfg(target_os = "linux")]
+    die_with_the_spawning_thread(&mut cmd);
     cmd
+}
+
+/// Asks the kernel for SIGKILL when the thread that spawns `cmd` ends.
+#[cfg(target_os = "linux")]
+fn die_with_the_spawning_thread(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, and only
+    // makes one system call (prctl), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// `redlease run --url <server> OPTS NAME -- sh -c SCRIPT`.
@@ -121,12 +142,14 @@ pub fn has_line(path: &Path) -> bool {
 }
 
 /// Writes `$VAR` (`REDLEASE_KEY`, `REDLEASE_PERMIT_ID`) to `started`, then waits
-/// for `go` to exist.
+/// for `go` to exist; gives up (exit 1) once the scratch directory is gone.
 pub fn hold_until(started: &Path, go: &Path, var: &str) -> String {
+    let dir = go.parent().unwrap_or(go);
     format!(
-        "echo \"${var}\" > {}; while [ ! -e {} ]; do sleep 0.05; done",
+        "echo \"${var}\" > {}; while [ ! -e {} ]; do [ -d {} ] || exit 1; sleep 0.05; done",
         started.display(),
-        go.display()
+        go.display(),
+        dir.display()
     )
 }
 

@@ -119,7 +119,8 @@ pub(crate) struct RunArgs {
     )]
     pub(crate) and: Vec<String>,
     /// Time between SIGTERM (or a forwarded SIGINT) and SIGKILL when the command must
-    /// stop: the lock was lost, or redlease got SIGINT / SIGTERM
+    /// stop: the lock was lost, or redlease got SIGINT / SIGTERM; also for what the
+    /// command left running when it exited (Linux)
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
     /// The lock's key (PREFIX is prepended)
@@ -139,7 +140,8 @@ pub(crate) struct ElectArgs {
     /// Leadership lease time to live; renewed every third of it while the command runs [default: 30s]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) ttl: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL when the command must stop because leadership was lost
+    /// Time between SIGTERM and SIGKILL when the command must stop because leadership was
+    /// lost; also for what the command left running when it exited (Linux)
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
     /// The election's name (PREFIX is prepended)

@@ -1,15 +1,21 @@
 //! The command run under the lock: started in its own process group, watched for
 //! its exit, signalled, and reaped.
+//!
+//! On Linux the process started is the keeper (`keeper/`), which leads the
+//! group, runs the command in it and ends everything it started if this process
+//! dies; its exit status is the command's. Elsewhere the command is started
+//! directly, and a supervisor killed without a word leaves it running.
 
 use std::ffi::OsString;
 use std::io::{self, IsTerminal};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_channel::Receiver;
 use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 
@@ -29,19 +35,25 @@ impl Running {
     /// Starts `command` (program and arguments) with `env` added to its
     /// environment, in a process group of its own, so that a lost lock stops
     /// everything it started (`sh -c '…'` and its children), not just its first
-    /// process.
+    /// process. On Linux, under a keeper that ends what is left of it `grace`
+    /// after the command exits, and all of it at once if this process dies.
+    ///
+    /// Must be called on the main thread: the kernel's parent-death signal
+    /// fires when the thread that started the keeper ends.
     ///
     /// # Errors
     /// [`NOT_FOUND`] / [`CANNOT_EXECUTE`] as shells report them, [`OS_ERROR`]
-    /// when the exit watcher cannot start.
-    pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Self, Failure> {
+    /// when the keeper or the exit watcher cannot start.
+    pub(crate) fn spawn(
+        command: &[OsString],
+        env: &[(&str, String)],
+        grace: Duration,
+    ) -> Result<Self, Failure> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::usage("no command given"))?;
-        let mut cmd = Command::new(program);
-        cmd.args(args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .process_group(0);
+        let mut cmd = started(program, args, grace);
+        cmd.envs(env.iter().map(|(k, v)| (k, v))).process_group(0);
         // A process group that is not the terminal's foreground group is stopped
         // (SIGTTIN) when it reads the terminal: it would hang holding the lock.
         // Reading end-of-file fails fast instead.
@@ -50,6 +62,11 @@ impl Running {
         }
         let name = program.to_string_lossy();
         let child = cmd.spawn().map_err(|e| match e.kind() {
+            // The keeper reports the command's own failure to start as a shell
+            // would (127, 126); this one is the keeper's.
+            _ if cfg!(target_os = "linux") => {
+                Failure::new(OS_ERROR, format!("cannot start the keeper of {name}: {e}"))
+            }
             io::ErrorKind::NotFound => {
                 Failure::new(NOT_FOUND, format!("{name}: command not found"))
             }
@@ -91,9 +108,15 @@ impl Running {
     }
 
     /// Sends `signal` to the command's process group. A group already gone is no
-    /// error: there is nothing left to stop.
+    /// error: there is nothing left to stop. On Linux SIGKILL is asked of the
+    /// keeper (SIGUSR1), which sends it to the group and to every descendant
+    /// that left it.
     pub(crate) fn signal(&self, signal: Signal) {
-        let _ = killpg(self.group, signal);
+        if cfg!(target_os = "linux") && signal == Signal::SIGKILL {
+            let _ = kill(self.group, Signal::SIGUSR1);
+        } else {
+            let _ = killpg(self.group, signal);
+        }
     }
 
     /// Reaps the command and returns its exit status.
@@ -101,8 +124,35 @@ impl Running {
     /// # Errors
     /// [`OS_ERROR`] if the status cannot be read.
     pub(crate) fn wait(mut self) -> Result<ExitStatus, Failure> {
+        // The keeper leaves nothing behind; if it was itself killed, what is
+        // left of its group goes now, while its unreaped pid still names it.
+        let _ = killpg(self.group, Signal::SIGKILL);
         self.child
             .wait()
             .map_err(|e| Failure::new(OS_ERROR, format!("cannot wait for the command: {e}")))
     }
+}
+
+/// What is started for `program`: on Linux, this binary as a keeper of it.
+#[cfg(target_os = "linux")]
+fn started(program: &OsString, args: &[OsString], grace: Duration) -> Command {
+    // /proc/self/exe, read by the new process, is this very binary even if the
+    // file was replaced or removed since.
+    let mut cmd = Command::new("/proc/self/exe");
+    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+    cmd.arg0("redlease")
+        .arg(crate::keeper::KEEP)
+        .arg(std::process::id().to_string())
+        .arg(grace_ms.to_string())
+        .arg(program)
+        .args(args);
+    cmd
+}
+
+/// What is started for `program`: elsewhere, the program itself.
+#[cfg(not(target_os = "linux"))]
+fn started(program: &OsString, args: &[OsString], _grace: Duration) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    cmd
 }

@@ -11,8 +11,10 @@
 //!   a subcommand talks to and the client built for them;
 //! - `exit`: the exit codes and the failure type that carries one;
 //! - `run`, with `held` (a lock, locks, a permit or a leadership), `child` (the
-//!   command's process group), `status` (the line shown while waiting on a
-//!   terminal) and `supervise` (the command run under the lease, shared with `elect`);
+//!   command's process group), `keeper` (on Linux, the process that leads that
+//!   group and ends it when `redlease` dies), `status` (the line shown while
+//!   waiting on a terminal) and `supervise` (the command run under the lease,
+//!   shared with `elect`);
 //! - `elect` (a command run while leader) and `leader` (who leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
@@ -26,6 +28,8 @@ mod elect;
 mod exit;
 mod held;
 mod inspect;
+#[cfg(target_os = "linux")]
+mod keeper;
 mod leader;
 mod list;
 mod owners;
@@ -67,6 +71,13 @@ waiting for the lock they cancel the wait. When redlease's stdin is a
 terminal, the command's stdin is /dev/null: a background process group cannot read
 the terminal.
 
+On Linux a keeper process leads the command's group: if redlease is killed
+(SIGKILL, the OOM killer), the keeper kills the command and everything it started,
+setsid children and double forks included, long before the lease expires. What
+the command leaves running when it exits gets SIGTERM, then SIGKILL after
+--kill-grace, before the release. Other systems have no keeper: a killed redlease
+leaves its command running while the lease expires.
+
 With --min-hold D the lock is kept until D after the acquisition even when the
 command ends sooner. A cron line on every host, `redlease run --wait 0 --min-hold
 14m job -- COMMAND` every 15 minutes, runs COMMAND once per period across the
@@ -83,7 +94,7 @@ leader's late write can be refused). If leadership is lost, the command's proces
 group gets SIGTERM, then SIGKILL after --kill-grace, and elect exits 79. When the
 command exits, elect resigns (the next candidate leads at once) and exits with its
 status. SIGINT and SIGTERM are forwarded to the command; while campaigning they stop
-the campaign.";
+the campaign. If elect is killed, the command goes with it, as under `run` (Linux).";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -128,6 +139,10 @@ permit; any lock format counts as held while it exists. The answer is stale at o
 someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
 fn main() -> ExitCode {
+    #[cfg(target_os = "linux")]
+    if let Some(code) = keeper::dispatch() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return parse_failure(&e),

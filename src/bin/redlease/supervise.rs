@@ -34,7 +34,7 @@ pub(crate) fn run_command(
         return Ok(cancelled(signals, key));
     }
     let env = held.env();
-    let child = match Running::spawn(command, &env) {
+    let child = match Running::spawn(command, &env, grace) {
         Ok(child) => child,
         Err(failure) => {
             let _ = held.unlock();

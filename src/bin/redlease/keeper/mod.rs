@@ -1,0 +1,293 @@
+//! The keeper (Linux): a small process between the supervisor (`run`, `elect`)
+//! and the command, so that a supervisor killed without a word (SIGKILL, the OOM
+//! killer) takes the command, its children and theirs with it, before its lease
+//! can expire.
+//!
+//! The supervisor re-executes its own binary (`/proc/self/exe`, which works even
+//! if the file was replaced since) as `redlease __keep PARENT GRACE_MS COMMAND…`,
+//! in a process group of its own. The keeper:
+//!
+//! - blocks every signal a group signal may carry and reads them from a
+//!   `signalfd` (which also names the sender), so that what is sent to the
+//!   command's group (the supervisor's forwarded SIGINT / SIGTERM, a user's
+//!   `kill -HUP -PGID`) never ends it; the command starts with no signal blocked;
+//! - asks the kernel for SIGUSR1 when its parent dies (`PR_SET_PDEATHSIG`), then
+//!   checks that its parent is still PARENT (it may have died before the call);
+//! - becomes a child subreaper, so that what the command starts and orphans
+//!   (double forks, `setsid` daemons) is reparented to it, not to init;
+//! - starts the command in its own process group, and reaps everything;
+//! - on SIGUSR1 from its parent (the supervisor's "kill now") or on its parent's
+//!   death: SIGKILL to every process of the group and every descendant, again
+//!   until none is left;
+//! - when the command exits: SIGTERM to whatever it left running, SIGKILL after
+//!   `GRACE_MS`; once nothing is left, exits as the command did (its code, or the
+//!   signal that ended it, raised again on itself), so the supervisor reads the
+//!   command's own status. The supervisor releases only then.
+//!
+//! Layout: this file is the keeper's process and its watch; `procs.rs` reads
+//! `/proc` for what is left to end.
+
+use std::ffi::OsString;
+use std::process::{Command, ExitCode};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, at, never, select, tick};
+use nix::errno::Errno;
+use nix::sys::prctl;
+use nix::sys::signal::{SigSet, Signal, kill, killpg};
+use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
+use nix::unistd::{Pid, getpid, getppid};
+use signal_hook::low_level::emulate_default_handler;
+
+use crate::exit::{CANNOT_EXECUTE, NOT_FOUND, OS_ERROR, SIGNAL_BASE};
+
+mod procs;
+
+/// The hidden subcommand that starts a keeper.
+pub(crate) const KEEP: &str = "__keep";
+
+/// Signals whose default action would end or stop the keeper and that a signal
+/// to the group may carry; it blocks them all. SIGUSR1 is also its "kill
+/// everything now" (from its parent) and its parent-death signal.
+const BLOCKED: [Signal; 17] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGALRM,
+    Signal::SIGPIPE,
+    Signal::SIGTSTP,
+    Signal::SIGTTIN,
+    Signal::SIGTTOU,
+    Signal::SIGVTALRM,
+    Signal::SIGPROF,
+    Signal::SIGXCPU,
+    Signal::SIGXFSZ,
+    Signal::SIGIO,
+    Signal::SIGPWR,
+];
+
+/// How often SIGKILL is sent again to what is left while everything is being
+/// killed: a process that forked between a scan and its kill leaves an orphan
+/// that the next round finds.
+const AGAIN: Duration = Duration::from_millis(10);
+
+/// How often the parent is looked for if signals can no longer be read.
+const LOOK: Duration = Duration::from_millis(100);
+
+/// The keeper's `main`: runs it when the arguments start with [`KEEP`].
+pub(crate) fn dispatch() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != KEEP {
+        return None;
+    }
+    let number = |a: Option<OsString>| a.and_then(|a| a.to_str()?.parse::<u64>().ok());
+    let parent = number(args.next()).and_then(|p| i32::try_from(p).ok());
+    let grace = number(args.next()).map(Duration::from_millis);
+    let command: Vec<OsString> = args.collect();
+    let (Some(parent), Some(grace), false) = (parent, grace, command.is_empty()) else {
+        eprintln!("redlease: {KEEP} is redlease's own: `{KEEP} PARENT GRACE_MS COMMAND...`");
+        return Some(ExitCode::from(crate::exit::USAGE));
+    };
+    Some(keep(Pid::from_raw(parent), grace, &command))
+}
+
+/// Runs `command` under the keeper's watch (see the module's documentation).
+fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
+    let os_error = |what: &str, e: &dyn std::fmt::Display| {
+        eprintln!("redlease: keeper: {what}: {e}");
+        ExitCode::from(OS_ERROR)
+    };
+    // Blocked first, on this thread before any other starts (threads inherit
+    // the mask): the parent-death signal must not end the keeper before it has
+    // ended the command. The command starts with an empty mask (std resets it).
+    let mut mask = SigSet::empty();
+    for signal in BLOCKED {
+        mask.add(signal);
+    }
+    let signals = match mask.thread_block().and_then(|()| SignalFd::new(&mask)) {
+        Ok(fd) => fd,
+        Err(e) => return os_error("cannot catch signals", &e),
+    };
+    if let Err(e) = prctl::set_child_subreaper(true) {
+        return os_error("cannot become a subreaper", &e);
+    }
+    if let Err(e) = prctl::set_pdeathsig(Signal::SIGUSR1) {
+        return os_error("cannot ask for the parent-death signal", &e);
+    }
+    // The parent may have died before the request: then nothing may start.
+    if getppid() != parent {
+        return ExitCode::from(OS_ERROR);
+    }
+    let (program, args) = (&command[0], &command[1..]);
+    let child = match Command::new(program).args(args).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let name = program.to_string_lossy();
+            let (code, says) = match e.kind() {
+                std::io::ErrorKind::NotFound => (NOT_FOUND, "command not found".to_owned()),
+                _ => (CANNOT_EXECUTE, format!("cannot run: {e}")),
+            };
+            eprintln!("redlease: {name}: {says}");
+            return ExitCode::from(code);
+        }
+    };
+    let command_pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let (sig_tx, sig_rx) = crossbeam_channel::unbounded();
+    let watching = thread::Builder::new()
+        .name("redlease-keep".into())
+        .spawn(move || {
+            for info in signals {
+                let (signal, from) = (info.ssi_signo, info.ssi_pid);
+                let signal = i32::try_from(signal).unwrap_or(0);
+                let from = i32::try_from(from).unwrap_or(0);
+                if sig_tx.send((signal, from)).is_err() {
+                    break;
+                }
+            }
+        });
+    let reaped = reap();
+    let status = match (watching, reaped) {
+        (Ok(_), Ok(reaped)) => watch(parent, grace, command_pid, &sig_rx, &reaped),
+        (Err(e), _) | (_, Err(e)) => {
+            kill_all(Signal::SIGKILL);
+            let _ = child_wait_all();
+            return os_error("cannot watch the command", &e);
+        }
+    };
+    exit_as(status)
+}
+
+/// Reaps every child (the command, and the orphans reparented to the keeper):
+/// each `(pid, status)` is sent; the channel disconnects when none is left.
+fn reap() -> std::io::Result<Receiver<(Pid, WaitStatus)>> {
+    let (tx, rx) = crossbeam_channel::unbounded();
+    thread::Builder::new()
+        .name("redlease-reap".into())
+        .spawn(move || {
+            loop {
+                match waitpid(None, None) {
+                    Ok(status) => {
+                        let Some(pid) = status.pid() else { continue };
+                        if tx.send((pid, status)).is_err() {
+                            break;
+                        }
+                    }
+                    Err(Errno::EINTR) => {}
+                    // ECHILD: no child left, and so no descendant (orphans come here).
+                    Err(_) => break,
+                }
+            }
+        })?;
+    Ok(rx)
+}
+
+/// Reaps every child left, blocking (used when the watch could not start).
+fn child_wait_all() -> Result<(), Errno> {
+    loop {
+        match waitpid(None, None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Waits until the command and everything it started are gone; returns the
+/// command's status (`None` if the keeper never saw it: its parent died).
+fn watch(
+    parent: Pid,
+    grace: Duration,
+    command: Pid,
+    signals: &Receiver<(i32, i32)>,
+    reaped: &Receiver<(Pid, WaitStatus)>,
+) -> Option<WaitStatus> {
+    let mut status = None;
+    let mut signals = signals.clone();
+    // Only if the signal thread ever stops: the parent is then looked for.
+    let mut look = never();
+    let mut kill_at = never();
+    let mut again = never();
+    let kill_now = |again: &mut Receiver<Instant>| {
+        kill_all(Signal::SIGKILL);
+        *again = tick(AGAIN);
+    };
+    loop {
+        select! {
+            recv(reaped) -> r => match r {
+                Ok((pid, st)) if pid == command => {
+                    status = Some(st);
+                    // What the command left behind must not outlive its lease:
+                    // SIGTERM now, SIGKILL after the grace. Usually nothing is
+                    // left (no child: orphans are reparented here), and the next
+                    // message is the disconnection; `/proc` is not read then.
+                    if !childless() {
+                        kill_all(Signal::SIGTERM);
+                        kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return status,
+            },
+            recv(signals) -> s => {
+                let Ok((signal, from)) = s else {
+                    signals = never();
+                    look = tick(LOOK);
+                    continue;
+                };
+                let orphaned = getppid() != parent;
+                let usr1 = signal == Signal::SIGUSR1 as i32;
+                if usr1 && (from == parent.as_raw() || orphaned) {
+                    kill_now(&mut again);
+                }
+            },
+            recv(look) -> _ => if getppid() != parent {
+                look = never();
+                kill_now(&mut again);
+            },
+            recv(kill_at) -> _ => {
+                kill_at = never();
+                kill_now(&mut again);
+            },
+            recv(again) -> _ => kill_all(Signal::SIGKILL),
+        }
+    }
+}
+
+/// Whether the keeper has no child left, not even an unreaped one.
+fn childless() -> bool {
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    waitid(Id::All, flags) == Err(Errno::ECHILD)
+}
+
+/// Sends `signal` to every live process of the keeper's group and every
+/// descendant of the keeper, the keeper excepted.
+fn kill_all(signal: Signal) {
+    let me = getpid();
+    for pid in procs::doomed(me) {
+        let _ = kill(pid, signal);
+    }
+    if signal != Signal::SIGKILL {
+        // Also reaches what forks meanwhile; the keeper has it blocked (read
+        // from its signalfd and ignored).
+        let _ = killpg(me, signal);
+    }
+}
+
+/// Exits as the command did: its exit code, or its signal raised on the keeper
+/// with the default action (128 + N if that returns).
+fn exit_as(status: Option<WaitStatus>) -> ExitCode {
+    match status {
+        Some(WaitStatus::Exited(_, code)) => ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX)),
+        Some(WaitStatus::Signaled(_, signal, _)) => {
+            let n = signal as i32;
+            let _ = emulate_default_handler(n);
+            ExitCode::from(SIGNAL_BASE.saturating_add(u8::try_from(n).unwrap_or(0)))
+        }
+        // Its parent died: nobody reads the status.
+        _ => ExitCode::from(SIGNAL_BASE.saturating_add(9)),
+    }
+}

@@ -1,0 +1,180 @@
+#![cfg(all(feature = "cli", target_os = "linux"))]
+//! What `redlease run` and `redlease elect` start ends with them: a supervisor
+//! killed without a word (SIGKILL) takes its command, the command's children and
+//! the orphans they left (`setsid`, double forks) with it, while its lease still
+//! runs; what a finished command left running is stopped before the release.
+//!
+//! Processes are found by the pid files the commands write, and checked in
+//! `/proc` (a pid is alive while it exists with the same start time and is not a
+//! zombie). Every wait is bounded.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use support::cli::{STARTUP, Scratch, exit_within, has_line, redlease, run_sh, stderr};
+use support::{RedisServer, eventually};
+
+/// How long after the supervisor's SIGKILL everything it started may live.
+const GONE: Duration = Duration::from_secs(1);
+
+/// The files each process of [`family`] writes its pid to.
+const PIDS: [&str; 5] = ["sh", "bg1", "bg2", "escaped", "daemon"];
+
+/// A shell that starts two background children, one child in a session of its
+/// own (`setsid`), and a double-forked daemon (orphaned at once, in a session of
+/// its own); each writes its pid to a file of `dir`; then `ready`; then it waits.
+fn family(dir: &Scratch) -> String {
+    let f = |name: &str| dir.file(name).display().to_string();
+    format!(
+        "echo $$ > {sh}; sleep 300 & echo $! > {bg1}; sleep 300 & echo $! > {bg2}; \
+         setsid sh -c 'echo $$ > {escaped}; exec sleep 300' & \
+         ( setsid sh -c 'echo $$ > {daemon}; exec sleep 300' & ); \
+         while [ ! -s {escaped} ] || [ ! -s {daemon} ]; do sleep 0.01; done; \
+         echo ok > {ready}; wait",
+        sh = f("sh"),
+        bg1 = f("bg1"),
+        bg2 = f("bg2"),
+        escaped = f("escaped"),
+        daemon = f("daemon"),
+        ready = f("ready"),
+    )
+}
+
+/// A process seen once: its pid and its start time (so a reused pid is not it).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    pid: i32,
+    start: u64,
+}
+
+/// State and start time of `pid`, from `/proc/PID/stat`.
+fn stat(pid: i32) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = text[text.rfind(')')? + 1..].split_whitespace().collect();
+    // After the name: state is field 3, start time field 22.
+    Some((fields[0].chars().next()?, fields[19].parse().ok()?))
+}
+
+impl Seen {
+    fn read(path: &Path) -> Seen {
+        let pid: i32 = fs::read_to_string(path).unwrap().trim().parse().unwrap();
+        let (_, start) =
+            stat(pid).unwrap_or_else(|| panic!("{}: {pid} not running", path.display()));
+        Seen { pid, start }
+    }
+
+    fn alive(self) -> bool {
+        stat(self.pid).is_some_and(|(state, start)| start == self.start && state != 'Z')
+    }
+}
+
+/// Every process of [`family`], once it is ready.
+fn seen(dir: &Scratch) -> Vec<Seen> {
+    assert!(
+        eventually(STARTUP, || has_line(&dir.file("ready"))),
+        "the command never got ready"
+    );
+    let seen: Vec<Seen> = PIDS.iter().map(|n| Seen::read(&dir.file(n))).collect();
+    assert!(seen.iter().all(|s| s.alive()), "{seen:?}");
+    seen
+}
+
+fn pid(child: &Child) -> Pid {
+    Pid::from_raw(i32::try_from(child.id()).unwrap())
+}
+
+/// SIGKILLs `supervisor`, then checks that everything in `seen` is gone within
+/// [`GONE`], while `key`'s lease still had time left.
+fn killed_takes_everything(server: &RedisServer, mut supervisor: Child, seen: &[Seen], key: &str) {
+    let before: i64 = server.query(redis::cmd("PTTL").arg(key));
+    assert!(before > 0, "the lease is held: {before}");
+    let killed = Instant::now();
+    kill(pid(&supervisor), Signal::SIGKILL).unwrap();
+    let gone = eventually(GONE, || seen.iter().all(|s| !s.alive()));
+    let took = killed.elapsed();
+    let left: Vec<&Seen> = seen.iter().filter(|s| s.alive()).collect();
+    // Never past the lease: its key had not expired when they were gone.
+    let pttl: i64 = server.query(redis::cmd("PTTL").arg(key));
+    let _ = supervisor.wait();
+    for s in &left {
+        let _ = kill(Pid::from_raw(s.pid), Signal::SIGKILL);
+    }
+    eprintln!(
+        "FIGURE everything gone {took:?} after the supervisor's SIGKILL; PTTL then {pttl} ms"
+    );
+    assert!(gone, "still running {took:?} after the SIGKILL: {left:?}");
+    assert!(pttl > 0, "the lease ran out first (PTTL {pttl})");
+}
+
+#[test]
+fn a_killed_run_takes_its_command_its_children_and_their_orphans_with_it() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("keeper-run");
+    let supervisor = run_sh(&server, &["--ttl", "5s"], "job", &family(&dir))
+        .spawn()
+        .unwrap();
+    let seen = seen(&dir);
+    killed_takes_everything(&server, supervisor, &seen, "job");
+}
+
+#[test]
+fn a_killed_elect_takes_its_command_its_children_and_their_orphans_with_it() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("keeper-elect");
+    let url = server.url();
+    let script = family(&dir);
+    let supervisor = redlease([
+        "elect", "--url", &url, "--ttl", "5s", "leader", "--", "sh", "-c", &script,
+    ])
+    .spawn()
+    .unwrap();
+    let seen = seen(&dir);
+    killed_takes_everything(&server, supervisor, &seen, "leader");
+}
+
+#[test]
+fn what_a_finished_command_left_running_is_stopped_before_the_release() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("keeper-left");
+    // One leftover that ends on SIGTERM, one that ignores it (SIGKILL after the
+    // grace), one in a session of its own; the command itself exits 3.
+    let f = |name: &str| dir.file(name).display().to_string();
+    let script = format!(
+        "sleep 300 & echo $! > {a}; (trap '' TERM; exec sleep 300) & echo $! > {b}; \
+         setsid sh -c 'echo $$ > {c}; exec sleep 300' & \
+         while [ ! -s {c} ]; do sleep 0.01; done; echo ok > {ready}; exit 3",
+        a = f("a"),
+        b = f("b"),
+        c = f("c"),
+        ready = f("ready"),
+    );
+    let mut child = run_sh(&server, &["--kill-grace", "1s"], "job", &script)
+        .spawn()
+        .unwrap();
+    assert!(eventually(STARTUP, || has_line(&dir.file("ready"))));
+    let seen: Vec<Seen> = ["a", "b", "c"]
+        .iter()
+        .map(|n| Seen::read(&dir.file(n)))
+        .collect();
+    let status = exit_within(&mut child, Duration::from_secs(20));
+    let left: Vec<&Seen> = seen.iter().filter(|s| s.alive()).collect();
+    for s in &left {
+        let _ = kill(Pid::from_raw(s.pid), Signal::SIGKILL);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the command's own code: {}",
+        stderr(&out)
+    );
+    assert!(left.is_empty(), "outlived redlease: {left:?}");
+    let exists: i64 = server.query(redis::cmd("EXISTS").arg("job"));
+    assert_eq!(exists, 0, "released");
+}
