@@ -1,0 +1,27 @@
+//! One key read as the tests read it: its value, whether it is there, and its
+//! `PTTL`, each on a new connection of the server's.
+
+use super::RedisServer;
+
+impl RedisServer {
+    /// `GET key`: its value, `None` if absent.
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.query(redis::cmd("GET").arg(key))
+    }
+
+    /// `EXISTS key`.
+    pub fn exists(&self, key: &str) -> bool {
+        self.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
+    }
+
+    /// `PTTL key`: milliseconds left, -1 without an expiry, -2 if absent.
+    pub fn pttl(&self, key: &str) -> i64 {
+        self.query(redis::cmd("PTTL").arg(key))
+    }
+
+    /// `PUBSUB NUMSUB channel`: the clients subscribed to `channel`.
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        let (_, n): (String, i64) = self.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel));
+        n
+    }
+}
