@@ -13,8 +13,8 @@ use redlease::{
 };
 use support::cluster::Cluster;
 use support::fleet::{
-    LONG, ROUNDING, STILL, all_released, answer_after, assert_at_end, assert_kept, held, listening,
-    released, spawned,
+    LONG, ROUNDING, STILL, all_released, answer_after, assert_at_end, assert_kept, held, hold,
+    listening, released, spawned,
 };
 use support::{RedisServer, eventually};
 
@@ -141,9 +141,7 @@ fn shutdown_leaves_a_leadership_taken_over_meanwhile_alone() {
 fn shutdown_inside_a_minimum_hold_keeps_the_key_until_the_hold_ends() {
     let server = RedisServer::start();
     let (holder, other) = (client(&server), client(&server));
-    let began = Instant::now();
-    let opts = held(HOLD);
-    let guard = holder.lock_with("job", &opts).unwrap().unwrap();
+    let (guard, began) = hold(&holder, "job", HOLD);
 
     // Released as the guard would release it: kept, and counted released.
     assert_eq!(holder.shutdown(in_secs(10)), report(1, 0, 0));
@@ -262,9 +260,7 @@ fn wait_free_on_a_key_kept_by_a_minimum_hold_answers_at_the_holds_end() {
     let server = RedisServer::start();
     // It polls every 10 s at best: the key's `PTTL` bounds its step.
     let (holder, other) = (client(&server), slow(&server));
-    let began = Instant::now();
-    let opts = held(HOLD);
-    let guard = holder.lock_with("kept", &opts).unwrap().unwrap();
+    let (guard, began) = hold(&holder, "kept", HOLD);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     assert_kept(&server, "lock:kept", HOLD, began);
 

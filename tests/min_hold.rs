@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use redlease::{Error, LockClient, LockFormat, LockOptions, LossReason, MAX_TTL, Release, Scheme};
 use support::cluster::Cluster;
-use support::fleet::{assert_kept_for, held};
+use support::fleet::{assert_kept_for, held, hold};
 use support::{Masters, RedisServer, eventually};
 
 /// How long after a hold's end the key may take to be seen free on a loaded
@@ -51,8 +51,7 @@ fn a_release_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
     let server = RedisServer::start();
     let (a, b) = (client(&server), client(&server));
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     let token = server.value("lock:job").unwrap();
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     let ttl = server.pttl("lock:job");
@@ -84,8 +83,8 @@ fn a_dropped_guard_inside_the_min_hold_keeps_the_key_too() {
     let server = RedisServer::start();
     let a = client(&server);
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    drop(a.lock_with("job", &held(d)).unwrap().unwrap());
+    let (guard, began) = hold(&a, "job", d);
+    drop(guard);
     assert_kept_for(server.pttl("lock:job"), d, began, Instant::now());
     assert!(server.value("lock:job").unwrap().ends_with('~'));
 }
@@ -124,8 +123,7 @@ fn a_waiter_of_the_same_client_is_not_handed_the_lock_inside_the_min_hold() {
     let server = RedisServer::start();
     let a = client(&server);
     let d = Duration::from_secs(2);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     let (tx, rx) = mpsc::channel();
     thread::scope(|s| {
         s.spawn(|| {
@@ -153,8 +151,7 @@ fn renewals_never_shorten_the_key_below_the_min_hold_and_continue_past_it() {
     let server = RedisServer::start();
     let a = short_lived(&server);
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     // Several renewals (every 333 ms) fall inside the hold: the key always lasts
     // until the hold's end at least.
     while began.elapsed() < ms(2400) {
@@ -181,8 +178,7 @@ fn an_extend_inside_the_min_hold_never_shortens_the_key_below_its_end() {
     let server = RedisServer::start();
     let a = client(&server);
     let d = Duration::from_secs(5);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     guard.extend(Duration::from_secs(1)).unwrap();
     let ttl = server.pttl("lock:job");
     assert_kept_for(ttl, d, began, Instant::now());
@@ -212,9 +208,8 @@ fn a_holder_that_dies_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
     let server = RedisServer::start();
     let a = short_lived(&server);
     let d = Duration::from_secs(3);
-    let began = Instant::now();
     // The acquire writes the hold, not the 1 s TTL.
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     assert_kept_for(server.pttl("lock:job"), d, began, Instant::now());
     // A renewal (with the 1 s TTL) lands inside the hold, then the holder
     // vanishes without releasing: nothing renews or releases any more.
@@ -262,8 +257,7 @@ fn redlock_keeps_the_key_on_every_master_inside_the_min_hold() {
         .build()
         .unwrap();
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     // The release returns once a majority answered; each master that keeps
     // the key keeps it for what is left of the hold.
@@ -293,8 +287,7 @@ fn a_cluster_keeps_the_key_inside_the_min_hold() {
         .build()
         .unwrap();
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     let owner = &cluster.nodes[cluster.owner(cluster.slot("lock:job"))];
     assert_kept_for(owner.pttl("lock:job"), d, began, Instant::now());

@@ -492,12 +492,7 @@ fn in_a_cluster_a_look_that_meets_a_moved_slot_follows_it() {
     // The client's map names `from` for the slot, and has used it.
     assert!(client.wait_free(name, Duration::ZERO).unwrap());
     let guard = holder.lock(name).unwrap();
-    cluster.begin_migration(slot, from, to);
-    assert!(
-        cluster.move_keys(slot, from, to) > 0,
-        "the lock did not move"
-    );
-    cluster.finish_migration(slot, from, to);
+    assert!(cluster.migrate(slot, from, to) > 0, "the lock did not move");
     // `from` answers MOVED now: the look goes where it says, within the call.
     assert!(
         !client.wait_free(name, Duration::ZERO).unwrap(),

@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, bounded};
-use redlease::{LockOptions, Release};
+use redlease::{LockClient, LockGuard, LockOptions, Release};
 
 use super::{RedisServer, eventually};
 
@@ -68,6 +68,14 @@ pub fn listening(server: &RedisServer, channel: &str) {
 /// Options of an acquire that does not wait and holds the lock `d` at least.
 pub fn held(d: Duration) -> LockOptions {
     LockOptions::new().wait(Duration::ZERO).min_hold(d)
+}
+
+/// `name` taken by `client` without waiting, held `d` at least, and the moment
+/// before the acquire was sent (the earliest the hold can have begun).
+pub fn hold(client: &LockClient, name: &str, d: Duration) -> (LockGuard, Instant) {
+    let began = Instant::now();
+    let guard = client.lock_with(name, &held(d)).unwrap().unwrap();
+    (guard, began)
 }
 
 /// Whether every name of a multi-guard's unlock was released.

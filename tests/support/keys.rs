@@ -1,5 +1,5 @@
-//! One key read as the tests read it: its value, whether it is there, and its
-//! `PTTL`, each on a new connection of the server's.
+//! One key read (or set) as the tests do: its value, whether it is there, its
+//! `PTTL`, and a channel's subscribers, each on a new connection of the server's.
 
 use super::RedisServer;
 
@@ -7,6 +7,11 @@ impl RedisServer {
     /// `GET key`: its value, `None` if absent.
     pub fn value(&self, key: &str) -> Option<String> {
         self.query(redis::cmd("GET").arg(key))
+    }
+
+    /// `SET key value`, without an expiry.
+    pub fn set(&self, key: &str, value: &str) {
+        let () = self.query(redis::cmd("SET").arg(key).arg(value));
     }
 
     /// `EXISTS key`.
