@@ -126,7 +126,7 @@ fn shutdown_leaves_a_leadership_taken_over_meanwhile_alone() {
     let (leader, other) = (client(&server), client(&server));
     let leadership = leader.election("taken").unwrap().campaign().unwrap();
     // Its lease ends behind its back, and another client leads.
-    let _: () = server.query(redis::cmd("DEL").arg("lock:taken"));
+    server.del("lock:taken");
     let next = other.election("taken").unwrap().campaign().unwrap();
     let theirs = server.value("lock:taken").unwrap();
 

@@ -450,7 +450,7 @@ fn the_seconds_unit_interoperates_with_a_seconds_deployed_client() {
     // A milliseconds value is far in the future for a seconds client: held.
     server.set(KEY, &now_in(TimestampUnit::Millis).to_string());
     assert!(client.try_lock("k").unwrap().is_none());
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
 
     // A crashed seconds holder is taken over by the seconds client after its expiry.
     let taken = Instant::now();
@@ -486,7 +486,7 @@ fn values_that_are_not_timestamps_are_waited_for_and_never_overwritten() {
     }
 
     // A hash (the reentrant scheme's layout): WRONGTYPE is "held", not an error.
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
     let () = server.query(redis::cmd("HSET").arg(KEY).arg("owner:1").arg(1));
     let start = Instant::now();
     assert!(client.try_lock_for("k", wait).unwrap().is_none());
@@ -497,7 +497,7 @@ fn values_that_are_not_timestamps_are_waited_for_and_never_overwritten() {
     assert_eq!(count, Some(1));
 
     // A token with a TTL is waited out: acquired once it disappears.
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
     let () = server.query(redis::cmd("SET").arg(KEY).arg(&token).arg("PX").arg(400));
     let start = Instant::now();
     let guard = client.try_lock_for("k", Duration::from_secs(3)).unwrap();
@@ -680,7 +680,7 @@ fn renewal_keeps_deployed_clients_out_on_the_redis_clock() {
     let client = renewal_keeps_deployed_clients_out(&server, Clock::Redis);
     // One TIME per acquire attempt: the value came from the server's clock.
     assert_eq!(server.command_calls("time"), 1);
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
     let guard = client.try_lock("k").unwrap().unwrap();
     let value: i64 = server.value(KEY).unwrap().parse().unwrap();
     let expected = redis_ms(&server) + 1_001;

@@ -113,7 +113,7 @@ fn the_keep_leaves_a_key_someone_else_holds_untouched_and_says_so() {
         .lock_with("other", &held(Duration::from_secs(5)))
         .unwrap()
         .unwrap();
-    let _: () = server.query(redis::cmd("DEL").arg("lock:other"));
+    server.del("lock:other");
     assert_eq!(guard.unlock().unwrap(), Release::Expired);
     assert_eq!(server.pttl("lock:other"), -2);
 }
@@ -195,7 +195,7 @@ fn a_lease_lost_inside_the_min_hold_is_reported_and_not_written_back() {
         .lock_with("job", &held(Duration::from_secs(10)))
         .unwrap()
         .unwrap();
-    let _: () = server.query(redis::cmd("DEL").arg("lock:job"));
+    server.del("lock:job");
     let lost = guard.lost().recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(lost.reason, LossReason::Expired);
     assert!(!guard.is_held());

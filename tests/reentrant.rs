@@ -282,7 +282,7 @@ fn renewal_keeps_a_nested_lock_over_several_ttls_and_a_deleted_key_is_lost() {
         thread::sleep(Duration::from_millis(50));
     }
     assert!(matches!(holds(&server, LOCK_KEY).as_slice(), [(_, 2)]));
-    let () = server.query(redis::cmd("DEL").arg(LOCK_KEY));
+    server.del(LOCK_KEY);
     for guard in [&outer, &inner] {
         let msg = guard.lost().recv_timeout(Duration::from_secs(3)).unwrap();
         assert_eq!(msg.reason, LossReason::Expired);

@@ -738,7 +738,7 @@ fn a_guard_whose_key_became_a_hash_reports_taken_and_leaves_the_hash() {
     let guard = client.lock("k").unwrap();
     let extended = client.lock("e").unwrap();
     for key in ["lock:k", "lock:e"] {
-        let () = server.query(redis::cmd("DEL").arg(key));
+        server.del(key);
         let () = server.query(redis::cmd("HSET").arg(key).arg("f").arg("v"));
     }
     assert!(

@@ -66,6 +66,19 @@ fn waiting(client: &LockClient, name: &str) -> Receiver<(redlease::Result<bool>,
     spawned(move || client.wait_free(&name, LONG))
 }
 
+/// A slow client and its `wait_free(name, LONG)` on a thread of its own,
+/// returned once some client listens on `channel`.
+fn watching(
+    server: &RedisServer,
+    name: &str,
+    channel: &str,
+) -> (LockClient, Receiver<(redlease::Result<bool>, Instant)>) {
+    let client = slow(server);
+    let rx = waiting(&client, name);
+    listening(server, channel);
+    (client, rx)
+}
+
 /// Asserts that the waiter has not answered while the name is held, releases it
 /// with `release`, and asserts the waiter answers `true` within [`PROMPT`].
 fn answers_after<R>(rx: &Receiver<(redlease::Result<bool>, Instant)>, release: impl FnOnce() -> R) {
@@ -108,9 +121,7 @@ fn a_token_lock_of_another_client_wakes_the_waiter_on_release() {
     let server = RedisServer::start();
     let holder = client(&server);
     let guard = holder.lock("job").unwrap();
-    let client = slow(&server);
-    let rx = waiting(&client, "job");
-    listening(&server, "{wf:job}:released");
+    let (_client, rx) = watching(&server, "job", "{wf:job}:released");
     // The waiter marked the token, as a waiting caller does, so its release publishes.
     assert!(eventually(Duration::from_secs(10), || {
         server
@@ -136,9 +147,7 @@ fn another_clients_token_that_never_publishes_is_polled() {
     foreign(&server, "wf:job");
     let client = client(&server);
     let rx = waiting(&client, "job");
-    answers_after(&rx, || {
-        let _: () = server.query(redis::cmd("DEL").arg("wf:job"));
-    });
+    answers_after(&rx, || server.del("wf:job"));
 }
 
 #[test]
@@ -148,9 +157,7 @@ fn a_legacy_timestamp_lock_is_polled_until_deleted() {
     assert!(set);
     let client = client(&server);
     let rx = waiting(&client, "job");
-    answers_after(&rx, || {
-        let _: () = server.query(redis::cmd("DEL").arg("wf:job"));
-    });
+    answers_after(&rx, || server.del("wf:job"));
 }
 
 #[test]
@@ -179,9 +186,7 @@ fn a_redisson_lock_wakes_the_waiter_on_release() {
     let server = RedisServer::start();
     let mut redisson = Redisson::new(&server);
     assert_eq!(redisson.try_lock("wf:job"), None);
-    let client = slow(&server);
-    let rx = waiting(&client, "job");
-    listening(&server, "redisson_lock__channel:{wf:job}");
+    let (_client, rx) = watching(&server, "job", "redisson_lock__channel:{wf:job}");
     answers_after(&rx, || assert_eq!(redisson.unlock("wf:job"), Some(1)));
 }
 
@@ -192,9 +197,7 @@ fn a_redisson_read_lock_wakes_the_waiter_when_the_last_reader_leaves() {
     let mut second = RedissonRwLock::new(&server, "wf:rw", 2);
     assert_eq!(first.read_lock(30_000), None);
     assert_eq!(second.read_lock(30_000), None);
-    let client = slow(&server);
-    let rx = waiting(&client, "rw");
-    listening(&server, "redisson_rwlock:{wf:rw}");
+    let (_client, rx) = watching(&server, "rw", "redisson_rwlock:{wf:rw}");
     assert_eq!(first.read_unlock(), Some(0));
     answers_after(&rx, || assert_eq!(second.read_unlock(), Some(1)));
 }
@@ -205,9 +208,7 @@ fn a_redisson_semaphore_wakes_the_waiter_when_a_permit_is_released() {
     let mut semaphore = RedissonSemaphore::new(&server, "wf:sem");
     assert!(semaphore.try_set_permits(1));
     let permit = semaphore.try_acquire(Some(30_000)).unwrap();
-    let client = slow(&server);
-    let rx = waiting(&client, "sem");
-    listening(&server, "redisson_sc:{wf:sem}");
+    let (_client, rx) = watching(&server, "sem", "redisson_sc:{wf:sem}");
     answers_after(&rx, || assert!(semaphore.try_release(&permit)));
 }
 
@@ -245,10 +246,8 @@ fn a_fair_lock_with_waiters_wakes_the_watcher_on_its_queue_heads_channel() {
         queued.attempt("wf:fair").is_some(),
         "queued behind the holder"
     );
-    let client = slow(&server);
-    let rx = waiting(&client, "fair");
     // Redisson's fair unlock publishes on the next waiter's own channel only.
-    listening(&server, &queued.channel("wf:fair"));
+    let (_client, rx) = watching(&server, "fair", &queued.channel("wf:fair"));
     answers_after(&rx, || assert_eq!(holder.unlock("wf:fair"), Some(1)));
 }
 
@@ -355,9 +354,7 @@ fn close_wakes_a_waiter_with_shutdown() {
     let server = RedisServer::start();
     let holder = client(&server);
     let _guard = holder.lock("job").unwrap();
-    let client = slow(&server);
-    let rx = waiting(&client, "job");
-    listening(&server, "{wf:job}:released");
+    let (client, rx) = watching(&server, "job", "{wf:job}:released");
     let (answer, took) = answer_after(&rx, "free while held", || client.close());
     assert!(matches!(answer, Err(Error::Shutdown)), "{answer:?}");
     assert!(took < PROMPT);
@@ -427,7 +424,7 @@ fn a_redlock_release_heard_from_one_master_is_followed_to_the_others() {
     // watcher while the others still hold the name.
     let behind = &masters.servers[1];
     behind.reset_stats();
-    let _: () = masters.servers[0].query(redis::cmd("DEL").arg("wf:job"));
+    masters.servers[0].del("wf:job");
     for m in &masters.servers {
         let _: () = m.query(redis::cmd("PUBLISH").arg("{wf:job}:released").arg("x"));
     }
@@ -440,7 +437,7 @@ fn a_redlock_release_heard_from_one_master_is_followed_to_the_others() {
     // The other masters' releases send nothing it hears.
     answers_after(&rx, || {
         for m in &masters.servers[1..] {
-            let _: () = m.query(redis::cmd("DEL").arg("wf:job"));
+            m.del("wf:job");
         }
     });
 }

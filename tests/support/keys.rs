@@ -14,6 +14,11 @@ impl RedisServer {
         let () = self.query(redis::cmd("SET").arg(key).arg(value));
     }
 
+    /// `DEL key`.
+    pub fn del(&self, key: &str) {
+        let _: i64 = self.query(redis::cmd("DEL").arg(key));
+    }
+
     /// `EXISTS key`.
     pub fn exists(&self, key: &str) -> bool {
         self.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
