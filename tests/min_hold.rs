@@ -10,7 +10,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockFormat, LockOptions, LossReason, MAX_TTL, Release, Scheme};
+use redlease::{
+    Error, LockClient, LockClientBuilder, LockFormat, LockOptions, LossReason, MAX_TTL, Release,
+    Scheme,
+};
 use support::cluster::Cluster;
 use support::fleet::{assert_kept_for, held, hold};
 use support::{Masters, RedisServer, eventually};
@@ -24,20 +27,17 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+fn builder(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder(server.url()).key_prefix("lock:")
+}
+
 fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .build()
-        .unwrap()
+    builder(server).build().unwrap()
 }
 
 /// A client whose leases have a TTL of 1 s (renewed every 333 ms).
 fn short_lived(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .ttl(Duration::from_secs(1))
-        .build()
-        .unwrap()
+    builder(server).ttl(Duration::from_secs(1)).build().unwrap()
 }
 
 /// Whether `client` takes `job` within `d` (what is left of a hold) and
