@@ -90,6 +90,14 @@ fn answers_after<R>(rx: &Receiver<(redlease::Result<bool>, Instant)>, release: i
     assert!(took < PROMPT, "answered {took:?} after the release");
 }
 
+/// Asserts that a waiter on `job` polling on the client's usual step (its
+/// holder publishes nothing) answers within [`PROMPT`] once `wf:job` is deleted.
+fn polled_until_deleted(server: &RedisServer) {
+    let client = client(server);
+    let rx = waiting(&client, "job");
+    answers_after(&rx, || server.del("wf:job"));
+}
+
 /// Sets `key` on `server` to [`FOREIGN`] for 30 s.
 fn foreign(server: &RedisServer, key: &str) {
     let _: () = server.query(
@@ -145,9 +153,7 @@ fn a_token_lock_of_our_own_client_wakes_the_waiter_on_release() {
 fn another_clients_token_that_never_publishes_is_polled() {
     let server = RedisServer::start();
     foreign(&server, "wf:job");
-    let client = client(&server);
-    let rx = waiting(&client, "job");
-    answers_after(&rx, || server.del("wf:job"));
+    polled_until_deleted(&server);
 }
 
 #[test]
@@ -155,9 +161,7 @@ fn a_legacy_timestamp_lock_is_polled_until_deleted() {
     let server = RedisServer::start();
     let set: bool = server.query(redis::cmd("SETNX").arg("wf:job").arg(now_ms() + 30_000));
     assert!(set);
-    let client = client(&server);
-    let rx = waiting(&client, "job");
-    answers_after(&rx, || server.del("wf:job"));
+    polled_until_deleted(&server);
 }
 
 #[test]
