@@ -24,7 +24,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group};
 use redlease::{FairLock, LockClient};
 use support::RedisServer;
-use support::bench::{paired_p50, pin, report};
+use support::bench::{pin, report_p99, side_by_side};
 use support::redisson::fair::{
     LEASE_MS, LOCK, UNLOCK, WAIT_MS, now_ms, prefix_name, queue_and_timeouts,
 };
@@ -85,14 +85,18 @@ fn fair(c: &mut Criterion) {
     let client = LockClient::builder(server.url()).build().unwrap();
     let lock = client.fair_lock("bench:fair").unwrap();
     let mut floor = Floor::new(&server);
-    let mut g = c.benchmark_group("fair");
-    g.bench_function("redlease_lock_unlock", |b| b.iter(|| ours(&lock)));
-    g.bench_function("floor_redisson_evalsha", |b| {
-        b.iter(|| floor.cycle("bench:floor"));
-    });
-    g.finish();
-    let (a, b) = paired_p50(ROUNDS, || ours(&lock), || floor.cycle("bench:floor"));
-    report("fair lock+unlock", a, b);
+    let names = ["redlease_lock_unlock", "floor_redisson_evalsha"];
+    let (a, b) = side_by_side(
+        c,
+        "fair",
+        names,
+        ROUNDS,
+        || ours(&lock),
+        || {
+            floor.cycle("bench:floor");
+        },
+    );
+    report_p99("fair lock+unlock", a, b);
 }
 
 fn turns(_c: &mut Criterion) {

@@ -16,7 +16,7 @@ mod support;
 use criterion::{Criterion, criterion_group};
 use redlease::LockClient;
 use support::RedisServer;
-use support::bench::{floor_token, paired, percentile, pin};
+use support::bench::{floor_token, pin, report_p99, side_by_side};
 
 /// The floor's release of every key: compare-and-delete each, in one script.
 const RELEASE_ALL: &str = "local n = 0
@@ -70,20 +70,14 @@ fn lock_all(c: &mut Criterion) {
             let guard = client.lock_all(&names).unwrap();
             assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
         };
-        let mut g = c.benchmark_group(format!("lock_all_{n}"));
-        g.bench_function("redlease_lock_all_unlock", |b| b.iter(ours));
-        g.bench_function("floor_multi_set_nx_and_release_script", |b| {
-            b.iter(|| floor.cycle(&raw));
-        });
-        g.finish();
-        let (mut ta, mut tb) = paired(3000, ours, || floor.cycle(&raw));
-        let (p50, base) = (percentile(&mut ta, 50), percentile(&mut tb, 50));
-        let (p99, base99) = (percentile(&mut ta, 99), percentile(&mut tb, 99));
-        let ratio = p50.as_secs_f64() / base.as_secs_f64();
-        println!(
-            "RATIO lock_all + unlock of {n} names vs MULTI SET NX + release script: redlease p50 \
-             {p50:?} / floor p50 {base:?} = {ratio:.3}x (p99 {p99:?} / {base99:?})"
-        );
+        let names = [
+            "redlease_lock_all_unlock",
+            "floor_multi_set_nx_and_release_script",
+        ];
+        let group = format!("lock_all_{n}");
+        let (ta, tb) = side_by_side(c, &group, names, 3000, ours, || floor.cycle(&raw));
+        let what = format!("lock_all + unlock of {n} names vs MULTI SET NX + release script");
+        report_p99(&what, ta, tb);
     }
 }
 

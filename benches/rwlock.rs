@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use redlease::{LockClient, ReadWriteLock};
 use support::RedisServer;
-use support::bench::{paired_p50, pin, report, wanted};
+use support::bench::{pin, report_p99, side_by_side, wanted};
 use support::redisson::rwlock::{
     READ_LOCK, READ_UNLOCK, WRITE_LOCK, WRITE_UNLOCK, channel, timeout_prefix, unlock_latch,
 };
@@ -115,20 +115,16 @@ fn read(c: &mut Criterion) {
     pin([&server]);
     let ours = lock(&server, "bench:r");
     let mut floor = Floor::new(&server);
-    let mut g = c.benchmark_group("rwlock_read");
-    g.bench_function("redlease_read_unlock", |b| {
-        b.iter(|| drop(ours.try_read().unwrap().unwrap()));
-    });
-    g.bench_function("floor_redisson_evalsha", |b| {
-        b.iter(|| floor.read("bench:f"));
-    });
-    g.finish();
-    let (a, b) = paired_p50(
+    let names = ["redlease_read_unlock", "floor_redisson_evalsha"];
+    let (a, b) = side_by_side(
+        c,
+        "rwlock_read",
+        names,
         ROUNDS,
         || drop(ours.try_read().unwrap().unwrap()),
         || floor.read("bench:f"),
     );
-    report("read lock+unlock", a, b);
+    report_p99("read lock+unlock", a, b);
 }
 
 fn write(c: &mut Criterion) {
@@ -139,20 +135,16 @@ fn write(c: &mut Criterion) {
     pin([&server]);
     let ours = lock(&server, "bench:w");
     let mut floor = Floor::new(&server);
-    let mut g = c.benchmark_group("rwlock_write");
-    g.bench_function("redlease_write_unlock", |b| {
-        b.iter(|| drop(ours.try_write().unwrap().unwrap()));
-    });
-    g.bench_function("floor_redisson_evalsha", |b| {
-        b.iter(|| floor.write("bench:f"));
-    });
-    g.finish();
-    let (a, b) = paired_p50(
+    let names = ["redlease_write_unlock", "floor_redisson_evalsha"];
+    let (a, b) = side_by_side(
+        c,
+        "rwlock_write",
+        names,
         ROUNDS,
         || drop(ours.try_write().unwrap().unwrap()),
         || floor.write("bench:f"),
     );
-    report("write lock+unlock", a, b);
+    report_p99("write lock+unlock", a, b);
 }
 
 /// Reads per second by `threads` threads on one name for one second.

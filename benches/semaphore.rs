@@ -16,7 +16,7 @@ mod support;
 use criterion::{Criterion, criterion_group};
 use redlease::LockClient;
 use support::RedisServer;
-use support::bench::{paired, percentile, pin};
+use support::bench::{pin, report_p99, side_by_side};
 use support::redisson::semaphore::{NO_LEASE, TRY_ACQUIRE, TRY_RELEASE, channel, now_ms, timeouts};
 
 /// Redisson's lease when the permit is taken with one (`acquire(leaseTime)`): the
@@ -95,20 +95,11 @@ fn semaphore(c: &mut Criterion) {
         let permit = sem.try_acquire().unwrap().unwrap();
         assert!(permit.unlock().unwrap().was_held());
     };
-    let mut g = c.benchmark_group("semaphore");
-    g.bench_function("redlease_permit_acquire_release", |b| b.iter(ours));
-    g.bench_function("floor_redisson_evalsha", |b| {
-        b.iter(|| floor.acquire_release());
+    let names = ["redlease_permit_acquire_release", "floor_redisson_evalsha"];
+    let (ta, tb) = side_by_side(c, "semaphore", names, 3000, ours, || {
+        floor.acquire_release();
     });
-    g.finish();
-    let (mut ta, mut tb) = paired(3000, ours, || floor.acquire_release());
-    let (p50, base) = (percentile(&mut ta, 50), percentile(&mut tb, 50));
-    let (p99, base99) = (percentile(&mut ta, 99), percentile(&mut tb, 99));
-    let ratio = p50.as_secs_f64() / base.as_secs_f64();
-    println!(
-        "RATIO permit acquire+release vs Redisson's scripts: redlease p50 {p50:?} / floor p50 \
-         {base:?} = {ratio:.3}x (p99 {p99:?} / {base99:?})"
-    );
+    report_p99("permit acquire+release vs Redisson's scripts", ta, tb);
 }
 
 criterion_group! {

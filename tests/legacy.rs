@@ -161,18 +161,6 @@ fn fixed_legacy(server: &RedisServer, ttl: Duration) -> LockClient {
         .unwrap()
 }
 
-fn get(server: &RedisServer, key: &str) -> Option<String> {
-    server.query(redis::cmd("GET").arg(key))
-}
-
-fn set(server: &RedisServer, key: &str, value: &str) {
-    let () = server.query(redis::cmd("SET").arg(key).arg(value));
-}
-
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.query(redis::cmd("PTTL").arg(key))
-}
-
 /// Redis `TIME` in unix milliseconds.
 fn redis_ms(server: &RedisServer) -> i64 {
     let (secs, micros): (i64, i64) = server.query(&redis::cmd("TIME"));
@@ -198,7 +186,7 @@ fn increment(con: &mut redis::Connection, inside: &AtomicUsize) {
 }
 
 fn counter(server: &RedisServer) -> u64 {
-    get(server, "counter").map_or(0, |s| s.parse().unwrap())
+    server.value("counter").map_or(0, |s| s.parse().unwrap())
 }
 
 #[test]
@@ -208,24 +196,24 @@ fn a_legacy_lease_stores_now_plus_ttl_plus_one_in_millis_with_a_grace_ttl() {
     let before = now_in(TimestampUnit::Millis);
     let guard = client.try_lock("k").unwrap().unwrap();
     let after = now_in(TimestampUnit::Millis);
-    let value: i64 = get(&server, KEY).unwrap().parse().unwrap();
+    let value: i64 = server.value(KEY).unwrap().parse().unwrap();
     assert!(
         (before + 10_001..=after + 10_001).contains(&value),
         "{before} {value} {after}"
     );
     // The safety net: a server TTL the grace past the expiry.
     let grace = i64::try_from(DEFAULT_LEGACY_GRACE.as_millis()).unwrap();
-    let left = pttl(&server, KEY);
+    let left = server.pttl(KEY);
     assert!((grace + 9_000..=grace + 10_002).contains(&left), "{left}");
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    assert_eq!(get(&server, KEY), None);
+    assert_eq!(server.value(KEY), None);
 
     // Without a grace, no server TTL at all, like the deployed clients.
     let bare = legacy_builder(&server, LegacyTimestamp::new().grace(None))
         .build()
         .unwrap();
     let guard = bare.try_lock("k").unwrap().unwrap();
-    assert_eq!(pttl(&server, KEY), -1);
+    assert_eq!(server.pttl(KEY), -1);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
 
@@ -298,13 +286,13 @@ fn an_expired_value_is_taken_over_exactly_once_by_legacy_and_deployed_contenders
     let ttl = Duration::from_secs(10);
     // Uncontended: the value a crashed deployed client left is taken over at once.
     let stale = (now_in(TimestampUnit::Millis) - 5_000).to_string();
-    set(&server, KEY, &stale);
+    server.set(KEY, &stale);
     let client = fixed_legacy(&server, ttl);
     let guard = client
         .try_lock("k")
         .unwrap()
         .expect("expired value not taken over");
-    assert_ne!(get(&server, KEY).unwrap(), stale);
+    assert_ne!(server.value(KEY).unwrap(), stale);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
 
     // Contended: three legacy-mode and three deployed clients, one attempt each.
@@ -348,11 +336,7 @@ fn an_expired_value_is_taken_over_exactly_once_by_legacy_and_deployed_contenders
         // Asserted after the scope: a panic here would leave the contenders waiting.
         (0..rounds)
             .map(|_| {
-                set(
-                    &server,
-                    KEY,
-                    &(now_in(TimestampUnit::Millis) - 5_000).to_string(),
-                );
+                server.set(KEY, &(now_in(TimestampUnit::Millis) - 5_000).to_string());
                 start.wait();
                 done.wait();
                 wins.swap(0, Ordering::SeqCst)
@@ -401,7 +385,7 @@ fn a_crashed_legacy_holder_is_taken_over_by_one_deployed_client_after_its_expiry
     assert!(winners[0] >= ttl, "taken over before expiry: {winners:?}");
     assert!(winners[0] < ttl + DEPLOYED_POLL + SLACK, "{winners:?}");
     // Their GETSET dropped our safety-net TTL, as deployed clients always do.
-    assert_eq!(pttl(&server, KEY), -1);
+    assert_eq!(server.pttl(KEY), -1);
 }
 
 #[test]
@@ -409,12 +393,12 @@ fn a_late_release_never_deletes_a_deployed_clients_takeover_and_reports_taken() 
     let server = RedisServer::start();
     let client = fixed_legacy(&server, Duration::from_secs(1));
     let guard = client.try_lock("k").unwrap().unwrap();
-    let ours = get(&server, KEY).unwrap();
+    let ours = server.value(KEY).unwrap();
 
     let mut deployed = Deployed::new(&server, KEY, TimestampUnit::Millis, Duration::from_secs(30));
     assert!(!deployed.try_once(), "taken over before expiry");
     assert!(deployed.lock(Duration::from_secs(3)));
-    let theirs = get(&server, KEY).unwrap();
+    let theirs = server.value(KEY).unwrap();
     assert_ne!(theirs, ours);
     assert!(!guard.is_held());
 
@@ -425,12 +409,12 @@ fn a_late_release_never_deletes_a_deployed_clients_takeover_and_reports_taken() 
             .unwrap_err()
             .is_lock_lost()
     );
-    assert_eq!(get(&server, KEY).as_ref(), Some(&theirs));
+    assert_eq!(server.value(KEY).as_ref(), Some(&theirs));
     assert_eq!(guard.unlock().unwrap(), Release::Taken);
-    assert_eq!(get(&server, KEY).as_ref(), Some(&theirs));
+    assert_eq!(server.value(KEY).as_ref(), Some(&theirs));
     // And their careful release still finds their own lock to delete.
     deployed.unlock_if_unexpired();
-    assert_eq!(get(&server, KEY), None);
+    assert_eq!(server.value(KEY), None);
 }
 
 #[test]
@@ -448,7 +432,7 @@ fn the_seconds_unit_interoperates_with_a_seconds_deployed_client() {
     // Our value is in seconds: now + ttl + 1.
     let before = now_in(TimestampUnit::Seconds);
     let guard = client.try_lock("k").unwrap().unwrap();
-    let value: i64 = get(&server, KEY).unwrap().parse().unwrap();
+    let value: i64 = server.value(KEY).unwrap().parse().unwrap();
     assert!((before + 2..=now_in(TimestampUnit::Seconds) + 2).contains(&value));
     assert!(!deployed.try_once());
     assert_eq!(guard.unlock().unwrap(), Release::Released);
@@ -457,20 +441,16 @@ fn the_seconds_unit_interoperates_with_a_seconds_deployed_client() {
     assert!(deployed.try_once());
     assert!(client.try_lock("k").unwrap().is_none());
     deployed.unlock_if_unexpired();
-    set(
-        &server,
-        KEY,
-        &(now_in(TimestampUnit::Seconds) - 2).to_string(),
-    );
+    server.set(KEY, &(now_in(TimestampUnit::Seconds) - 2).to_string());
     let guard = client
         .try_lock("k")
         .unwrap()
         .expect("expired seconds value");
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     // A milliseconds value is far in the future for a seconds client: held.
-    set(&server, KEY, &now_in(TimestampUnit::Millis).to_string());
+    server.set(KEY, &now_in(TimestampUnit::Millis).to_string());
     assert!(client.try_lock("k").unwrap().is_none());
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
 
     // A crashed seconds holder is taken over by the seconds client after its expiry.
     let taken = Instant::now();
@@ -490,7 +470,7 @@ fn values_that_are_not_timestamps_are_waited_for_and_never_overwritten() {
     let token = uuid::Uuid::new_v4().to_string();
     let wait = Duration::from_millis(200);
     for value in [token.as_str(), "not a number", "", "1.7e12", "12 "] {
-        set(&server, KEY, value);
+        server.set(KEY, value);
         let start = Instant::now();
         assert!(
             client.try_lock_for("k", wait).unwrap().is_none(),
@@ -501,12 +481,12 @@ fn values_that_are_not_timestamps_are_waited_for_and_never_overwritten() {
             waited >= wait && waited < wait + SLACK,
             "{value:?}: {waited:?}"
         );
-        assert_eq!(get(&server, KEY).as_deref(), Some(value));
-        assert_eq!(pttl(&server, KEY), -1);
+        assert_eq!(server.value(KEY).as_deref(), Some(value));
+        assert_eq!(server.pttl(KEY), -1);
     }
 
     // A hash (the reentrant scheme's layout): WRONGTYPE is "held", not an error.
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
     let () = server.query(redis::cmd("HSET").arg(KEY).arg("owner:1").arg(1));
     let start = Instant::now();
     assert!(client.try_lock_for("k", wait).unwrap().is_none());
@@ -517,7 +497,7 @@ fn values_that_are_not_timestamps_are_waited_for_and_never_overwritten() {
     assert_eq!(count, Some(1));
 
     // A token with a TTL is waited out: acquired once it disappears.
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
     let () = server.query(redis::cmd("SET").arg(KEY).arg(&token).arg("PX").arg(400));
     let start = Instant::now();
     let guard = client.try_lock_for("k", Duration::from_secs(3)).unwrap();
@@ -549,7 +529,7 @@ fn legacy_mode_and_token_mode_clients_exclude_each_other_on_one_key() {
         .unwrap();
 
     let held = legacy.try_lock("k").unwrap().unwrap();
-    let value = get(&server, KEY);
+    let value = server.value(KEY);
     assert!(token.try_lock("k").unwrap().is_none());
     assert!(
         token
@@ -557,11 +537,11 @@ fn legacy_mode_and_token_mode_clients_exclude_each_other_on_one_key() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(get(&server, KEY), value);
+    assert_eq!(server.value(KEY), value);
     assert_eq!(held.unlock().unwrap(), Release::Released);
 
     let held = token.try_lock("k").unwrap().unwrap();
-    let value = get(&server, KEY);
+    let value = server.value(KEY);
     assert!(legacy.try_lock("k").unwrap().is_none());
     assert!(
         legacy
@@ -569,7 +549,7 @@ fn legacy_mode_and_token_mode_clients_exclude_each_other_on_one_key() {
             .unwrap()
             .is_none()
     );
-    assert_eq!(get(&server, KEY), value);
+    assert_eq!(server.value(KEY), value);
     assert_eq!(held.unlock().unwrap(), Release::Released);
 
     // A token-mode waiter held off by a legacy lease (server TTL: 10 s + grace) wakes
@@ -638,7 +618,7 @@ fn renewal_keeps_deployed_clients_out(server: &RedisServer, clock: Clock) -> Loc
         .unwrap();
     server.reset_stats(); // `build` probes the user's permissions
     let guard = client.try_lock("k").unwrap().unwrap();
-    let first: i64 = get(server, KEY).unwrap().parse().unwrap();
+    let first: i64 = server.value(KEY).unwrap().parse().unwrap();
     let stop = AtomicBool::new(false);
     let (wins, looks) = (AtomicUsize::new(0), AtomicUsize::new(0));
     thread::scope(|s| {
@@ -677,7 +657,7 @@ fn renewal_keeps_deployed_clients_out(server: &RedisServer, clock: Clock) -> Loc
         "deployed clients barely tried"
     );
     assert!(guard.is_held());
-    let last: i64 = get(server, KEY).unwrap().parse().unwrap();
+    let last: i64 = server.value(KEY).unwrap().parse().unwrap();
     assert!(last >= first + 1_500, "not renewed: {first} → {last}");
     assert!(client.metrics().renewals >= 5);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
@@ -700,9 +680,9 @@ fn renewal_keeps_deployed_clients_out_on_the_redis_clock() {
     let client = renewal_keeps_deployed_clients_out(&server, Clock::Redis);
     // One TIME per acquire attempt: the value came from the server's clock.
     assert_eq!(server.command_calls("time"), 1);
-    let () = server.query(redis::cmd("DEL").arg(KEY));
+    server.del(KEY);
     let guard = client.try_lock("k").unwrap().unwrap();
-    let value: i64 = get(&server, KEY).unwrap().parse().unwrap();
+    let value: i64 = server.value(KEY).unwrap().parse().unwrap();
     let expected = redis_ms(&server) + 1_001;
     assert!(
         (expected - 200..=expected).contains(&value),
@@ -719,7 +699,7 @@ fn a_waiting_legacy_client_takes_a_crashed_deployed_lock_over_soon_after_its_exp
     // A deployed client took the lock for 2 s and crashed: no release will come.
     let left = Duration::from_secs(2);
     let expires = now_in(TimestampUnit::Millis) + 2_000;
-    set(&server, KEY, &expires.to_string());
+    server.set(KEY, &expires.to_string());
     let start = Instant::now();
     let guard = client.try_lock_for("k", Duration::from_secs(5)).unwrap();
     let waited = start.elapsed();
@@ -727,7 +707,7 @@ fn a_waiting_legacy_client_takes_a_crashed_deployed_lock_over_soon_after_its_exp
     assert!(waited >= Duration::from_millis(1_980), "{waited:?}");
     // Polling is bounded by the stored expiry, plus one backoff step at most.
     assert!(waited < left + DEFAULT_BACKOFF_MAX + SLACK, "{waited:?}");
-    assert!(get(&server, KEY).unwrap().parse::<i64>().unwrap() > expires);
+    assert!(server.value(KEY).unwrap().parse::<i64>().unwrap() > expires);
 }
 
 #[test]
@@ -766,7 +746,7 @@ fn an_extend_whose_reply_is_lost_is_no_false_loss() {
     let guard = client.lock("k").unwrap();
     // A first extend loads the script, so the one below runs when it arrives.
     guard.extend(Duration::from_secs(5)).unwrap();
-    let first = get(&server, "lock:k").unwrap();
+    let first = server.value("lock:k").unwrap();
     // The extend reaches a paused server: no reply in time, so its outcome is
     // unknown; it runs when the server resumes and rewrites the expiry.
     server.pause();
@@ -774,12 +754,12 @@ fn an_extend_whose_reply_is_lost_is_no_false_loss() {
     assert!(err.is_timeout(), "{err:?}");
     server.resume();
     assert!(eventually(Duration::from_secs(2), || {
-        get(&server, "lock:k").is_some_and(|v| v != first)
+        server.value("lock:k").is_some_and(|v| v != first)
     }));
     // The value it wrote counts as ours: the next extend and the release find it.
     guard.extend(Duration::from_secs(5)).unwrap();
     assert!(guard.is_held());
     assert_eq!(client.metrics().leases_lost, 0);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    assert!(get(&server, "lock:k").is_none());
+    assert!(server.value("lock:k").is_none());
 }

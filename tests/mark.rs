@@ -314,8 +314,9 @@ fn a_redlock_waiter_marks_the_holder_on_each_master_and_is_woken_by_its_release(
             .filter(|v| v.as_ref().is_some_and(|v| v.ends_with('+')))
             .count()
     };
-    // A Redlock waiter also retries within 500 ms: over several rounds, most must
-    // end by the release message.
+    // A Redlock waiter also polls, on the client's backoff as a single server's
+    // waiter does (one `GET` a master, then a `SET` round only if a majority may
+    // be free): over several rounds, most must end by the release message.
     let rounds = 5;
     for _ in 0..rounds {
         // The holder's `SET` on the master outside its majority lands after `lock`

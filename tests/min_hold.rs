@@ -10,8 +10,12 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockFormat, LockOptions, LossReason, MAX_TTL, Release, Scheme};
+use redlease::{
+    Error, LockClient, LockClientBuilder, LockFormat, LockOptions, LossReason, MAX_TTL, Release,
+    Scheme,
+};
 use support::cluster::Cluster;
+use support::fleet::{assert_kept_for, held, hold};
 use support::{Masters, RedisServer, eventually};
 
 /// How long after a hold's end the key may take to be seen free on a loaded
@@ -23,35 +27,23 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+fn builder(server: &RedisServer) -> LockClientBuilder {
+    LockClient::builder(server.url()).key_prefix("lock:")
+}
+
 fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .build()
-        .unwrap()
+    builder(server).build().unwrap()
 }
 
-fn held(d: Duration) -> LockOptions {
-    LockOptions::new().wait(Duration::ZERO).min_hold(d)
+/// A client whose leases have a TTL of 1 s (renewed every 333 ms).
+fn short_lived(server: &RedisServer) -> LockClient {
+    builder(server).ttl(Duration::from_secs(1)).build().unwrap()
 }
 
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.query(redis::cmd("PTTL").arg(key))
-}
-
-fn value(server: &RedisServer, key: &str) -> Option<String> {
-    server.query(redis::cmd("GET").arg(key))
-}
-
-/// Checks that a key read at some moment in `[read_from, read_to]` expires when a
-/// hold of `d` that began in `[began, read_from]` ends: its `pttl` lies between
-/// what is left of the hold for the earliest and the latest start.
-fn assert_kept_for(pttl: i64, d: Duration, began: Instant, read_to: Instant) {
-    let longest = i64::try_from(d.as_millis()).unwrap();
-    let shortest = longest - i64::try_from((read_to - began).as_millis()).unwrap();
-    assert!(
-        pttl <= longest && pttl >= shortest - 2,
-        "PTTL {pttl} ms outside [{shortest}, {longest}]"
-    );
+/// Whether `client` takes `job` within `d` (what is left of a hold) and
+/// [`STALL`] more.
+fn taken_after_the_hold(client: &LockClient, d: Duration) -> bool {
+    eventually(d + STALL, || client.try_lock("job").unwrap().is_some())
 }
 
 #[test]
@@ -59,27 +51,18 @@ fn a_release_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
     let server = RedisServer::start();
     let (a, b) = (client(&server), client(&server));
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
-    let token = guard_value(&server);
+    let (guard, began) = hold(&a, "job", d);
+    let token = server.value("lock:job").unwrap();
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    let ttl = pttl(&server, "lock:job");
+    let ttl = server.pttl("lock:job");
     assert_kept_for(ttl, d, began, Instant::now());
     // Kept: the same token, marked, and nobody can take it.
-    assert_eq!(value(&server, "lock:job"), Some(format!("{token}~")));
+    assert_eq!(server.value("lock:job"), Some(format!("{token}~")));
     assert!(b.try_lock("job").unwrap().is_none());
     assert!(a.try_lock("job").unwrap().is_none());
     // It expires when the hold ends, not at the 30 s TTL.
-    assert!(eventually(d + STALL, || b
-        .try_lock("job")
-        .unwrap()
-        .is_some()));
+    assert!(taken_after_the_hold(&b, d));
     assert!(began.elapsed() >= d);
-}
-
-/// The value under `lock:job`.
-fn guard_value(server: &RedisServer) -> String {
-    value(server, "lock:job").unwrap()
 }
 
 #[test]
@@ -91,7 +74,7 @@ fn a_release_after_the_min_hold_deletes_the_key() {
     let after = Instant::now() + d + ms(50);
     thread::sleep(after.saturating_duration_since(Instant::now()));
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    assert_eq!(pttl(&server, "lock:job"), -2, "key left behind");
+    assert_eq!(server.pttl("lock:job"), -2, "key left behind");
     assert_eq!(a.metrics().released, 1);
 }
 
@@ -100,10 +83,10 @@ fn a_dropped_guard_inside_the_min_hold_keeps_the_key_too() {
     let server = RedisServer::start();
     let a = client(&server);
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    drop(a.lock_with("job", &held(d)).unwrap().unwrap());
-    assert_kept_for(pttl(&server, "lock:job"), d, began, Instant::now());
-    assert!(value(&server, "lock:job").unwrap().ends_with('~'));
+    let (guard, began) = hold(&a, "job", d);
+    drop(guard);
+    assert_kept_for(server.pttl("lock:job"), d, began, Instant::now());
+    assert!(server.value("lock:job").unwrap().ends_with('~'));
 }
 
 #[test]
@@ -123,16 +106,16 @@ fn the_keep_leaves_a_key_someone_else_holds_untouched_and_says_so() {
             .arg(60_000),
     );
     assert_eq!(guard.unlock().unwrap(), Release::Taken);
-    assert_eq!(value(&server, "lock:job").as_deref(), Some("theirs"));
-    assert!(pttl(&server, "lock:job") > 55_000, "their TTL was changed");
+    assert_eq!(server.value("lock:job").as_deref(), Some("theirs"));
+    assert!(server.pttl("lock:job") > 55_000, "their TTL was changed");
     // A key gone before the release is not written back.
     let guard = a
         .lock_with("other", &held(Duration::from_secs(5)))
         .unwrap()
         .unwrap();
-    let _: () = server.query(redis::cmd("DEL").arg("lock:other"));
+    server.del("lock:other");
     assert_eq!(guard.unlock().unwrap(), Release::Expired);
-    assert_eq!(pttl(&server, "lock:other"), -2);
+    assert_eq!(server.pttl("lock:other"), -2);
 }
 
 #[test]
@@ -140,8 +123,7 @@ fn a_waiter_of_the_same_client_is_not_handed_the_lock_inside_the_min_hold() {
     let server = RedisServer::start();
     let a = client(&server);
     let d = Duration::from_secs(2);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     let (tx, rx) = mpsc::channel();
     thread::scope(|s| {
         s.spawn(|| {
@@ -150,7 +132,7 @@ fn a_waiter_of_the_same_client_is_not_handed_the_lock_inside_the_min_hold() {
         });
         // The waiter has found the lock busy and waits (it marked the token).
         assert!(eventually(Duration::from_secs(10), || {
-            value(&server, "lock:job").is_some_and(|v| v.ends_with('+'))
+            server.value("lock:job").is_some_and(|v| v.ends_with('+'))
         }));
         assert_eq!(guard.unlock().unwrap(), Release::Released);
         let (at, got) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
@@ -167,18 +149,13 @@ fn a_waiter_of_the_same_client_is_not_handed_the_lock_inside_the_min_hold() {
 #[test]
 fn renewals_never_shorten_the_key_below_the_min_hold_and_continue_past_it() {
     let server = RedisServer::start();
-    let a = LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .ttl(Duration::from_secs(1))
-        .build()
-        .unwrap();
+    let a = short_lived(&server);
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     // Several renewals (every 333 ms) fall inside the hold: the key always lasts
     // until the hold's end at least.
     while began.elapsed() < ms(2400) {
-        let ttl = pttl(&server, "lock:job");
+        let ttl = server.pttl("lock:job");
         let left = (began + d).saturating_duration_since(Instant::now());
         assert!(
             ttl + 20 >= i64::try_from(left.as_millis()).unwrap() - 600,
@@ -191,9 +168,9 @@ fn renewals_never_shorten_the_key_below_the_min_hold_and_continue_past_it() {
     let past = began + d + ms(700);
     thread::sleep(past.saturating_duration_since(Instant::now()));
     assert!(guard.is_held());
-    assert!(pttl(&server, "lock:job") <= 1000);
+    assert!(server.pttl("lock:job") <= 1000);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    assert_eq!(pttl(&server, "lock:job"), -2);
+    assert_eq!(server.pttl("lock:job"), -2);
 }
 
 #[test]
@@ -201,10 +178,9 @@ fn an_extend_inside_the_min_hold_never_shortens_the_key_below_its_end() {
     let server = RedisServer::start();
     let a = client(&server);
     let d = Duration::from_secs(5);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     guard.extend(Duration::from_secs(1)).unwrap();
-    let ttl = pttl(&server, "lock:job");
+    let ttl = server.pttl("lock:job");
     assert_kept_for(ttl, d, began, Instant::now());
     // The lease itself counts the TTL asked for.
     assert!(guard.valid_until() <= Instant::now() + Duration::from_secs(1));
@@ -214,36 +190,27 @@ fn an_extend_inside_the_min_hold_never_shortens_the_key_below_its_end() {
 #[test]
 fn a_lease_lost_inside_the_min_hold_is_reported_and_not_written_back() {
     let server = RedisServer::start();
-    let a = LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .ttl(Duration::from_secs(1))
-        .build()
-        .unwrap();
+    let a = short_lived(&server);
     let guard = a
         .lock_with("job", &held(Duration::from_secs(10)))
         .unwrap()
         .unwrap();
-    let _: () = server.query(redis::cmd("DEL").arg("lock:job"));
+    server.del("lock:job");
     let lost = guard.lost().recv_timeout(Duration::from_secs(5)).unwrap();
     assert_eq!(lost.reason, LossReason::Expired);
     assert!(!guard.is_held());
     assert_eq!(guard.unlock().unwrap(), Release::Expired);
-    assert_eq!(pttl(&server, "lock:job"), -2);
+    assert_eq!(server.pttl("lock:job"), -2);
 }
 
 #[test]
 fn a_holder_that_dies_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
     let server = RedisServer::start();
-    let a = LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .ttl(Duration::from_secs(1))
-        .build()
-        .unwrap();
+    let a = short_lived(&server);
     let d = Duration::from_secs(3);
-    let began = Instant::now();
     // The acquire writes the hold, not the 1 s TTL.
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
-    assert_kept_for(pttl(&server, "lock:job"), d, began, Instant::now());
+    let (guard, began) = hold(&a, "job", d);
+    assert_kept_for(server.pttl("lock:job"), d, began, Instant::now());
     // A renewal (with the 1 s TTL) lands inside the hold, then the holder
     // vanishes without releasing: nothing renews or releases any more.
     assert!(eventually(Duration::from_secs(2), || a.metrics().renewals >= 1));
@@ -255,10 +222,7 @@ fn a_holder_that_dies_inside_the_min_hold_keeps_the_key_until_the_hold_ends() {
         b.try_lock("job").unwrap().is_none(),
         "free 2.3 s into a 3 s hold"
     );
-    assert!(eventually(d + STALL, || b
-        .try_lock("job")
-        .unwrap()
-        .is_some()));
+    assert!(taken_after_the_hold(&b, d));
     assert!(began.elapsed() >= d);
 }
 
@@ -293,24 +257,23 @@ fn redlock_keeps_the_key_on_every_master_inside_the_min_hold() {
         .build()
         .unwrap();
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     // The release returns once a majority answered; each master that keeps
     // the key keeps it for what is left of the hold.
-    let kept = |s: &RedisServer| value(s, "lock:job").is_some_and(|v| v.ends_with('~'));
+    let kept = |s: &RedisServer| s.value("lock:job").is_some_and(|v| v.ends_with('~'));
     assert!(eventually(Duration::from_secs(2), || {
         masters.servers.iter().filter(|s| kept(s)).count() >= 2
     }));
     for server in masters.servers.iter().filter(|s| kept(s)) {
-        assert_kept_for(pttl(server, "lock:job"), d, began, Instant::now());
+        assert_kept_for(server.pttl("lock:job"), d, began, Instant::now());
     }
     assert!(a.try_lock("job").unwrap().is_none());
-    let free = eventually(d + STALL, || a.try_lock("job").unwrap().is_some());
+    let free = taken_after_the_hold(&a, d);
     let state: Vec<(Option<String>, i64)> = masters
         .servers
         .iter()
-        .map(|s| (value(s, "lock:job"), pttl(s, "lock:job")))
+        .map(|s| (s.value("lock:job"), s.pttl("lock:job")))
         .collect();
     assert!(free, "never free: {state:?}, {:?}", a.metrics());
     assert!(began.elapsed() >= d);
@@ -324,17 +287,13 @@ fn a_cluster_keeps_the_key_inside_the_min_hold() {
         .build()
         .unwrap();
     let d = Duration::from_secs(3);
-    let began = Instant::now();
-    let guard = a.lock_with("job", &held(d)).unwrap().unwrap();
+    let (guard, began) = hold(&a, "job", d);
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     let owner = &cluster.nodes[cluster.owner(cluster.slot("lock:job"))];
-    assert_kept_for(pttl(owner, "lock:job"), d, began, Instant::now());
+    assert_kept_for(owner.pttl("lock:job"), d, began, Instant::now());
     assert!(a.inspect("job").unwrap().kept());
     assert!(a.try_lock("job").unwrap().is_none());
-    assert!(eventually(d + STALL, || a
-        .try_lock("job")
-        .unwrap()
-        .is_some()));
+    assert!(taken_after_the_hold(&a, d));
 }
 
 #[test]
@@ -366,7 +325,7 @@ fn bad_minimum_holds_are_typed_errors() {
         Err(Error::Unsupported { .. })
     ));
     // Nothing was written.
-    assert_eq!(pttl(&server, "lock:job"), -2);
+    assert_eq!(server.pttl("lock:job"), -2);
     // A hold equal to max_hold is fine.
     let same = held(Duration::from_secs(1)).max_hold(Duration::from_secs(1));
     assert!(a.lock_with("job", &same).unwrap().is_some());

@@ -53,14 +53,6 @@ fn holds(server: &RedisServer, key: &str) -> Vec<(String, i64)> {
     server.query(redis::cmd("HGETALL").arg(key))
 }
 
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
-}
-
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.query(redis::cmd("PTTL").arg(key))
-}
-
 fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     let (_, n): (String, i64) = server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel));
     n
@@ -136,7 +128,7 @@ fn nested_locks_release_at_the_outermost_unlock_whose_message_wakes_a_waiter() {
     assert_woken_by(&server, &waiter, "the outermost unlock", || {
         assert_eq!(outer.unlock().unwrap(), Release::Released);
     });
-    assert!(!exists(&server, LOCK_KEY));
+    assert!(!server.exists(LOCK_KEY));
 }
 
 #[test]
@@ -234,7 +226,7 @@ fn eight_threads_mixing_nested_and_plain_locks_lose_no_update() {
     });
     let total: u64 = server.query(redis::cmd("GET").arg("counter"));
     assert_eq!(total, 12 * rounds as u64, "an update was lost");
-    assert!(!exists(&server, LOCK_KEY));
+    assert!(!server.exists(LOCK_KEY));
 }
 
 #[test]
@@ -286,11 +278,11 @@ fn renewal_keeps_a_nested_lock_over_several_ttls_and_a_deleted_key_is_lost() {
     // Sampled over 3.5 TTLs: nothing to wait for, only a state that must last.
     while start.elapsed() < Duration::from_millis(3500) {
         assert!(outer.is_held() && inner.is_held(), "lost while renewed");
-        assert!(pttl(&server, LOCK_KEY) > 0, "the key expired while renewed");
+        assert!(server.pttl(LOCK_KEY) > 0, "the key expired while renewed");
         thread::sleep(Duration::from_millis(50));
     }
     assert!(matches!(holds(&server, LOCK_KEY).as_slice(), [(_, 2)]));
-    let () = server.query(redis::cmd("DEL").arg(LOCK_KEY));
+    server.del(LOCK_KEY);
     for guard in [&outer, &inner] {
         let msg = guard.lost().recv_timeout(Duration::from_secs(3)).unwrap();
         assert_eq!(msg.reason, LossReason::Expired);
@@ -312,22 +304,22 @@ fn a_nested_hold_with_a_shorter_ttl_never_shortens_the_key() {
     let short = LockOptions::new().ttl(Duration::from_secs(1));
     let inner = lc.lock_with(KEY, &short).unwrap().unwrap();
     assert!(
-        pttl(&server, LOCK_KEY) > 15_000,
+        server.pttl(LOCK_KEY) > 15_000,
         "the nested hold shortened the key"
     );
     inner.extend(Duration::from_secs(1)).unwrap();
     assert!(
-        pttl(&server, LOCK_KEY) > 15_000,
+        server.pttl(LOCK_KEY) > 15_000,
         "the nested extend shortened the key"
     );
     assert!(inner.unlock().unwrap().was_held());
     assert!(
-        pttl(&server, LOCK_KEY) > 15_000,
+        server.pttl(LOCK_KEY) > 15_000,
         "the nested unlock shortened the key"
     );
     // Alone, a hold sets its TTL as asked, as Redisson's renewal does.
     outer.extend(Duration::from_secs(2)).unwrap();
-    assert!(pttl(&server, LOCK_KEY) <= 2_000);
+    assert!(server.pttl(LOCK_KEY) <= 2_000);
     assert!(outer.unlock().unwrap().was_held());
 }
 
@@ -348,7 +340,7 @@ fn a_guard_moved_to_another_thread_unlocks_its_own_hold() {
     });
     assert_eq!(holds(&server, LOCK_KEY), [(field, 1)]);
     assert!(outer.unlock().unwrap().was_held());
-    assert!(!exists(&server, LOCK_KEY));
+    assert!(!server.exists(LOCK_KEY));
 }
 
 #[test]
@@ -492,7 +484,7 @@ fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_witho
         );
         assert!(took < timeout + SLACK, "took {took:?}");
         assert!(
-            !exists(&master, LOCK_KEY),
+            !master.exists(LOCK_KEY),
             "the unconfirmed lock was left behind"
         );
     }

@@ -39,25 +39,9 @@ fn fixed_client(server: &RedisServer, ttl: Duration) -> LockClient {
         .unwrap()
 }
 
-fn get(server: &RedisServer, key: &str) -> Option<String> {
-    server.query(redis::cmd("GET").arg(key))
-}
-
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
-}
-
 /// Waits (at most 2 s) until `key` is gone, as it is once a short TTL has run out.
 fn expires(server: &RedisServer, key: &str) -> bool {
-    eventually(Duration::from_secs(2), || !exists(server, key))
-}
-
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.query(redis::cmd("PTTL").arg(key))
-}
-
-fn set(server: &RedisServer, key: &str, value: &str) {
-    let () = server.query(redis::cmd("SET").arg(key).arg(value));
+    eventually(Duration::from_secs(2), || !server.exists(key))
 }
 
 // ---- mutual exclusion ----
@@ -87,7 +71,7 @@ fn eight_threads_incrementing_with_get_then_set_under_the_lock_lose_no_update() 
     });
     let took = started.elapsed();
     let total = threads * rounds;
-    assert_eq!(get(&server, "counter"), Some(total.to_string()));
+    assert_eq!(server.value("counter"), Some(total.to_string()));
     let acquired: u64 = clients.iter().map(|c| c.metrics().acquired).sum();
     let released: u64 = clients.iter().map(|c| c.metrics().released).sum();
     assert_eq!((acquired, released), (total as u64, total as u64));
@@ -165,7 +149,7 @@ fn four_processes_incrementing_with_get_then_set_under_the_lock_lose_no_update()
     }
     let took = started.elapsed();
     let total = PROCESSES * rounds;
-    assert_eq!(get(&server, "counter"), Some(total.to_string()));
+    assert_eq!(server.value("counter"), Some(total.to_string()));
     eprintln!("{total} increments by {PROCESSES} processes in {took:?}");
 }
 
@@ -226,7 +210,7 @@ fn four_processes_of_four_threads_share_one_key_fairly() {
         })
         .collect();
     let total: usize = counts.iter().sum();
-    assert_eq!(get(&server, "counter"), Some(total.to_string()));
+    assert_eq!(server.value("counter"), Some(total.to_string()));
     let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
     #[expect(clippy::cast_precision_loss, reason = "a ratio for a report")]
     let ratio = *min as f64 / *max as f64;
@@ -252,12 +236,14 @@ fn try_lock_returns_none_while_held_from_the_same_and_another_client() {
     let guard = a.try_lock("k").unwrap().expect("free key");
     assert_eq!(guard.key(), "lock:k");
     assert!(guard.is_held());
-    let token = get(&server, "lock:k").expect("the lock is stored under the prefixed key");
+    let token = server
+        .value("lock:k")
+        .expect("the lock is stored under the prefixed key");
 
     assert!(a.try_lock("k").unwrap().is_none());
     assert!(b.try_lock("k").unwrap().is_none());
     assert_eq!(
-        get(&server, "lock:k"),
+        server.value("lock:k"),
         Some(token),
         "busy attempts change nothing"
     );
@@ -265,7 +251,7 @@ fn try_lock_returns_none_while_held_from_the_same_and_another_client() {
     assert!(b.try_lock("other").unwrap().is_some());
 
     assert_eq!(guard.unlock().unwrap(), Release::Released);
-    assert!(!exists(&server, "lock:k"));
+    assert!(!server.exists("lock:k"));
     assert!(b.try_lock("k").unwrap().is_some());
 }
 
@@ -372,18 +358,18 @@ fn unlock_after_someone_else_took_the_key_reports_taken_and_leaves_their_value()
     let client = fixed_client(&server, Duration::from_millis(100));
     let guard = client.lock("k").unwrap();
     assert!(expires(&server, "lock:k"));
-    set(&server, "lock:k", "other");
+    server.set("lock:k", "other");
     assert_eq!(guard.unlock().unwrap(), Release::Taken);
-    assert_eq!(get(&server, "lock:k").as_deref(), Some("other"));
+    assert_eq!(server.value("lock:k").as_deref(), Some("other"));
 
     // Also when taken by another redlease client: its lock stays intact.
     let other = builder(&server).build().unwrap();
     let mine = client.lock("j").unwrap();
     assert!(expires(&server, "lock:j"));
     let theirs = other.lock("j").unwrap();
-    let token = get(&server, "lock:j").unwrap();
+    let token = server.value("lock:j").unwrap();
     assert_eq!(mine.unlock().unwrap(), Release::Taken);
-    assert_eq!(get(&server, "lock:j"), Some(token));
+    assert_eq!(server.value("lock:j"), Some(token));
     assert!(theirs.is_held());
     assert!(other.try_lock("j").unwrap().is_none());
 }
@@ -395,7 +381,7 @@ fn extend_fails_once_another_value_replaced_ours_and_marks_the_guard_lost() {
     let server = RedisServer::start();
     let client = fixed_client(&server, Duration::from_secs(30));
     let guard = client.lock("k").unwrap();
-    set(&server, "lock:k", "other");
+    server.set("lock:k", "other");
     assert!(guard.is_held(), "not known yet: nothing has asked Redis");
 
     let err = guard.extend(Duration::from_secs(30)).unwrap_err();
@@ -412,8 +398,8 @@ fn extend_fails_once_another_value_replaced_ours_and_marks_the_guard_lost() {
         ("lock:k", LossReason::Taken)
     );
     // Their value keeps its (absent) TTL: the failed extend touched nothing.
-    assert_eq!(get(&server, "lock:k").as_deref(), Some("other"));
-    assert_eq!(pttl(&server, "lock:k"), -1);
+    assert_eq!(server.value("lock:k").as_deref(), Some("other"));
+    assert_eq!(server.pttl("lock:k"), -1);
     assert_eq!(guard.unlock().unwrap(), Release::Taken);
     assert_eq!(client.metrics().leases_lost, 1);
 }
@@ -426,10 +412,7 @@ fn extend_after_expiry_fails_with_lock_lost() {
     assert!(expires(&server, "lock:k"));
     let err = guard.extend(Duration::from_secs(30)).unwrap_err();
     assert!(err.is_lock_lost(), "{err:?}");
-    assert!(
-        !exists(&server, "lock:k"),
-        "extend must not recreate the key"
-    );
+    assert!(!server.exists("lock:k"), "extend must not recreate the key");
     // The renewal thread may have reported the end of the fixed lease first.
     let reason = guard.lost().try_recv().unwrap().reason;
     assert!(
@@ -444,13 +427,13 @@ fn extend_by_the_owner_moves_validity_and_the_server_ttl_forward() {
     let client = fixed_client(&server, Duration::from_secs(2));
     let guard = client.lock("k").unwrap();
     let before = guard.valid_until();
-    let pttl_before = pttl(&server, "lock:k");
+    let pttl_before = server.pttl("lock:k");
     assert!((1..=2000).contains(&pttl_before), "{pttl_before}");
 
     guard.extend(Duration::from_secs(60)).unwrap();
     let moved = guard.valid_until() - before;
     assert!(moved > Duration::from_secs(55), "{moved:?}");
-    let pttl_after = pttl(&server, "lock:k");
+    let pttl_after = server.pttl("lock:k");
     assert!((55_000..=60_000).contains(&pttl_after), "{pttl_after}");
     assert!(guard.is_held());
     // The local validity never outlasts the server's TTL.
@@ -459,7 +442,7 @@ fn extend_by_the_owner_moves_validity_and_the_server_ttl_forward() {
 
     // Shortening is extending too: the TTL is set, not added.
     guard.extend(Duration::from_secs(5)).unwrap();
-    assert!((1..=5000).contains(&pttl(&server, "lock:k")));
+    assert!((1..=5000).contains(&server.pttl("lock:k")));
     assert!(guard.valid_until() < before + Duration::from_secs(10));
     assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
@@ -484,9 +467,9 @@ fn fences_strictly_increase_across_clients_and_cycles() {
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
     // One counter per key prefix, under the prefix: the last fence taken.
     let last = fences[9].to_string();
-    assert_eq!(get(&server, "lock:redlease:fence"), Some(last));
+    assert_eq!(server.value("lock:redlease:fence"), Some(last));
     // The counter outlives the locks, so fences keep rising after a gap.
-    assert!(!exists(&server, "lock:k"));
+    assert!(!server.exists("lock:k"));
     assert!(a.lock("k").unwrap().fence() > Some(fences[9]));
 }
 
@@ -497,9 +480,9 @@ fn a_key_with_a_hash_tag_shares_the_prefix_counter() {
     let first = client.lock("a").unwrap().fence().unwrap();
     let guard = client.lock("user:{42}:invoice").unwrap();
     assert!(guard.fence().unwrap() > first);
-    let counter = get(&server, "lock:redlease:fence");
+    let counter = server.value("lock:redlease:fence");
     assert_eq!(counter, guard.fence().map(|f| f.to_string()));
-    assert!(!exists(&server, "lock:user:{42}:invoice:fence"));
+    assert!(!server.exists("lock:user:{42}:invoice:fence"));
 }
 
 #[test]
@@ -508,7 +491,7 @@ fn fencing_can_be_asked_for_per_lock() {
     let client = client(&server);
     let plain = client.lock("k").unwrap();
     assert_eq!(plain.fence(), None);
-    assert!(!exists(&server, "lock:redlease:fence"));
+    assert!(!server.exists("lock:redlease:fence"));
     drop(plain);
     let fenced = client
         .lock_with("k", &LockOptions::new().fencing(true))
@@ -522,7 +505,7 @@ fn fencing_can_be_asked_for_per_lock() {
         .unwrap()
         .unwrap();
     assert_eq!(opted_out.fence(), None);
-    assert_eq!(get(&server, "lock:redlease:fence"), Some(first.to_string()));
+    assert_eq!(server.value("lock:redlease:fence"), Some(first.to_string()));
 }
 
 // ---- bad input ----
@@ -597,7 +580,7 @@ fn the_ttl_bounds_themselves_are_accepted_by_redis() {
         .lock_with("long", &fixed.clone().ttl(MAX_TTL))
         .unwrap()
         .unwrap();
-    assert!(pttl(&server, "lock:long") > 1_000_000_000_000);
+    assert!(server.pttl("lock:long") > 1_000_000_000_000);
     assert!(longest.is_held());
     assert_eq!(longest.unlock().unwrap(), Release::Released);
     // 3 ms leaves under 1 ms past the drift allowance: a grant is handed over only
@@ -666,7 +649,7 @@ fn nonsense_builder_values_are_rejected_with_the_option_named() {
         ),
         "{r:?}"
     );
-    assert!(!exists(&server, "lock:k"));
+    assert!(!server.exists("lock:k"));
 }
 
 #[test]
@@ -741,9 +724,9 @@ fn a_key_of_another_type_is_reported_held_and_never_overwritten() {
     assert_eq!(hash, vec![("f".to_owned(), "v".to_owned())]);
     let list: Vec<String> = server.query(redis::cmd("LRANGE").arg("lock:l").arg(0).arg(-1));
     assert_eq!(list, ["a", "b"]);
-    assert_eq!(pttl(&server, "lock:h"), -1);
+    assert_eq!(server.pttl("lock:h"), -1);
     assert!(
-        !exists(&server, "lock:redlease:fence"),
+        !server.exists("lock:redlease:fence"),
         "no fence for a failed acquire"
     );
 }
@@ -755,7 +738,7 @@ fn a_guard_whose_key_became_a_hash_reports_taken_and_leaves_the_hash() {
     let guard = client.lock("k").unwrap();
     let extended = client.lock("e").unwrap();
     for key in ["lock:k", "lock:e"] {
-        let () = server.query(redis::cmd("DEL").arg(key));
+        server.del(key);
         let () = server.query(redis::cmd("HSET").arg(key).arg("f").arg("v"));
     }
     assert!(
@@ -780,7 +763,7 @@ fn a_guard_whose_key_became_a_hash_reports_taken_and_leaves_the_hash() {
 #[test]
 fn a_foreign_value_without_ttl_is_reported_held_and_waits_stay_bounded() {
     let server = RedisServer::start();
-    set(&server, "lock:k", "foreign");
+    server.set("lock:k", "foreign");
     let client = client(&server);
     assert!(client.try_lock("k").unwrap().is_none());
     let wait = Duration::from_millis(200);
@@ -789,8 +772,8 @@ fn a_foreign_value_without_ttl_is_reported_held_and_waits_stay_bounded() {
     let took = started.elapsed();
     assert!(took >= wait, "{took:?}");
     assert!(took <= wait + SLACK, "{took:?}");
-    assert_eq!(get(&server, "lock:k").as_deref(), Some("foreign"));
-    assert_eq!(pttl(&server, "lock:k"), -1);
+    assert_eq!(server.value("lock:k").as_deref(), Some("foreign"));
+    assert_eq!(server.pttl("lock:k"), -1);
 }
 
 // ---- Drop ----
@@ -801,11 +784,11 @@ fn a_guard_dropped_during_a_panic_releases_its_lock() {
     let client = client(&server);
     let in_place = catch_unwind(AssertUnwindSafe(|| {
         let _guard = client.lock("a").unwrap();
-        assert!(exists(&server, "lock:a"));
+        assert!(server.exists("lock:a"));
         panic!("work failed while holding the lock");
     }));
     assert!(in_place.is_err());
-    assert!(!exists(&server, "lock:a"));
+    assert!(!server.exists("lock:a"));
     assert_eq!(client.metrics().released, 1);
 
     // And in a thread that dies of the panic.
@@ -819,7 +802,7 @@ fn a_guard_dropped_during_a_panic_releases_its_lock() {
     .join();
     assert!(died.is_err());
     rx.recv().unwrap();
-    assert!(!exists(&server, "lock:b"));
+    assert!(!server.exists("lock:b"));
     assert_eq!(client.metrics().released, 2);
     assert!(client.try_lock("b").unwrap().is_some());
 }
@@ -849,7 +832,7 @@ fn drop_after_unlock_does_not_release_again() {
     // Each release is one compare-and-delete; the query itself adds nothing to evalsha.
     assert_eq!(server.command_calls("evalsha"), 6);
     for i in 0..6 {
-        assert!(!exists(&server, &format!("lock:k{i}")));
+        assert!(!server.exists(&format!("lock:k{i}")));
     }
 }
 
@@ -862,13 +845,13 @@ fn with_lock_runs_the_closure_under_the_lock_and_returns_its_value() {
     let other = client.clone();
     let out = client
         .with_lock("k", || {
-            assert!(exists(&server, "lock:k"));
+            assert!(server.exists("lock:k"));
             assert!(other.try_lock("k").unwrap().is_none());
             42
         })
         .unwrap();
     assert_eq!(out, 42);
-    assert!(!exists(&server, "lock:k"));
+    assert!(!server.exists("lock:k"));
     assert_eq!(client.metrics().released, 1);
 }
 
@@ -960,7 +943,7 @@ fn dropping_the_last_clone_joins_the_background_threads() {
         .unwrap();
     assert_eq!(lost.reason, LossReason::Shutdown);
     drop(outliving);
-    assert!(!exists(&server, "lock:outlives"));
+    assert!(!server.exists("lock:outlives"));
 }
 
 #[test]

@@ -7,16 +7,18 @@
 
 mod support;
 
-use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Receiver, bounded};
+use crossbeam_channel::Receiver;
 use redlease::{Error, LockClient, LockClientBuilder, LockFormat};
+#[cfg(feature = "cluster")]
+use support::cluster::Cluster;
+use support::fleet::{LONG, STILL, answer_after, listening, spawned};
 use support::redisson::fair::RedissonFair;
 use support::redisson::rlock::Redisson;
 use support::redisson::rwlock::RedissonRwLock;
 use support::redisson::semaphore::RedissonSemaphore;
-use support::{RedisServer, eventually};
+use support::{Masters, RedisServer, eventually};
 
 /// The prefix of every client here.
 const PREFIX: &str = "wf:";
@@ -26,64 +28,85 @@ const SLOW: (Duration, Duration) = (Duration::from_secs(3), Duration::from_secs(
 /// How soon after a release a woken (or 200 ms-polling) waiter returns, with the
 /// slack a loaded 2-core machine needs; far below the holders' 30 s TTLs.
 const PROMPT: Duration = Duration::from_secs(1);
-/// How long a waiter is watched not returning while the name is held.
-const STILL: Duration = Duration::from_millis(400);
-/// A wait that never runs out within a test.
-const LONG: Duration = Duration::from_secs(60);
+/// A token of a client that is not ours (it publishes nothing on release).
+const FOREIGN: &str = "9b2f6a1e-2c7d-4e0b-8d6f-3a1c5e7b9d20";
 
 fn builder(server: &RedisServer) -> LockClientBuilder {
     LockClient::builder(server.url()).key_prefix(PREFIX)
 }
 
+fn client(server: &RedisServer) -> LockClient {
+    builder(server).build().unwrap()
+}
+
 /// A client that polls so slowly that only a release message wakes it in time.
 fn slow(server: &RedisServer) -> LockClient {
-    builder(server).backoff(SLOW.0, SLOW.1).build().unwrap()
+    slowed(builder(server))
 }
 
-/// `client.wait_free(name, timeout)` on a thread of its own: its answer and
-/// when it came.
-fn waiting(
-    client: &LockClient,
-    name: &str,
-    timeout: Duration,
-) -> Receiver<(redlease::Result<bool>, Instant)> {
-    let (tx, rx) = bounded(1);
+/// The client `builder` builds, polling so slowly that only a release message
+/// wakes it in time.
+fn slowed(builder: LockClientBuilder) -> LockClient {
+    builder.backoff(SLOW.0, SLOW.1).build().unwrap()
+}
+
+fn redlock(masters: &Masters) -> LockClientBuilder {
+    LockClient::redlock(masters.urls()).key_prefix(PREFIX)
+}
+
+#[cfg(feature = "cluster")]
+fn on(cluster: &Cluster) -> LockClientBuilder {
+    LockClient::cluster(cluster.urls()).key_prefix(PREFIX)
+}
+
+/// `client.wait_free(name, LONG)` on a thread of its own: its answer and when
+/// it came.
+fn waiting(client: &LockClient, name: &str) -> Receiver<(redlease::Result<bool>, Instant)> {
     let (client, name) = (client.clone(), name.to_owned());
-    thread::spawn(move || {
-        let answer = client.wait_free(&name, timeout);
-        let _ = tx.send((answer, Instant::now()));
-    });
-    rx
+    spawned(move || client.wait_free(&name, LONG))
 }
 
-/// Subscribers of `channel` on `server`.
-fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    let (_, n): (String, i64) = server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg(channel));
-    n
-}
-
-/// Waits until `channel` has a subscriber: the waiter listens for the release.
-fn listening(server: &RedisServer, channel: &str) {
-    assert!(
-        eventually(Duration::from_secs(10), || subscribers(server, channel) > 0),
-        "nobody subscribed to {channel}"
-    );
+/// A slow client and its `wait_free(name, LONG)` on a thread of its own,
+/// returned once some client listens on `channel`.
+fn watching(
+    server: &RedisServer,
+    name: &str,
+    channel: &str,
+) -> (LockClient, Receiver<(redlease::Result<bool>, Instant)>) {
+    let client = slow(server);
+    let rx = waiting(&client, name);
+    listening(server, channel);
+    (client, rx)
 }
 
 /// Asserts that the waiter has not answered while the name is held, releases it
 /// with `release`, and asserts the waiter answers `true` within [`PROMPT`].
 fn answers_after<R>(rx: &Receiver<(redlease::Result<bool>, Instant)>, release: impl FnOnce() -> R) {
-    assert!(
-        rx.recv_timeout(STILL).is_err(),
-        "wait_free returned while the name was held"
-    );
-    let released = Instant::now();
-    release();
-    let (answer, at) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let held = "wait_free returned while the name was held";
+    let (answer, took) = answer_after(rx, held, || {
+        release();
+    });
     assert!(answer.unwrap(), "free after the release");
-    let took = at.saturating_duration_since(released);
-    println!("answered {took:?} after the release");
     assert!(took < PROMPT, "answered {took:?} after the release");
+}
+
+/// Asserts that a waiter on `job` polling on the client's usual step (its
+/// holder publishes nothing) answers within [`PROMPT`] once `wf:job` is deleted.
+fn polled_until_deleted(server: &RedisServer) {
+    let client = client(server);
+    let rx = waiting(&client, "job");
+    answers_after(&rx, || server.del("wf:job"));
+}
+
+/// Sets `key` on `server` to [`FOREIGN`] for 30 s.
+fn foreign(server: &RedisServer, key: &str) {
+    let _: () = server.query(
+        redis::cmd("SET")
+            .arg(key)
+            .arg(FOREIGN)
+            .arg("PX")
+            .arg(30_000),
+    );
 }
 
 fn now_ms() -> u64 {
@@ -104,11 +127,9 @@ fn a_free_name_is_free_at_once() {
 #[test]
 fn a_token_lock_of_another_client_wakes_the_waiter_on_release() {
     let server = RedisServer::start();
-    let holder = builder(&server).build().unwrap();
+    let holder = client(&server);
     let guard = holder.lock("job").unwrap();
-    let client = slow(&server);
-    let rx = waiting(&client, "job", LONG);
-    listening(&server, "{wf:job}:released");
+    let (_client, rx) = watching(&server, "job", "{wf:job}:released");
     // The waiter marked the token, as a waiting caller does, so its release publishes.
     assert!(eventually(Duration::from_secs(10), || {
         server
@@ -123,7 +144,7 @@ fn a_token_lock_of_our_own_client_wakes_the_waiter_on_release() {
     let server = RedisServer::start();
     let client = slow(&server);
     let guard = client.lock("job").unwrap();
-    let rx = waiting(&client, "job", LONG);
+    let rx = waiting(&client, "job");
     listening(&server, "{wf:job}:released");
     answers_after(&rx, || guard.unlock().unwrap());
 }
@@ -131,18 +152,8 @@ fn a_token_lock_of_our_own_client_wakes_the_waiter_on_release() {
 #[test]
 fn another_clients_token_that_never_publishes_is_polled() {
     let server = RedisServer::start();
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("wf:job")
-            .arg("9b2f6a1e-2c7d-4e0b-8d6f-3a1c5e7b9d20")
-            .arg("PX")
-            .arg(30_000),
-    );
-    let client = builder(&server).build().unwrap();
-    let rx = waiting(&client, "job", LONG);
-    answers_after(&rx, || {
-        let _: () = server.query(redis::cmd("DEL").arg("wf:job"));
-    });
+    foreign(&server, "wf:job");
+    polled_until_deleted(&server);
 }
 
 #[test]
@@ -150,11 +161,7 @@ fn a_legacy_timestamp_lock_is_polled_until_deleted() {
     let server = RedisServer::start();
     let set: bool = server.query(redis::cmd("SETNX").arg("wf:job").arg(now_ms() + 30_000));
     assert!(set);
-    let client = builder(&server).build().unwrap();
-    let rx = waiting(&client, "job", LONG);
-    answers_after(&rx, || {
-        let _: () = server.query(redis::cmd("DEL").arg("wf:job"));
-    });
+    polled_until_deleted(&server);
 }
 
 #[test]
@@ -183,9 +190,7 @@ fn a_redisson_lock_wakes_the_waiter_on_release() {
     let server = RedisServer::start();
     let mut redisson = Redisson::new(&server);
     assert_eq!(redisson.try_lock("wf:job"), None);
-    let client = slow(&server);
-    let rx = waiting(&client, "job", LONG);
-    listening(&server, "redisson_lock__channel:{wf:job}");
+    let (_client, rx) = watching(&server, "job", "redisson_lock__channel:{wf:job}");
     answers_after(&rx, || assert_eq!(redisson.unlock("wf:job"), Some(1)));
 }
 
@@ -196,9 +201,7 @@ fn a_redisson_read_lock_wakes_the_waiter_when_the_last_reader_leaves() {
     let mut second = RedissonRwLock::new(&server, "wf:rw", 2);
     assert_eq!(first.read_lock(30_000), None);
     assert_eq!(second.read_lock(30_000), None);
-    let client = slow(&server);
-    let rx = waiting(&client, "rw", LONG);
-    listening(&server, "redisson_rwlock:{wf:rw}");
+    let (_client, rx) = watching(&server, "rw", "redisson_rwlock:{wf:rw}");
     assert_eq!(first.read_unlock(), Some(0));
     answers_after(&rx, || assert_eq!(second.read_unlock(), Some(1)));
 }
@@ -209,9 +212,7 @@ fn a_redisson_semaphore_wakes_the_waiter_when_a_permit_is_released() {
     let mut semaphore = RedissonSemaphore::new(&server, "wf:sem");
     assert!(semaphore.try_set_permits(1));
     let permit = semaphore.try_acquire(Some(30_000)).unwrap();
-    let client = slow(&server);
-    let rx = waiting(&client, "sem", LONG);
-    listening(&server, "redisson_sc:{wf:sem}");
+    let (_client, rx) = watching(&server, "sem", "redisson_sc:{wf:sem}");
     answers_after(&rx, || assert!(semaphore.try_release(&permit)));
 }
 
@@ -234,8 +235,8 @@ fn a_redisson_fair_lock_is_free_once_released() {
     assert_eq!(fair.attempt("wf:fair"), None);
     // A fair lock's release publishes only to its queue's head: with nobody
     // queued, the waiter polls on the client's usual step.
-    let client = builder(&server).build().unwrap();
-    let rx = waiting(&client, "fair", LONG);
+    let client = client(&server);
+    let rx = waiting(&client, "fair");
     answers_after(&rx, || assert_eq!(fair.unlock("wf:fair"), Some(1)));
 }
 
@@ -249,10 +250,8 @@ fn a_fair_lock_with_waiters_wakes_the_watcher_on_its_queue_heads_channel() {
         queued.attempt("wf:fair").is_some(),
         "queued behind the holder"
     );
-    let client = slow(&server);
-    let rx = waiting(&client, "fair", LONG);
     // Redisson's fair unlock publishes on the next waiter's own channel only.
-    listening(&server, &queued.channel("wf:fair"));
+    let (_client, rx) = watching(&server, "fair", &queued.channel("wf:fair"));
     answers_after(&rx, || assert_eq!(holder.unlock("wf:fair"), Some(1)));
 }
 
@@ -277,9 +276,9 @@ fn a_semaphore_whose_permit_expires_is_free_when_it_expires() {
 #[test]
 fn the_wait_runs_out_while_the_name_is_held_and_not_before() {
     let server = RedisServer::start();
-    let holder = builder(&server).build().unwrap();
+    let holder = client(&server);
     let _guard = holder.lock("job").unwrap();
-    let client = builder(&server).build().unwrap();
+    let client = client(&server);
     let timeout = Duration::from_millis(1500);
     let start = Instant::now();
     assert!(!client.wait_free("job", timeout).unwrap());
@@ -298,9 +297,9 @@ fn scripts_run(server: &RedisServer) -> u64 {
 #[test]
 fn a_long_wait_on_a_lock_that_publishes_sends_almost_nothing() {
     let server = RedisServer::start();
-    let holder = builder(&server).build().unwrap();
+    let holder = client(&server);
     let _guard = holder.lock("job").unwrap();
-    let client = builder(&server).build().unwrap();
+    let client = client(&server);
     server.reset_stats();
     let wait = Duration::from_secs(5);
     assert!(!client.wait_free("job", wait).unwrap());
@@ -316,13 +315,7 @@ fn a_long_wait_on_a_lock_that_publishes_sends_almost_nothing() {
 #[test]
 fn a_long_wait_on_a_lock_that_never_publishes_polls_on_the_capped_step() {
     let server = RedisServer::start();
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("wf:job")
-            .arg("9b2f6a1e-2c7d-4e0b-8d6f-3a1c5e7b9d20")
-            .arg("PX")
-            .arg(30_000),
-    );
+    foreign(&server, "wf:job");
     let step = Duration::from_millis(200);
     let client = builder(&server)
         .backoff(Duration::from_millis(50), step)
@@ -343,23 +336,17 @@ fn a_long_wait_on_a_lock_that_never_publishes_polls_on_the_capped_step() {
 #[test]
 fn a_watcher_takes_no_release_message_from_the_callers_waiting_to_lock() {
     let server = RedisServer::start();
-    let holder = builder(&server).build().unwrap();
+    let holder = client(&server);
     let guard = holder.lock("job").unwrap();
     let client = slow(&server);
-    let _watch = waiting(&client, "job", LONG);
-    let (tx, acquired) = bounded(1);
+    let _watch = waiting(&client, "job");
     let locker = client.clone();
-    thread::spawn(move || {
-        let guard = locker.lock("job");
-        let _ = tx.send((guard.map(|_| ()), Instant::now()));
-    });
+    let acquired = spawned(move || locker.lock("job").map(|_| ()));
     listening(&server, "{wf:job}:released");
-    assert!(acquired.recv_timeout(STILL).is_err());
-    let released = Instant::now();
-    let _ = guard.unlock().unwrap();
-    let (got, at) = acquired.recv_timeout(Duration::from_secs(20)).unwrap();
+    let (got, took) = answer_after(&acquired, "locked while held", || {
+        let _ = guard.unlock().unwrap();
+    });
     got.unwrap();
-    let took = at.saturating_duration_since(released);
     assert!(
         took < PROMPT,
         "the lock waiter woke {took:?} after the release"
@@ -369,17 +356,12 @@ fn a_watcher_takes_no_release_message_from_the_callers_waiting_to_lock() {
 #[test]
 fn close_wakes_a_waiter_with_shutdown() {
     let server = RedisServer::start();
-    let holder = builder(&server).build().unwrap();
+    let holder = client(&server);
     let _guard = holder.lock("job").unwrap();
-    let client = slow(&server);
-    let rx = waiting(&client, "job", LONG);
-    listening(&server, "{wf:job}:released");
-    assert!(rx.recv_timeout(STILL).is_err());
-    let closed = Instant::now();
-    client.close();
-    let (answer, at) = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let (client, rx) = watching(&server, "job", "{wf:job}:released");
+    let (answer, took) = answer_after(&rx, "free while held", || client.close());
     assert!(matches!(answer, Err(Error::Shutdown)), "{answer:?}");
-    assert!(at.saturating_duration_since(closed) < PROMPT);
+    assert!(took < PROMPT);
     assert!(matches!(
         client.wait_free("other", LONG),
         Err(Error::Shutdown)
@@ -389,7 +371,7 @@ fn close_wakes_a_waiter_with_shutdown() {
 #[test]
 fn bad_input_gets_typed_errors() {
     let server = RedisServer::start();
-    let client = builder(&server).build().unwrap();
+    let client = client(&server);
     assert!(matches!(
         client.wait_free("", LONG),
         Err(Error::Invalid { .. })
@@ -415,58 +397,38 @@ fn bad_input_gets_typed_errors() {
 
 #[test]
 fn a_redlock_name_is_free_when_free_on_a_majority() {
-    let masters = support::Masters::start(3);
-    let holder = LockClient::redlock(masters.urls())
-        .key_prefix(PREFIX)
-        .build()
-        .unwrap();
+    let masters = Masters::start(3);
+    let holder = redlock(&masters).build().unwrap();
     let guard = holder.lock("job").unwrap();
-    let client = LockClient::redlock(masters.urls())
-        .key_prefix(PREFIX)
-        .backoff(SLOW.0, SLOW.1)
-        .build()
-        .unwrap();
+    let client = slowed(redlock(&masters));
     assert!(!client.wait_free("job", Duration::ZERO).unwrap());
-    let rx = waiting(&client, "job", LONG);
+    let rx = waiting(&client, "job");
     answers_after(&rx, || guard.unlock().unwrap());
     // Held on one master of three: free.
-    let _: () = masters.servers[0].query(
-        redis::cmd("SET")
-            .arg("wf:one")
-            .arg("9b2f6a1e-2c7d-4e0b-8d6f-3a1c5e7b9d20")
-            .arg("PX")
-            .arg(30_000),
-    );
+    foreign(&masters.servers[0], "wf:one");
     assert!(client.wait_free("one", Duration::ZERO).unwrap());
 }
 
 #[test]
 fn a_redlock_release_heard_from_one_master_is_followed_to_the_others() {
-    let masters = support::Masters::start(3);
-    let holder = LockClient::redlock(masters.urls())
-        .key_prefix(PREFIX)
-        .build()
-        .unwrap();
+    let masters = Masters::start(3);
+    let holder = redlock(&masters).build().unwrap();
     let _guard = holder.lock("job").unwrap();
-    let client = LockClient::redlock(masters.urls())
-        .key_prefix(PREFIX)
-        .backoff(SLOW.0, SLOW.1)
-        .build()
-        .unwrap();
-    let rx = waiting(&client, "job", LONG);
+    let client = slowed(redlock(&masters));
+    let rx = waiting(&client, "job");
     // Its waiter thread listens on one master.
     assert!(eventually(Duration::from_secs(10), || {
         masters
             .servers
             .iter()
-            .any(|m| subscribers(m, "{wf:job}:released") > 0)
+            .any(|m| m.subscribers("{wf:job}:released") > 0)
     }));
     assert!(rx.recv_timeout(STILL).is_err());
     // The release lands on one master first, and its message wakes the
     // watcher while the others still hold the name.
     let behind = &masters.servers[1];
     behind.reset_stats();
-    let _: () = masters.servers[0].query(redis::cmd("DEL").arg("wf:job"));
+    masters.servers[0].del("wf:job");
     for m in &masters.servers {
         let _: () = m.query(redis::cmd("PUBLISH").arg("{wf:job}:released").arg("x"));
     }
@@ -479,7 +441,7 @@ fn a_redlock_release_heard_from_one_master_is_followed_to_the_others() {
     // The other masters' releases send nothing it hears.
     answers_after(&rx, || {
         for m in &masters.servers[1..] {
-            let _: () = m.query(redis::cmd("DEL").arg("wf:job"));
+            m.del("wf:job");
         }
     });
 }
@@ -487,17 +449,9 @@ fn a_redlock_release_heard_from_one_master_is_followed_to_the_others() {
 #[cfg(feature = "cluster")]
 #[test]
 fn in_a_cluster_a_release_on_any_master_wakes_the_waiter() {
-    use support::cluster::Cluster;
     let cluster = Cluster::start(3, 0);
-    let holder = LockClient::cluster(cluster.urls())
-        .key_prefix(PREFIX)
-        .build()
-        .unwrap();
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix(PREFIX)
-        .backoff(SLOW.0, SLOW.1)
-        .build()
-        .unwrap();
+    let holder = on(&cluster).build().unwrap();
+    let client = slowed(on(&cluster));
     // One name on each master.
     let mut names: Vec<(usize, String)> = Vec::new();
     for i in 0.. {
@@ -512,34 +466,26 @@ fn in_a_cluster_a_release_on_any_master_wakes_the_waiter() {
     }
     for (_, name) in &names {
         let guard = holder.lock(name).unwrap();
-        let rx = waiting(&client, name, LONG);
+        let rx = waiting(&client, name);
         answers_after(&rx, || guard.unlock().unwrap());
     }
     // Redisson's formats publish by `SPUBLISH` on their own channels there.
     let rw = holder.read_write_lock(&names[1].1).unwrap();
     let write = rw.write().unwrap();
-    let rx = waiting(&client, rw.name(), LONG);
+    let rx = waiting(&client, rw.name());
     answers_after(&rx, || write.unlock().unwrap());
     let semaphore = holder.semaphore(&names[2].1).unwrap();
     semaphore.ensure_permits(1).unwrap();
     let permit = semaphore.acquire().unwrap();
-    let rx = waiting(&client, semaphore.name(), LONG);
+    let rx = waiting(&client, semaphore.name());
     answers_after(&rx, || permit.unlock().unwrap());
 }
 
 #[cfg(feature = "cluster")]
 #[test]
 fn in_a_cluster_a_look_that_meets_a_moved_slot_follows_it() {
-    use support::cluster::Cluster;
     let cluster = Cluster::start(3, 0);
-    let holder = LockClient::cluster(cluster.urls())
-        .key_prefix(PREFIX)
-        .build()
-        .unwrap();
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix(PREFIX)
-        .build()
-        .unwrap();
+    let (holder, client) = (on(&cluster).build().unwrap(), on(&cluster).build().unwrap());
     let name = "moving";
     let slot = cluster.slot(&format!("{PREFIX}{name}"));
     let from = cluster.owner(slot);
@@ -547,17 +493,12 @@ fn in_a_cluster_a_look_that_meets_a_moved_slot_follows_it() {
     // The client's map names `from` for the slot, and has used it.
     assert!(client.wait_free(name, Duration::ZERO).unwrap());
     let guard = holder.lock(name).unwrap();
-    cluster.begin_migration(slot, from, to);
-    assert!(
-        cluster.move_keys(slot, from, to) > 0,
-        "the lock did not move"
-    );
-    cluster.finish_migration(slot, from, to);
+    assert!(cluster.migrate(slot, from, to) > 0, "the lock did not move");
     // `from` answers MOVED now: the look goes where it says, within the call.
     assert!(
         !client.wait_free(name, Duration::ZERO).unwrap(),
         "held on `to`"
     );
-    let rx = waiting(&client, name, LONG);
+    let rx = waiting(&client, name);
     answers_after(&rx, || guard.unlock().unwrap());
 }

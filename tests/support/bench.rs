@@ -150,6 +150,35 @@ pub fn report(name: &str, ours: Duration, floor: Duration) {
     println!("RATIO {name}: redlease p50 {ours:?} / floor p50 {floor:?} = {ratio:.3}x");
 }
 
+/// `ours` and `floor` as the criterion functions `names` of `group`, then
+/// `rounds` of each made alternately ([`paired`]): their times.
+pub fn side_by_side(
+    c: &mut criterion::Criterion,
+    group: &str,
+    names: [&str; 2],
+    rounds: usize,
+    mut ours: impl FnMut(),
+    mut floor: impl FnMut(),
+) -> (Vec<Duration>, Vec<Duration>) {
+    let mut g = c.benchmark_group(group);
+    g.bench_function(names[0], |b| b.iter(&mut ours));
+    g.bench_function(names[1], |b| b.iter(&mut floor));
+    g.finish();
+    paired(rounds, ours, floor)
+}
+
+/// Prints `RATIO name: redlease p50 … / floor p50 … = …x (p99 … / …)` of the
+/// times of [`paired`] rounds.
+pub fn report_p99(name: &str, mut ours: Vec<Duration>, mut floor: Vec<Duration>) {
+    let (p50, base) = (percentile(&mut ours, 50), percentile(&mut floor, 50));
+    let (p99, base99) = (percentile(&mut ours, 99), percentile(&mut floor, 99));
+    let ratio = p50.as_secs_f64() / base.as_secs_f64();
+    println!(
+        "RATIO {name}: redlease p50 {p50:?} / floor p50 {base:?} = {ratio:.3}x \
+         (p99 {p99:?} / {base99:?})"
+    );
+}
+
 /// For a benchmark's worker process: counts itself in at `ready` (`INCR`), then
 /// waits (at most 30 s) until `processes` have; panics if they do not.
 pub fn all_started(con: &mut redis::Connection, ready: &str, processes: usize) {

@@ -166,19 +166,7 @@ impl Cluster {
     /// Ends the migration: `nodes[to]` owns `slot` (told to the target, the
     /// source, then every other master).
     pub fn finish_migration(&self, slot: u16, from: usize, to: usize) {
-        let to_id = self.id(to);
-        let order = [to, from]
-            .into_iter()
-            .chain((0..self.masters).filter(|&i| i != to && i != from));
-        for i in order {
-            let () = self.nodes[i].query(
-                redis::cmd("CLUSTER")
-                    .arg("SETSLOT")
-                    .arg(slot)
-                    .arg("NODE")
-                    .arg(&to_id),
-            );
-        }
+        self.assign(slot, to, [to, from], Duration::ZERO);
     }
 
     /// Ends the migration source first: `nodes[from]` is told that `nodes[to]`
@@ -186,23 +174,17 @@ impl Cluster {
     /// between the source points at the target while the target, still
     /// importing, points back (as an operator's tool may leave it for a moment).
     pub fn finish_migration_source_first(&self, slot: u16, from: usize, to: usize, gap: Duration) {
-        let to_id = self.id(to);
-        let order = [from, to]
-            .into_iter()
-            .chain((0..self.masters).filter(|&i| i != to && i != from));
-        for (n, i) in order.enumerate() {
-            if n == 1 {
-                // Widens the window in which the two disagree.
-                std::thread::sleep(gap);
-            }
-            let () = self.nodes[i].query(
-                redis::cmd("CLUSTER")
-                    .arg("SETSLOT")
-                    .arg(slot)
-                    .arg("NODE")
-                    .arg(&to_id),
-            );
-        }
+        self.assign(slot, to, [from, to], gap);
+    }
+
+    /// Moves `slot` and its keys from `nodes[from]` to `nodes[to]` at once
+    /// ([`Cluster::begin_migration`], [`Cluster::move_keys`],
+    /// [`Cluster::finish_migration`]); returns how many keys it moved.
+    pub fn migrate(&self, slot: u16, from: usize, to: usize) -> usize {
+        self.begin_migration(slot, from, to);
+        let moved = self.move_keys(slot, from, to);
+        self.finish_migration(slot, from, to);
+        moved
     }
 
     /// `cluster_state` as `nodes[i]` sees it: `ok` or `fail` (empty when it does
@@ -260,6 +242,28 @@ impl Cluster {
             }
         }
         panic!("replica {port} was not promoted");
+    }
+
+    /// Tells `first[0]`, then (`gap` later) `first[1]` and every other master,
+    /// that `nodes[to]` owns `slot`.
+    fn assign(&self, slot: u16, to: usize, first: [usize; 2], gap: Duration) {
+        let to_id = self.id(to);
+        let order = first
+            .into_iter()
+            .chain((0..self.masters).filter(|i| !first.contains(i)));
+        for (n, i) in order.enumerate() {
+            if n == 1 {
+                // Widens the window in which the two disagree.
+                std::thread::sleep(gap);
+            }
+            let () = self.nodes[i].query(
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id),
+            );
+        }
     }
 }
 

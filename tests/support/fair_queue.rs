@@ -36,8 +36,11 @@ impl Turns {
         self.0.lock().clone()
     }
 
-    /// Records a turn that started at `took` and ends now.
-    fn record(&self, id: usize, took: Instant) {
+    /// Waiter `id`'s turn, taken now: holds the lock `hold` (the section), then
+    /// records the turn as ending.
+    fn section(&self, id: usize, hold: Duration) {
+        let took = Instant::now();
+        thread::sleep(hold);
         self.0.lock().push(Turn {
             id,
             took,
@@ -86,20 +89,15 @@ pub fn queue_ours(
     turns: &Turns,
     bound: Duration,
 ) -> JoinHandle<()> {
-    let before = queue_len(server, full);
     let (lock, turns) = (lock.clone(), turns.clone());
-    let h = thread::spawn(move || {
+    start_queued(server, full, id, bound, move || {
         let guard = lock
             .try_lock_for(bound)
             .unwrap()
             .unwrap_or_else(|| panic!("waiter {id} (redlease) not acquired in {bound:?}"));
-        let took = Instant::now();
-        thread::sleep(hold); // the section
-        turns.record(id, took);
+        turns.section(id, hold);
         assert_eq!(guard.unlock().unwrap(), Release::Released);
-    });
-    await_queued(server, full, before + 1, bound, &format!("waiter {id}"));
-    h
+    })
 }
 
 /// Starts a Redisson client's thread that calls `lock()` on `full`, holds it
@@ -113,18 +111,28 @@ pub fn queue_redisson(
     turns: &Turns,
     bound: Duration,
 ) -> JoinHandle<()> {
-    let before = queue_len(server, full);
     let (mut java, mut listen) = (RedissonFair::new(server), server.conn());
     let (full_name, turns) = (full.to_owned(), turns.clone());
-    let h = thread::spawn(move || {
+    start_queued(server, full, id, bound, move || {
         if let Err(e) = java.lock(&mut listen, &full_name, bound) {
             panic!("waiter {id} (Redisson): {e}");
         }
-        let took = Instant::now();
-        thread::sleep(hold); // the section
-        turns.record(id, took);
+        turns.section(id, hold);
         assert_eq!(java.unlock(&full_name), Some(1));
-    });
+    })
+}
+
+/// Starts `waiter` (waiter `id`, which queues on `full`) on a thread of its
+/// own; returns once the queue is one longer.
+fn start_queued(
+    server: &RedisServer,
+    full: &str,
+    id: usize,
+    bound: Duration,
+    waiter: impl FnOnce() + Send + 'static,
+) -> JoinHandle<()> {
+    let before = queue_len(server, full);
+    let h = thread::spawn(waiter);
     await_queued(server, full, before + 1, bound, &format!("waiter {id}"));
     h
 }

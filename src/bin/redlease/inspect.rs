@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::args::InspectArgs;
 use crate::exit::Failure;
-use crate::owners;
+use crate::owners::{self, is_writer};
 use crate::probe;
 use crate::server::server_name;
 
@@ -219,11 +219,6 @@ pub(crate) fn to_json(info: &LockInfo) -> Value {
         }
     }
     out
-}
-
-/// Whether a read-write lock's field is its writer's.
-pub(crate) fn is_writer(field: &str) -> bool {
-    field.ends_with(":write")
 }
 
 /// `ms` or `s`: a legacy timestamp's unit.

@@ -12,7 +12,6 @@ use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
 use redlease::{ClientTag, LockFormat, LockInfo, Owner};
 use serde_json::{Value, json};
 
-use crate::inspect::is_writer;
 use crate::probe;
 
 /// One holder's value and its owner.
@@ -44,6 +43,11 @@ pub(crate) fn owned(info: &LockInfo) -> Vec<Owned> {
             owner: h.owner().clone(),
         })
         .collect()
+}
+
+/// Whether a read-write lock's field is its writer's.
+pub(crate) fn is_writer(field: &str) -> bool {
+    field.ends_with(":write")
 }
 
 /// The owner of `tag`, looked up under `prefix` on `con`; in a cluster

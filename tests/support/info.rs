@@ -1,0 +1,69 @@
+//! What a server says in `INFO`: how far its replicas have acknowledged its
+//! writes, and how often it ran each command.
+
+use std::time::Duration;
+
+use super::{RedisServer, eventually};
+
+impl RedisServer {
+    /// Whether `replicas` replicas acknowledge, within `timeout`, everything this master
+    /// had written when called (its `master_repl_offset`, against each replica's acked
+    /// `offset` in `INFO replication`). `WAIT` on a connection of its own cannot tell:
+    /// it waits for that connection's own writes, and a fresh one has none.
+    pub fn replicated(&self, replicas: usize, timeout: Duration) -> bool {
+        let info = || -> String { self.query(redis::cmd("INFO").arg("replication")) };
+        let field = |line: &str, name: &str| -> Option<u64> {
+            line.split([',', ':'])
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+        };
+        let written: u64 = info()
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("master_repl_offset:")?.parse().ok())
+            .expect("master_repl_offset in INFO replication");
+        eventually(timeout, || {
+            info()
+                .lines()
+                .filter(|l| l.starts_with("slave"))
+                .filter(|l| field(l, "offset").is_some_and(|o| o >= written))
+                .count()
+                >= replicas
+        })
+    }
+
+    /// `calls` of `cmd` (case-insensitive; subcommands as `"config|resetstat"`) in `INFO
+    /// commandstats`, 0 if absent.
+    ///
+    /// The query opens a connection, so it counts itself: one `info` and (redis-rs's
+    /// handshake) two `client|setinfo` per call.
+    pub fn command_calls(&self, cmd: &str) -> u64 {
+        let wanted = cmd.to_ascii_lowercase();
+        self.command_stats()
+            .into_iter()
+            .find(|(name, _)| *name == wanted)
+            .map_or(0, |(_, calls)| calls)
+    }
+
+    /// Sum of `calls` over all commands; counts this query's own `info` and
+    /// `client|setinfo` as [`RedisServer::command_calls`] does.
+    pub fn total_commands(&self) -> u64 {
+        self.command_stats().iter().map(|(_, calls)| calls).sum()
+    }
+
+    /// `CONFIG RESETSTAT`. The reset happens before its own call is recorded, so
+    /// afterwards the stats hold `config|resetstat` once.
+    pub fn reset_stats(&self) {
+        let _: () = self.query(redis::cmd("CONFIG").arg("RESETSTAT"));
+    }
+
+    /// `(command, calls)` from `INFO commandstats`.
+    pub fn command_stats(&self) -> Vec<(String, u64)> {
+        let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
+        info.lines()
+            .filter_map(|line| {
+                let (name, rest) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+                Some((name.to_ascii_lowercase(), calls.parse().ok()?))
+            })
+            .collect()
+    }
+}
