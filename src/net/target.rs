@@ -63,7 +63,7 @@ impl Target {
 
 /// A connection to `client`'s server within `timeout` in all. `redis` gives the
 /// TCP connect, then each reply of the handshake (`HELLO` or `AUTH`, `SELECT`, two
-/// `CLIENT SETINFO`), what is left of the limit it is given, and waits for every
+/// `CLIENT SETINFO` unless skipped, as the library's clients do), what is left of the limit it is given, and waits for every
 /// reply even after one timed out: each step gets its share.
 pub(crate) fn within(client: &redis::Client, timeout: Duration) -> RedisResult<Connection> {
     let s = client.get_connection_info().redis_settings();

@@ -102,6 +102,7 @@ impl Tls {
         expect(clippy::unused_self, reason = "no certificates without the feature")
     )]
     pub(crate) fn client(&self, info: ConnectionInfo) -> RedisResult<redis::Client> {
+        let info = quiet(info);
         #[cfg(feature = "tls-rustls")]
         if let Some(certs) = &self.certs {
             return redis::Client::build_with_tls(info, certs.to_redis());
@@ -122,6 +123,15 @@ impl Tls {
     }
 }
 
+/// `info` without the `CLIENT SETINFO` calls the `redis` crate sends on connect
+/// otherwise: Redis 7.2+ and Valkey log each as an ACL refusal for a user without
+/// `+client|setinfo`, a rule Redis 7.0 rejects (no such subcommand), so one ACL
+/// rule could not cover every server.
+pub(crate) fn quiet(info: ConnectionInfo) -> ConnectionInfo {
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    info.set_redis_settings(settings)
+}
+
 impl fmt::Debug for Tls {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         #[cfg(feature = "tls-rustls")]
@@ -131,10 +141,19 @@ impl fmt::Debug for Tls {
     }
 }
 
-#[cfg(all(test, feature = "tls-rustls"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
+    #[test]
+    fn clients_send_no_client_setinfo_on_connect() {
+        let info = redis::IntoConnectionInfo::into_connection_info("redis://127.0.0.1/").unwrap();
+        let client = Tls::default().client(info).unwrap();
+        let settings = client.get_connection_info().redis_settings();
+        assert!(settings.skip_set_lib_name());
+    }
+
+    #[cfg(feature = "tls-rustls")]
     #[test]
     fn debug_shows_which_parts_are_set_never_their_bytes() {
         let certs = TlsCertificates::new().client_cert("CERT-BYTES", "KEY-BYTES");
@@ -144,6 +163,7 @@ mod tests {
         assert!(shown.contains("root_cert: false"), "{shown}");
     }
 
+    #[cfg(feature = "tls-rustls")]
     #[test]
     fn certificates_need_a_rediss_url() {
         let certs = TlsCertificates::new().root_cert("x");

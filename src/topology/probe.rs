@@ -165,22 +165,31 @@ struct Refusal {
     on_keys: bool,
 }
 
-/// Reads an ACL refusal: `NOPERM …` for a command sent, `ERR The user executing
-/// the script can't …` for one a script ran. `None` for any other error.
+/// Reads an ACL refusal: `NOPERM …` for a command sent, and for one a script ran
+/// `ERR The user executing the script can't …` (Redis 7.0) or `ERR ACL failure in
+/// script: …` (Redis 7.2+, Valkey). `None` for any other error.
 fn refusal(e: &RedisError) -> Option<Refusal> {
     let detail = e.detail().unwrap_or_default();
-    let in_script = detail.starts_with("The user executing the script");
+    let in_script = ["The user executing the script", "ACL failure in script"]
+        .iter()
+        .any(|start| detail.starts_with(start));
     if e.code() != Some("NOPERM") && !in_script {
         return None;
     }
-    // "this user has no permissions to run the 'evalsha' command"
-    let named = (!in_script && detail.contains("to run the"))
-        .then(|| detail.split('\'').nth(1).map(str::to_owned))
-        .flatten();
+    // "this user has no permissions to run the 'evalsha' command" (7.0), "User u has
+    // no permissions to run the 'evalsha' command" (7.2+).
+    let named = detail
+        .split_once("to run the '")
+        .and_then(|(_, rest)| rest.split_once('\''))
+        .map(|(command, _)| command.to_owned());
+    // "one of the keys used as arguments", "at least one of the keys mentioned"
+    // (7.0), "No permissions to access a key" (7.2+).
+    let on_keys = named.is_none() && (detail.contains(" keys ") || detail.contains("a key"));
     Some(Refusal {
-        named,
+        // Inside a script, the refusal names the script's step on every server.
+        named: named.filter(|_| !in_script),
         in_script,
-        on_keys: detail.contains("keys"),
+        on_keys,
     })
 }
 
@@ -228,6 +237,39 @@ mod tests {
         let (command, on_keys) = permission(e, &RELEASE);
         assert_eq!(command, "a command of the release script (get, del)");
         assert!(!on_keys);
+    }
+
+    #[test]
+    fn redis_7_2_and_valkey_words_read_as_redis_7_0_words() {
+        let e = reply("NOPERM User locker has no permissions to run the 'evalsha' command");
+        assert_eq!(permission(e, &RELEASE), ("evalsha".to_owned(), false));
+        let e = reply("NOPERM No permissions to access a key");
+        assert_eq!(permission(e, &ACQUIRE), ("set".to_owned(), true));
+        let e = reply(
+            "ERR ACL failure in script: User locker has no permissions to run the 'del' \
+             command script: on @user_script:5.",
+        );
+        let release = "a command of the release script (get, del)".to_owned();
+        assert_eq!(permission(e, &RELEASE), (release.clone(), false));
+        let e = reply(
+            "ERR ACL failure in script: No permissions to access a key script: on @user_script:1.",
+        );
+        assert_eq!(permission(e, &RELEASE), (release, true));
+    }
+
+    #[test]
+    fn keys_refused_inside_a_redis_7_0_script_are_keys() {
+        let e = reply(
+            "ERR The user executing the script can't access at least one of the keys \
+             mentioned in the command arguments script: 5b11, on @user_script:1.",
+        );
+        assert!(permission(e, &RELEASE).1);
+    }
+
+    #[test]
+    fn a_refused_command_called_keys_is_not_a_refusal_of_keys() {
+        let e = reply("NOPERM this user has no permissions to run the 'keys' command");
+        assert_eq!(permission(e, &RELEASE), ("keys".to_owned(), false));
     }
 
     #[test]

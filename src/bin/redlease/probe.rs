@@ -16,9 +16,13 @@ pub(crate) fn connect(url: &str) -> RedisResult<Connection> {
     connect_info(url.into_connection_info()?)
 }
 
-/// An administrative connection as `info` says, every call bounded by [`TIMEOUT`].
+/// An administrative connection as `info` says, every call bounded by [`TIMEOUT`];
+/// like the library's, it sends no `CLIENT SETINFO` (which a user with the README's
+/// ACL rule may not run on Redis 7.2+ or Valkey).
 pub(crate) fn connect_info(info: redis::ConnectionInfo) -> RedisResult<Connection> {
-    let con = redis::Client::open(info)?.get_connection_with_timeout(TIMEOUT)?;
+    let settings = info.redis_settings().clone().set_skip_set_lib_name();
+    let con = redis::Client::open(info.set_redis_settings(settings))?
+        .get_connection_with_timeout(TIMEOUT)?;
     con.set_read_timeout(Some(TIMEOUT))?;
     con.set_write_timeout(Some(TIMEOUT))?;
     Ok(con)

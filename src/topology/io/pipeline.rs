@@ -179,15 +179,21 @@ fn is_noscript(reply: &Value) -> bool {
 }
 
 /// Whether a script's error says its user may not run one of its commands: Redis
-/// 7.0 says "can't run this command", later ones `NOPERM … no permissions`.
+/// 7.0 says "can't run this command", later ones and Valkey "ACL failure in
+/// script" (`NOPERM … no permissions` when sent alone).
 fn refused(reply: &Value) -> bool {
     let Value::ServerError(e) = reply else {
         return false;
     };
     let says = |d: &str| {
-        ["NOPERM", "no permissions", "can't run this command"]
-            .iter()
-            .any(|s| d.contains(s))
+        [
+            "NOPERM",
+            "no permissions",
+            "can't run this command",
+            "ACL failure in script",
+        ]
+        .iter()
+        .any(|s| d.contains(s))
     };
     e.code() == "NOPERM" || e.details().is_some_and(says)
 }
