@@ -18,7 +18,8 @@
 //! - `elect` (a command run while leader) and `leader` (who leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
-//! - `wait`, until a key is free (the library's `wait_free`).
+//! - `wait`, until a key is free (the library's `wait_free`);
+//! - `manual`: shell completions and the man pages, from the clap definition.
 
 #![forbid(unsafe_code)]
 
@@ -32,6 +33,7 @@ mod inspect;
 mod keeper;
 mod leader;
 mod list;
+mod manual;
 mod owners;
 mod probe;
 mod release;
@@ -44,19 +46,32 @@ mod wait;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::args::{ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs};
-use crate::exit::{EXIT_CODES, USAGE};
+use crate::args::{
+    CompletionsArgs, ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
+};
+use crate::exit::{Failure, SOFTWARE, USAGE};
 use crate::server::ServerArgs;
 
 /// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
 #[derive(Debug, Parser)]
-#[command(name = "redlease", version, after_help = EXIT_CODES)]
+#[command(name = "redlease", version, long_about = ABOUT)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
 }
+
+/// `redlease --help`'s description.
+const ABOUT: &str = "\
+Distributed locks on Redis for shell scripts, cron jobs and batch workers.
+
+`redlease run` is what flock(1) is on one machine, for a fleet: it takes a lock
+on Redis, runs a command while the lease is renewed in the background, releases
+the lock when the command exits and exits with its status; a lost lock stops the
+command. `elect` runs a command on one machine of a fleet at a time, `wait`
+waits until a lock is free; `inspect`, `list`, `leader` and `release` show and
+repair what is in Redis. Every subcommand has its own --help (-h: a summary).";
 
 /// `run --help`'s description.
 const RUN_ABOUT: &str = "\
@@ -101,33 +116,30 @@ the campaign. If elect is killed, the command goes with it, as under `run` (Linu
 enum Cmd {
     /// Acquire KEY, run COMMAND while renewing the lease, release when it exits.
     #[command(
-        after_help = EXIT_CODES,
         long_about = RUN_ABOUT,
         override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
     /// Campaign for leadership of NAME, run COMMAND while leader, resign when it exits.
     #[command(
-        after_help = EXIT_CODES,
         long_about = ELECT_ABOUT,
         override_usage = "redlease elect [OPTIONS] NAME -- COMMAND [ARGS]..."
     )]
     Elect(ElectArgs),
     /// Show the current leader of the election NAME: term, time left, owner.
-    #[command(after_help = EXIT_CODES)]
     Leader(LeaderArgs),
     /// Show which lock format holds KEY, the time left on it, its fence counter and its owners.
-    #[command(after_help = EXIT_CODES)]
     Inspect(InspectArgs),
     /// List every lock under --prefix (taken literally), with format, time left and owners.
-    #[command(after_help = EXIT_CODES)]
     List(ListArgs),
     /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
-    #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
-    #[command(after_help = EXIT_CODES, long_about = WAIT_ABOUT)]
+    #[command(long_about = WAIT_ABOUT)]
     Wait(WaitArgs),
+    /// Print the completion script for SHELL (see --help for where it goes).
+    #[command(long_about = COMPLETIONS_ABOUT)]
+    Completions(CompletionsArgs),
 }
 
 /// `wait --help`'s description.
@@ -138,25 +150,67 @@ Free means no key, a legacy timestamp that has passed, or a semaphore with a fre
 permit; any lock format counts as held while it exists. The answer is stale at once:
 someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
+/// `completions --help`'s description.
+const COMPLETIONS_ABOUT: &str = "\
+Print the completion script for SHELL on stdout, to be saved where the shell
+looks for it:
+
+bash: redlease completions bash > ~/.local/share/bash-completion/completions/redlease
+
+zsh: redlease completions zsh > ~/.zfunc/_redlease, with fpath+=(~/.zfunc) before
+compinit in ~/.zshrc
+
+fish: redlease completions fish > ~/.config/fish/completions/redlease.fish
+
+elvish: redlease completions elvish >> ~/.config/elvish/rc.elv
+
+powershell: redlease completions powershell >> $PROFILE";
+
+/// The command line as clap reads it: [`Cli`], each subcommand's long `--help`
+/// ending with its exit statuses (from [`exit::STATUSES`]).
+fn command() -> clap::Command {
+    let mut cmd = Cli::command().after_long_help(exit::help(None, true));
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(&name, |sub| {
+            let statuses = exit::help(Some(&name), exit::connects(&sub));
+            sub.after_long_help(statuses)
+        });
+    }
+    cmd
+}
+
 fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     if let Some(code) = keeper::dispatch() {
         return code;
     }
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    if let Some(result) = manual::dispatch(command) {
+        return result.map_or_else(|f| report(&f, false), ExitCode::from);
+    }
+    let matches = match command().try_get_matches() {
+        Ok(matches) => matches,
         Err(e) => return parse_failure(&e),
     };
-    let server: &ServerArgs = match &cli.command {
-        Cmd::Run(a) => &a.server,
-        Cmd::Elect(a) => &a.server,
-        Cmd::Leader(a) => &a.server,
-        Cmd::Inspect(a) => &a.server,
-        Cmd::List(a) => &a.server,
-        Cmd::Release(a) => &a.server,
-        Cmd::Wait(a) => &a.server,
+    let json = wants_json(&matches);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return report(&Failure::new(SOFTWARE, e.to_string()), json),
     };
-    let secrets = server.secrets();
+    let server: Option<&ServerArgs> = match &cli.command {
+        Cmd::Run(a) => Some(&a.server),
+        Cmd::Elect(a) => Some(&a.server),
+        Cmd::Leader(a) => Some(&a.server),
+        Cmd::Inspect(a) => Some(&a.server),
+        Cmd::List(a) => Some(&a.server),
+        Cmd::Release(a) => Some(&a.server),
+        Cmd::Wait(a) => Some(&a.server),
+        Cmd::Completions(_) => None,
+    };
+    let secrets = server.map(ServerArgs::secrets).unwrap_or_default();
     let result = match &cli.command {
         Cmd::Run(a) => run::run(a),
         Cmd::Elect(a) => elect::elect(a),
@@ -165,14 +219,56 @@ fn main() -> ExitCode {
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
+        Cmd::Completions(a) => manual::completions(a.shell, command()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(failure) => {
-            eprintln!("redlease: {}", redact(&failure.message, &secrets));
-            ExitCode::from(failure.code)
+        Err(mut failure) => {
+            failure.message = redact(&failure.message, &secrets);
+            report(&failure, json)
         }
     }
+}
+
+/// Whether the subcommand was given `--json` (any that has it): its failures
+/// are then JSON too.
+fn wants_json(matches: &ArgMatches) -> bool {
+    matches
+        .subcommand()
+        .is_some_and(|(_, sub)| matches!(sub.try_get_one::<bool>("json"), Ok(Some(true))))
+}
+
+/// Prints a failure on stderr, one line: `redlease: MESSAGE`, or with `--json`
+/// `{"error": MESSAGE, "code": CODE}`; returns its code.
+fn report(failure: &Failure, json: bool) -> ExitCode {
+    if json {
+        // Not json!: its map would sort "code" before "error".
+        let error = serde_json::Value::from(failure.message.as_str());
+        eprintln!("{{\"error\":{error},\"code\":{}}}", failure.code);
+    } else {
+        eprintln!("redlease: {}", failure.message);
+    }
+    ExitCode::from(failure.code)
+}
+
+/// Whether the command line, which clap refused, asks a subcommand that has
+/// `--json` for it (before any `--`).
+fn json_requested() -> bool {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .take_while(|a| a != "--")
+        .collect();
+    let cmd = command();
+    let has_json = |name: &str| {
+        cmd.find_subcommand(name)
+            .is_some_and(|c| c.get_arguments().any(|a| a.get_id() == "json"))
+    };
+    args.iter().any(|a| a == "--json")
+        && args
+            .iter()
+            .find(|a| !a.starts_with('-'))
+            .is_some_and(|name| has_json(name))
 }
 
 /// Help and version go to stdout with code 0; any other parse error is one line
@@ -204,8 +300,10 @@ fn parse_failure(err: &clap::Error) -> ExitCode {
                 }
                 line.push_str(part.strip_prefix("error: ").unwrap_or(part));
             }
-            eprintln!("redlease: {line} (see --help)");
-            ExitCode::from(USAGE)
+            report(
+                &Failure::usage(format!("{line} (see --help)")),
+                json_requested(),
+            )
         }
     }
 }
