@@ -155,6 +155,7 @@ pub(crate) struct RunArgs {
         value_name = "N",
         default_value_t = NOT_ACQUIRED,
         value_parser = clap::value_parser!(u8),
+        allow_negative_numbers = true,
         long_help = "Exit with N (0 to 255) when the lock is busy: not acquired within \
                      --wait, or with --and any name still held. With 0 nothing is \
                      printed, so a cron job that finds the lock busy sends no mail; \

@@ -9,7 +9,8 @@
 //!
 //! - `args`: what clap parses, turned into library settings; `server` the servers
 //!   a subcommand talks to and the client built for them;
-//! - `exit`: the exit codes and the failure type that carries one;
+//! - `exit`: the exit codes and the failure type that carries one; `report` how
+//!   a failure is printed (text, or JSON with `--json`);
 //! - `run`, with `held` (a lock, locks, a permit or a leadership), `child` (the
 //!   command's process group), `keeper` (on Linux, the process that leads that
 //!   group and ends it when `redlease` dies), `status` (the line shown while
@@ -37,6 +38,7 @@ mod manual;
 mod owners;
 mod probe;
 mod release;
+mod report;
 mod run;
 mod server;
 mod status;
@@ -46,7 +48,7 @@ mod wait;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::args::{
     CompletionsArgs, ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
@@ -138,7 +140,7 @@ enum Cmd {
     #[command(long_about = WAIT_ABOUT)]
     Wait(WaitArgs),
     /// Print the completion script for SHELL (see --help for where it goes).
-    #[command(long_about = COMPLETIONS_ABOUT)]
+    #[command(long_about = manual::COMPLETIONS_ABOUT)]
     Completions(CompletionsArgs),
 }
 
@@ -149,22 +151,6 @@ Wait until nobody holds KEY, without taking it; exit 0 then, 75 at --timeout.
 Free means no key, a legacy timestamp that has passed, or a semaphore with a free
 permit; any lock format counts as held while it exists. The answer is stale at once:
 someone may take KEY right after. To act alone on KEY, use `redlease run`.";
-
-/// `completions --help`'s description.
-const COMPLETIONS_ABOUT: &str = "\
-Print the completion script for SHELL on stdout, to be saved where the shell
-looks for it:
-
-bash: redlease completions bash > ~/.local/share/bash-completion/completions/redlease
-
-zsh: redlease completions zsh > ~/.zfunc/_redlease, with fpath+=(~/.zfunc) before
-compinit in ~/.zshrc
-
-fish: redlease completions fish > ~/.config/fish/completions/redlease.fish
-
-elvish: redlease completions elvish >> ~/.config/elvish/rc.elv
-
-powershell: redlease completions powershell >> $PROFILE";
 
 /// The command line as clap reads it: [`Cli`], each subcommand's long `--help`
 /// ending with its exit statuses (from [`exit::STATUSES`]).
@@ -189,16 +175,16 @@ fn main() -> ExitCode {
         return code;
     }
     if let Some(result) = manual::dispatch(command) {
-        return result.map_or_else(|f| report(&f, false), ExitCode::from);
+        return result.map_or_else(|f| report::report(&f, false), ExitCode::from);
     }
     let matches = match command().try_get_matches() {
         Ok(matches) => matches,
         Err(e) => return parse_failure(&e),
     };
-    let json = wants_json(&matches);
+    let json = report::wants_json(&matches);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
-        Err(e) => return report(&Failure::new(SOFTWARE, e.to_string()), json),
+        Err(e) => return report::report(&Failure::new(SOFTWARE, e.to_string()), json),
     };
     let server: Option<&ServerArgs> = match &cli.command {
         Cmd::Run(a) => Some(&a.server),
@@ -225,50 +211,9 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(mut failure) => {
             failure.message = redact(&failure.message, &secrets);
-            report(&failure, json)
+            report::report(&failure, json)
         }
     }
-}
-
-/// Whether the subcommand was given `--json` (any that has it): its failures
-/// are then JSON too.
-fn wants_json(matches: &ArgMatches) -> bool {
-    matches
-        .subcommand()
-        .is_some_and(|(_, sub)| matches!(sub.try_get_one::<bool>("json"), Ok(Some(true))))
-}
-
-/// Prints a failure on stderr, one line: `redlease: MESSAGE`, or with `--json`
-/// `{"error": MESSAGE, "code": CODE}`; returns its code.
-fn report(failure: &Failure, json: bool) -> ExitCode {
-    if json {
-        // Not json!: its map would sort "code" before "error".
-        let error = serde_json::Value::from(failure.message.as_str());
-        eprintln!("{{\"error\":{error},\"code\":{}}}", failure.code);
-    } else {
-        eprintln!("redlease: {}", failure.message);
-    }
-    ExitCode::from(failure.code)
-}
-
-/// Whether the command line, which clap refused, asks a subcommand that has
-/// `--json` for it (before any `--`).
-fn json_requested() -> bool {
-    let args: Vec<String> = std::env::args_os()
-        .skip(1)
-        .map(|a| a.to_string_lossy().into_owned())
-        .take_while(|a| a != "--")
-        .collect();
-    let cmd = command();
-    let has_json = |name: &str| {
-        cmd.find_subcommand(name)
-            .is_some_and(|c| c.get_arguments().any(|a| a.get_id() == "json"))
-    };
-    args.iter().any(|a| a == "--json")
-        && args
-            .iter()
-            .find(|a| !a.starts_with('-'))
-            .is_some_and(|name| has_json(name))
 }
 
 /// Help and version go to stdout with code 0; any other parse error is one line
@@ -300,10 +245,8 @@ fn parse_failure(err: &clap::Error) -> ExitCode {
                 }
                 line.push_str(part.strip_prefix("error: ").unwrap_or(part));
             }
-            report(
-                &Failure::usage(format!("{line} (see --help)")),
-                json_requested(),
-            )
+            let json = report::json_requested(command);
+            report::report(&Failure::usage(format!("{line} (see --help)")), json)
         }
     }
 }

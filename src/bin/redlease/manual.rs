@@ -36,6 +36,22 @@ pub(crate) fn dispatch(command: fn() -> Command) -> Option<Result<u8, Failure>> 
     })
 }
 
+/// `completions --help`'s description.
+pub(crate) const COMPLETIONS_ABOUT: &str = "\
+Print the completion script for SHELL on stdout, to be saved where the shell
+looks for it:
+
+bash: redlease completions bash > ~/.local/share/bash-completion/completions/redlease
+
+zsh: redlease completions zsh > ~/.zfunc/_redlease, with fpath+=(~/.zfunc) before
+compinit in ~/.zshrc
+
+fish: redlease completions fish > ~/.config/fish/completions/redlease.fish
+
+elvish: redlease completions elvish >> ~/.config/elvish/rc.elv
+
+powershell: redlease completions powershell >> $PROFILE";
+
 /// Prints the completion script for `shell` on stdout.
 pub(crate) fn completions(shell: Shell, mut cmd: Command) -> Result<u8, Failure> {
     let mut script = Vec::new();
