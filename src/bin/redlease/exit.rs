@@ -6,6 +6,7 @@
 //! values; `redlease` prints a line on stderr whenever the code is its own.
 
 use std::error::Error as StdError;
+use std::fmt::Write as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
@@ -192,7 +193,7 @@ pub(crate) fn help(name: Option<&str>, connects: bool) -> String {
     const INDENT: usize = 9;
     let mut out = "Exit status:".to_owned();
     for (code, meaning) in statuses(name, connects) {
-        out.push_str(&format!("\n  {code:<7}"));
+        let _ = write!(out, "\n  {code:<7}");
         let mut column = INDENT;
         for (i, word) in meaning.split(' ').enumerate() {
             if i > 0 && column + 1 + word.len() > 80 {

@@ -89,7 +89,7 @@ pub(crate) fn man_pages(dir: &Path, cmd: Command) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// One page: clap_mangen's sections, then EXIT STATUS, ENVIRONMENT and SEE ALSO
+/// One page: `clap_mangen`'s sections, then EXIT STATUS, ENVIRONMENT and SEE ALSO
 /// in place of its EXTRA (the `--help` text after the options).
 fn render(
     cmd: &Command,

@@ -73,6 +73,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     }
     let guard = match acquired {
         Ok(Some(guard)) => guard,
+        // With -E 0 a busy lock is a success, and says nothing (cron mails any
+        // output).
+        Ok(None) if args.conflict_exit_code == 0 => return Ok(0),
         Ok(None) => {
             let waited = match args.wait {
                 Some(Duration::ZERO) => " (--wait 0: one attempt)".to_owned(),
@@ -89,11 +92,6 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
                 }
                 None => format!("`{key}` is held by someone else; not acquired"),
             };
-            // With -E 0 a busy lock is a success, and says nothing (cron mails
-            // any output).
-            if args.conflict_exit_code == 0 {
-                return Ok(0);
-            }
             return Err(Failure::new(
                 args.conflict_exit_code,
                 format!("{busy}{waited}"),
