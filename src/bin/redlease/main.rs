@@ -9,8 +9,9 @@
 //!
 //! - `args`: what clap parses, turned into library settings; `server` the servers
 //!   a subcommand talks to and the client built for them;
-//! - `exit`: the exit codes and the failure type that carries one; `report` how
-//!   a failure is printed (text, or JSON with `--json`);
+//! - `exit`: the exit codes and the failure type that carries one;
+//!   `exit_status` the table of what each code means, for `--help` and the man
+//!   pages; `report` how a failure is printed (text, or JSON with `--json`);
 //! - `run`, with `held` (a lock, locks, a permit or a leadership), `child` (the
 //!   command's process group), `keeper` (on Linux, the process that leads that
 //!   group and ends it when `redlease` dies), `status` (the line shown while
@@ -28,6 +29,7 @@ mod args;
 mod child;
 mod elect;
 mod exit;
+mod exit_status;
 mod held;
 mod inspect;
 #[cfg(target_os = "linux")]
@@ -153,16 +155,16 @@ permit; any lock format counts as held while it exists. The answer is stale at o
 someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
 /// The command line as clap reads it: [`Cli`], each subcommand's long `--help`
-/// ending with its exit statuses (from [`exit::STATUSES`]).
+/// ending with its exit statuses (from [`exit_status::STATUSES`]).
 fn command() -> clap::Command {
-    let mut cmd = Cli::command().after_long_help(exit::help(None, true));
+    let mut cmd = Cli::command().after_long_help(exit_status::help(None, true));
     let names: Vec<String> = cmd
         .get_subcommands()
         .map(|c| c.get_name().to_owned())
         .collect();
     for name in names {
         cmd = cmd.mut_subcommand(&name, |sub| {
-            let statuses = exit::help(Some(&name), exit::connects(&sub));
+            let statuses = exit_status::help(Some(&name), exit_status::connects(&sub));
             sub.after_long_help(statuses)
         });
     }

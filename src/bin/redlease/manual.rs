@@ -3,7 +3,7 @@
 //! read before clap as the keeper's `__keep` is, so that it is in no help and
 //! no completion script). Both are generated from the clap definition, so a new subcommand
 //! or option is in them at the next generation; the EXIT STATUS and ENVIRONMENT
-//! sections come from `exit::STATUSES`, the options' `env` and
+//! sections come from `exit_status::STATUSES`, the options' `env` and
 //! `held::COMMAND_ENV`. `tests/cli_man.rs` fails when `man/` is out of date.
 
 use std::fs;
@@ -15,7 +15,8 @@ use clap_complete::Shell;
 use clap_mangen::Man;
 use roff::{Roff, bold, italic, roman};
 
-use crate::exit::{Failure, OS_ERROR, connects, statuses};
+use crate::exit::{Failure, OS_ERROR};
+use crate::exit_status::{connects, statuses};
 use crate::held::COMMAND_ENV;
 
 /// The first argument that makes `redlease` write the man pages: `redlease
