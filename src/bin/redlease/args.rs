@@ -6,7 +6,17 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 use redlease::{LegacyTimestamp, Scheme, TimestampUnit};
 
+use crate::exit::NOT_ACQUIRED;
 use crate::server::ServerArgs;
+
+/// `--help`'s heading for the lease's durations.
+const TIMING: &str = "Lease timing";
+/// `--help`'s heading for what is taken: the format, the fence, other names.
+const LOCK: &str = "The lock";
+/// `--help`'s heading for how the command is run and what `run` exits with.
+const COMMAND: &str = "The command";
+/// `--help`'s heading for how results are printed.
+const OUTPUT: &str = "Output";
 
 /// How the lock is stored (`--scheme`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -44,85 +54,114 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
     /// Lease time to live; renewed every third of it while the command runs [default: 30s]
+    #[arg(help_heading = TIMING)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) ttl: Option<Duration>,
     /// Wait at most this long for the lock; 0 tries once [default: wait as long as it takes]
+    #[arg(help_heading = TIMING)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) wait: Option<Duration>,
     /// How the lock is stored in Redis
+    #[arg(help_heading = LOCK)]
     #[arg(long, value_enum, value_name = "SCHEME", default_value_t = SchemeArg::Token)]
     pub(crate) scheme: SchemeArg,
     /// Stop renewing this long after acquiring: the lease then runs out and the command is stopped
+    #[arg(help_heading = TIMING)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) max_hold: Option<Duration>,
     /// Keep the lock at least this long after acquiring, even when the command ends sooner.
+    #[arg(help_heading = TIMING)]
     #[arg(
         long,
         value_name = "DURATION",
         value_parser = duration,
         conflicts_with_all = ["permits", "shared", "exclusive", "fair"],
-        help = "Keep the lock at least this long after acquiring, even when the command ends \
+        long_help = "Keep the lock at least this long after acquiring, even when the command ends \
                 sooner (token locks): with --wait 0 on every host, the command runs at most \
                 once per DURATION"
     )]
     pub(crate) min_hold: Option<Duration>,
     /// Take a fencing token with the lock.
+    #[arg(help_heading = LOCK)]
     #[arg(
         long,
-        help = "Take a fencing token with the lock, passed to the command as REDLEASE_FENCE"
+        long_help = "Take a fencing token with the lock, passed to the command as REDLEASE_FENCE"
     )]
     pub(crate) fence: bool,
     /// Take one of N permits of the semaphore KEY instead of a lock.
+    #[arg(help_heading = LOCK)]
     #[arg(
         long,
         value_name = "N",
         value_parser = permits,
         conflicts_with_all = ["fence", "scheme"],
-        help = "Take one of N permits of the semaphore KEY instead of a lock (Redisson's \
+        long_help = "Take one of N permits of the semaphore KEY instead of a lock (Redisson's \
                 RPermitExpirableSemaphore; created with N permits when absent, refused when \
                 it has another number)"
     )]
     pub(crate) permits: Option<u32>,
     /// Take the read lock of the read-write lock KEY (shared with other readers).
+    #[arg(help_heading = LOCK)]
     #[arg(
         long,
         conflicts_with_all = ["fence", "scheme", "permits", "exclusive"],
-        help = "Take the read lock of the read-write lock KEY, shared with other readers \
+        long_help = "Take the read lock of the read-write lock KEY, shared with other readers \
                 (Redisson's RReadWriteLock; like flock -s)"
     )]
     pub(crate) shared: bool,
     /// Take the write lock of the read-write lock KEY (alone).
+    #[arg(help_heading = LOCK)]
     #[arg(
         long,
         conflicts_with_all = ["fence", "scheme", "permits"],
-        help = "Take the write lock of the read-write lock KEY, alone (Redisson's \
+        long_help = "Take the write lock of the read-write lock KEY, alone (Redisson's \
                 RReadWriteLock; like flock -x)"
     )]
     pub(crate) exclusive: bool,
     /// Take the fair lock KEY: waiters get it in their order of arrival.
+    #[arg(help_heading = LOCK)]
     #[arg(
         long,
         conflicts_with_all = ["fence", "scheme", "permits", "shared", "exclusive"],
-        help = "Take the fair lock KEY: waiters, here and on Redisson, get it in their order \
+        long_help = "Take the fair lock KEY: waiters, here and on Redisson, get it in their order \
                 of arrival (Redisson's RFairLock)"
     )]
     pub(crate) fair: bool,
     /// Also take the lock KEY2 (repeatable): KEY and every --and name, all or none.
+    #[arg(help_heading = LOCK)]
     #[arg(
         long = "and",
         value_name = "KEY2",
         action = ArgAction::Append,
         conflicts_with_all = ["permits", "shared", "exclusive", "fair"],
-        help = "Also take the lock KEY2 (repeat for more): KEY and every --and name are \
+        long_help = "Also take the lock KEY2 (repeat for more): KEY and every --and name are \
                 taken all or none, and none is held while waiting; with --fence, \
                 REDLEASE_FENCE holds one fence per name, comma-separated, KEY's first"
     )]
     pub(crate) and: Vec<String>,
-    /// Time between SIGTERM (or a forwarded SIGINT) and SIGKILL when the command must
-    /// stop: the lock was lost, or redlease got SIGINT / SIGTERM; also for what the
-    /// command left running when it exited (Linux)
+    /// Time between SIGTERM and SIGKILL when the command must stop
+    ///
+    /// The command must stop when the lock was lost, or when redlease got SIGINT or
+    /// SIGTERM (forwarded to it: SIGINT stays SIGINT). What the command left running
+    /// when it exited gets the same grace before the release (Linux)
+    #[arg(help_heading = COMMAND)]
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
+    /// Exit with N when the lock is busy (not acquired within --wait), as flock's -E
+    #[arg(help_heading = COMMAND)]
+    #[arg(
+        short = 'E',
+        long,
+        value_name = "N",
+        default_value_t = NOT_ACQUIRED,
+        value_parser = clap::value_parser!(u8),
+        allow_negative_numbers = true,
+        long_help = "Exit with N (0 to 255) when the lock is busy: not acquired within \
+                     --wait, or with --and any name still held. With 0 nothing is \
+                     printed, so a cron job that finds the lock busy sends no mail; \
+                     pick a code the command never exits with to tell the two apart"
+    )]
+    pub(crate) conflict_exit_code: u8,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
     /// The command and its arguments, after `--`
@@ -138,10 +177,14 @@ pub(crate) struct ElectArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
     /// Leadership lease time to live; renewed every third of it while the command runs [default: 30s]
+    #[arg(help_heading = TIMING)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) ttl: Option<Duration>,
-    /// Time between SIGTERM and SIGKILL when the command must stop because leadership was
-    /// lost; also for what the command left running when it exited (Linux)
+    /// Time between SIGTERM and SIGKILL when the command must stop
+    ///
+    /// The command must stop when leadership was lost. What the command left running
+    /// when it exited gets the same grace before the resignation (Linux)
+    #[arg(help_heading = COMMAND)]
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
     /// The election's name (PREFIX is prepended)
@@ -156,7 +199,8 @@ pub(crate) struct ElectArgs {
 pub(crate) struct LeaderArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
-    /// Print one JSON object instead of text
+    /// Print one JSON object instead of text; a failure is `{"error", "code"}` on stderr
+    #[arg(help_heading = OUTPUT)]
     #[arg(long)]
     pub(crate) json: bool,
     /// The election's name (PREFIX is prepended)
@@ -168,7 +212,8 @@ pub(crate) struct LeaderArgs {
 pub(crate) struct InspectArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
-    /// Print one JSON object instead of text
+    /// Print one JSON object instead of text; a failure is `{"error", "code"}` on stderr
+    #[arg(help_heading = OUTPUT)]
     #[arg(long)]
     pub(crate) json: bool,
     /// The lock's key (PREFIX is prepended)
@@ -180,7 +225,9 @@ pub(crate) struct InspectArgs {
 pub(crate) struct ListArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
-    /// Print one JSON object per lock, one per line, each as `inspect --json` prints it
+    /// Print one JSON object per lock, one per line, each as `inspect --json` prints it;
+    /// a failure is `{"error", "code"}` on stderr
+    #[arg(help_heading = OUTPUT)]
     #[arg(long)]
     pub(crate) json: bool,
 }
@@ -195,6 +242,14 @@ pub(crate) struct ReleaseArgs {
     pub(crate) force: bool,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
+}
+
+/// `redlease completions`.
+#[derive(Debug, Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell the script is for
+    #[arg(value_enum, value_name = "SHELL")]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// `redlease wait`.

@@ -4,6 +4,8 @@
 //! command itself (126, 127, 128+N), so scripts can tell "busy, try later" from
 //! "broken" from "the command failed". A command may itself exit with one of these
 //! values; `redlease` prints a line on stderr whenever the code is its own.
+//! What each code means, per subcommand, is the table in `exit_status` (shown by
+//! `--help` and the man pages); guide/cli.md has the same table.
 
 use std::error::Error as StdError;
 use std::os::unix::process::ExitStatusExt;
@@ -33,27 +35,6 @@ pub(crate) const CANNOT_EXECUTE: u8 = 126;
 pub(crate) const NOT_FOUND: u8 = 127;
 /// Added to a signal's number for a command killed by it (as shells report it).
 pub(crate) const SIGNAL_BASE: u8 = 128;
-
-/// The exit-code table shown by `--help`; README.md has the same table.
-pub(crate) const EXIT_CODES: &str = "\
-Exit status:
-  N      run: the command's own exit status, when the lock was held throughout;
-         elect: the command's own exit status, when it led throughout
-  128+N  run, elect: the command was killed by signal N (130: SIGINT, 143: SIGTERM);
-         also their own status when SIGINT/SIGTERM cancels a wait, or when
-         the command outlives a forwarded SIGINT/SIGTERM by --kill-grace
-  0      inspect, release: done; wait: KEY is free; leader: someone leads
-  64     bad input (option, scheme, duration, missing command or --force,
-         --permits N for a semaphore that has another N, a key of another format)
-  69     Redis unreachable or failing
-  70     internal error
-  71     local OS error (threads, signals, waiting for the command)
-  75     run: not acquired within --wait (with --and: any name still held);
-         wait: still held at --timeout; leader: nobody leads
-  79     run: the lock was lost while the command ran; the command was stopped;
-         elect: leadership was lost while the command ran; the command was stopped
-  126    run: the command could not be executed
-  127    run: the command was not found";
 
 /// Why `redlease` ends with a code of its own, and the one-line message it prints.
 #[derive(Debug)]

@@ -10,6 +10,35 @@ use redlease::{
 
 use crate::exit::Failure;
 
+/// What the command finds in its environment, for the man pages' ENVIRONMENT
+/// sections: `(variable, the subcommands that set it, what it holds)`. A variable
+/// that [`Held::env`] sets gets a row here.
+pub(crate) const COMMAND_ENV: &[(&str, &[&str], &str)] = &[
+    (
+        "REDLEASE_KEY",
+        &["run", "elect"],
+        "the full key (PREFIX, then KEY or NAME)",
+    ),
+    (
+        "REDLEASE_FENCE",
+        &["run"],
+        "with --fence, the fencing token: strictly increasing per key; pass it with each \
+         write so that a late write of an earlier holder can be refused. With --and, one \
+         fence per name, comma-separated, KEY's first",
+    ),
+    (
+        "REDLEASE_PERMIT_ID",
+        &["run"],
+        "with --permits, the id of the permit held",
+    ),
+    (
+        "REDLEASE_TERM",
+        &["elect"],
+        "the term: strictly increasing per election over every leader; pass it with each \
+         write so that a deposed leader's late write can be refused",
+    ),
+];
+
 /// A held lock or permit.
 pub(crate) enum Held {
     Lock(LockGuard),

@@ -10,6 +10,8 @@
 //! - `args`: what clap parses, turned into library settings; `server` the servers
 //!   a subcommand talks to and the client built for them;
 //! - `exit`: the exit codes and the failure type that carries one;
+//!   `exit_status` the table of what each code means, for `--help` and the man
+//!   pages; `report` how a failure is printed (text, or JSON with `--json`);
 //! - `run`, with `held` (a lock, locks, a permit or a leadership), `child` (the
 //!   command's process group), `keeper` (on Linux, the process that leads that
 //!   group and ends it when `redlease` dies), `status` (the line shown while
@@ -18,7 +20,8 @@
 //! - `elect` (a command run while leader) and `leader` (who leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
-//! - `wait`, until a key is free (the library's `wait_free`).
+//! - `wait`, until a key is free (the library's `wait_free`);
+//! - `manual`: shell completions and the man pages, from the clap definition.
 
 #![forbid(unsafe_code)]
 
@@ -26,15 +29,18 @@ mod args;
 mod child;
 mod elect;
 mod exit;
+mod exit_status;
 mod held;
 mod inspect;
 #[cfg(target_os = "linux")]
 mod keeper;
 mod leader;
 mod list;
+mod manual;
 mod owners;
 mod probe;
 mod release;
+mod report;
 mod run;
 mod server;
 mod status;
@@ -44,19 +50,32 @@ mod wait;
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::args::{ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs};
-use crate::exit::{EXIT_CODES, USAGE};
+use crate::args::{
+    CompletionsArgs, ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
+};
+use crate::exit::{Failure, SOFTWARE, USAGE};
 use crate::server::ServerArgs;
 
 /// Distributed locks on Redis for shell scripts, cron jobs and batch workers.
 #[derive(Debug, Parser)]
-#[command(name = "redlease", version, after_help = EXIT_CODES)]
+#[command(name = "redlease", version, long_about = ABOUT)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
 }
+
+/// `redlease --help`'s description.
+const ABOUT: &str = "\
+Distributed locks on Redis for shell scripts, cron jobs and batch workers.
+
+`redlease run` is what flock(1) is on one machine, for a fleet: it takes a lock
+on Redis, runs a command while the lease is renewed in the background, releases
+the lock when the command exits and exits with its status; a lost lock stops the
+command. `elect` runs a command on one machine of a fleet at a time, `wait`
+waits until a lock is free; `inspect`, `list`, `leader` and `release` show and
+repair what is in Redis. Every subcommand has its own --help (-h: a summary).";
 
 /// `run --help`'s description.
 const RUN_ABOUT: &str = "\
@@ -101,33 +120,30 @@ the campaign. If elect is killed, the command goes with it, as under `run` (Linu
 enum Cmd {
     /// Acquire KEY, run COMMAND while renewing the lease, release when it exits.
     #[command(
-        after_help = EXIT_CODES,
         long_about = RUN_ABOUT,
         override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
     /// Campaign for leadership of NAME, run COMMAND while leader, resign when it exits.
     #[command(
-        after_help = EXIT_CODES,
         long_about = ELECT_ABOUT,
         override_usage = "redlease elect [OPTIONS] NAME -- COMMAND [ARGS]..."
     )]
     Elect(ElectArgs),
     /// Show the current leader of the election NAME: term, time left, owner.
-    #[command(after_help = EXIT_CODES)]
     Leader(LeaderArgs),
     /// Show which lock format holds KEY, the time left on it, its fence counter and its owners.
-    #[command(after_help = EXIT_CODES)]
     Inspect(InspectArgs),
     /// List every lock under --prefix (taken literally), with format, time left and owners.
-    #[command(after_help = EXIT_CODES)]
     List(ListArgs),
     /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
-    #[command(after_help = EXIT_CODES)]
     Release(ReleaseArgs),
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
-    #[command(after_help = EXIT_CODES, long_about = WAIT_ABOUT)]
+    #[command(long_about = WAIT_ABOUT)]
     Wait(WaitArgs),
+    /// Print the completion script for SHELL (see --help for where it goes).
+    #[command(long_about = manual::COMPLETIONS_ABOUT)]
+    Completions(CompletionsArgs),
 }
 
 /// `wait --help`'s description.
@@ -138,25 +154,51 @@ Free means no key, a legacy timestamp that has passed, or a semaphore with a fre
 permit; any lock format counts as held while it exists. The answer is stale at once:
 someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
+/// The command line as clap reads it: [`Cli`], each subcommand's long `--help`
+/// ending with its exit statuses (from [`exit_status::STATUSES`]).
+fn command() -> clap::Command {
+    let mut cmd = Cli::command().after_long_help(exit_status::help(None, true));
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_owned())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(&name, |sub| {
+            let statuses = exit_status::help(Some(&name), exit_status::connects(&sub));
+            sub.after_long_help(statuses)
+        });
+    }
+    cmd
+}
+
 fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     if let Some(code) = keeper::dispatch() {
         return code;
     }
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    if let Some(result) = manual::dispatch(command) {
+        return result.map_or_else(|f| report::report(&f, false), ExitCode::from);
+    }
+    let matches = match command().try_get_matches() {
+        Ok(matches) => matches,
         Err(e) => return parse_failure(&e),
     };
-    let server: &ServerArgs = match &cli.command {
-        Cmd::Run(a) => &a.server,
-        Cmd::Elect(a) => &a.server,
-        Cmd::Leader(a) => &a.server,
-        Cmd::Inspect(a) => &a.server,
-        Cmd::List(a) => &a.server,
-        Cmd::Release(a) => &a.server,
-        Cmd::Wait(a) => &a.server,
+    let json = report::wants_json(&matches);
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => return report::report(&Failure::new(SOFTWARE, e.to_string()), json),
     };
-    let secrets = server.secrets();
+    let server: Option<&ServerArgs> = match &cli.command {
+        Cmd::Run(a) => Some(&a.server),
+        Cmd::Elect(a) => Some(&a.server),
+        Cmd::Leader(a) => Some(&a.server),
+        Cmd::Inspect(a) => Some(&a.server),
+        Cmd::List(a) => Some(&a.server),
+        Cmd::Release(a) => Some(&a.server),
+        Cmd::Wait(a) => Some(&a.server),
+        Cmd::Completions(_) => None,
+    };
+    let secrets = server.map(ServerArgs::secrets).unwrap_or_default();
     let result = match &cli.command {
         Cmd::Run(a) => run::run(a),
         Cmd::Elect(a) => elect::elect(a),
@@ -165,12 +207,13 @@ fn main() -> ExitCode {
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
+        Cmd::Completions(a) => manual::completions(a.shell, command()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
-        Err(failure) => {
-            eprintln!("redlease: {}", redact(&failure.message, &secrets));
-            ExitCode::from(failure.code)
+        Err(mut failure) => {
+            failure.message = redact(&failure.message, &secrets);
+            report::report(&failure, json)
         }
     }
 }
@@ -204,8 +247,8 @@ fn parse_failure(err: &clap::Error) -> ExitCode {
                 }
                 line.push_str(part.strip_prefix("error: ").unwrap_or(part));
             }
-            eprintln!("redlease: {line} (see --help)");
-            ExitCode::from(USAGE)
+            let json = report::json_requested(command);
+            report::report(&Failure::usage(format!("{line} (see --help)")), json)
         }
     }
 }

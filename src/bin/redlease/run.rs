@@ -7,14 +7,15 @@ use std::time::Duration;
 use redlease::{CancelToken, Error, LockClient, LockOptions, Owner};
 
 use crate::args::RunArgs;
-use crate::exit::{Failure, NOT_ACQUIRED};
+use crate::exit::Failure;
 use crate::held::Held;
 use crate::server::server_name;
 use crate::status::Status;
 use crate::supervise::{cancelled, run_command, watch_signals};
 
 /// Runs `run`; returns the exit code (the command's, or 128 + a signal that
-/// cancelled the wait) or the failure to report.
+/// cancelled the wait) or the failure to report (a busy lock's code is
+/// `--conflict-exit-code`, 75 by default).
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     // Bad input is reported before anything connects.
     let scheme = args.scheme.scheme();
@@ -72,6 +73,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     }
     let guard = match acquired {
         Ok(Some(guard)) => guard,
+        // With -E 0 a busy lock is a success, and says nothing (cron mails any
+        // output).
+        Ok(None) if args.conflict_exit_code == 0 => return Ok(0),
         Ok(None) => {
             let waited = match args.wait {
                 Some(Duration::ZERO) => " (--wait 0: one attempt)".to_owned(),
@@ -88,7 +92,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
                 }
                 None => format!("`{key}` is held by someone else; not acquired"),
             };
-            return Err(Failure::new(NOT_ACQUIRED, format!("{busy}{waited}")));
+            return Err(Failure::new(
+                args.conflict_exit_code,
+                format!("{busy}{waited}"),
+            ));
         }
         Err(Error::Cancelled { .. }) => return Ok(cancelled(&signals, &key)),
         Err(e) => return Err(Failure::from_lib(&e, &server)),

@@ -10,10 +10,18 @@ use crate::exit::Failure;
 /// The server used when neither `--url` nor `REDIS_URL` names one.
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379/";
 
+/// `--help`'s heading for these options.
+const CONNECTION: &str = "Connection";
+
 /// Where the locks live; shared by every subcommand.
 #[derive(Debug, Args)]
 pub(crate) struct ServerArgs {
     /// Redis server: redis://[user:password@]host[:port][/db]
+    ///
+    /// Given several times, `run` locks a Redlock quorum of these independent
+    /// masters; with --cluster they are seed nodes of a Redis Cluster. rediss://
+    /// is TLS. No message and no help shows the password.
+    #[arg(help_heading = CONNECTION)]
     #[arg(
         long,
         value_name = "URL",
@@ -25,9 +33,11 @@ pub(crate) struct ServerArgs {
     )]
     url: Vec<String>,
     /// The --url servers are seed nodes of a Redis Cluster, not a Redlock quorum
+    #[arg(help_heading = CONNECTION)]
     #[arg(long)]
     cluster: bool,
     /// Prepended to KEY, as the library's key prefix (`list`: the keys listed start with it)
+    #[arg(help_heading = CONNECTION)]
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub(crate) prefix: String,
 }
