@@ -326,13 +326,25 @@ fn parallel_8_keys(_c: &mut Criterion) {
     // between rounds cancels out of each round's ratio.
     let mut ratios = Vec::new();
     let (mut o, mut b) = (Vec::new(), Vec::new());
+    // What each side spends, here (all threads, the 8 workers' included once they
+    // ended) and in `redis-server`: with Redis on its own core the throughput
+    // follows Redis's CPU per cycle.
+    let mut redis_costs = [cost::Cost::default(); 2];
+    let mut cpus = [0u64; 2];
+    let mut measured = |side: usize, run: &dyn Fn() -> f64| {
+        let (cpu, redis) = (cost::process_cpu_ns(), cost::cost(Some(server.pid())));
+        let rate = run();
+        cpus[side] += cost::process_cpu_ns().saturating_sub(cpu);
+        redis_costs[side] += cost::cost(Some(server.pid())) - redis;
+        rate
+    };
     for round in 0..ROUNDS_8X8 {
         let (x, y) = if round % 2 == 0 {
-            let x = ours();
-            (x, floor())
+            let x = measured(0, &ours);
+            (x, measured(1, &floor))
         } else {
-            let y = floor();
-            (ours(), y)
+            let y = measured(1, &floor);
+            (measured(0, &ours), y)
         };
         ratios.push(x / y);
         o.push(x);
@@ -351,6 +363,17 @@ fn parallel_8_keys(_c: &mut Criterion) {
         ratios[0],
         ratios[ROUNDS_8X8 - 1]
     );
+    let n = 8000.0 * ROUNDS_8X8 as f64;
+    for (side, name) in ["redlease", "floor"].iter().enumerate() {
+        let redis = redis_costs[side];
+        println!(
+            "COST parallel 8 threads x 8 keys, {name} per cycle: client {:.2} us CPU; \
+             redis-server {:.2} us CPU, {:.3} context switches",
+            cpus[side] as f64 / n / 1e3,
+            redis.cpu_ns as f64 / n / 1e3,
+            redis.switches as f64 / n
+        );
+    }
 }
 
 /// Paired rounds of the 8-threads-on-8-keys figure.
