@@ -5,8 +5,10 @@
 //!   connections and waiter thread), beside the floor: the raw commands any
 //!   correct client sends for the same hand-over (the holder one script that
 //!   compares, deletes and `PUBLISH`es; the waiter `SUBSCRIBE`d, then on the
-//!   message `SET NX PX`), in the same layout. Rounds alternate; the report
-//!   is each side's median and their ratio.
+//!   message `SET NX PX`), in the same layout; and beside a floor whose
+//!   waiter takes a term as it sets (`SET NX PX` + `INCR` in one script), as
+//!   any election with strictly increasing terms must. Rounds alternate; the
+//!   report is each side's median and their ratios.
 //! - `fleet`: what 10 waiting candidates (10 clients) cost Redis while one
 //!   leads: `INFO commandstats` deltas over 10 s, per second and by command.
 //!
@@ -70,20 +72,44 @@ fn ours(server: &RedisServer, a: &LockClient, b: &LockClient) -> Duration {
     won_at - began
 }
 
-/// The floor's waiter: subscribed, tries `SET NX PX`, and again on each
-/// message until it sets; sends when it did.
-fn floor_waiter(server: &RedisServer, ready: crossbeam_channel::Sender<()>) -> Receiver<Instant> {
+/// The acquire of a floor that takes a term: `SET NX PX` and, when it set, an
+/// `INCR` of the term counter in the same atomic step (what any election whose
+/// terms are strictly increasing must do); the term, or nil when busy.
+const ACQUIRE_TERM: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', 30000) then \
+     return redis.call('INCR', KEYS[2]) end return false";
+
+/// The floor's waiter: subscribed, tries `SET NX PX` (with `termed`, the
+/// [`ACQUIRE_TERM`] script), and again on each message until it sets; sends
+/// when it did.
+fn floor_waiter(
+    server: &RedisServer,
+    ready: crossbeam_channel::Sender<()>,
+    termed: bool,
+) -> Receiver<Instant> {
     let (tx, rx) = bounded(1);
     let (mut sub, mut con) = (server.conn(), server.conn());
     thread::spawn(move || {
         let token = floor_token();
+        let script = redis::Script::new(ACQUIRE_TERM);
+        let take = |con: &mut redis::Connection| {
+            if !termed {
+                return set_nx_px(con, "floor", &token);
+            }
+            let term: Option<u64> = script
+                .key("floor")
+                .key("floor:term")
+                .arg(&token)
+                .invoke(con)
+                .unwrap();
+            term.is_some()
+        };
         let mut pubsub = sub.as_pubsub();
         pubsub.subscribe("floor:released").unwrap();
-        let mut won = set_nx_px(&mut con, "floor", &token);
+        let mut won = take(&mut con);
         ready.send(()).unwrap();
         while !won {
             pubsub.get_message().unwrap();
-            won = set_nx_px(&mut con, "floor", &token);
+            won = take(&mut con);
         }
         tx.send(Instant::now()).unwrap();
         let () = redis::cmd("DEL").arg("floor").query(&mut con).unwrap();
@@ -92,11 +118,16 @@ fn floor_waiter(server: &RedisServer, ready: crossbeam_channel::Sender<()>) -> R
 }
 
 /// One hand-over of the floor: the same layout on raw connections.
-fn floor(server: &RedisServer, holder: &mut redis::Connection, script: &redis::Script) -> Duration {
+fn floor(
+    server: &RedisServer,
+    holder: &mut redis::Connection,
+    script: &redis::Script,
+    termed: bool,
+) -> Duration {
     let token = floor_token();
     assert!(set_nx_px(holder, "floor", &token));
     let (ready_tx, ready) = bounded(1);
-    let won = floor_waiter(server, ready_tx);
+    let won = floor_waiter(server, ready_tx, termed);
     ready.recv().unwrap();
     let began = Instant::now();
     let released: i64 = script
@@ -107,6 +138,9 @@ fn floor(server: &RedisServer, holder: &mut redis::Connection, script: &redis::S
         .unwrap();
     assert_eq!(released, 1);
     let won_at = won.recv_timeout(Duration::from_secs(10)).unwrap();
+    // The waiter's channel disconnects once it has deleted the key again, so
+    // the next round finds it free.
+    assert!(won.recv_timeout(Duration::from_secs(10)).is_err());
     won_at - began
 }
 
@@ -115,9 +149,11 @@ fn handover(server: &RedisServer) {
     let mut holder = server.conn();
     let script = redis::Script::new(RELEASE_PUBLISH);
     let (mut ta, mut tb) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    let mut tc = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         ta.push(ours(server, &a, &b));
-        tb.push(floor(server, &mut holder, &script));
+        tb.push(floor(server, &mut holder, &script, false));
+        tc.push(floor(server, &mut holder, &script, true));
     }
     println!(
         "HANDOVER redlease p90 {:?} p99 {:?}; floor p90 {:?} p99 {:?}",
@@ -130,6 +166,16 @@ fn handover(server: &RedisServer) {
         "election handover",
         percentile(&mut ta, 50),
         percentile(&mut tb, 50),
+    );
+    println!(
+        "HANDOVER floor taking a term (SET NX PX + INCR in one script): p90 {:?} p99 {:?}",
+        percentile(&mut tc, 90),
+        percentile(&mut tc, 99)
+    );
+    report(
+        "election handover vs a floor taking a term",
+        percentile(&mut ta, 50),
+        percentile(&mut tc, 50),
     );
 }
 

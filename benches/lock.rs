@@ -315,24 +315,46 @@ fn parallel_8_keys(_c: &mut Criterion) {
             Box::new(move |_| assert!(lc.lock(&key).unwrap().unlock().unwrap().was_held()))
         })
     };
+    // The floor's 8 connections live as long as the client's pool, as a raw
+    // client's would: a connection's reply buffer costs more to read into once
+    // it has been used for a while (the `redis` crate zeroes its free tail before
+    // each read), so fresh ones each round would flatter the floor.
+    let floors: Arc<parking_lot::Mutex<Vec<Floor>>> = Arc::new(parking_lot::Mutex::new(
+        (0..8).map(|_| Floor::new(&server)).collect(),
+    ));
     let floor = || {
         eight_threads(1000, |t| {
-            let mut floor = Floor::new(&server);
+            let mut lent = Lent {
+                floor: floors.lock().pop(),
+                home: Arc::clone(&floors),
+            };
             let key = format!("bench:q{t}");
-            Box::new(move |_| floor.lock_unlock(&key))
+            Box::new(move |_| lent.floor.as_mut().expect("8 floors").lock_unlock(&key))
         })
     };
     // Paired rounds, each side first in every other one: the machine's drift
     // between rounds cancels out of each round's ratio.
     let mut ratios = Vec::new();
     let (mut o, mut b) = (Vec::new(), Vec::new());
+    // What each side spends, here (all threads, the 8 workers' included once they
+    // ended) and in `redis-server`: with Redis on its own core the throughput
+    // follows Redis's CPU per cycle.
+    let mut redis_costs = [cost::Cost::default(); 2];
+    let mut cpus = [0u64; 2];
+    let mut measured = |side: usize, run: &dyn Fn() -> f64| {
+        let (cpu, redis) = (cost::process_cpu_ns(), cost::cost(Some(server.pid())));
+        let rate = run();
+        cpus[side] += cost::process_cpu_ns().saturating_sub(cpu);
+        redis_costs[side] += cost::cost(Some(server.pid())) - redis;
+        rate
+    };
     for round in 0..ROUNDS_8X8 {
         let (x, y) = if round % 2 == 0 {
-            let x = ours();
-            (x, floor())
+            let x = measured(0, &ours);
+            (x, measured(1, &floor))
         } else {
-            let y = floor();
-            (ours(), y)
+            let y = measured(1, &floor);
+            (measured(0, &ours), y)
         };
         ratios.push(x / y);
         o.push(x);
@@ -351,6 +373,31 @@ fn parallel_8_keys(_c: &mut Criterion) {
         ratios[0],
         ratios[ROUNDS_8X8 - 1]
     );
+    let n = 8000.0 * ROUNDS_8X8 as f64;
+    for (side, name) in ["redlease", "floor"].iter().enumerate() {
+        let redis = redis_costs[side];
+        println!(
+            "COST parallel 8 threads x 8 keys, {name} per cycle: client {:.2} us CPU; \
+             redis-server {:.2} us CPU, {:.3} context switches",
+            cpus[side] as f64 / n / 1e3,
+            redis.cpu_ns as f64 / n / 1e3,
+            redis.switches as f64 / n
+        );
+    }
+}
+
+/// A floor connection lent to one thread of a round, given back when the round ends.
+struct Lent {
+    floor: Option<Floor>,
+    home: Arc<parking_lot::Mutex<Vec<Floor>>>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(floor) = self.floor.take() {
+            self.home.lock().push(floor);
+        }
+    }
 }
 
 /// Paired rounds of the 8-threads-on-8-keys figure.

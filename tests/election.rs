@@ -372,6 +372,64 @@ fn a_dropped_observer_stops_its_thread() {
     assert!(eventually(SEEN, || elected(&server) == 0));
 }
 
+/// Pub/sub connections open on `server`.
+fn pubsub_connections(server: &RedisServer) -> usize {
+    let list: String = server.query(redis::cmd("CLIENT").arg("LIST").arg("TYPE").arg("pubsub"));
+    list.lines().filter(|l| !l.trim().is_empty()).count()
+}
+
+#[test]
+fn a_hundred_observers_share_the_clients_one_pubsub_connection() {
+    let server = RedisServer::start();
+    let (a, watcher) = (client(&server), client(&server));
+    // The two clients' own waiter threads: one pub/sub connection each.
+    assert!(eventually(SEEN, || pubsub_connections(&server) == 2));
+    let observers: Vec<_> = (0..100)
+        .map(|i| {
+            let observer = watcher
+                .election(&format!("many{}", i % 10))
+                .unwrap()
+                .observe()
+                .unwrap();
+            assert_eq!(observer.recv_timeout(SEEN).unwrap(), None);
+            observer
+        })
+        .collect();
+    assert_eq!(pubsub_connections(&server), 2);
+    // Every observer sees every change of its election.
+    for round in 0..3 {
+        let leaders: Vec<_> = (0..10)
+            .map(|i| {
+                a.election(&format!("many{i}"))
+                    .unwrap()
+                    .try_campaign()
+                    .unwrap()
+                    .expect("free")
+            })
+            .collect();
+        for (i, observer) in observers.iter().enumerate() {
+            let seen = observer.recv_timeout(SEEN).unwrap().expect("the leader");
+            assert_eq!(
+                seen.term(),
+                leaders[i % 10].term(),
+                "observer {i}, round {round}"
+            );
+        }
+        for leadership in leaders {
+            let _ = leadership.resign().unwrap();
+        }
+        for observer in &observers {
+            assert_eq!(observer.recv_timeout(SEEN).unwrap(), None);
+        }
+    }
+    assert_eq!(pubsub_connections(&server), 2);
+    // Dropped, they leave the client's subscriptions (after the waiter thread's
+    // linger), and the client keeps its one connection.
+    drop(observers);
+    assert!(eventually(SEEN, || listeners(&server, "many0") == 0));
+    assert_eq!(pubsub_connections(&server), 2);
+}
+
 #[test]
 fn a_slow_observer_reads_the_latest_leader_not_a_backlog() {
     let server = RedisServer::start();

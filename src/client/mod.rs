@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Receiver;
+
 use crate::client::guard::LockGuard;
 use crate::client::options::{LockOptions, Settings, Wait};
 use crate::error::{Error, Result};
@@ -30,7 +32,7 @@ use crate::owner::{ClientId, SessionWrite};
 use crate::scheme::{self, Backend, Scheme};
 use crate::threads::notify::Notifier;
 use crate::threads::renewal::Renewer;
-use crate::threads::wait::{Hub, Waiters};
+use crate::threads::wait::{Hub, Subscription, Waiters, Wake};
 use crate::topology::{IoThread, Topology};
 
 mod acquire;
@@ -236,6 +238,14 @@ impl LockClient {
     /// Useful before reading [`metrics`](Self::metrics) in tests and benchmarks.
     pub fn flush(&self) {
         self.inner.renewer.sync();
+    }
+
+    /// Watches release channels through this client's waiter threads for as long
+    /// as the returned subscription lives (an election's observer); `None` when
+    /// the client has no pub/sub.
+    pub(crate) fn subscribe(&self, channels: &[String]) -> Option<(Subscription, Receiver<Wake>)> {
+        let waiters = self.inner.waiters.as_ref()?;
+        Subscription::new(&self.inner.hub, waiters, channels)
     }
 }
 

@@ -1,18 +1,23 @@
 //! [`Observer`]: the leaders of an election as they change, read by a thread
-//! of its own.
+//! of its own, woken by the client's waiter thread.
+//!
+//! An observer opens no connection: it watches the name's release and elected
+//! channels through the client's one pub/sub connection (one per master on a
+//! sharded Redis 7 cluster), as [`LockClient::wait_free`] does, so a client
+//! observing a hundred elections still holds one subscriber connection.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::thread;
 use std::time::Duration;
 
-use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, RecvError, RecvTimeoutError, Sender, TryRecvError, select};
 
 use super::{Election, Leader};
 use crate::client::{Inner, LockClient};
 use crate::error::{Error, Result};
-use crate::net::node::Node;
 use crate::scheme::{companion, elected_channel};
+use crate::threads::wait::{Subscription, Wake};
 
 /// The longest an [`Observer`] goes without reading the leader again, when no
 /// message woke it; also how late it may notice that it should stop.
@@ -37,17 +42,15 @@ impl Observer {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let (stop, stopped) = crossbeam_channel::bounded(0);
         let client = &election.handle.client;
-        let key = election.key().to_owned();
-        let topology = &client.inner.hub.topology;
-        // Messages travel by sharded pub/sub on a Redis 7 cluster: polled.
-        let node = (!topology.sharded())
-            .then(|| topology.readers(&key).into_iter().next())
-            .flatten();
+        let key = election.key();
+        // Watched before the first read, so no change after it is missed (a
+        // change before the subscription is confirmed: the confirmation wakes
+        // the thread, which reads again).
+        let wakes = client.subscribe(&[companion(key, "released"), elected_channel(key)]);
         let watch = Watch {
-            client: Arc::downgrade(&client.inner),
+            client: std::sync::Arc::downgrade(&client.inner),
             name: election.name().to_owned(),
-            channels: [companion(&key, "released"), elected_channel(&key)],
-            node,
+            wakes,
             tx,
             drain: rx.clone(),
             stopped,
@@ -95,10 +98,10 @@ impl fmt::Debug for Observer {
 struct Watch {
     client: Weak<Inner>,
     name: String,
-    /// The name's release and elected channels.
-    channels: [String; 2],
-    /// The node whose pub/sub carries them; `None`: poll only.
-    node: Option<Arc<Node>>,
+    /// The name's release and elected channels, watched through the client's
+    /// waiter threads, and their wake-ups; `None`: poll only (a client without
+    /// pub/sub).
+    wakes: Option<(Subscription, Receiver<Wake>)>,
     tx: Sender<Option<Leader>>,
     /// A receiver of our own, to replace a value nobody read yet.
     drain: Receiver<Option<Leader>>,
@@ -110,39 +113,28 @@ impl Watch {
         // The term last sent (0: nobody led); `None` before the first send.
         let mut last: Option<u64> = None;
         loop {
-            let Some(mut conn) = self.connect() else {
-                // Polling: sharded messages, or the connection failed (tried
-                // again after each interval).
-                if !self.step(&mut last) || self.pause() {
+            if !self.step(&mut last) {
+                return;
+            }
+            // Woken by a message or a change of the subscription, or after one
+            // poll interval. A disconnected wake-up channel means the client's
+            // waiter threads stopped: the next read finds the client gone.
+            let Some((_, wakes)) = &self.wakes else {
+                if self.pause() {
                     return;
                 }
                 continue;
             };
-            let mut pubsub = conn.as_pubsub();
-            // Subscribed before reading, so no change after the read is missed.
-            if let Err(e) = pubsub.subscribe(&self.channels) {
-                log::debug!("observing `{}`: subscribe failed: {e}", self.name);
-                if !self.step(&mut last) || self.pause() {
-                    return;
-                }
-                continue;
-            }
-            loop {
-                if !self.step(&mut last) {
-                    return;
-                }
-                // Woken by a message, or after one poll interval.
-                match pubsub.get_message() {
-                    Ok(_) => {}
-                    Err(e) if e.is_timeout() => {}
-                    Err(e) => {
-                        log::debug!("observing `{}`: {e}", self.name);
-                        break;
+            select! {
+                recv(wakes) -> woke => {
+                    if woke.is_err() && self.pause() {
+                        return;
                     }
+                    // One read answers every message that came meanwhile.
+                    while wakes.try_recv().is_ok() {}
                 }
-            }
-            if self.pause() {
-                return;
+                recv(self.stopped) -> _ => return,
+                default(OBSERVE_POLL) => {}
             }
         }
     }
@@ -190,19 +182,5 @@ impl Watch {
         }
         let client = LockClient { inner };
         Some(client.election(&self.name).and_then(|e| e.leader()))
-    }
-
-    /// A connection for pub/sub, its reads bounded by [`OBSERVE_POLL`];
-    /// `None` when polling.
-    fn connect(&self) -> Option<redis::Connection> {
-        let node = self.node.as_ref()?;
-        let attempt = || -> redis::RedisResult<redis::Connection> {
-            let conn = node.connect_raw()?;
-            conn.set_read_timeout(Some(OBSERVE_POLL))?;
-            Ok(conn)
-        };
-        attempt()
-            .inspect_err(|e| log::debug!("observing `{}`: connect failed: {e}", self.name))
-            .ok()
     }
 }

@@ -52,7 +52,7 @@ pub(crate) use handoff::{Offers, Want, abandon, release, release_for_shutdown, r
 use line::Lines;
 pub(crate) use release_all::release_all;
 pub(crate) use slot::{Next, WaitSlot};
-pub(crate) use watcher::{Heard, Watcher};
+pub(crate) use watcher::{Heard, Subscription, Watcher};
 
 /// What a client's waiting callers, its releasing guards and its waiter thread
 /// share: where the locks live, the hand-off offers, and the wait settings.

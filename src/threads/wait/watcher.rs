@@ -166,6 +166,78 @@ impl Drop for Watcher<'_> {
     }
 }
 
+/// A watch over a few release channels that borrows nothing from the client:
+/// what an election's observer keeps for as long as it lives, so that every
+/// observer of a client listens through the client's waiter threads (one pub/sub
+/// connection per subscriber node), not a connection of its own. Dropping it
+/// leaves the channels.
+pub(crate) struct Subscription {
+    seq: u64,
+    channels: Vec<(String, Sender<Command>)>,
+}
+
+impl Subscription {
+    /// Watches `channels` on the waiter threads of `waiters`, waking each thread
+    /// that has not subscribed them yet. The receiver gets a [`Wake`] per release
+    /// message and per change of the subscriptions (a confirmation: a message
+    /// before it may have been missed), and disconnects once every waiter
+    /// thread watched stopped (the client was dropped). `None` when no waiter
+    /// thread serves the channels.
+    pub(crate) fn new(
+        hub: &Hub,
+        waiters: &Waiters,
+        channels: &[String],
+    ) -> Option<(Self, Receiver<Wake>)> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let seq = hub.lines.next_seq();
+        let mut watched = Vec::with_capacity(channels.len());
+        for name in channels {
+            let Some(w) = waiters.for_channel(name) else {
+                continue;
+            };
+            let cmd = Command::Watch {
+                channel: name.clone(),
+                seq,
+                tx: tx.clone(),
+            };
+            if w.tx.send(cmd).is_ok() {
+                if !w.shared.subscribed.read().contains(name) {
+                    kick(hub, w);
+                }
+                watched.push((name.clone(), w.tx.clone()));
+            }
+        }
+        // Only the waiter threads hold senders now.
+        drop(tx);
+        (!watched.is_empty()).then_some((
+            Self {
+                seq,
+                channels: watched,
+            },
+            rx,
+        ))
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        for (channel, tx) in self.channels.drain(..) {
+            let _ = tx.send(Command::Unwatch {
+                channel,
+                seq: self.seq,
+            });
+        }
+    }
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("channels", &self.channels.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Wakes `w` out of its socket read so it subscribes now (see `WaitSlot::kick`):
 /// one `PUBLISH` on its own channel, by the first caller since it last looked.
 fn kick(hub: &Hub, w: &Waiter) {

@@ -165,12 +165,20 @@ impl<'a> WaitSlot<'a> {
             && !self.queued
         {
             self.enqueue(w);
-            // A release between the busy reply and the queueing is covered by the
-            // head's first polling step, and for a holder that announces (no
-            // polling) by the thread, which keeps a message nobody was queued for
-            // until the next caller queues (for a second); a channel not yet
+            // A release between the busy reply and the queueing: the thread keeps
+            // a message nobody was queued for (for a second), and this caller takes
+            // it here if the thread has not read its `Wait` yet (the thread may
+            // sleep on its socket until its next tick). A channel not yet
             // subscribed is subscribed now, and the confirmation makes the head
             // try again.
+            if w.shared.take_unclaimed(&self.keys.channel)
+                && self.hub.lines.held_off(&self.keys.channel).is_none()
+            {
+                self.turn = Turn::Woken;
+                self.holder_until = None;
+                bump(&self.hub.counters.wakeups, 1);
+                return Ok(Next::Attempt);
+            }
             if !w.shared.subscribed.read().contains(&self.keys.channel) {
                 self.kick(w);
             }

@@ -39,9 +39,6 @@ struct Chan {
     /// When a shard subscription was sent and not confirmed yet.
     requested: Option<Instant>,
     idle_since: Option<Instant>,
-    /// When a release message came that no queued waiter took: a caller may have
-    /// found the lock busy just before it and not be queued yet.
-    unclaimed: Option<Instant>,
 }
 
 impl Chan {
@@ -50,9 +47,6 @@ impl Chan {
         self.queue.is_empty() && self.watchers.is_empty()
     }
 }
-
-/// How long an unclaimed release message is kept for the next waiter to queue.
-const UNCLAIMED: Duration = Duration::from_secs(1);
 
 /// The thread's own state; nobody else touches it.
 pub(super) struct Worker {
@@ -246,19 +240,15 @@ impl Worker {
     fn apply(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Wait { channel, seq, tx } => {
+                // A release that came between this caller's busy reply and its
+                // queueing is its wake-up: it would otherwise wait for a poll. (The
+                // caller looks too, right after queueing, and may have taken it.)
+                let woken = self.shared.take_unclaimed(&channel) && tx.send(Wake::Released).is_ok();
                 let chan = self.chans.entry(channel).or_default();
                 chan.idle_since = None;
-                // A release that came between this caller's busy reply and its
-                // queueing is its wake-up: it would otherwise wait for a poll.
-                if chan
-                    .unclaimed
-                    .take()
-                    .is_some_and(|t| t.elapsed() < UNCLAIMED)
-                    && tx.send(Wake::Released).is_ok()
-                {
-                    return true;
+                if !woken {
+                    chan.queue.insert(seq, tx);
                 }
-                chan.queue.insert(seq, tx);
             }
             Command::Leave {
                 channel,
@@ -317,7 +307,11 @@ impl Worker {
                 break;
             }
         }
-        chan.unclaimed = (!claimed).then(Instant::now);
+        if claimed {
+            self.shared.take_unclaimed(channel);
+        } else {
+            self.shared.keep_unclaimed(channel);
+        }
         if chan.idle() {
             chan.idle_since.get_or_insert_with(Instant::now);
         }
