@@ -10,6 +10,7 @@ use crate::client::guard::LockGuard;
 use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
 use crate::format::LockFormat;
+use crate::primitives::family::acquire_family;
 use crate::primitives::handle::Handle;
 use crate::scheme::{Backend, FAIR_SCRIPTS, FairBackend, fair_keys, leave_cmd};
 
@@ -68,66 +69,26 @@ impl FairLock {
         self.handle.key()
     }
 
-    /// Takes the lock, waiting for its turn as long as it takes.
-    ///
-    /// # Errors
-    /// [`Error::WrongFormat`] when the name or its queue holds another format
-    /// (left as it is), [`Error::Redis`] when Redis fails or does not answer in
-    /// time, [`Error::Shutdown`] when the client is closed.
-    pub fn lock(&self) -> Result<LockGuard> {
-        self.lock_with(&LockOptions::default())?
-            .ok_or(Error::Shutdown)
-    }
-
-    /// One attempt; never waits, never queues. `Ok(None)`: held, or others
-    /// wait before us.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_lock(&self) -> Result<Option<LockGuard>> {
-        self.take(&LockOptions::default(), Wait::Once)
-    }
-
-    /// Takes the lock, waiting at most `wait`. `Ok(None)`: not in time (its
-    /// queue entry is taken out).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_lock_for(&self, wait: Duration) -> Result<Option<LockGuard>> {
-        self.lock_with(&LockOptions::default().wait(wait))
-    }
-
-    /// Takes the lock, waiting until `deadline` at most. `Ok(None)`: not in
-    /// time (its queue entry is taken out).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<LockGuard>> {
-        self.take(&LockOptions::default(), Wait::Until(Some(deadline)))
-    }
-
-    /// Takes the lock with per-call options (TTL, wait or deadline, renewal,
-    /// `max_hold`, a [`CancelToken`](crate::CancelToken), `on_lost`). Without a
-    /// wait or deadline it waits as long as it takes.
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock); [`Error::Config`] for fencing or a scheme (a
-    /// fair lock has neither); [`Error::Cancelled`].
-    pub fn lock_with(&self, opts: &LockOptions) -> Result<Option<LockGuard>> {
-        self.take(opts, Handle::until(opts))
-    }
-
-    /// Runs `f` while holding the lock, then releases it. Waits like
-    /// [`lock`](Self::lock).
-    ///
-    /// # Errors
-    /// As [`lock`](Self::lock), and [`Error::LockLost`] when the lease had
-    /// ended by the time `f` returned: `f` then ran at least partly without the
-    /// lock, and its result is dropped.
-    pub fn with_lock<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-        let guard = self.lock()?;
-        let out = f();
-        guard.finish(out)
+    acquire_family! {
+        take: take(), line: Until, guard: LockGuard,
+        what: "the lock", busy: "held, or others wait before us",
+        gave_up: " (its queue entry is taken out)",
+        handle: turn = "fair_lock(\"deploy\")",
+        /// its turn comes after every caller, redlease or Redisson, that
+        /// queued before it.
+        ///
+        /// # Errors
+        /// [`Error::WrongFormat`] when the name or its queue holds another format
+        /// (left as it is), [`Error::Redis`] when Redis fails or does not answer in
+        /// time, [`Error::Shutdown`] when the client is closed.
+        fn lock;
+        fn try_lock;
+        fn try_lock_for;
+        fn try_lock_until;
+        /// [`Error::Config`] for fencing or a scheme (a fair lock has neither);
+        /// [`Error::Cancelled`].
+        fn lock_with;
+        fn with_lock, "releases it";
     }
 
     /// How many callers wait in the queue (Redisson's and ours).

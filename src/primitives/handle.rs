@@ -7,7 +7,6 @@
 //! `scheme/`.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::client::LockClient;
 use crate::client::guard::LockGuard;
@@ -95,12 +94,6 @@ impl Handle {
         let mut opts = opts.clone().fencing(false);
         opts.backend = Some(Arc::clone(backend));
         self.client.acquire(&self.name, &opts, wait)
-    }
-
-    /// The [`Wait`] of a call with `opts`, made now: until its wait or
-    /// deadline, the earlier; without either, as long as it takes.
-    pub(crate) fn until(opts: &LockOptions) -> Wait {
-        Wait::Until(opts.deadline_from(Instant::now()))
     }
 
     /// Turns a Redis failure of a call on the name into [`Error::WrongFormat`]

@@ -33,14 +33,16 @@ macro_rules! lease_guard {
             value: Box<str>,
         }
 
-        impl $name {
-            pub(crate) fn new(guard: LockGuard) -> Self {
+        impl From<LockGuard> for $name {
+            fn from(guard: LockGuard) -> Self {
                 Self {
                     value: guard.value().into(),
                     guard,
                 }
             }
+        }
 
+        impl $name {
             #[doc = concat!("The ", $what, "'s key: its name with the client's prefix.")]
             pub fn key(&self) -> &str {
                 self.guard.key()

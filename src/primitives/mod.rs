@@ -7,7 +7,8 @@
 //! and every guard the same surface.
 //!
 //! Layout: `handle.rs` the plumbing every handle shares (constructor checks, the
-//! deadline, the acquire, the format probe after an error); `held.rs` the one guard
+//! deadline, the acquire, the format probe after an error); `family.rs` the one
+//! definition of the acquire family, `acquire_family!`; `held.rs` the one guard
 //! definition, [`ReadGuard`](crate::ReadGuard), [`WriteGuard`](crate::WriteGuard) and
 //! [`PermitGuard`](crate::PermitGuard); `fair.rs` [`FairLock`](crate::FairLock) (its
 //! guard is the plain [`LockGuard`](crate::LockGuard)); `rwlock.rs`
@@ -18,6 +19,7 @@
 
 pub(crate) mod election;
 pub(crate) mod fair;
+pub(crate) mod family;
 pub(crate) mod handle;
 pub(crate) mod held;
 pub(crate) mod rwlock;

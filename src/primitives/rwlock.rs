@@ -10,6 +10,7 @@ use crate::client::guard::LockGuard;
 use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
 use crate::format::LockFormat;
+use crate::primitives::family::acquire_family;
 use crate::primitives::handle::Handle;
 use crate::primitives::held::{ReadGuard, WriteGuard};
 use crate::scheme::{Backend, RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE};
@@ -71,78 +72,6 @@ pub struct ReadWriteLock {
     write: Arc<dyn Backend>,
 }
 
-/// Generates one side's family (`read`, `try_read`, `try_read_for`,
-/// `try_read_until`, `read_with`, `with_read`, and the same for `write`): the
-/// two differ in their backend, their guard and their docs only.
-macro_rules! side {
-    (
-        $write:literal, $guard:ident, $what:literal,
-        $lock:ident, $try_lock:ident, $try_for:ident, $try_until:ident,
-        $with_opts:ident, $with_fn:ident,
-        $(#[$lock_doc:meta])*
-    ) => {
-        #[doc = concat!("Takes ", $what, ", waiting as long as it takes")]
-        $(#[$lock_doc])*
-        pub fn $lock(&self) -> Result<$guard> {
-            self.$with_opts(&LockOptions::default())?
-                .ok_or(Error::Shutdown)
-        }
-
-        #[doc = concat!("One attempt at ", $what, "; never waits. `Ok(None)`: held by")]
-        /// others (a writer, or, for a read, a redlease writer waiting for it).
-        ///
-        /// # Errors
-        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
-        pub fn $try_lock(&self) -> Result<Option<$guard>> {
-            self.take($write, &LockOptions::default(), Wait::Once)
-                .map(|g| g.map($guard::new))
-        }
-
-        #[doc = concat!("Takes ", $what, ", waiting at most `wait`. `Ok(None)`: not in time.")]
-        ///
-        /// # Errors
-        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
-        pub fn $try_for(&self, wait: Duration) -> Result<Option<$guard>> {
-            self.$with_opts(&LockOptions::default().wait(wait))
-        }
-
-        #[doc = concat!("Takes ", $what, ", waiting until `deadline` at most. `Ok(None)`: not")]
-        /// in time.
-        ///
-        /// # Errors
-        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
-        pub fn $try_until(&self, deadline: Instant) -> Result<Option<$guard>> {
-            self.take($write, &LockOptions::default(), Wait::Until(Some(deadline)))
-                .map(|g| g.map($guard::new))
-        }
-
-        #[doc = concat!("Takes ", $what, " with per-call options (TTL, wait or deadline,")]
-        /// renewal, `max_hold`, a [`CancelToken`](crate::CancelToken), `on_lost`).
-        /// Without a wait or deadline it waits as long as it takes.
-        ///
-        /// # Errors
-        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), "); [`Error::Config`] for fencing or a")]
-        /// scheme (a read-write lock has neither); [`Error::Cancelled`].
-        pub fn $with_opts(&self, opts: &LockOptions) -> Result<Option<$guard>> {
-            self.take($write, opts, Handle::until(opts))
-                .map(|g| g.map($guard::new))
-        }
-
-        #[doc = concat!("Runs `f` while holding ", $what, ", then releases it. Waits like")]
-        #[doc = concat!("[`", stringify!($lock), "`](Self::", stringify!($lock), ").")]
-        ///
-        /// # Errors
-        #[doc = concat!("As [`", stringify!($lock), "`](Self::", stringify!($lock), "), and [`Error::LockLost`] when the")]
-        /// lease had ended by the time `f` returned: `f` then ran at least partly
-        /// without the hold, and its result is dropped.
-        pub fn $with_fn<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-            let guard = self.$lock()?;
-            let out = f();
-            guard.finish(out)
-        }
-    };
-}
-
 impl ReadWriteLock {
     /// The lock's name, as passed to [`LockClient::read_write_lock`].
     pub fn name(&self) -> &str {
@@ -154,31 +83,60 @@ impl ReadWriteLock {
         self.handle.key()
     }
 
-    side!(
-        false, ReadGuard, "a read hold",
-        read, try_read, try_read_for, try_read_until, read_with, with_read,
-        /// (while a writer holds or a redlease writer waits; behind a waiting
-        /// writer at most 250 ms while a Redisson reader holds).
+    acquire_family! {
+        take: take(false), line: Until, guard: ReadGuard,
+        what: "a read hold",
+        busy: "held by others (a writer, or a redlease writer waiting for it)",
+        gave_up: "",
+        handle: config = "read_write_lock(\"config\")",
+        /// it waits while a writer holds the name or a redlease writer waits
+        /// for it, and behind a waiting writer at most 250 ms while a Redisson
+        /// reader holds it.
         ///
         /// # Errors
         /// [`Error::WrongFormat`] when the name holds another format (left as
         /// it is), [`Error::Redis`] when Redis fails or does not answer in time,
         /// [`Error::Shutdown`] when the client is closed.
-    );
+        fn read;
+        fn try_read;
+        fn try_read_for;
+        fn try_read_until;
+        /// [`Error::Config`] for fencing or a scheme (a read-write lock has
+        /// neither); [`Error::Cancelled`].
+        fn read_with;
+        fn with_read, "releases it";
+    }
 
-    side!(
-        true, WriteGuard, "the write hold",
-        write, try_write, try_write_for, try_write_until, write_with, with_write,
-        /// (while others read or write).
+    acquire_family! {
+        take: take(true), line: Until, guard: WriteGuard,
+        what: "the write hold", busy: "held by others (readers or a writer)",
+        gave_up: "",
+        handle: config = "read_write_lock(\"config\")",
+        /// it waits while others read or write.
         ///
         /// # Errors
         /// [`Error::ReadHeld`] when this thread holds a read of the name, else as
         /// [`read`](Self::read).
-    );
+        fn write;
+        fn try_write;
+        fn try_write_for;
+        fn try_write_until;
+        /// [`Error::Config`] for fencing or a scheme (a read-write lock has
+        /// neither); [`Error::Cancelled`].
+        fn write_with;
+        fn with_write, "releases it";
+    }
 
-    fn take(&self, write: bool, opts: &LockOptions, wait: Wait) -> Result<Option<LockGuard>> {
+    /// One acquire of a read (`write` false) or the write hold, as the guard
+    /// `G` of its side.
+    fn take<G: From<LockGuard>>(
+        &self,
+        write: bool,
+        opts: &LockOptions,
+        wait: Wait,
+    ) -> Result<Option<G>> {
         let backend = if write { &self.write } else { &self.read };
-        match self.handle.take(backend, opts, wait) {
+        let taken = match self.handle.take(backend, opts, wait) {
             Err(Error::Redis(f)) if f.redis_error().and_then(|e| e.detail()) == Some(UPGRADE) => {
                 Err(Error::ReadHeld {
                     key: self.key().into(),
@@ -187,7 +145,8 @@ impl ReadWriteLock {
             // A name of another format: say what it is.
             Err(e) => Err(self.handle.explain(e, || self.found())),
             other => other,
-        }
+        };
+        taken.map(|g| g.map(G::from))
     }
 
     /// What the name holds when it is not a read-write lock (or absent).

@@ -9,6 +9,7 @@ use crate::client::LockClient;
 use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
 use crate::format::LockFormat;
+use crate::primitives::family::acquire_family;
 use crate::primitives::handle::Handle;
 use crate::primitives::held::PermitGuard;
 use crate::scheme::{Admin, Announce, Backend, Found, Release, SemaphoreBackend, State, id_bytes};
@@ -95,70 +96,28 @@ impl Semaphore {
         self.handle.key()
     }
 
-    /// Takes a permit, waiting as long as it takes.
-    ///
-    /// Waits for a release message, the end of the first lease, or a polling step,
-    /// and tries again; never returns without a permit but with an error.
-    ///
-    /// # Errors
-    /// [`Error::WrongFormat`] when the name holds something else (left as it is),
-    /// [`Error::Redis`] when Redis fails or does not answer in time (a permit the
-    /// attempt may have taken is given back in the background),
-    /// [`Error::Shutdown`] when the client is closed.
-    pub fn acquire(&self) -> Result<PermitGuard> {
-        self.take(&LockOptions::default(), Wait::Until(None))?
-            .ok_or(Error::Shutdown)
-    }
-
-    /// One attempt to take a permit; never waits. `Ok(None)`: none is free.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub fn try_acquire(&self) -> Result<Option<PermitGuard>> {
-        self.take(&LockOptions::default(), Wait::Once)
-    }
-
-    /// Takes a permit, waiting at most `wait`. `Ok(None)`: none came free in time.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub fn try_acquire_for(&self, wait: Duration) -> Result<Option<PermitGuard>> {
-        let deadline = Instant::now().checked_add(wait);
-        self.take(&LockOptions::default(), Wait::Until(deadline))
-    }
-
-    /// Takes a permit, waiting until `deadline` at most.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<PermitGuard>> {
-        self.take(&LockOptions::default(), Wait::Until(Some(deadline)))
-    }
-
-    /// Takes a permit with per-call options: TTL, wait or deadline, renewal,
-    /// `max_hold`, a [`CancelToken`](crate::CancelToken), an `on_lost` callback,
-    /// replica confirmation. Without a wait or deadline it waits as long as it
-    /// takes, and never returns `Ok(None)`.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire); [`Error::Config`] for fencing (a permit has
-    /// no fencing token) or a scheme (a semaphore has its own format);
-    /// [`Error::Cancelled`] when the wait was cancelled.
-    pub fn acquire_with(&self, opts: &LockOptions) -> Result<Option<PermitGuard>> {
-        self.take(opts, Handle::until(opts))
-    }
-
-    /// Runs `f` while holding a permit, then gives it back. Waits like
-    /// [`acquire`](Self::acquire).
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire), and [`Error::LockLost`] when the permit's
-    /// lease had ended by the time `f` returned: `f` then ran at least partly
-    /// without it, and its result is dropped.
-    pub fn with_permit<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
-        let permit = self.acquire()?;
-        let out = f();
-        permit.finish(out)
+    acquire_family! {
+        take: take(), line: Until, guard: PermitGuard,
+        what: "a permit", busy: "none is free", gave_up: "",
+        handle: imports = "semaphore(\"imports\")",
+        /// it waits for a release message, the end of the first lease, or a
+        /// polling step, and tries again; never returns without a permit but
+        /// with an error.
+        ///
+        /// # Errors
+        /// [`Error::WrongFormat`] when the name holds something else (left as it is),
+        /// [`Error::Redis`] when Redis fails or does not answer in time (a permit the
+        /// attempt may have taken is given back in the background),
+        /// [`Error::Shutdown`] when the client is closed.
+        fn acquire;
+        fn try_acquire;
+        fn try_acquire_for;
+        fn try_acquire_until;
+        /// [`Error::Config`] for fencing (a permit has no fencing token) or a
+        /// scheme (a semaphore has its own format); [`Error::Cancelled`] when
+        /// the wait was cancelled.
+        fn acquire_with;
+        fn with_permit, "gives it back";
     }
 
     /// Creates the semaphore with `permits` in all when it does not exist; when it
@@ -246,7 +205,7 @@ impl Semaphore {
 
     fn take(&self, opts: &LockOptions, wait: Wait) -> Result<Option<PermitGuard>> {
         match self.handle.take(&self.backend, opts, wait) {
-            Ok(guard) => Ok(guard.map(PermitGuard::new)),
+            Ok(guard) => Ok(guard.map(PermitGuard::from)),
             // A value that is no count, or a key of another type: say what it is.
             Err(e) => Err(self.handle.explain(e, || self.found())),
         }

@@ -26,6 +26,7 @@ use crate::client::LockClient;
 use crate::client::options::{LockOptions, Wait};
 use crate::error::{Error, Result};
 use crate::format::LockFormat;
+use crate::primitives::family::acquire_family;
 use crate::primitives::handle::Handle;
 use crate::scheme::{Backend, ElectionBackend, Scheme};
 
@@ -96,53 +97,33 @@ impl Election {
         self.handle.key()
     }
 
-    /// Campaigns until this caller leads, as long as it takes: waits for the
-    /// leader's release message (a resign wakes the first waiting candidate at
-    /// once) or its lease's end, as [`LockClient::lock`] waits. A leader always
-    /// publishes its release, so the wait sends nothing to Redis while the
-    /// client hears the name's channel, but one try when the leader's TTL last
-    /// read runs out; it polls, as a lock's wait does, while the client does not
-    /// hear the channel or the name is held by something else than a leader (a
-    /// plain lock of the name).
-    ///
-    /// # Errors
-    /// [`Error::WrongFormat`] when the name holds another format (a hash, a
-    /// semaphore's count; a plain lock of the name is waited for);
-    /// [`Error::Redis`] when Redis fails or does not answer in time;
-    /// [`Error::Shutdown`] when the client is [closed](LockClient::close).
-    pub fn campaign(&self) -> Result<Leadership> {
-        self.campaign_with(&LockOptions::default())?
-            .ok_or(Error::Shutdown)
-    }
-
-    /// One attempt to lead; never waits. `Ok(None)`: someone else leads.
-    ///
-    /// # Errors
-    /// As [`campaign`](Self::campaign).
-    pub fn try_campaign(&self) -> Result<Option<Leadership>> {
-        self.run(&LockOptions::default(), Wait::Once)
-    }
-
-    /// Campaigns for at most `wait`. `Ok(None)`: someone else still leads.
-    ///
-    /// # Errors
-    /// As [`campaign`](Self::campaign).
-    pub fn try_campaign_for(&self, wait: Duration) -> Result<Option<Leadership>> {
-        self.campaign_with(&LockOptions::default().wait(wait))
-    }
-
-    /// Campaigns with per-call options: the lease's TTL, a wait or deadline,
-    /// renewal, a [`CancelToken`](crate::CancelToken), `on_lost`. Without a
-    /// wait or deadline it waits as long as it takes.
-    ///
-    /// # Errors
-    /// As [`campaign`](Self::campaign); [`Error::Config`] for fencing off or a
-    /// scheme other than [`Scheme::Token`] (an election is a fenced token
-    /// lock); [`Error::Unsupported`] for a
-    /// [`min_hold`](LockOptions::min_hold) (a resign hands the leadership on
-    /// at once); [`Error::Cancelled`].
-    pub fn campaign_with(&self, opts: &LockOptions) -> Result<Option<Leadership>> {
-        self.run(opts, Wait::InLine(opts.deadline_from(Instant::now())))
+    acquire_family! {
+        take: run(), line: InLine, guard: Leadership,
+        what: "the leadership", busy: "someone else leads", gave_up: "",
+        handle: election = "election(\"scheduler\")",
+        /// it campaigns until this caller leads. It waits for the leader's
+        /// release message (a resign wakes the first waiting candidate at
+        /// once) or its lease's end, as [`LockClient::lock`] waits. A leader
+        /// always publishes its release, so the wait sends nothing to Redis
+        /// while the client hears the name's channel, but one try when the
+        /// leader's TTL last read runs out; it polls, as a lock's wait does,
+        /// while the client does not hear the channel or the name is held by
+        /// something else than a leader (a plain lock of the name).
+        ///
+        /// # Errors
+        /// [`Error::WrongFormat`] when the name holds another format (a hash, a
+        /// semaphore's count; a plain lock of the name is waited for);
+        /// [`Error::Redis`] when Redis fails or does not answer in time;
+        /// [`Error::Shutdown`] when the client is [closed](LockClient::close).
+        fn campaign;
+        fn try_campaign;
+        fn try_campaign_for;
+        fn try_campaign_until;
+        /// [`Error::Config`] for fencing off or a scheme other than
+        /// [`Scheme::Token`] (an election is a fenced token lock);
+        /// [`Error::Unsupported`] for a [`min_hold`](LockOptions::min_hold) (a
+        /// resign hands the leadership on at once); [`Error::Cancelled`].
+        fn campaign_with;
     }
 
     /// A stream of the leaders: the current one at once, then each change
