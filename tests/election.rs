@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::RecvTimeoutError;
 use redlease::{Error, LockClient, LockFormat, LockOptions, Owner, Release, Renewal};
 use support::cluster::Cluster;
+use support::fleet::{listening, released, spawned};
 use support::{Masters, RedisServer, eventually};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -28,12 +29,7 @@ fn client(server: &RedisServer) -> LockClient {
 /// Clients subscribed to the name's release channel: its waiting candidates'
 /// waiter threads.
 fn listeners(server: &RedisServer, name: &str) -> i64 {
-    let reply: (String, i64) = server.query(
-        redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(format!("{{lock:{name}}}:released")),
-    );
-    reply.1
+    server.subscribers(&released(&format!("lock:{name}")))
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -108,19 +104,14 @@ fn a_resign_hands_over_to_a_waiting_candidate_of_another_client_promptly() {
     for round in 0..7 {
         let next = if round % 2 == 0 { &b } else { &a };
         let election = next.election("handover").unwrap();
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let waiter = thread::spawn(move || {
-            let won = election.campaign().unwrap();
-            tx.send(Instant::now()).unwrap();
-            won
-        });
+        let rx = spawned(move || election.campaign().unwrap());
         // The candidate's waiter thread listens for the release.
-        assert!(eventually(SEEN, || listeners(&server, "handover") >= 1));
+        listening(&server, &released("lock:handover"));
         let old = leadership.term();
         let began = Instant::now();
         assert_eq!(leadership.resign().unwrap(), Release::Released);
-        let won_at = rx.recv_timeout(SEEN).expect("the candidate never led");
-        leadership = waiter.join().unwrap();
+        let won_at;
+        (leadership, won_at) = rx.recv_timeout(SEEN).expect("the candidate never led");
         assert!(leadership.term() > old);
         handovers.push(won_at - began);
     }
@@ -144,19 +135,13 @@ fn a_resign_hands_over_to_a_candidate_of_the_same_client() {
     let observer = watcher.election("local").unwrap().observe().unwrap();
     let first = shared.election("local").unwrap().campaign().unwrap();
     let election = shared.election("local").unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let waiter = thread::spawn(move || {
-        let won = election.campaign().unwrap();
-        tx.send(()).unwrap();
-        won
-    });
+    let rx = spawned(move || election.campaign().unwrap());
     // The candidate waits in this client's line for the name.
     assert!(eventually(SEEN, || listeners(&server, "local") >= 2));
     assert!(rx.try_recv().is_err());
     let old = first.term();
     assert_eq!(first.resign().unwrap(), Release::Released);
-    rx.recv_timeout(SEEN).expect("the candidate leads");
-    let second = waiter.join().unwrap();
+    let (second, _) = rx.recv_timeout(SEEN).expect("the candidate leads");
     assert!(second.term() > old && second.is_held());
     let leader = watcher
         .election("local")
@@ -276,10 +261,10 @@ fn observe_sends_the_leader_then_each_change_then_none() {
 
     // A hand-over to another client's waiting candidate.
     let election = b.election("seen").unwrap();
-    let waiter = thread::spawn(move || election.campaign().unwrap());
+    let waiter = spawned(move || election.campaign().unwrap());
     assert!(eventually(SEEN, || listeners(&server, "seen") >= 2));
     let _ = first.resign().unwrap();
-    let second = waiter.join().unwrap();
+    let (second, _) = waiter.recv_timeout(SEEN).expect("the candidate never led");
     // A slow reader may see the gap (None) first; it then sees the new leader.
     let seen = support::wait_for(SEEN, || {
         observer
@@ -356,14 +341,7 @@ fn an_observer_is_woken_by_messages_not_its_poll() {
 fn a_dropped_observer_stops_its_thread() {
     let server = RedisServer::start();
     let watcher = client(&server);
-    let elected = |server: &RedisServer| -> i64 {
-        let (_, n): (String, i64) = server.query(
-            redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg("{lock:dropped}:elected"),
-        );
-        n
-    };
+    let elected = |server: &RedisServer| server.subscribers("{lock:dropped}:elected");
     let observer = watcher.election("dropped").unwrap().observe().unwrap();
     assert_eq!(observer.recv_timeout(SEEN).unwrap(), None);
     assert!(eventually(SEEN, || elected(&server) == 1));
@@ -523,10 +501,10 @@ fn an_election_on_a_cluster_hands_over_and_is_observed() {
     let seen = observer.recv_timeout(SEEN).unwrap().unwrap();
     assert_eq!(seen.term(), first.term());
 
-    let waiter = thread::spawn(move || election.campaign().unwrap());
+    let waiter = spawned(move || election.campaign().unwrap());
     let began = Instant::now();
     let _ = first.resign().unwrap();
-    let second = waiter.join().unwrap();
+    let (second, _) = waiter.recv_timeout(SEEN).expect("the candidate never led");
     assert!(began.elapsed() < Duration::from_secs(2));
     assert!(second.term() > leader.term());
     let seen = support::wait_for(SEEN, || {
@@ -616,13 +594,8 @@ fn a_waiting_candidate_rechecks_when_its_subscription_drops_with_the_release() {
     let old = leadership.term();
     let candidate = client(&server);
     let election = candidate.election("lossy").unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let waiter = thread::spawn(move || {
-        let won = election.campaign().unwrap();
-        tx.send(Instant::now()).unwrap();
-        won
-    });
-    assert!(eventually(SEEN, || listeners(&server, "lossy") >= 1));
+    let rx = spawned(move || election.campaign().unwrap());
+    listening(&server, &released("lock:lossy"));
     // The candidate's subscription drops, and the name is freed before it is
     // back (atomically: no release message can reach it), as if the leader had
     // resigned while its message was lost.
@@ -638,9 +611,8 @@ fn a_waiting_candidate_rechecks_when_its_subscription_drops_with_the_release() {
         .query(&mut server.conn())
         .unwrap();
     // The reconnection makes it look again: well before the leader's TTL.
-    let won_at = rx.recv_timeout(TTL).expect("the candidate never led");
+    let (won, won_at) = rx.recv_timeout(TTL).expect("the candidate never led");
     let took = won_at - began;
-    let won = waiter.join().unwrap();
     assert!(won.term() > old);
     assert!(took < Duration::from_secs(3), "{took:?}");
     drop(leadership);
@@ -660,20 +632,15 @@ fn a_waiting_candidate_polls_a_holder_that_never_publishes() {
     );
     let c = client(&server);
     let election = c.election("foreign").unwrap();
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    let waiter = thread::spawn(move || {
-        let won = election.campaign().unwrap();
-        tx.send(Instant::now()).unwrap();
-        won
-    });
-    assert!(eventually(SEEN, || listeners(&server, "foreign") >= 1));
+    let rx = spawned(move || election.campaign().unwrap());
+    listening(&server, &released("lock:foreign"));
     let began = Instant::now();
-    let _: () = server.query(redis::cmd("DEL").arg("lock:foreign"));
-    let won_at = rx.recv_timeout(TTL).expect("the candidate never led");
+    server.del("lock:foreign");
+    let (won, won_at) = rx.recv_timeout(TTL).expect("the candidate never led");
     assert!(
         won_at - began < Duration::from_secs(2),
         "{:?}",
         won_at - began
     );
-    drop(waiter.join().unwrap());
+    drop(won);
 }
