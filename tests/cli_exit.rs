@@ -50,8 +50,7 @@ fn conflict_exit_code_is_the_status_of_a_busy_lock_and_zero_is_silent() {
     assert_eq!(stderr(&out) + &stdout(&out), "");
 
     assert!(!ran.exists(), "the command never ran");
-    let value: String = server.query(redis::cmd("GET").arg("job"));
-    assert_eq!(value, "theirs");
+    assert_eq!(server.value("job").as_deref(), Some("theirs"));
     let keys: Vec<String> = server.query(redis::cmd("KEYS").arg("*"));
     assert_eq!(keys, ["job"], "--and took nothing");
 }

@@ -92,7 +92,7 @@ fn pid(child: &Child) -> Pid {
 /// SIGKILLs `supervisor`, then checks that everything in `seen` is gone within
 /// [`GONE`], while `key`'s lease still had time left.
 fn killed_takes_everything(server: &RedisServer, mut supervisor: Child, seen: &[Seen], key: &str) {
-    let before: i64 = server.query(redis::cmd("PTTL").arg(key));
+    let before = server.pttl(key);
     assert!(before > 0, "the lease is held: {before}");
     let killed = Instant::now();
     kill(pid(&supervisor), Signal::SIGKILL).unwrap();
@@ -100,7 +100,7 @@ fn killed_takes_everything(server: &RedisServer, mut supervisor: Child, seen: &[
     let took = killed.elapsed();
     let left: Vec<&Seen> = seen.iter().filter(|s| s.alive()).collect();
     // Never past the lease: its key had not expired when they were gone.
-    let pttl: i64 = server.query(redis::cmd("PTTL").arg(key));
+    let pttl = server.pttl(key);
     let _ = supervisor.wait();
     for s in &left {
         let _ = kill(Pid::from_raw(s.pid), Signal::SIGKILL);
@@ -175,6 +175,5 @@ fn what_a_finished_command_left_running_is_stopped_before_the_release() {
         stderr(&out)
     );
     assert!(left.is_empty(), "outlived redlease: {left:?}");
-    let exists: i64 = server.query(redis::cmd("EXISTS").arg("job"));
-    assert_eq!(exists, 0, "released");
+    assert!(!server.exists("job"), "released");
 }

@@ -31,14 +31,6 @@ fn polling_rarely(server: &RedisServer) -> LockClient {
         .unwrap()
 }
 
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
-}
-
-fn value(server: &RedisServer, key: &str) -> Option<String> {
-    server.query(redis::cmd("GET").arg(key))
-}
-
 /// One increment as a plain read, yield, write: two holders at once lose one.
 fn increment(counter: &AtomicU64) {
     let n = counter.load(Ordering::SeqCst);
@@ -56,9 +48,9 @@ fn lock_all_takes_every_name_and_unlock_releases_and_reports_each() {
     guard.check().unwrap();
     assert_eq!(guard.fences(), None);
     for key in ["lock:a", "lock:b", "lock:c"] {
-        let v = value(&server, key).unwrap();
+        let v = server.value(key).unwrap();
         assert!(v.starts_with("rl2:"), "{key} holds {v}");
-        let pttl: i64 = server.query(redis::cmd("PTTL").arg(key));
+        let pttl = server.pttl(key);
         assert!(pttl > 0, "{key} has no TTL");
     }
     // One of them expired early, one taken by someone else: each is reported.
@@ -69,8 +61,8 @@ fn lock_all_takes_every_name_and_unlock_releases_and_reports_each() {
         released,
         [Release::Released, Release::Expired, Release::Taken]
     );
-    assert!(!exists(&server, "lock:a"));
-    assert_eq!(value(&server, "lock:c").as_deref(), Some("someone-else"));
+    assert!(!server.exists("lock:a"));
+    assert_eq!(server.value("lock:c").as_deref(), Some("someone-else"));
 }
 
 #[test]
@@ -85,7 +77,8 @@ fn unlock_is_one_call_and_wakes_another_clients_waiter_for_a_name() {
             let got = waiter.try_lock_for("w3", Duration::from_secs(25)).unwrap();
             (Instant::now(), got)
         });
-        assert!(eventually(ROOMY, || value(&server, "lock:w3")
+        assert!(eventually(ROOMY, || server
+            .value("lock:w3")
             .is_some_and(|v| v.ends_with('+'))));
         server.reset_stats();
         let released = Instant::now();
@@ -114,7 +107,8 @@ fn a_caller_of_the_same_client_waiting_for_a_name_gets_it_at_unlock() {
             let got = ours.try_lock_for("h2", Duration::from_secs(25)).unwrap();
             (Instant::now(), got)
         });
-        assert!(eventually(ROOMY, || value(&server, "lock:h2")
+        assert!(eventually(ROOMY, || server
+            .value("lock:h2")
             .is_some_and(|v| v.ends_with('+'))));
         let released = Instant::now();
         assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
@@ -122,7 +116,7 @@ fn a_caller_of_the_same_client_waiting_for_a_name_gets_it_at_unlock() {
         let got = got.expect("handed the name, or woken for it");
         assert!(got.is_held());
         assert!(woke.duration_since(released) < Duration::from_secs(10));
-        assert!(!exists(&server, "lock:h1"));
+        assert!(!server.exists("lock:h1"));
     });
 }
 
@@ -132,7 +126,7 @@ fn dropping_the_guard_releases_every_name() {
     let client = client(&server);
     let names = vec!["x".to_string(), "y".to_string()];
     drop(client.lock_all(&names).unwrap());
-    assert!(!exists(&server, "lock:x") && !exists(&server, "lock:y"));
+    assert!(!server.exists("lock:x") && !server.exists("lock:y"));
     // Taken again at once by another client: nothing was left behind.
     let other = LockClient::builder(server.url())
         .key_prefix("lock:")
@@ -147,13 +141,13 @@ fn a_busy_name_leaves_every_other_name_unset() {
     let (ours, theirs) = (client(&server), client(&server));
     let held = theirs.lock("b").unwrap();
     assert!(ours.try_lock_all(&["a", "b", "c"]).unwrap().is_none());
-    assert!(!exists(&server, "lock:a"));
-    assert!(!exists(&server, "lock:c"));
+    assert!(!server.exists("lock:a"));
+    assert!(!server.exists("lock:c"));
     let waited = ours
         .try_lock_all_for(&["a", "b", "c"], Duration::from_millis(300))
         .unwrap();
     assert!(waited.is_none());
-    assert!(!exists(&server, "lock:a") && !exists(&server, "lock:c"));
+    assert!(!server.exists("lock:a") && !server.exists("lock:c"));
     drop(held);
     assert!(ours.try_lock_all(&["a", "b", "c"]).unwrap().is_some());
 }
@@ -176,13 +170,14 @@ fn a_waiting_lock_all_holds_none_and_wakes_on_the_release_of_the_busy_name() {
             (Instant::now(), got)
         });
         // The waiter found `b` busy and marked its holder's token.
-        assert!(eventually(ROOMY, || value(&server, "lock:b")
+        assert!(eventually(ROOMY, || server
+            .value("lock:b")
             .is_some_and(|v| v.ends_with('+'))));
         // While it waits, it holds none: another client takes and releases each
         // other name, and Redis never shows them set by the waiter.
         for round in 0..3 {
             for name in ["a", "c"] {
-                assert!(!exists(&server, &format!("lock:{name}")), "round {round}");
+                assert!(!server.exists(&format!("lock:{name}")), "round {round}");
                 let g = other.try_lock(name).unwrap().expect("a free name");
                 assert_eq!(g.unlock().unwrap(), Release::Released);
             }
@@ -201,7 +196,7 @@ fn a_waiting_lock_all_holds_none_and_wakes_on_the_release_of_the_busy_name() {
         );
         assert!(guard.is_held());
         for key in guard.keys() {
-            assert!(exists(&server, key));
+            assert!(server.exists(key));
         }
     });
 }
@@ -247,7 +242,8 @@ fn a_cancelled_wait_returns_cancelled_and_holds_none() {
     let opts = LockOptions::new().cancel(cancel.clone());
     thread::scope(|s| {
         let waiting = s.spawn(|| ours.lock_all_with(&["k1", "k2"], &opts));
-        assert!(eventually(ROOMY, || value(&server, "lock:k2")
+        assert!(eventually(ROOMY, || server
+            .value("lock:k2")
             .is_some_and(|v| v.ends_with('+'))));
         let cancelled = Instant::now();
         cancel.cancel();
@@ -255,7 +251,7 @@ fn a_cancelled_wait_returns_cancelled_and_holds_none() {
         assert!(matches!(got, Err(Error::Cancelled { .. })), "{got:?}");
         assert!(cancelled.elapsed() < Duration::from_secs(10));
     });
-    assert!(!exists(&server, "lock:k1"));
+    assert!(!server.exists("lock:k1"));
     drop(held);
 }
 
@@ -298,11 +294,11 @@ fn renewal_keeps_every_name_past_its_ttl() {
     let client = client(&server);
     let opts = LockOptions::new().ttl(Duration::from_secs(1));
     let guard = client.lock_all_with(&["r1", "r2"], &opts).unwrap().unwrap();
-    let first: Vec<Option<String>> = guard.keys().iter().map(|k| value(&server, k)).collect();
+    let first: Vec<Option<String>> = guard.keys().iter().map(|k| server.value(k)).collect();
     // Well past the TTL (a timing test: 3 TTLs, renewals every third of one).
     thread::sleep(Duration::from_secs(3));
     assert!(guard.is_held());
-    let now: Vec<Option<String>> = guard.keys().iter().map(|k| value(&server, k)).collect();
+    let now: Vec<Option<String>> = guard.keys().iter().map(|k| server.value(k)).collect();
     assert_eq!(first, now);
     assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
 }
@@ -351,14 +347,14 @@ fn bad_input_is_a_typed_error() {
         Err(Error::WrongFormat { key, .. }) => assert_eq!(&*key, "lock:h"),
         other => panic!("expected WrongFormat, got {other:?}"),
     }
-    assert!(!exists(&server, "lock:a"));
+    assert!(!server.exists("lock:a"));
     let reentrant = LockOptions::new().scheme(Scheme::Reentrant);
     assert!(matches!(
         client.lock_all_with(&["a", "b"], &reentrant),
         Err(Error::Unsupported { .. })
     ));
     // Nothing was written by any of them.
-    assert!(!exists(&server, "lock:a") && !exists(&server, "lock:b"));
+    assert!(!server.exists("lock:a") && !server.exists("lock:b"));
 }
 
 #[test]
@@ -392,7 +388,7 @@ fn a_lock_all_whose_reply_is_lost_leaves_none_of_its_names_held() {
     assert!(eventually(ROOMY, || server.command_calls("set") >= 3));
     assert!(eventually(ROOMY, || ["a", "b", "c"]
         .iter()
-        .all(|n| !exists(&server, &format!("lock:{n}")))));
+        .all(|n| !server.exists(&format!("lock:{n}")))));
     assert!(other.try_lock_all(&["a", "b", "c"]).unwrap().is_some());
 }
 
@@ -415,14 +411,14 @@ fn a_lock_user_needs_type_for_lock_all_and_without_it_takes_nothing() {
         plain.try_lock_all(&["a", "b"]),
         Err(Error::Redis(_))
     ));
-    assert!(eventually(ROOMY, || !exists(&server, "lock:a")
-        && !exists(&server, "lock:b")));
+    assert!(eventually(ROOMY, || !server.exists("lock:a")
+        && !server.exists("lock:b")));
     let typed = user("typed");
     let guard = typed.try_lock_all(&["a", "b"]).unwrap().unwrap();
     assert_eq!(guard.fences().unwrap().len(), 2);
     assert!(typed.try_lock_all(&["b", "c"]).unwrap().is_none());
     assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
-    assert!(!exists(&server, "lock:a") && !exists(&server, "lock:b"));
+    assert!(!server.exists("lock:a") && !server.exists("lock:b"));
 }
 
 #[test]
@@ -436,7 +432,7 @@ fn redlock_takes_all_names_or_none_on_every_master() {
     };
     let (ours, theirs) = (build(), build());
     // Each name is a vote of its own: held on a majority of the masters.
-    let on_majority = |key: &str| masters.servers.iter().filter(|m| exists(m, key)).count() >= 2;
+    let on_majority = |key: &str| masters.servers.iter().filter(|m| m.exists(key)).count() >= 2;
     let guard = ours.lock_all(&["m1", "m2"]).unwrap();
     assert!(on_majority("lock:m1") && on_majority("lock:m2"));
     assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
@@ -446,14 +442,14 @@ fn redlock_takes_all_names_or_none_on_every_master() {
     assert!(eventually(ROOMY, || masters
         .servers
         .iter()
-        .all(|m| !exists(m, "lock:m1") && !exists(m, "lock:m3"))));
+        .all(|m| !m.exists("lock:m1") && !m.exists("lock:m3"))));
     thread::scope(|s| {
         let waiting = s.spawn(|| ours.try_lock_all_for(&["m3", "m2", "m1"], ROOMY).unwrap());
         // It found `m2` busy, marked its holder's token, and waits.
         assert!(eventually(ROOMY, || masters
             .servers
             .iter()
-            .any(|m| value(m, "lock:m2").is_some_and(|v| v.ends_with('+')))));
+            .any(|m| m.value("lock:m2").is_some_and(|v| v.ends_with('+')))));
         drop(held);
         let got = waiting.join().unwrap().expect("taken after the release");
         assert_eq!(got.keys(), ["lock:m3", "lock:m2", "lock:m1"]);
@@ -469,7 +465,7 @@ mod cluster {
 
     fn exists_in(cluster: &Cluster, key: &str) -> bool {
         let node = &cluster.nodes[cluster.owner(cluster.slot(key))];
-        exists(node, key)
+        node.exists(key)
     }
 
     #[test]
@@ -519,11 +515,9 @@ mod cluster {
         thread::scope(|s| {
             let waiting = s.spawn(|| ours.try_lock_all_for(&spread, ROOMY).unwrap());
             assert!(eventually(ROOMY, || {
-                super::value(
-                    &cluster.nodes[cluster.owner(cluster.slot("lock:gamma"))],
-                    "lock:gamma",
-                )
-                .is_some_and(|v| v.ends_with('+'))
+                cluster.nodes[cluster.owner(cluster.slot("lock:gamma"))]
+                    .value("lock:gamma")
+                    .is_some_and(|v| v.ends_with('+'))
             }));
             drop(held);
             assert!(waiting.join().unwrap().is_some());

@@ -38,13 +38,9 @@ fn client(urls: &[String]) -> LockClient {
     builder(urls).node_timeout(ROOMY).build().unwrap()
 }
 
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
-}
-
 /// On how many of `masters`' servers `key` exists.
 fn holders(masters: &Masters, key: &str) -> usize {
-    masters.servers.iter().filter(|s| exists(s, key)).count()
+    masters.servers.iter().filter(|s| s.exists(key)).count()
 }
 
 /// Waits (at most 2 s) until `key` exists on every running server: an acquire
@@ -160,7 +156,7 @@ fn every_entry_point_works_over_a_quorum_and_release_counts_its_nodes() {
     // majority answered, so the last node's extend may still be on its way.
     guard.extend(Duration::from_secs(20)).unwrap();
     let pttls = || -> Vec<i64> {
-        let pttl = |s: &RedisServer| -> i64 { s.query(redis::cmd("PTTL").arg("lock:k")) };
+        let pttl = |s: &RedisServer| s.pttl("lock:k");
         masters.servers.iter().map(pttl).collect()
     };
     let now = pttls();
@@ -262,7 +258,7 @@ fn two_of_five_nodes_down_still_lock_three_down_fail_with_no_quorum() {
 /// On how many running servers `key` exists.
 fn holders_alive(masters: &Masters, key: &str) -> usize {
     let alive = masters.servers.iter().filter(|s| s.is_running());
-    alive.filter(|s| exists(s, key)).count()
+    alive.filter(|s| s.exists(key)).count()
 }
 
 #[test]
@@ -470,11 +466,7 @@ fn a_redis_py_style_holder_on_a_majority_blocks_an_acquire() {
         masters
             .servers
             .iter()
-            .filter(|s| {
-                s.query::<Option<String>>(redis::cmd("GET").arg("lock:k"))
-                    .as_deref()
-                    == Some("py-token")
-            })
+            .filter(|s| s.value("lock:k").as_deref() == Some("py-token"))
             .count()
     };
     assert!(eventually(Duration::from_secs(2), || holders(
@@ -658,7 +650,7 @@ fn counted_waits(free: usize) -> (Vec<u64>, u64) {
     let one_server = commands(&single);
     // Nothing of ours is left on the free master.
     let cleaned = eventually(Duration::from_secs(2), || {
-        !exists(&masters.servers[free], "lock:k")
+        !masters.servers[free].exists("lock:k")
     });
     assert!(cleaned, "our value stayed on the free master");
     for (i, s) in masters.servers.iter().enumerate() {

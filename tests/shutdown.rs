@@ -23,10 +23,6 @@ fn builder(url: &str) -> LockClientBuilder {
     LockClient::builder(url).key_prefix("lock:")
 }
 
-fn exists(server: &RedisServer, key: &str) -> bool {
-    server.query::<i64>(redis::cmd("EXISTS").arg(key)) == 1
-}
-
 fn report(released: usize, already_gone: usize, failed: usize) -> ShutdownReport {
     let mut r = ShutdownReport::default();
     r.released = released;
@@ -83,7 +79,7 @@ fn shutdown_releases_every_kind_of_lease_and_counts_them() {
 
     for key in ["token0", "token1", "token2", "nested", "rw", "rw-w", "fair"] {
         assert!(
-            !exists(&server, &format!("lock:{key}")),
+            !server.exists(&format!("lock:{key}")),
             "`{key}` still there"
         );
     }
@@ -134,9 +130,13 @@ fn a_key_taken_over_meanwhile_is_left_untouched_and_not_counted() {
 
     let done = client.shutdown(in_secs(10));
     assert_eq!(done, report(1, 2, 0), "{done:?}");
-    let value: String = server.query(redis::cmd("GET").arg("lock:taken"));
-    assert_eq!(value, "someone-else", "another holder's key left untouched");
-    assert!(!exists(&server, "lock:kept"));
+    let value = server.value("lock:taken");
+    assert_eq!(
+        value.as_deref(),
+        Some("someone-else"),
+        "another holder's key left untouched"
+    );
+    assert!(!server.exists("lock:kept"));
     assert_eq!(told(taken.lost()), Some(LossReason::Taken));
     assert_eq!(told(gone.lost()), Some(LossReason::Expired));
     assert_eq!(told(kept.lost()), Some(LossReason::Released));
@@ -170,11 +170,11 @@ fn shutdown_returns_by_its_deadline_through_a_silent_network_and_renewal_stops()
     assert!(guards.iter().all(|g| !g.is_held()));
     assert_eq!(told(guards[0].lost()), Some(LossReason::Released));
     proxy.discard(false);
-    assert!(exists(&server, "lock:k0"), "no release reached the server");
+    assert!(server.exists("lock:k0"), "no release reached the server");
     // Nothing renews the leases any more: they expire with their TTL (the renewal
     // interval is a third of it, so renewed keys would outlive this).
     let expired = eventually(ttl * 2, || {
-        (0..20).all(|i| !exists(&server, &format!("lock:k{i}")))
+        (0..20).all(|i| !server.exists(&format!("lock:k{i}")))
     });
     assert!(expired, "leases still renewed after shutdown");
 }
@@ -242,7 +242,7 @@ fn waiters_are_woken_with_shutdown_and_new_calls_refused() {
     assert!(matches!(client.lock("new"), Err(Error::Shutdown)));
     let sem = client.semaphore("sem").unwrap();
     assert!(matches!(sem.try_acquire(), Err(Error::Shutdown)));
-    assert!(!exists(&server, "lock:new"));
+    assert!(!server.exists("lock:new"));
 }
 
 #[test]
@@ -298,7 +298,7 @@ fn with_lock_reports_the_lock_lost_when_a_shutdown_ends_it_midway() {
     let inside = client.clone();
     let out = client.with_lock("w", || inside.shutdown(in_secs(10)));
     assert!(matches!(out, Err(Error::LockLost { .. })), "{out:?}");
-    assert!(!exists(&server, "lock:w"));
+    assert!(!server.exists("lock:w"));
 }
 
 #[test]
@@ -315,7 +315,7 @@ fn redlock_leases_are_released_on_every_master() {
     assert_eq!(client.shutdown(in_secs(10)), report(5, 0, 0));
     for server in &masters.servers {
         for i in 0..5 {
-            assert!(!exists(server, &format!("lock:r{i}")));
+            assert!(!server.exists(&format!("lock:r{i}")));
         }
     }
     assert!(guards.iter().all(|g| !g.is_held()));
@@ -343,7 +343,7 @@ fn cluster_leases_on_several_slots_are_released_on_their_masters() {
     for name in names.iter().chain([&"c-re".to_owned()]) {
         let key = format!("lock:{name}");
         let master = &cluster.nodes[cluster.owner(cluster.slot(&key))];
-        assert!(!exists(master, &key), "`{key}` still on its master");
+        assert!(!master.exists(&key), "`{key}` still on its master");
     }
     assert!(guards.iter().all(|g| !g.is_held()) && !nested.is_held());
 }
