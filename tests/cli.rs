@@ -234,13 +234,7 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
 fn wait_zero_on_a_held_key_exits_at_once_with_the_busy_code() {
     let server = RedisServer::start();
     let dir = Scratch::new("cli");
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("job")
-            .arg("theirs")
-            .arg("PX")
-            .arg(60_000),
-    );
+    server.set_for("job", "theirs", Duration::from_secs(60));
     let ran = dir.file("ran");
     let script = format!("touch {}", ran.display());
     let started = Instant::now();
@@ -269,13 +263,7 @@ fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
     let server = RedisServer::start();
     let proxy = support::proxy::Proxy::start(server.port());
     let dir = Scratch::new("cli");
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("job")
-            .arg("theirs")
-            .arg("PX")
-            .arg(60_000),
-    );
+    server.set_for("job", "theirs", Duration::from_secs(60));
     let ran = dir.file("ran");
     let script = format!("touch {}", ran.display());
     let url = proxy.url();
@@ -319,13 +307,7 @@ fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
 fn sigint_while_waiting_exits_promptly_and_leaves_nothing_behind() {
     let server = RedisServer::start();
     let dir = Scratch::new("cli");
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("job")
-            .arg("theirs")
-            .arg("PX")
-            .arg(60_000),
-    );
+    server.set_for("job", "theirs", Duration::from_secs(60));
     let ran = dir.file("ran");
     let mut child = run_sh(&server, &[], "job", &format!("touch {}", ran.display()))
         .spawn()
@@ -465,13 +447,7 @@ fn inspect_identifies_each_format() {
 fn release_refuses_without_force_and_with_force_wakes_a_waiter() {
     let server = RedisServer::start();
     let dir = Scratch::new("cli");
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("job")
-            .arg("stuck")
-            .arg("PX")
-            .arg(600_000),
-    );
+    server.set_for("job", "stuck", Duration::from_secs(600));
     let mut sub = server.conn();
     sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut sub = sub.as_pubsub();

@@ -5,6 +5,8 @@
 
 mod support;
 
+use std::time::Duration;
+
 use serde_json::Value;
 use support::cli::{NOT_ACQUIRED, Scratch, USAGE, output, redlease, run_sh, stderr, stdout};
 use support::{RedisServer, free_port};
@@ -15,13 +17,7 @@ const UNAVAILABLE: i32 = 69;
 /// A server whose `job` is held by someone else for a minute.
 fn held_job() -> RedisServer {
     let server = RedisServer::start();
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("job")
-            .arg("theirs")
-            .arg("PX")
-            .arg(60_000),
-    );
+    server.set_for("job", "theirs", Duration::from_secs(60));
     server
 }
 

@@ -57,13 +57,7 @@ fn run_and_holds_every_name_and_exports_one_fence_per_name_in_the_order_given() 
 fn wait_zero_with_any_name_busy_exits_with_the_busy_code_and_holds_none() {
     let server = RedisServer::start();
     let dir = Scratch::new("cli-and");
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("b")
-            .arg("theirs")
-            .arg("PX")
-            .arg(60_000),
-    );
+    server.set_for("b", "theirs", Duration::from_secs(60));
     let ran = dir.file("ran");
     let script = format!("touch {}", ran.display());
     let started = Instant::now();

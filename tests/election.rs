@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::RecvTimeoutError;
-use redlease::{Error, LockClient, LockFormat, LockOptions, Owner, Release, Renewal};
+use redlease::{Error, LockClient, LockFormat, LockOptions, Observer, Owner, Release, Renewal};
 use support::cluster::Cluster;
 use support::fleet::{listening, released, spawned};
 use support::{Masters, RedisServer, eventually};
@@ -30,6 +30,19 @@ fn client(server: &RedisServer) -> LockClient {
 /// waiter threads.
 fn listeners(server: &RedisServer, name: &str) -> i64 {
     server.subscribers(&released(&format!("lock:{name}")))
+}
+
+/// Whether `observer` reports the leader of `term` within [`SEEN`] (a slow
+/// reader may see a gap, `None`, first).
+fn sees(observer: &Observer, term: u64) -> bool {
+    let seen = support::wait_for(SEEN, || {
+        observer
+            .recv_timeout(SEEN)
+            .ok()
+            .flatten()
+            .filter(|l| l.term() == term)
+    });
+    seen.is_some()
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -150,14 +163,7 @@ fn a_resign_hands_over_to_a_candidate_of_the_same_client() {
         .unwrap()
         .unwrap();
     assert_eq!(leader.term(), second.term());
-    let seen = support::wait_for(SEEN, || {
-        observer
-            .recv_timeout(SEEN)
-            .ok()
-            .flatten()
-            .filter(|l| l.term() == second.term())
-    });
-    assert!(seen.is_some());
+    assert!(sees(&observer, second.term()));
 }
 
 #[test]
@@ -266,14 +272,7 @@ fn observe_sends_the_leader_then_each_change_then_none() {
     let _ = first.resign().unwrap();
     let (second, _) = waiter.recv_timeout(SEEN).expect("the candidate never led");
     // A slow reader may see the gap (None) first; it then sees the new leader.
-    let seen = support::wait_for(SEEN, || {
-        observer
-            .recv_timeout(SEEN)
-            .ok()
-            .flatten()
-            .filter(|l| l.term() == second.term())
-    });
-    assert!(seen.is_some());
+    assert!(sees(&observer, second.term()));
 
     // No candidate left: the resign reads as nobody leading.
     let began = Instant::now();
@@ -507,14 +506,7 @@ fn an_election_on_a_cluster_hands_over_and_is_observed() {
     let (second, _) = waiter.recv_timeout(SEEN).expect("the candidate never led");
     assert!(began.elapsed() < Duration::from_secs(2));
     assert!(second.term() > leader.term());
-    let seen = support::wait_for(SEEN, || {
-        observer
-            .recv_timeout(SEEN)
-            .ok()
-            .flatten()
-            .filter(|l| l.term() == second.term())
-    });
-    assert!(seen.is_some());
+    assert!(sees(&observer, second.term()));
 }
 
 /// Candidates campaigning in their own clients, each in a thread, until their
@@ -623,13 +615,7 @@ fn a_waiting_candidate_polls_a_holder_that_never_publishes() {
     let server = RedisServer::start();
     // Another client's lock under the name: a bare `SET NX PX`, freed with a
     // bare `DEL` that announces nothing.
-    let _: () = server.query(
-        redis::cmd("SET")
-            .arg("lock:foreign")
-            .arg("someone-else")
-            .arg("PX")
-            .arg(u64::try_from(TTL.as_millis()).unwrap()),
-    );
+    server.set_for("lock:foreign", "someone-else", TTL);
     let c = client(&server);
     let election = c.election("foreign").unwrap();
     let rx = spawned(move || election.campaign().unwrap());

@@ -70,10 +70,11 @@ impl FairLock {
     }
 
     acquire_family! {
+        fn lock, try_lock, try_lock_for, try_lock_until, lock_with, with_lock: "releases it";
         take: take(), line: Until, guard: LockGuard,
         what: "the lock", busy: "held, or others wait before us",
         gave_up: " (its queue entry is taken out)",
-        handle: turn = "fair_lock(\"deploy\")",
+        handle: turn = "fair_lock(\"deploy\")";
         /// its turn comes after every caller, redlease or Redisson, that
         /// queued before it.
         ///
@@ -81,14 +82,10 @@ impl FairLock {
         /// [`Error::WrongFormat`] when the name or its queue holds another format
         /// (left as it is), [`Error::Redis`] when Redis fails or does not answer in
         /// time, [`Error::Shutdown`] when the client is closed.
-        fn lock;
-        fn try_lock;
-        fn try_lock_for;
-        fn try_lock_until;
+        waits;
         /// [`Error::Config`] for fencing or a scheme (a fair lock has neither);
         /// [`Error::Cancelled`].
-        fn lock_with;
-        fn with_lock, "releases it";
+        options;
     }
 
     /// How many callers wait in the queue (Redisson's and ours).
@@ -143,20 +140,6 @@ impl FairLock {
 
 impl fmt::Debug for FairLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FairLock")
-            .field("key", &self.key())
-            .field("client", &self.handle.client)
-            .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_cross_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        send_sync::<FairLock>();
+        self.handle.debug(f, "FairLock")
     }
 }

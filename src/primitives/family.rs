@@ -6,7 +6,9 @@
 //! and an [`Election`](crate::Election). Each primitive writes one private
 //! `take(opts, wait)`; the family's bodies and docs are written here.
 
-/// Generates one primitive's acquire family in an `impl` block whose type has
+/// Generates one primitive's acquire family (the names in the order blocking,
+/// one attempt, `_for`, `_until`, per-call options, and the closure form with
+/// what it does with the hold at its end) in an `impl` block whose type has
 /// `fn $take(&self, $($arg,)* opts: &LockOptions, wait: Wait) ->
 /// Result<Option<$guard>>`.
 ///
@@ -16,24 +18,21 @@
 /// - `line`: `InLine` (callers of one client queue for the name: plain locks)
 ///   or `Until` (shared holds, or an order kept in Redis).
 /// - `handle`: the examples' handle and the client call that makes it
-///   (`turn = "fair_lock(\"deploy\")"`); `released`: what the closure form
-///   does with the hold at its end.
-/// - The docs after `fn $lock` finish its first sentence (what it waits for)
-///   and give its `# Errors`; those after `fn $with_opts`, the errors of
-///   per-call options beyond the blocking call's.
+///   (`turn = "fair_lock(\"deploy\")"`).
+/// - The docs before `waits` finish the blocking call's first sentence (what
+///   it waits for) and give its `# Errors`; those before `options`, the errors
+///   of per-call options beyond the blocking call's.
 macro_rules! acquire_family {
     (
+        fn $lock:ident, $try_lock:ident, $try_for:ident, $try_until:ident, $with_opts:ident
+            $(, $with_fn:ident: $released:literal)?;
         take: $take:ident($($arg:expr),*), line: $line:ident, guard: $guard:ty,
         what: $what:literal, busy: $busy:literal, gave_up: $gave_up:literal,
-        handle: $h:ident = $make:literal,
+        handle: $h:ident = $make:literal;
         $(#[$lock_doc:meta])*
-        fn $lock:ident;
-        fn $try_lock:ident;
-        fn $try_for:ident;
-        fn $try_until:ident;
+        waits;
         $(#[$opts_doc:meta])*
-        fn $with_opts:ident;
-        $(fn $with_fn:ident, $released:literal;)?
+        options;
     ) => {
         #[doc = concat!("Takes ", $what, ", waiting as long as it takes:")]
         $(#[$lock_doc])*

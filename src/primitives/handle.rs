@@ -6,6 +6,7 @@
 //! handles return are defined once, in `held.rs`; the wire formats are in
 //! `scheme/`.
 
+use std::fmt;
 use std::sync::Arc;
 
 use crate::client::LockClient;
@@ -94,6 +95,15 @@ impl Handle {
         let mut opts = opts.clone().fencing(false);
         opts.backend = Some(Arc::clone(backend));
         self.client.acquire(&self.name, &opts, wait)
+    }
+
+    /// The `Debug` output of the primitive `kind` on this handle: its key and
+    /// client.
+    pub(crate) fn debug(&self, f: &mut fmt::Formatter<'_>, kind: &str) -> fmt::Result {
+        f.debug_struct(kind)
+            .field("key", &self.key())
+            .field("client", &self.client)
+            .finish_non_exhaustive()
     }
 
     /// Turns a Redis failure of a call on the name into [`Error::WrongFormat`]

@@ -172,16 +172,3 @@ lease_guard!(
     /// [`Semaphore::release_by_id`](crate::Semaphore::release_by_id) take it.
     fn permit_id
 );
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn guards_cross_threads() {
-        fn send<T: Send>() {}
-        send::<ReadGuard>();
-        send::<WriteGuard>();
-        send::<PermitGuard>();
-    }
-}

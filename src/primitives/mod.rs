@@ -24,3 +24,21 @@ pub(crate) mod handle;
 pub(crate) mod held;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_and_guards_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<crate::FairLock>();
+        send_sync::<crate::ReadWriteLock>();
+        send_sync::<crate::Semaphore>();
+        send_sync::<crate::Election>();
+        send::<crate::ReadGuard>();
+        send::<crate::WriteGuard>();
+        send::<crate::PermitGuard>();
+        send::<crate::Leadership>();
+        send::<crate::Observer>();
+    }
+}

@@ -84,11 +84,12 @@ impl ReadWriteLock {
     }
 
     acquire_family! {
+        fn read, try_read, try_read_for, try_read_until, read_with, with_read: "releases it";
         take: take(false), line: Until, guard: ReadGuard,
         what: "a read hold",
         busy: "held by others (a writer, or a redlease writer waiting for it)",
         gave_up: "",
-        handle: config = "read_write_lock(\"config\")",
+        handle: config = "read_write_lock(\"config\")";
         /// it waits while a writer holds the name or a redlease writer waits
         /// for it, and behind a waiting writer at most 250 ms while a Redisson
         /// reader holds it.
@@ -97,34 +98,27 @@ impl ReadWriteLock {
         /// [`Error::WrongFormat`] when the name holds another format (left as
         /// it is), [`Error::Redis`] when Redis fails or does not answer in time,
         /// [`Error::Shutdown`] when the client is closed.
-        fn read;
-        fn try_read;
-        fn try_read_for;
-        fn try_read_until;
+        waits;
         /// [`Error::Config`] for fencing or a scheme (a read-write lock has
         /// neither); [`Error::Cancelled`].
-        fn read_with;
-        fn with_read, "releases it";
+        options;
     }
 
     acquire_family! {
+        fn write, try_write, try_write_for, try_write_until, write_with, with_write: "releases it";
         take: take(true), line: Until, guard: WriteGuard,
         what: "the write hold", busy: "held by others (readers or a writer)",
         gave_up: "",
-        handle: config = "read_write_lock(\"config\")",
+        handle: config = "read_write_lock(\"config\")";
         /// it waits while others read or write.
         ///
         /// # Errors
         /// [`Error::ReadHeld`] when this thread holds a read of the name, else as
         /// [`read`](Self::read).
-        fn write;
-        fn try_write;
-        fn try_write_for;
-        fn try_write_until;
+        waits;
         /// [`Error::Config`] for fencing or a scheme (a read-write lock has
         /// neither); [`Error::Cancelled`].
-        fn write_with;
-        fn with_write, "releases it";
+        options;
     }
 
     /// One acquire of a read (`write` false) or the write hold, as the guard
@@ -170,20 +164,6 @@ impl ReadWriteLock {
 
 impl fmt::Debug for ReadWriteLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReadWriteLock")
-            .field("key", &self.key())
-            .field("client", &self.handle.client)
-            .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_cross_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        send_sync::<ReadWriteLock>();
+        self.handle.debug(f, "ReadWriteLock")
     }
 }

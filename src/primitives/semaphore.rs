@@ -97,9 +97,10 @@ impl Semaphore {
     }
 
     acquire_family! {
+        fn acquire, try_acquire, try_acquire_for, try_acquire_until, acquire_with, with_permit: "gives it back";
         take: take(), line: Until, guard: PermitGuard,
         what: "a permit", busy: "none is free", gave_up: "",
-        handle: imports = "semaphore(\"imports\")",
+        handle: imports = "semaphore(\"imports\")";
         /// it waits for a release message, the end of the first lease, or a
         /// polling step, and tries again; never returns without a permit but
         /// with an error.
@@ -109,15 +110,11 @@ impl Semaphore {
         /// [`Error::Redis`] when Redis fails or does not answer in time (a permit the
         /// attempt may have taken is given back in the background),
         /// [`Error::Shutdown`] when the client is closed.
-        fn acquire;
-        fn try_acquire;
-        fn try_acquire_for;
-        fn try_acquire_until;
+        waits;
         /// [`Error::Config`] for fencing (a permit has no fencing token) or a
         /// scheme (a semaphore has its own format); [`Error::Cancelled`] when
         /// the wait was cancelled.
-        fn acquire_with;
-        fn with_permit, "gives it back";
+        options;
     }
 
     /// Creates the semaphore with `permits` in all when it does not exist; when it
@@ -245,10 +242,7 @@ impl From<State> for Permits {
 
 impl fmt::Debug for Semaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Semaphore")
-            .field("key", &self.key())
-            .field("client", &self.handle.client)
-            .finish_non_exhaustive()
+        self.handle.debug(f, "Semaphore")
     }
 }
 
@@ -265,11 +259,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn handles_and_guards_cross_threads_and_counts_add_up() {
-        fn send_sync<T: Send + Sync>() {}
-        fn send<T: Send>() {}
-        send_sync::<Semaphore>();
-        send::<PermitGuard>();
+    fn counts_add_up_and_zero_permits_are_refused() {
         let p = Permits { free: -1, held: 3 };
         assert_eq!(p.total(), 2);
         assert!(nonzero(0).is_err());

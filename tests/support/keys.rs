@@ -1,6 +1,8 @@
 //! One key read (or set) as the tests do: its value, whether it is there, its
 //! `PTTL`, and a channel's subscribers, each on a new connection of the server's.
 
+use std::time::Duration;
+
 use super::RedisServer;
 
 impl RedisServer {
@@ -12,6 +14,12 @@ impl RedisServer {
     /// `SET key value`, without an expiry.
     pub fn set(&self, key: &str, value: &str) {
         let () = self.query(redis::cmd("SET").arg(key).arg(value));
+    }
+
+    /// `SET key value PX ttl`: the key held by another client for `ttl`.
+    pub fn set_for(&self, key: &str, value: &str, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap();
+        let () = self.query(redis::cmd("SET").arg(key).arg(value).arg("PX").arg(ms));
     }
 
     /// `DEL key`.

@@ -7,20 +7,14 @@ use redlease::{CancelToken, Error, LockOptions};
 use crate::args::ElectArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::held::Held;
-use crate::server::server_name;
 use crate::supervise::{cancelled, run_command, watch_signals};
 
 /// Runs `elect`; returns the exit code (the command's, or 128 + a signal that
 /// stopped the campaign) or the failure to report.
 pub(crate) fn elect(args: &ElectArgs) -> Result<u8, Failure> {
-    let (builder, url) = args.server.builder();
-    let server = server_name(&url);
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
-    let client = builder
-        .key_prefix(args.server.prefix.as_str())
-        .build()
-        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let (client, server) = args.server.client(|b| b)?;
     let key = args.server.full_key(&args.name);
     let election = client
         .election(&args.name)

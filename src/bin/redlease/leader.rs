@@ -6,17 +6,11 @@ use serde_json::{Value, json};
 
 use crate::args::LeaderArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
-use crate::server::server_name;
 
 /// Prints the leader; 0 when there is one, [`NOT_ACQUIRED`] (75) when nobody
 /// leads.
 pub(crate) fn leader(args: &LeaderArgs) -> Result<u8, Failure> {
-    let (builder, url) = args.server.builder();
-    let server = server_name(&url);
-    let client = builder
-        .key_prefix(args.server.prefix.as_str())
-        .build()
-        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let (client, server) = args.server.client(|b| b)?;
     let leader = client
         .election(&args.name)
         .and_then(|e| e.leader())

@@ -85,6 +85,20 @@ impl ServerArgs {
         (builder, url)
     }
 
+    /// A client of these servers under `--prefix`, with what `configure` adds
+    /// (a scheme), and [`server_name`] of the first server, for messages.
+    pub(crate) fn client(
+        &self,
+        configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+    ) -> Result<(LockClient, String), Failure> {
+        let (builder, url) = self.builder();
+        let server = server_name(&url);
+        let client = configure(builder.key_prefix(self.prefix.as_str()))
+            .build()
+            .map_err(|e| Failure::from_lib(&e, &server))?;
+        Ok((client, server))
+    }
+
     /// The one server a command that reads a key directly works on.
     pub(crate) fn one_server(&self, what: &str) -> Result<String, Failure> {
         match self.servers() {

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use crate::args::WaitArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
-use crate::server::server_name;
 
 /// How long `wait` waits without `--timeout`: as long as it takes, in the
 /// longest wait one call can express (a century, renewed if it ever runs out).
@@ -15,12 +14,7 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 /// `--timeout` ran out with it still held. The answer is stale at once: someone
 /// may take KEY right after.
 pub(crate) fn wait(args: &WaitArgs) -> Result<u8, Failure> {
-    let (builder, url) = args.server.builder();
-    let server = server_name(&url);
-    let client = builder
-        .key_prefix(args.server.prefix.as_str())
-        .build()
-        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let (client, server) = args.server.client(|b| b)?;
     loop {
         let timeout = args.timeout.unwrap_or(FOREVER);
         match client.wait_free(&args.key, timeout) {

@@ -98,9 +98,10 @@ impl Election {
     }
 
     acquire_family! {
+        fn campaign, try_campaign, try_campaign_for, try_campaign_until, campaign_with;
         take: run(), line: InLine, guard: Leadership,
         what: "the leadership", busy: "someone else leads", gave_up: "",
-        handle: election = "election(\"scheduler\")",
+        handle: election = "election(\"scheduler\")";
         /// it campaigns until this caller leads. It waits for the leader's
         /// release message (a resign wakes the first waiting candidate at
         /// once) or its lease's end, as [`LockClient::lock`] waits. A leader
@@ -115,15 +116,12 @@ impl Election {
         /// semaphore's count; a plain lock of the name is waited for);
         /// [`Error::Redis`] when Redis fails or does not answer in time;
         /// [`Error::Shutdown`] when the client is [closed](LockClient::close).
-        fn campaign;
-        fn try_campaign;
-        fn try_campaign_for;
-        fn try_campaign_until;
+        waits;
         /// [`Error::Config`] for fencing off or a scheme other than
         /// [`Scheme::Token`] (an election is a fenced token lock);
         /// [`Error::Unsupported`] for a [`min_hold`](LockOptions::min_hold) (a
         /// resign hands the leadership on at once); [`Error::Cancelled`].
-        fn campaign_with;
+        options;
     }
 
     /// A stream of the leaders: the current one at once, then each change
@@ -177,23 +175,6 @@ impl Election {
 
 impl fmt::Debug for Election {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Election")
-            .field("key", &self.key())
-            .field("client", &self.handle.client)
-            .finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn handles_cross_threads() {
-        fn send_sync<T: Send + Sync>() {}
-        fn send<T: Send>() {}
-        send_sync::<Election>();
-        send::<Leadership>();
-        send::<Observer>();
+        self.handle.debug(f, "Election")
     }
 }
