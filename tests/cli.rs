@@ -9,7 +9,7 @@ mod support;
 
 use std::fs;
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Output};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::{Signal, kill};
@@ -168,16 +168,19 @@ fn two_runs_on_one_key_do_not_overlap() {
     );
 }
 
-#[test]
-fn a_deleted_key_stops_the_command_with_the_lost_code() {
+/// Runs a command that writes `started`, sleeps 30 s, then writes `finished`
+/// (after `trap`, a prefix of the script) under `run --ttl 1s --kill-grace
+/// grace`, and deletes its key once it started: its output, how long after the
+/// delete it ended, and what it wrote.
+fn deleted_midway(trap: &str, grace: &str) -> (Output, Duration, String) {
     let server = RedisServer::start();
     let dir = Scratch::new("cli");
     let f = dir.file("out");
     let script = format!(
-        "echo started > {0}; sleep 30; echo finished >> {0}",
+        "{trap}echo started > {0}; sleep 30; echo finished >> {0}",
         f.display()
     );
-    let opts = ["--ttl", "1s", "--kill-grace", "5s"];
+    let opts = ["--ttl", "1s", "--kill-grace", grace];
     let child = run_sh(&server, &opts, "job", &script).spawn().unwrap();
     assert!(eventually(STARTUP, || has_line(&f)));
     let deleted = Instant::now();
@@ -186,6 +189,13 @@ fn a_deleted_key_stops_the_command_with_the_lost_code() {
     let out = finish(child);
     let took = deleted.elapsed();
     assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    assert!(keys(&server).is_empty());
+    (out, took, fs::read_to_string(&f).unwrap())
+}
+
+#[test]
+fn a_deleted_key_stops_the_command_with_the_lost_code() {
+    let (out, took, written) = deleted_midway("", "5s");
     assert!(stderr(&out).contains("lost"), "{}", stderr(&out));
     // One renewal period (333 ms) to notice, then SIGTERM ends `sh` at once:
     // well before the 5 s grace would send SIGKILL.
@@ -193,32 +203,13 @@ fn a_deleted_key_stops_the_command_with_the_lost_code() {
         took < Duration::from_millis(333 + 1500),
         "stopped after {took:?}"
     );
-    assert_eq!(
-        fs::read_to_string(&f).unwrap(),
-        "started\n",
-        "the command was stopped"
-    );
-    assert!(keys(&server).is_empty());
+    assert_eq!(written, "started\n", "the command was stopped");
 }
 
 #[test]
 fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
-    let server = RedisServer::start();
-    let dir = Scratch::new("cli");
-    let f = dir.file("out");
     // `trap '' TERM` is inherited by `sleep`: only SIGKILL stops the group.
-    let script = format!(
-        "trap '' TERM; echo started > {0}; sleep 30; echo finished >> {0}",
-        f.display()
-    );
-    let opts = ["--ttl", "1s", "--kill-grace", "1s"];
-    let child = run_sh(&server, &opts, "job", &script).spawn().unwrap();
-    assert!(eventually(STARTUP, || has_line(&f)));
-    let deleted = Instant::now();
-    let _: i64 = server.query(redis::cmd("DEL").arg("job"));
-    let out = finish(child);
-    let took = deleted.elapsed();
-    assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    let (_, took, written) = deleted_midway("trap '' TERM; ", "1s");
     assert!(
         took >= Duration::from_secs(1),
         "SIGKILL before the grace: {took:?}"
@@ -227,7 +218,7 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace() {
         took < Duration::from_millis(1000 + 333 + 1500),
         "stopped after {took:?}"
     );
-    assert_eq!(fs::read_to_string(&f).unwrap(), "started\n");
+    assert_eq!(written, "started\n");
 }
 
 #[test]

@@ -587,27 +587,6 @@ fn with_the_first_node_down_waiters_still_hear_releases_from_another() {
     }
 }
 
-/// `calls` per command in `INFO commandstats`, leaving out the test's own queries
-/// (`info`, `client|…`, `config|…`, `pubsub|…`). Commands a script runs count too:
-/// they are work the server does for the client.
-fn command_counts(server: &RedisServer) -> Vec<(String, u64)> {
-    server
-        .command_stats()
-        .into_iter()
-        .filter(|(name, _)| {
-            !(name == "info"
-                || ["client|", "config|", "pubsub|"]
-                    .iter()
-                    .any(|p| name.starts_with(p)))
-        })
-        .collect()
-}
-
-/// The sum of [`command_counts`]: what the clients under test cost `server`.
-fn commands(server: &RedisServer) -> u64 {
-    command_counts(server).iter().map(|(_, n)| n).sum()
-}
-
 /// What a Redlock waiter may cost a master beyond one server's waiter in the same
 /// time: its first round's take-back of the value a free master stored (the
 /// release script and the `GET` and `DEL` it runs: 3), and two polls of jitter
@@ -646,17 +625,25 @@ fn counted_waits(free: usize) -> (Vec<u64>, u64) {
             "one server's waiter got a held lock"
         );
     });
-    let per_master: Vec<u64> = masters.servers.iter().map(commands).collect();
-    let one_server = commands(&single);
+    let per_master: Vec<u64> = masters
+        .servers
+        .iter()
+        .map(RedisServer::client_commands)
+        .collect();
+    let one_server = single.client_commands();
     // Nothing of ours is left on the free master.
     let cleaned = eventually(Duration::from_secs(2), || {
         !masters.servers[free].exists("lock:k")
     });
     assert!(cleaned, "our value stayed on the free master");
     for (i, s) in masters.servers.iter().enumerate() {
-        eprintln!("master {i} (free: {}): {:?}", i == free, command_counts(s));
+        eprintln!(
+            "master {i} (free: {}): {:?}",
+            i == free,
+            s.client_command_stats()
+        );
     }
-    eprintln!("one server: {:?}", command_counts(&single));
+    eprintln!("one server: {:?}", single.client_command_stats());
     eprintln!(
         "free master {free}: the masters received {per_master:?} commands in 3 s, one server {one_server}"
     );

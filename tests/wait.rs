@@ -67,30 +67,6 @@ fn busy_reply_after(server: &RedisServer, seen: u64) -> u64 {
     now
 }
 
-/// `calls` per command in `INFO commandstats`, leaving out the tests' own
-/// queries (`info`, `client|…`, `config|…`, `pubsub|…`).
-fn command_counts(server: &RedisServer) -> Vec<(String, u64)> {
-    let info: String = server.query(redis::cmd("INFO").arg("commandstats"));
-    info.lines()
-        .filter_map(|line| {
-            let (name, rest) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            Some((name.to_ascii_lowercase(), calls.parse().ok()?))
-        })
-        .filter(|(name, _)| {
-            !(name == "info"
-                || ["client|", "config|", "pubsub|"]
-                    .iter()
-                    .any(|p| name.starts_with(p)))
-        })
-        .collect()
-}
-
-/// The sum of [`command_counts`]: the commands the clients under test sent.
-fn lock_commands(server: &RedisServer) -> u64 {
-    command_counts(server).iter().map(|(_, n)| n).sum()
-}
-
 /// `a / b` as a float, for reports.
 #[expect(clippy::cast_precision_loss, reason = "counts in reports")]
 fn ratio(a: impl TryInto<u64>, b: usize) -> f64 {
@@ -243,7 +219,7 @@ fn sixty_four_waiters_cost_a_few_commands_each_and_enter_one_at_a_time() {
         barrier.wait();
         // One caller probes; the others queue behind it and send nothing.
         thread::sleep(Duration::from_secs(2));
-        let waiting = lock_commands(&server);
+        let waiting = server.client_commands();
         let subscribes = server.command_calls("subscribe");
         println!("{WAITERS} waiters for 2 s: {waiting} commands ({subscribes} subscribe)");
         assert!(subscribes <= 1, "{subscribes} subscribes for one key");
@@ -265,7 +241,7 @@ fn sixty_four_waiters_cost_a_few_commands_each_and_enter_one_at_a_time() {
             finished.load(SeqCst)
         );
         let tries = client.metrics().attempts - attempts;
-        let commands = lock_commands(&server);
+        let commands = server.client_commands();
         println!(
             "{WAITERS} releases in {chain:?}: {tries} acquire attempts, {commands} commands \
              ({:.2} per acquisition)",
@@ -317,7 +293,7 @@ fn sixty_four_idle_waiters_cost_at_most_seventy_commands_in_ten_seconds() {
             });
         }
     });
-    let mut commands = command_counts(&server);
+    let mut commands = server.client_command_stats();
     // The client's session record, `HSET` + `PEXPIRE` every 3 s
     // whether anyone waits or not, is no waiter's cost: counted apart.
     let session: u64 = commands
@@ -660,7 +636,7 @@ fn eight_contending_threads_take_turns() {
         }
     });
     let elapsed = start.elapsed();
-    let counts = command_counts(&server);
+    let counts = server.client_command_stats();
     let commands: u64 = counts.iter().map(|(_, n)| n).sum();
     let mut log = log.into_inner();
     log.sort_by_key(|&(_, acquired, _)| acquired);

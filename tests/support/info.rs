@@ -66,4 +66,24 @@ impl RedisServer {
             })
             .collect()
     }
+
+    /// [`command_stats`](Self::command_stats) without the tests' own queries
+    /// (`info`, `client|…`, `config|…`, `pubsub|…`): what the clients under
+    /// test cost the server. Commands a script runs count too.
+    pub fn client_command_stats(&self) -> Vec<(String, u64)> {
+        self.command_stats()
+            .into_iter()
+            .filter(|(name, _)| {
+                !(name == "info"
+                    || ["client|", "config|", "pubsub|"]
+                        .iter()
+                        .any(|p| name.starts_with(p)))
+            })
+            .collect()
+    }
+
+    /// The sum of [`client_command_stats`](Self::client_command_stats).
+    pub fn client_commands(&self) -> u64 {
+        self.client_command_stats().iter().map(|(_, n)| n).sum()
+    }
 }
