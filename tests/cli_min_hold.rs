@@ -19,6 +19,21 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.query(redis::cmd("PTTL").arg(key))
 }
 
+/// Runs `echo ran` under `run --wait 0 --min-hold 20s job`, which must exit
+/// 75 without running it: what it said on stderr.
+fn refused(server: &RedisServer) -> String {
+    let out = output(run_sh(
+        server,
+        &["--wait", "0", "--min-hold", "20s"],
+        "job",
+        "echo ran",
+    ));
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{text}");
+    assert!(out.stdout.is_empty(), "the command ran: {text}");
+    text
+}
+
 /// The seconds in `… for another 12.3s …`.
 fn seconds_left(text: &str) -> f64 {
     let rest = text
@@ -44,15 +59,7 @@ fn a_run_inside_an_alive_holders_min_hold_exits_75_naming_the_holder_and_the_tim
     .unwrap();
     let holder = first.id();
     assert!(eventually(STARTUP, || has_line(&started)));
-    let out = output(run_sh(
-        &server,
-        &["--wait", "0", "--min-hold", "20s"],
-        "job",
-        "echo ran",
-    ));
-    let text = stderr(&out);
-    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{text}");
-    assert!(out.stdout.is_empty(), "the command ran: {text}");
+    let text = refused(&server);
     assert!(text.contains(&format!("by pid {holder} on ")), "{text}");
     let left = seconds_left(&text);
     assert!(left > 10.0 && left <= 30.0, "{text}");
@@ -71,14 +78,7 @@ fn a_run_after_the_holder_finished_inside_its_min_hold_exits_75_saying_the_lock_
         "true",
     ));
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = output(run_sh(
-        &server,
-        &["--wait", "0", "--min-hold", "20s"],
-        "job",
-        "echo ran",
-    ));
-    let text = stderr(&out);
-    assert_eq!(out.status.code(), Some(NOT_ACQUIRED), "{text}");
+    let text = refused(&server);
     assert!(text.contains("kept for its minimum hold"), "{text}");
     let left = seconds_left(&text);
     let most = 20.0;

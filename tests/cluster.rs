@@ -150,15 +150,7 @@ fn fences_rise_per_key_and_their_counter_lives_in_the_keys_slot() {
             assert_eq!(guard.unlock().unwrap(), Release::Released);
         }
         let slot = cluster.slot(&format!("lock:{key}"));
-        let owner = &cluster.nodes[cluster.owner(slot)];
-        let counters: Vec<String> =
-            owner.query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10));
-        assert!(
-            counters
-                .iter()
-                .any(|k| k.starts_with("lock:redlease:fence:{")),
-            "{key}: no fence counter in slot {slot}: {counters:?}"
-        );
+        assert_fence_counter(&cluster.nodes[cluster.owner(slot)], slot, "lock:");
     }
 }
 
@@ -716,13 +708,17 @@ fn a_slot_moved_under_fenced_load_surfaces_no_error() {
     );
     assert!(moving > 20, "only {moving} sections of the moving key");
     // The fence counter moved with its slot: it is on the last owner.
-    let last = &cluster.nodes[*owners.last().unwrap()];
+    assert_fence_counter(&cluster.nodes[*owners.last().unwrap()], slot, "bar:");
+}
+
+/// Asserts that `node` holds a fence counter of the key prefix `prefix` in
+/// `slot` (among its first 10 keys there).
+fn assert_fence_counter(node: &RedisServer, slot: u16, prefix: &str) {
     let in_slot: Vec<String> =
-        last.query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10));
+        node.query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10));
+    let counter = format!("{prefix}redlease:fence:{{");
     assert!(
-        in_slot
-            .iter()
-            .any(|k| k.starts_with("bar:redlease:fence:{")),
+        in_slot.iter().any(|k| k.starts_with(&counter)),
         "no fence counter in slot {slot}: {in_slot:?}"
     );
 }
