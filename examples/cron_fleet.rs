@@ -17,14 +17,16 @@
 //! exits non-zero otherwise. Talks to `REDIS_URL` like `basic`, or starts a
 //! private `redis-server`.
 
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/private_server.rs"]
 mod private_server;
 
 use std::error::Error;
-use std::process::Command;
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fleet::run_copies;
 use private_server::redis_url;
 use redlease::{LockClient, LockOptions};
 
@@ -55,19 +57,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     // The schedule's first period starts a second from now (unix ms): time for
     // every host to start and connect.
     let start = unix_ms(SystemTime::now()) + 1000;
-    let me = std::env::current_exe()?;
-    let hosts: Vec<_> = (0..HOSTS)
-        .map(|i| {
-            Command::new(&me)
-                .args(["host", &url, &i.to_string(), &start.to_string()])
-                .spawn()
-        })
-        .collect::<Result<_, _>>()?;
-    for mut host in hosts {
-        if !host.wait()?.success() {
-            return Err("a host failed".into());
-        }
-    }
+    run_copies(usize::try_from(HOSTS)?, "host", |i| {
+        vec!["host".into(), url.clone(), i.to_string(), start.to_string()]
+    })?;
     let runs: Vec<String> = redis::cmd("LRANGE")
         .arg(RECORD)
         .arg(0)

@@ -14,13 +14,15 @@
 //! semaphore is Redisson's `RPermitExpirableSemaphore` named `fleet:imports`: Java
 //! workers on Redisson share the 3 permits too.
 
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/private_server.rs"]
 mod private_server;
 
 use std::error::Error;
-use std::process::Command;
 use std::time::Duration;
 
+use fleet::run_copies;
 use private_server::redis_url;
 use redlease::LockClient;
 
@@ -67,19 +69,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         .build()?;
     client.semaphore("imports")?.ensure_permits(PERMITS)?;
 
-    let me = std::env::current_exe()?;
-    let children: Vec<_> = (0..WORKERS)
-        .map(|i| {
-            Command::new(&me)
-                .args(["worker", &url, &format!("w{i}")])
-                .spawn()
-        })
-        .collect::<Result<_, _>>()?;
-    for mut child in children {
-        if !child.wait()?.success() {
-            return Err("a worker failed".into());
-        }
-    }
+    run_copies(WORKERS, "worker", |i| {
+        vec!["worker".into(), url.clone(), format!("w{i}")]
+    })?;
     let (peak, total, running): (u64, u64, u64) = redis::cmd("MGET")
         .arg(KEYS[1])
         .arg(KEYS[2])

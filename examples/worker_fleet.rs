@@ -12,13 +12,15 @@
 //! with the fence it was done under. Talks to `REDIS_URL` like `basic`, or starts a
 //! private `redis-server`.
 
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/private_server.rs"]
 mod private_server;
 
 use std::error::Error;
-use std::process::Command;
 use std::time::Duration;
 
+use fleet::run_copies;
 use private_server::redis_url;
 use redlease::{LockClient, LockOptions};
 
@@ -53,19 +55,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             .arg(format!("fleet:done:{job}"))
             .query(&mut con)?;
     }
-    let me = std::env::current_exe()?;
-    let children: Vec<_> = (0..WORKERS)
-        .map(|i| {
-            Command::new(&me)
-                .args(["worker", &url, &format!("w{i}")])
-                .spawn()
-        })
-        .collect::<Result<_, _>>()?;
-    for mut child in children {
-        if !child.wait()?.success() {
-            return Err("a worker failed".into());
-        }
-    }
+    run_copies(WORKERS, "worker", |i| {
+        vec!["worker".into(), url.clone(), format!("w{i}")]
+    })?;
     for job in 0..JOBS {
         let writes: u64 = redis::cmd("HGET")
             .arg(format!("fleet:result:{job}"))
