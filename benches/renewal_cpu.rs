@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use redlease::{LockClient, LockGuard};
 use support::RedisServer;
 use support::bench::pin;
+use support::fleet::taken;
 
 const TTL_MS: u64 = 3000;
 const TTL: Duration = Duration::from_millis(TTL_MS);
@@ -90,23 +91,7 @@ fn ours(server: &RedisServer, n: usize, secs: u64) -> Cpu {
         .pool_size(8)
         .build()
         .unwrap();
-    let guards: Vec<LockGuard> = thread::scope(|s| {
-        let lc = &lc;
-        let handles: Vec<_> = (0..4)
-            .map(|t| {
-                s.spawn(move || {
-                    (t..n)
-                        .step_by(4)
-                        .map(|i| lc.try_lock(&format!("ours:{i}")).unwrap().unwrap())
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
-    });
+    let guards = taken(&lc, "ours:", n, 4);
     lc.flush();
     // Let the leases' first renewals fall due together, as in a steady fleet.
     thread::sleep(EVERY + EVERY / 2);

@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{LockClient, LockGuard, LockOptions, LossReason, Release, Renewal, Scheme};
+use support::fleet::taken;
 use support::proxy::Proxy;
 use support::{RedisServer, eventually, wait_for};
 
@@ -412,23 +413,7 @@ fn ten_thousand_leases_are_renewed_in_one_round_trip_per_tick_for_thirty_seconds
         .unwrap();
     server.reset_stats(); // `build` probes the user's permissions
     let setup = Instant::now();
-    let guards: Vec<LockGuard> = thread::scope(|s| {
-        let handles: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let lc = &lc;
-                s.spawn(move || {
-                    (t..LEASES)
-                        .step_by(THREADS)
-                        .map(|i| lc.try_lock(&format!("lease:{i}")).unwrap().unwrap())
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect()
-    });
+    let guards = taken(&lc, "lease:", LEASES, THREADS);
     lc.flush();
     let setup = setup.elapsed();
     let start = Instant::now();

@@ -50,6 +50,27 @@ pub fn answer_after<T>(
     (answer, took)
 }
 
+/// `n` locks `<prefix><i>` taken by `client` without waiting, from `threads`
+/// threads at once (each name must be free).
+pub fn taken(client: &LockClient, prefix: &str, n: usize, threads: usize) -> Vec<LockGuard> {
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    (t..n)
+                        .step_by(threads)
+                        .map(|i| client.try_lock(&format!("{prefix}{i}")).unwrap().unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    })
+}
+
 /// The release channel of the lock key `key` (a token lock's, as
 /// `{lock:job}:released`).
 pub fn released(key: &str) -> String {
