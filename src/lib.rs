@@ -166,6 +166,7 @@ mod client;
 mod primitives;
 
 pub use client::LockClient;
+pub use client::any_guard::AnyGuard;
 pub use client::builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
     DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,

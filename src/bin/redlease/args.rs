@@ -118,6 +118,18 @@ pub(crate) struct RunArgs {
                 REDLEASE_FENCE holds one fence per name, comma-separated, KEY's first"
     )]
     pub(crate) and: Vec<String>,
+    /// Take one of the N locks KEY:0 … KEY:N-1, whichever is free.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=4096),
+        conflicts_with_all = ["permits", "shared", "exclusive", "fair", "and"],
+        help = "Take one of the N locks KEY:0 … KEY:N-1, whichever is free (from a random \
+                one, so a fleet spreads): the command gets its number as REDLEASE_SLOT \
+                (and its fence as REDLEASE_FENCE with --fence); a {tag} in KEY keeps them \
+                in one cluster slot"
+    )]
+    pub(crate) slots: Option<u32>,
     /// Time between SIGTERM (or a forwarded SIGINT) and SIGKILL when the command must
     /// stop: the lock was lost, or redlease got SIGINT / SIGTERM
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]

@@ -50,6 +50,13 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         None if args.shared || args.exclusive => {
             Held::read_write(&client, &args.key, args.exclusive, &opts)
         }
+        None if args.slots.is_some() => {
+            let n = args.slots.unwrap_or(1);
+            let names: Vec<String> = (0..n).map(|i| format!("{}:{i}", args.key)).collect();
+            client
+                .lock_any_with(&names, &opts)
+                .map(|g| g.map(Held::Any))
+        }
         None if !args.and.is_empty() => {
             let names: Vec<&str> = std::iter::once(&args.key)
                 .chain(&args.and)
@@ -80,6 +87,13 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
             };
             let busy = match args.permits {
                 Some(n) => format!("no permit of `{key}` (of {n}) came free"),
+                None if args.slots.is_some() => {
+                    let n = args.slots.unwrap_or(1);
+                    format!(
+                        "all {n} slots `{key}:0` … `{key}:{}` are held; none acquired",
+                        n - 1
+                    )
+                }
                 None if !args.and.is_empty() => {
                     format!("`{key}` or an --and name is held by someone else; none acquired")
                 }
