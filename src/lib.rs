@@ -185,6 +185,9 @@ pub use owner::{ClientTag, Owner, Session};
 pub use primitives::election::{Election, Leader, Leadership, OBSERVE_POLL, Observer};
 pub use primitives::fair::FairLock;
 pub use primitives::held::{PermitGuard, ReadGuard, WriteGuard};
+pub use primitives::partition::{
+    GroupStatus, MAX_PARTITIONS, Member, MemberInfo, PartitionEvent, PartitionGroup, PartitionInfo,
+};
 pub use primitives::rwlock::ReadWriteLock;
 pub use primitives::semaphore::{Permits, Semaphore};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
