@@ -16,7 +16,9 @@
 //! - `elect` (a command run while leader) and `leader` (who leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
-//! - `wait`, until a key is free (the library's `wait_free`).
+//! - `wait`, until a key is free (the library's `wait_free`);
+//! - `partitions` (`run --partitions`: a member of a partition group running one
+//!   command per partition held) and `group` (a group's members and partitions).
 
 #![forbid(unsafe_code)]
 
@@ -24,11 +26,13 @@ mod args;
 mod child;
 mod elect;
 mod exit;
+mod group;
 mod held;
 mod inspect;
 mod leader;
 mod list;
 mod owners;
+mod partitions;
 mod probe;
 mod release;
 mod run;
@@ -42,7 +46,9 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::args::{ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs};
+use crate::args::{
+    ElectArgs, GroupArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
+};
 use crate::exit::{EXIT_CODES, USAGE};
 use crate::server::ServerArgs;
 
@@ -92,7 +98,7 @@ enum Cmd {
     #[command(
         after_help = EXIT_CODES,
         long_about = RUN_ABOUT,
-        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
+        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]...\n       redlease run [OPTIONS] --partitions M --group G -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
     /// Campaign for leadership of NAME, run COMMAND while leader, resign when it exits.
@@ -117,6 +123,9 @@ enum Cmd {
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
     #[command(after_help = EXIT_CODES, long_about = WAIT_ABOUT)]
     Wait(WaitArgs),
+    /// Show a partition group: its members, each partition's owner, fence and TTL
+    #[command(after_help = EXIT_CODES)]
+    Group(GroupArgs),
 }
 
 /// `wait --help`'s description.
@@ -140,6 +149,7 @@ fn main() -> ExitCode {
         Cmd::List(a) => &a.server,
         Cmd::Release(a) => &a.server,
         Cmd::Wait(a) => &a.server,
+        Cmd::Group(a) => &a.server,
     };
     let secrets = server.secrets();
     let result = match &cli.command {
@@ -150,6 +160,7 @@ fn main() -> ExitCode {
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
+        Cmd::Group(a) => group::group(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
