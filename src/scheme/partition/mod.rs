@@ -133,7 +133,8 @@ pub(crate) struct Ask {
 }
 
 /// What one round read: the live records sorted by id, each partition's lock's
-/// remaining TTL (`None` when free), and the asks.
+/// remaining TTL (`None` when free; `Duration::MAX` when held with no TTL, or
+/// read by a member's round, which asks only whether it is held), and the asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct View {
     pub(crate) members: Vec<Record>,

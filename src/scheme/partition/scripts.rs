@@ -25,7 +25,8 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// member's asks, drop as `beat` does) or `read` (write nothing).
 ///
 /// Returns `{members, ttls, asks}`: each live record as `{id, ms left, body}`;
-/// each partition lock's `PTTL` (-2 free); each ask of a live member as
+/// each partition lock's `PTTL` (-2 free) when reading, or -2 free / -1 held
+/// for a member's round (one `MGET`: a member needs no more); each ask of a live member as
 /// `{partition, id, ms to its deadline}`.
 pub(crate) static ROUND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -50,7 +51,15 @@ for i = 1, #all, 2 do
   end
 end
 local ttls = {{}}
-for i = 3, #KEYS do ttls[#ttls + 1] = redis.call('PTTL', KEYS[i]) end
+if mode == 'read' then
+  for i = 3, #KEYS do ttls[#ttls + 1] = redis.call('PTTL', KEYS[i]) end
+elseif #KEYS > 2 then
+  -- A member needs only free or held: one MGET, not a PTTL per partition.
+  local values = redis.call('MGET', unpack(KEYS, 3))
+  for i = 1, #KEYS - 2 do
+    if values[i] then ttls[i] = -1 else ttls[i] = -2 end
+  end
+end
 local asks = {{}}
 local raw = redis.call('HGETALL', KEYS[2])
 for i = 1, #raw, 2 do
