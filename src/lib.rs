@@ -67,7 +67,11 @@
 //! - Once per period: [`LockOptions::min_hold`] keeps a released lock until a minimum
 //!   time after its acquisition.
 //! - Several names, all or none: [`LockClient::lock_all`] (and `try_lock_all`,
-//!   `try_lock_all_for`, `lock_all_with`) → [`MultiGuard`].
+//!   `try_lock_all_for`, `lock_all_with`) → [`MultiGuard`]; one of several, whichever
+//!   is free: [`LockClient::lock_any`] (and its family) → [`AnyGuard`].
+//! - Work shared by a fleet (README: *Partitions*): [`LockClient::partitions`] →
+//!   [`PartitionGroup`]; [`join`](PartitionGroup::join) → [`Member`], told of its
+//!   partitions by [`PartitionEvent`]s; [`status`](PartitionGroup::status) → [`GroupStatus`].
 //! - [`LockClient::wait_free`] waits until nobody holds a name, without taking it (a
 //!   hint, stale at once).
 //! - [`LockClient::shutdown`] releases every lease the client's guards hold, within a
@@ -86,6 +90,7 @@
 //! | `redlease-map` | one per cluster client | reads the slot map again when a master stops answering |
 //! | `redlease-wait` | one (per master on a Redis 7 cluster) | one pub/sub connection; hands each release to this client's oldest waiting caller, and tells every `wait_free` caller |
 //! | `redlease-watch` | one per [`Observer`] | reads the leader of an election on each release or elected message, and every [`OBSERVE_POLL`] |
+//! | `redlease-part` | one per [`Member`] | runs the member's rounds (its record, the group's assignment, takes and asks) and sends its [`PartitionEvent`]s |
 //! | `redlease-notify` | one | runs the `on_lost` callbacks, one after another: never on the renewal thread |
 //! | `redlease-stop` | up to 8 per node, during [`LockClient::shutdown`] only | release the leases the shutdown took; each ends when none is left or the deadline passed (one in a release finishes it, bounded by the timeouts) |
 //!

@@ -94,7 +94,9 @@ impl LockClient {
     /// for event in member.events() {
     ///     match event {
     ///         PartitionEvent::Assigned { partition, fence } => println!("work on {partition} ({fence})"),
-    ///         PartitionEvent::Revoking { partition, .. } => member.release(partition)?,
+    ///         PartitionEvent::Revoking { partition, .. } => {
+    ///             member.release(partition)?;
+    ///         }
     ///         PartitionEvent::Lost { partition, .. } => println!("stop {partition} now"),
     ///         _ => {}
     ///     }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::scheme::partition::View;
 
-/// A member's record, as [`PartitionGroup::status`] read it.
+/// A member's record, as [`PartitionGroup::status`](crate::PartitionGroup::status) read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemberInfo {
     /// The member id.
@@ -22,7 +22,7 @@ pub struct MemberInfo {
     pub partitions: Vec<u32>,
 }
 
-/// One partition, as [`PartitionGroup::status`] read it.
+/// One partition, as [`PartitionGroup::status`](crate::PartitionGroup::status) read it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionInfo {
     /// Its number, 0 to M-1.
