@@ -3,8 +3,10 @@
 //! same membership and ownership agree without talking to each other.
 //!
 //! - **Quotas.** With N members and M partitions each gets ⌊M/N⌋, and M mod N of
-//!   them one more: those holding most now (ties: the smaller id), so the
-//!   surplus stays where it is.
+//!   them one more: those that score highest on a fixed key. Not those holding
+//!   most now: while partitions are in transit (released, not yet taken) the
+//!   loads change from round to round, and quotas that followed them would move
+//!   partitions that need not move.
 //! - **Sticky.** A member keeps what it holds up to its quota, the partitions it
 //!   scores highest on first (rendezvous hashing).
 //! - **Rendezvous.** Every other partition (free, held by nobody known, or over
@@ -35,14 +37,10 @@ pub(crate) fn assign(members: &[String], owner: &[Option<usize>], max_moves: usi
     if n == 0 {
         return Vec::new();
     }
-    let mut load = vec![0usize; n];
-    for j in owner.iter().flatten() {
-        load[*j] += 1;
-    }
-    let mut by_load: Vec<usize> = (0..n).collect();
-    by_load.sort_by(|a, b| load[*b].cmp(&load[*a]).then(a.cmp(b)));
+    let mut by_score: Vec<usize> = (0..n).collect();
+    by_score.sort_by_key(|&j| (std::cmp::Reverse(score(&members[j], u32::MAX)), j));
     let mut quota = vec![m / n; n];
-    for &j in by_load.iter().take(m % n) {
+    for &j in by_score.iter().take(m % n) {
         quota[j] += 1;
     }
     let mut target: Vec<Option<usize>> = vec![None; m];
