@@ -477,3 +477,65 @@ fn a_member_whose_client_is_dropped_leaves_at_its_next_round() {
     ));
     running.next().unwrap().leave();
 }
+
+#[cfg(feature = "sentinel")]
+#[test]
+fn a_sentinel_managed_master_serves_a_group_as_one_server() {
+    let d = support::sentinel::Deployment::start();
+    let store = Arc::new(Store::default());
+    let clients: Vec<LockClient> = (0..2)
+        .map(|_| {
+            LockClient::sentinel(d.sentinel_urls(), support::sentinel::MASTER_NAME)
+                .key_prefix("lock:")
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let running: Vec<Running> = clients
+        .iter()
+        .map(|c| run(&group(c, 8), &store, true))
+        .collect();
+    settle(&running, &rounds_now(&running), 8);
+    assert!(eventually(ROOMY, || group(&clients[0], 8)
+        .status()
+        .unwrap()
+        .is_balanced()));
+    assert_eq!(store.stale.load(Ordering::SeqCst), 0);
+    for r in running {
+        r.leave();
+    }
+}
+
+#[test]
+fn moves_per_round_stay_within_max_moves() {
+    let server = RedisServer::start();
+    let store = Arc::new(Store::default());
+    let clients: Vec<LockClient> = (0..5).map(|_| client(&server.url())).collect();
+    let damped = |c: &LockClient| group(c, 16).max_moves(1);
+    let mut running: Vec<Running> = clients[..4]
+        .iter()
+        .map(|c| run(&damped(c), &store, true))
+        .collect();
+    let (before, _) = settle(&running, &rounds_now(&running), 16);
+    running.push(run(&damped(&clients[4]), &store, true));
+    // The asks out at any moment: at most one (one move per round, group-wide).
+    let mut con = server.conn();
+    let mut most = 0;
+    let mut owners = None;
+    assert!(eventually(ROOMY, || {
+        let out: u64 = redis::cmd("HLEN")
+            .arg("lock:redlease:group:{jobs}:asks")
+            .query(&mut con)
+            .unwrap();
+        most = most.max(out);
+        owners = balanced(&members(&running), 16);
+        owners.is_some()
+    }));
+    let moved = moves(&before, &owners.unwrap());
+    eprintln!("damped join: {moved} moves, at most {most} asked at once");
+    assert!((3..=4).contains(&moved), "{moved} moves");
+    assert!(most <= 1, "{most} asks out at once");
+    for r in running {
+        r.leave();
+    }
+}

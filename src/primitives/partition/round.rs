@@ -259,6 +259,10 @@ impl Worker {
                 clear.push(a.partition);
             }
         }
+        // Withdrawn before new asks, so the asks out never exceed the moves allowed.
+        if !clear.is_empty() {
+            let _ = self.send(&clear_cmd(&self.keys[1], &self.id, &clear));
+        }
         if !ask_for.is_empty()
             && let Err(e) = self.send(&ask_cmd(
                 &self.keys[1],
@@ -268,9 +272,6 @@ impl Worker {
             ))
         {
             log::warn!("member `{}`: ask failed: {e}", self.id);
-        }
-        if !clear.is_empty() {
-            let _ = self.send(&clear_cmd(&self.keys[1], &self.id, &clear));
         }
     }
 
