@@ -179,9 +179,9 @@ pub(crate) struct GroupArgs {
     /// Print one JSON object instead of text
     #[arg(long)]
     pub(crate) json: bool,
-    /// The group's number of partitions
+    /// The group's number of partitions [default: as its live members' records say]
     #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..=4096))]
-    pub(crate) partitions: u32,
+    pub(crate) partitions: Option<u32>,
     /// The group's name
     pub(crate) name: String,
 }

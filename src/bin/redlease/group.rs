@@ -1,4 +1,4 @@
-//! `redlease group --partitions M G`: a partition group's members (host, pid,
+//! `redlease group G`: a partition group's members (host, pid,
 //! program, time left on their record), each partition's owner, fence and TTL,
 //! and whether the group is balanced, from the library's
 //! `PartitionGroup::status`.
@@ -9,10 +9,11 @@ use redlease::GroupStatus;
 use serde_json::{Value, json};
 
 use crate::args::GroupArgs;
-use crate::exit::Failure;
+use crate::exit::{Failure, NOT_ACQUIRED};
 use crate::server::server_name;
 
-/// Prints the group; always 0 once read.
+/// Prints the group: 0 once read, [`NOT_ACQUIRED`] (75) when it has no live
+/// member and no `--partitions` says its size.
 pub(crate) fn group(args: &GroupArgs) -> Result<u8, Failure> {
     let (builder, url) = args.server.builder();
     let server = server_name(&url);
@@ -20,9 +21,26 @@ pub(crate) fn group(args: &GroupArgs) -> Result<u8, Failure> {
         .key_prefix(args.server.prefix.as_str())
         .build()
         .map_err(|e| Failure::from_lib(&e, &server))?;
-    let status = client
-        .partitions(&args.name, args.partitions)
-        .and_then(|g| g.status())
+    let found = match args.partitions {
+        Some(m) => client.partitions(&args.name, m).map(Some),
+        None => client.find_partitions(&args.name),
+    };
+    let Some(handle) = found.map_err(|e| Failure::from_lib(&e, &server))? else {
+        if args.json {
+            println!(
+                "{}",
+                json!({"group": args.name, "balanced": false, "members": [], "partitions": []})
+            );
+        } else {
+            println!(
+                "group {}: no live members (--partitions M shows its partitions)",
+                args.name
+            );
+        }
+        return Ok(NOT_ACQUIRED);
+    };
+    let status = handle
+        .status()
         .map_err(|e| Failure::from_lib(&e, &server))?;
     if args.json {
         println!("{}", to_json(&args.name, &status));

@@ -139,6 +139,34 @@ impl LockClient {
     }
 }
 
+impl LockClient {
+    /// The group `group` as its live members run it: with the number of
+    /// partitions their records give (the largest, should they disagree).
+    /// `Ok(None)` when no member is alive. One round trip; writes nothing.
+    ///
+    /// # Errors
+    /// As [`partitions`](Self::partitions); [`Error::Redis`] when the read got
+    /// no answer.
+    pub fn find_partitions(&self, group: &str) -> Result<Option<PartitionGroup>> {
+        let probe = self.partitions(group, 1)?;
+        let keys = &probe.round_keys()[..2];
+        let cmd = round_cmd(keys, "", probe.settings.stability, "", Beat::Read);
+        let reply = self
+            .inner
+            .hub
+            .topology
+            .query(&keys[0], &PARTITION_SCRIPTS, &cmd)?;
+        let view = read_view(&reply, 0)?;
+        let m = view
+            .members
+            .iter()
+            .map(|r| r.partitions)
+            .max()
+            .filter(|m| *m > 0);
+        m.map(|m| self.partitions(group, m)).transpose()
+    }
+}
+
 impl PartitionGroup {
     /// Each partition lease's time to live (renewed every third of it).
     /// Defaults to the client's TTL.

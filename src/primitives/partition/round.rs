@@ -183,7 +183,13 @@ impl Worker {
             .iter()
             .map(|(p, g)| (*p, g.fence().unwrap_or(0)))
             .collect();
-        let body = record_body(&self.host, std::process::id(), &self.program, &held);
+        let body = record_body(
+            &self.host,
+            std::process::id(),
+            &self.program,
+            part(self.names.len()),
+            &held,
+        );
         self.query_round(Beat::Write, &body)
             .map_err(|e| log::warn!("member `{}`: round failed: {e}", self.id))
             .ok()

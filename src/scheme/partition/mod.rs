@@ -6,7 +6,8 @@
 //! - `<prefix>redlease:group:{G}:p:<i>`: partition `i`'s lock, a plain fenced
 //!   token lock (taken, renewed and released as any lock is);
 //! - `<prefix>redlease:group:{G}:members`: a hash, one field per member id, whose
-//!   value is its record: `<expiry ms>\t<host>\t<pid>\t<program>\t<held>`, `held`
+//!   value is its record: `<expiry ms>\t<host>\t<pid>\t<program>\t<m>\t<held>`
+//!   (`m` the number of partitions the member works with), `held`
 //!   being `<partition>:<fence>` pairs joined by `,`. The expiry is on the server's
 //!   clock (`TIME`), written and compared only by scripts on that server;
 //! - `<prefix>redlease:group:{G}:asks`: a hash, one field per partition asked for,
@@ -119,6 +120,8 @@ pub(crate) struct Record {
     pub(crate) host: String,
     pub(crate) pid: u32,
     pub(crate) program: String,
+    /// The number of partitions it works with.
+    pub(crate) partitions: u32,
     /// The partitions it said it held, with their fences.
     pub(crate) held: Vec<(u32, u64)>,
 }
@@ -143,11 +146,17 @@ pub(crate) struct View {
 }
 
 /// A record's body (everything after the expiry), fields made tab-free.
-pub(crate) fn record_body(host: &str, pid: u32, program: &str, held: &[(u32, u64)]) -> String {
+pub(crate) fn record_body(
+    host: &str,
+    pid: u32,
+    program: &str,
+    m: u32,
+    held: &[(u32, u64)],
+) -> String {
     let clean = |s: &str| s.replace(['\t', '\n'], " ");
     let held: Vec<String> = held.iter().map(|(p, f)| format!("{p}:{f}")).collect();
     format!(
-        "{}\t{pid}\t{}\t{}",
+        "{}\t{pid}\t{}\t{m}\t{}",
         clean(host),
         clean(program),
         held.join(",")
@@ -173,10 +182,11 @@ pub(crate) fn read_view(reply: &Value, m: usize) -> RedisResult<View> {
     let mut records = Vec::with_capacity(members.len());
     for fields in members {
         let [id, left, body] = <[String; 3]>::try_from(fields).map_err(|_| bad())?;
-        let mut parts = body.splitn(4, '\t');
+        let mut parts = body.splitn(5, '\t');
         let host = parts.next().unwrap_or_default().to_owned();
         let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
         let program = parts.next().unwrap_or_default().to_owned();
+        let partitions = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
         let held = parts
             .next()
             .unwrap_or_default()
@@ -193,6 +203,7 @@ pub(crate) fn read_view(reply: &Value, m: usize) -> RedisResult<View> {
             host,
             pid,
             program,
+            partitions,
             held,
         });
     }
@@ -236,11 +247,11 @@ mod tests {
 
     #[test]
     fn a_round_reply_reads_as_records_locks_and_asks() {
-        let body = record_body("h\tost", 42, "w", &[(3, 17), (5, 9)]);
+        let body = record_body("h\tost", 42, "w", 2, &[(3, 17), (5, 9)]);
         let reply = Value::Array(vec![
             Value::Array(vec![
                 Value::Array(vec![bulk("b"), bulk("900"), bulk(&body)]),
-                Value::Array(vec![bulk("a"), bulk("100"), bulk("x\t1\ty\t")]),
+                Value::Array(vec![bulk("a"), bulk("100"), bulk("x\t1\ty\t2\t")]),
             ]),
             Value::Array(vec![Value::Int(-2), Value::Int(1500)]),
             Value::Array(vec![Value::Array(vec![bulk("1"), bulk("a"), bulk("-5")])]),
@@ -250,6 +261,7 @@ mod tests {
         assert!(view.members[0].held.is_empty());
         assert_eq!(view.members[1].host, "h ost");
         assert_eq!(view.members[1].pid, 42);
+        assert_eq!(view.members[1].partitions, 2);
         assert_eq!(view.members[1].held, [(3, 17), (5, 9)]);
         assert_eq!(view.partitions, [None, Some(Duration::from_millis(1500))]);
         assert_eq!(
