@@ -42,8 +42,13 @@ impl PartitionGroup {
     /// [`Error::Config`] for a TTL out of range, a round interval that is zero
     /// or not below the TTL, or a stability window not above the round
     /// interval; [`Error::Invalid`] for an empty member id or one with a tab or
-    /// a line break; [`Error::Spawn`] when the thread cannot start.
+    /// a line break; [`Error::Shutdown`] after the client's
+    /// [`shutdown`](crate::LockClient::shutdown); [`Error::Spawn`] when the thread
+    /// cannot start.
     pub fn join(&self) -> Result<Member> {
+        if self.client.inner.hub.shutdown.is_cancelled() {
+            return Err(Error::Shutdown);
+        }
         let s = &self.settings;
         check_ttl("ttl", s.ttl)?;
         if s.round.is_zero() || s.round >= s.ttl {
