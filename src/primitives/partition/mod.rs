@@ -6,7 +6,7 @@
 //! [`PartitionGroup::status`] returns; `member.rs` [`Member`]; `events.rs`
 //! [`PartitionEvent`] and what a member's handle and thread share; `status.rs`
 //! [`GroupStatus`];
-//! `round.rs` a member's thread and its rounds; `assign.rs` the assignment every
+//! `round/` a member's thread and its rounds; `assign.rs` the assignment every
 //! member computes alike.
 
 use std::fmt;
