@@ -332,6 +332,7 @@ fn a_member_back_inside_its_window_moves_nothing_and_one_gone_is_replaced_after_
     let t = Instant::now();
     cut_off(&proxy, cut, running.pop().unwrap());
     let (proxy, cut, w3) = behind(&server, &store, "w3");
+    eprintln!("restarted {:?} after the cut", t.elapsed());
     assert!(t.elapsed() < WINDOW, "restarted after {:?}", t.elapsed());
     running.push(w3);
     let (after, _) = settle(&running, &rounds_now(&running), 12);
