@@ -52,8 +52,10 @@
 //!   lock's whole family of calls and the same guard surface.
 //! - Fleets ([guide](guide::fleets)): [`LockClient::election`] → [`Election`] →
 //!   [`Leadership`], whose term is a fence; [`LockOptions::min_hold`], once per
-//!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::wait_free`];
-//!   [`LockClient::shutdown`] → [`ShutdownReport`].
+//!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::lock_any`] →
+//!   [`AnyGuard`], one of several names; [`LockClient::partitions`] →
+//!   [`PartitionGroup`] → [`Member`] ([`PartitionEvent`], [`GroupStatus`]), work shared
+//!   by a fleet; [`LockClient::wait_free`]; [`LockClient::shutdown`] → [`ShutdownReport`].
 //!
 //! # Guarantees and errors, in brief
 //!
@@ -114,6 +116,7 @@ mod primitives;
 pub mod guide;
 
 pub use client::LockClient;
+pub use client::any_guard::AnyGuard;
 pub use client::builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
     DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
@@ -132,6 +135,9 @@ pub use owner::{ClientTag, Owner, Session};
 pub use primitives::election::{Election, Leader, Leadership, OBSERVE_POLL, Observer};
 pub use primitives::fair::FairLock;
 pub use primitives::held::{PermitGuard, ReadGuard, WriteGuard};
+pub use primitives::partition::{
+    GroupStatus, MAX_PARTITIONS, Member, MemberInfo, PartitionEvent, PartitionGroup, PartitionInfo,
+};
 pub use primitives::rwlock::ReadWriteLock;
 pub use primitives::semaphore::{Permits, Semaphore};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};

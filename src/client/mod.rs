@@ -9,7 +9,9 @@
 //! checks; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`], its setters
 //! and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `multi.rs` [`LockClient::lock_all`] and its family (several names,
-//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what
+//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `any.rs`
+//! [`LockClient::lock_any`] and its family (one name out of several); `any_guard.rs`
+//! [`AnyGuard`](crate::AnyGuard); `inspect/` what
 //! `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read) over any
 //! connection); `owners.rs` `inspect` and `held` themselves; `follow.rs` the cluster
 //! redirections that reads sent straight to a node (`inspect`, `wait_free`) follow;
@@ -36,6 +38,8 @@ use crate::threads::wait::{Hub, Subscription, Waiters, Wake};
 use crate::topology::{IoThread, Topology};
 
 mod acquire;
+mod any;
+pub(crate) mod any_guard;
 pub(crate) mod builder;
 mod deploy;
 mod follow;

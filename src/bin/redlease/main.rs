@@ -22,6 +22,8 @@
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`);
 //! - `manual`: shell completions and the man pages, from the clap definition.
+//! - `partitions` (`run --partitions`: a member of a partition group running one
+//!   command per partition held) and `group` (a group's members and partitions).
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +32,7 @@ mod child;
 mod elect;
 mod exit;
 mod exit_status;
+mod group;
 mod held;
 mod inspect;
 #[cfg(target_os = "linux")]
@@ -38,6 +41,7 @@ mod leader;
 mod list;
 mod manual;
 mod owners;
+mod partitions;
 mod probe;
 mod release;
 mod report;
@@ -53,7 +57,8 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::args::{
-    CompletionsArgs, ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
+    CompletionsArgs, ElectArgs, GroupArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs,
+    WaitArgs,
 };
 use crate::exit::{Failure, SOFTWARE, USAGE};
 use crate::server::ServerArgs;
@@ -121,7 +126,7 @@ enum Cmd {
     /// Acquire KEY, run COMMAND while renewing the lease, release when it exits.
     #[command(
         long_about = RUN_ABOUT,
-        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
+        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]...\n       redlease run [OPTIONS] --partitions M --group G -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
     /// Campaign for leadership of NAME, run COMMAND while leader, resign when it exits.
@@ -144,6 +149,8 @@ enum Cmd {
     /// Print the completion script for SHELL (see --help for where it goes).
     #[command(long_about = manual::COMPLETIONS_ABOUT)]
     Completions(CompletionsArgs),
+    /// Show a partition group: its members, each partition's owner, fence and TTL
+    Group(GroupArgs),
 }
 
 /// `wait --help`'s description.
@@ -196,6 +203,7 @@ fn main() -> ExitCode {
         Cmd::List(a) => Some(&a.server),
         Cmd::Release(a) => Some(&a.server),
         Cmd::Wait(a) => Some(&a.server),
+        Cmd::Group(a) => Some(&a.server),
         Cmd::Completions(_) => None,
     };
     let secrets = server.map(ServerArgs::secrets).unwrap_or_default();
@@ -208,6 +216,7 @@ fn main() -> ExitCode {
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
         Cmd::Completions(a) => manual::completions(a.shell, command()),
+        Cmd::Group(a) => group::group(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
