@@ -21,7 +21,8 @@ use support::{RedisServer, eventually};
 const ROOMY: Duration = Duration::from_secs(30);
 
 /// A member of `jobs` (4 partitions) whose commands keep a marker in `dir`
-/// while they run; `ignore_term` makes them ignore SIGTERM.
+/// while they run, named for the partition and the member's pid (the parent of
+/// the command's keeper); `ignore_term` makes them ignore SIGTERM.
 fn member(server: &RedisServer, dir: &Path, ignore_term: bool) -> Command {
     let trap = if ignore_term {
         "trap '' TERM".to_owned()
@@ -29,7 +30,7 @@ fn member(server: &RedisServer, dir: &Path, ignore_term: bool) -> Command {
         "trap 'rm -f \"$m\"; exit 0' TERM".to_owned()
     };
     let script = format!(
-        "m={}/$REDLEASE_PARTITION.$PPID; echo \"$REDLEASE_FENCE $REDLEASE_GROUP\" > \"$m\"; {trap}; \
+        "m={}/$REDLEASE_PARTITION.$(cut -d' ' -f4 /proc/$PPID/stat); echo \"$REDLEASE_FENCE $REDLEASE_GROUP\" > \"$m\"; {trap}; \
          while [ -e \"$m\" ]; do sleep 0.05; done",
         dir.display()
     );
