@@ -142,7 +142,9 @@
 
 // Layers, bottom to top: a file imports only from its own layer or below, and no
 // two files import each other in a ring (tests/layers.rs checks both).
-// root leaves: counters, the lease clock, the formats a key can hold
+// root leaves: counters, the lease clock, the formats a key can hold, what the
+// doctor finds
+mod finding;
 mod format;
 mod metrics;
 mod time;
@@ -168,14 +170,16 @@ mod primitives;
 pub use client::LockClient;
 pub use client::builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder, ServerCheck,
 };
+pub use client::doctor::{Checkup, Report, ServerReport};
 pub use client::guard::LockGuard;
 pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 pub use client::multi_guard::MultiGuard;
 pub use client::options::{LockOptions, Renewal};
 pub use client::shutdown::ShutdownReport;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
+pub use finding::{Finding, Severity};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 #[cfg(feature = "tls-rustls")]

@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use super::builder::{DEFAULT_NODE_TIMEOUT, LockClientBuilder, Servers};
+use super::builder::{DEFAULT_NODE_TIMEOUT, LockClientBuilder, ServerCheck, Servers};
 use crate::client::LockClient;
+use crate::client::doctor::{self, Checkup};
 use crate::client::options::Settings;
 use crate::error::{Error, Result};
+use crate::finding::Finding;
 use crate::metrics::Counters;
 use crate::net::connection::Target;
 use crate::net::node::{Node, NodeConfig};
@@ -204,6 +206,9 @@ impl LockClientBuilder {
     /// taken. A user that may not subscribe (Redis 7's default for new users) gets a
     /// client whose waits poll, with one warning logged.
     ///
+    /// Then it reads the server's configuration (one `INFO` per master, see
+    /// [`server_check`](Self::server_check)) and logs each critical finding.
+    ///
     /// Waits at most the connect timeout plus the read timeout, and a few more
     /// round trips, each bounded by the read timeout.
     ///
@@ -211,7 +216,10 @@ impl LockClientBuilder {
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
     /// the server cannot be reached (or its TLS certificate is not trusted),
     /// [`Error::Permission`] when the Redis user lacks a
-    /// permission locks need, [`Error::Spawn`] when a thread cannot start.
+    /// permission locks need, [`Error::UnsafeServer`] when the server is
+    /// configured so that locks can be lost and
+    /// [`server_check`](Self::server_check) refuses it, [`Error::Spawn`] when a
+    /// thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
         let config = NodeConfig {
@@ -283,6 +291,7 @@ impl LockClientBuilder {
                  instead of being woken by releases"
             );
         }
+        let build_findings = self.check_server(&*topology)?;
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -303,7 +312,38 @@ impl LockClientBuilder {
             counters,
             (self.backoff_min, self.backoff_max),
             id,
+            build_findings,
         )
+    }
+
+    /// The server check of [`server_check`](Self::server_check): the critical
+    /// findings, each logged at `warn`; the first refused under
+    /// [`ServerCheck::Refuse`].
+    fn check_server(&self, topology: &dyn Topology) -> Result<Vec<Finding>> {
+        if self.server_check == ServerCheck::Off {
+            return Ok(Vec::new());
+        }
+        let checkup = Checkup::new()
+            .ttl(self.ttl)
+            .key_prefix(self.key_prefix.clone())
+            .replicas(self.replicas.is_some_and(|(n, _)| n > 0));
+        let critical = doctor::at_build(topology, &checkup);
+        for f in &critical {
+            log::warn!(
+                "redis server {} is unsafe for locks ({}): {}; fix: {}",
+                f.server(),
+                f.check(),
+                f.detail(),
+                f.fix()
+            );
+        }
+        match critical.first() {
+            Some(f) if self.server_check == ServerCheck::Refuse => Err(Error::UnsafeServer {
+                check: f.check(),
+                finding: Box::new(f.clone()),
+            }),
+            _ => Ok(critical),
+        }
     }
 }
 

@@ -122,6 +122,9 @@ pub(crate) struct RunArgs {
     /// stop: the lock was lost, or redlease got SIGINT / SIGTERM
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) kill_grace: Duration,
+    /// Do not print the server's critical findings (read at connect time) on stderr
+    #[arg(long)]
+    pub(crate) no_doctor: bool,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
     /// The command and its arguments, after `--`
@@ -205,6 +208,19 @@ pub(crate) struct WaitArgs {
     pub(crate) timeout: Option<Duration>,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
+}
+
+/// `redlease doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The longest lease TTL the clients use: uptime, clock drift and renewal slack are checked against it [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
 }
 
 /// Parses a number of permits: 1 to 4294967295.

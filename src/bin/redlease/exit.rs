@@ -24,6 +24,9 @@ pub(crate) const OS_ERROR: u8 = 71;
 /// Not acquired within `--wait`, or still held at `wait --timeout`: someone else
 /// holds the lock; `leader`: nobody leads (`EX_TEMPFAIL`).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
+/// `doctor`: a server is configured so that locks can be lost or wrongly
+/// granted (a critical finding) (`EX_CONFIG`).
+pub(crate) const UNSAFE: u8 = 78;
 /// The lock was lost while the command ran, and the command was stopped. No
 /// sysexits code means this, so it takes the first number past their range.
 pub(crate) const LOST: u8 = 79;
@@ -42,7 +45,8 @@ Exit status:
   128+N  run, elect: the command was killed by signal N (130: SIGINT, 143: SIGTERM);
          also their own status when SIGINT/SIGTERM cancels a wait, or when
          the command outlives a forwarded SIGINT/SIGTERM by --kill-grace
-  0      inspect, release: done; wait: KEY is free; leader: someone leads
+  0      inspect, release: done; wait: KEY is free; leader: someone leads;
+         doctor: nothing critical
   64     bad input (option, scheme, duration, missing command or --force,
          --permits N for a semaphore that has another N, a key of another format)
   69     Redis unreachable or failing
@@ -50,6 +54,7 @@ Exit status:
   71     local OS error (threads, signals, waiting for the command)
   75     run: not acquired within --wait (with --and: any name still held);
          wait: still held at --timeout; leader: nobody leads
+  78     doctor: a finding is critical (the server can lose or wrongly grant locks)
   79     run: the lock was lost while the command ran; the command was stopped;
          elect: leadership was lost while the command ran; the command was stopped
   126    run: the command could not be executed

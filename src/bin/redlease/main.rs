@@ -16,12 +16,14 @@
 //! - `elect` (a command run while leader) and `leader` (who leads an election);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
-//! - `wait`, until a key is free (the library's `wait_free`).
+//! - `wait`, until a key is free (the library's `wait_free`);
+//! - `doctor`, whether the servers are configured so that locks hold.
 
 #![forbid(unsafe_code)]
 
 mod args;
 mod child;
+mod doctor;
 mod elect;
 mod exit;
 mod held;
@@ -42,7 +44,9 @@ use std::process::ExitCode;
 use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 
-use crate::args::{ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs};
+use crate::args::{
+    DoctorArgs, ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
+};
 use crate::exit::{EXIT_CODES, USAGE};
 use crate::server::ServerArgs;
 
@@ -117,7 +121,22 @@ enum Cmd {
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
     #[command(after_help = EXIT_CODES, long_about = WAIT_ABOUT)]
     Wait(WaitArgs),
+    /// Check that the servers are configured so that locks hold: eviction, persistence, replicas, ACL.
+    #[command(after_help = EXIT_CODES, long_about = DOCTOR_ABOUT)]
+    Doctor(DoctorArgs),
 }
+
+/// `doctor --help`'s description.
+const DOCTOR_ABOUT: &str = "\
+Check that the servers are configured so that locks hold; exit 0, or 78 when a
+finding is critical.
+
+Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
+(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
+masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
+is checked), followed by the replicas it lists. A finding is critical (locks can be
+lost or wrongly granted as configured), warning (a risk under a named fault), info,
+or unknown (the user may not read it: never taken as fine).";
 
 /// `wait --help`'s description.
 const WAIT_ABOUT: &str = "\
@@ -140,6 +159,7 @@ fn main() -> ExitCode {
         Cmd::List(a) => &a.server,
         Cmd::Release(a) => &a.server,
         Cmd::Wait(a) => &a.server,
+        Cmd::Doctor(a) => &a.server,
     };
     let secrets = server.secrets();
     let result = match &cli.command {
@@ -150,6 +170,7 @@ fn main() -> ExitCode {
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
+        Cmd::Doctor(a) => doctor::doctor(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
