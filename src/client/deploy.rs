@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use redis::{ConnectionInfo, IntoConnectionInfo};
 
-use super::builder::{DEFAULT_NODE_TIMEOUT, LockClientBuilder, ServerCheck, Servers};
+use super::builder::{DEFAULT_NODE_TIMEOUT, LockClientBuilder, Servers};
 use crate::client::LockClient;
 use crate::client::doctor::{self, Checkup};
 use crate::client::options::Settings;
 use crate::error::{Error, Result};
-use crate::finding::Finding;
 use crate::metrics::Counters;
 use crate::net::connection::Target;
 use crate::net::node::{Node, NodeConfig};
@@ -291,7 +290,11 @@ impl LockClientBuilder {
                  instead of being woken by releases"
             );
         }
-        let build_findings = self.check_server(&*topology)?;
+        let checkup = Checkup::new()
+            .ttl(self.ttl)
+            .key_prefix(self.key_prefix.clone())
+            .replicas(self.replicas.is_some_and(|(n, _)| n > 0));
+        let build_findings = doctor::at_build(&*topology, &checkup, self.server_check)?;
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -314,36 +317,6 @@ impl LockClientBuilder {
             id,
             build_findings,
         )
-    }
-
-    /// The server check of [`server_check`](Self::server_check): the critical
-    /// findings, each logged at `warn`; the first refused under
-    /// [`ServerCheck::Refuse`].
-    fn check_server(&self, topology: &dyn Topology) -> Result<Vec<Finding>> {
-        if self.server_check == ServerCheck::Off {
-            return Ok(Vec::new());
-        }
-        let checkup = Checkup::new()
-            .ttl(self.ttl)
-            .key_prefix(self.key_prefix.clone())
-            .replicas(self.replicas.is_some_and(|(n, _)| n > 0));
-        let critical = doctor::at_build(topology, &checkup);
-        for f in &critical {
-            log::warn!(
-                "redis server {} is unsafe for locks ({}): {}; fix: {}",
-                f.server(),
-                f.check(),
-                f.detail(),
-                f.fix()
-            );
-        }
-        match critical.first() {
-            Some(f) if self.server_check == ServerCheck::Refuse => Err(Error::UnsafeServer {
-                check: f.check(),
-                finding: Box::new(f.clone()),
-            }),
-            _ => Ok(critical),
-        }
     }
 }
 

@@ -188,15 +188,24 @@ fn misconf(r: &Readings, _: &Context) -> Vec<Finding> {
     if failed.is_empty() {
         return Vec::new();
     }
+    // Writes are refused only when save points are set (`save ""` has none)
+    // and `stop-writes-on-bgsave-error` is on; what cannot be read counts as
+    // the default: refused.
     let stops = r.config("stop-writes-on-bgsave-error");
-    let (severity, stops) = match stops {
-        Ok("no") => (Severity::Warning, "no".to_owned()),
-        Ok(v) => (Severity::Critical, v.to_owned()),
-        Err(_) => (Severity::Critical, "unknown, yes by default".to_owned()),
+    let saves = r.config("save");
+    let refuses = stops.as_deref().map_or(true, |v| v != "no")
+        && saves.as_deref().map_or(true, |v| !v.trim().is_empty());
+    let severity = if refuses {
+        Severity::Critical
+    } else {
+        Severity::Warning
     };
+    let shown = |v: Read<&str>| v.map_or_else(|_| "unreadable".to_owned(), |v| format!("{v:?}"));
     let detail = format!(
-        "{} is err, stop-writes-on-bgsave-error {stops}",
-        failed.join(" and ")
+        "{} is err, stop-writes-on-bgsave-error {}, save {}",
+        failed.join(" and "),
+        shown(stops),
+        shown(saves)
     );
     let fix = "fix what made the save fail (disk space, permissions: see the server's log), \
                then BGSAVE";

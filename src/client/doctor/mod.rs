@@ -302,7 +302,7 @@ fn local_address(conn: &mut dyn ConnectionLike) -> String {
     let info: Option<String> = redis::cmd("CLIENT").arg("INFO").query(conn).ok();
     info.and_then(|i| {
         i.split_whitespace()
-            .find_map(|kv| kv.strip_prefix("laddr=").map(|a| format!("redis://{a}")))
+            .find_map(|kv| kv.strip_prefix("laddr=").map(|a| format!("redis://{a}/")))
     })
     .unwrap_or_else(|| "<redis server>".to_owned())
 }

@@ -7,7 +7,7 @@ use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use super::read::{Depth, Readings};
 use super::{Checkup, Finding, Report, ServerReport, Severity, checks};
-use crate::client::builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT};
+use crate::client::builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, ServerCheck};
 use crate::error::{Error, Result};
 use crate::net::connection::{Redacted, Target};
 use crate::topology::Topology;
@@ -74,9 +74,11 @@ pub(crate) fn client(topology: &dyn Topology, checkup: &Checkup) -> Report {
         let node = topology.subscriber(i);
         let target = node.address();
         let read = node.connect_raw().map_err(Error::from).and_then(|mut con| {
+            // A Sentinel-resolved master says where it is itself.
             let shown = match template(target) {
-                Some(info) => Redacted(Some(&info)).to_string(),
-                None => super::local_address(&mut con),
+                #[cfg(feature = "sentinel")]
+                _ if matches!(target, Target::Sentinel(_)) => super::local_address(&mut con),
+                info => Redacted(info.as_ref()).to_string(),
             };
             ServerReport::read_as(&mut con, None, checkup, shown, true)
         });
@@ -105,11 +107,22 @@ pub(crate) fn client(topology: &dyn Topology, checkup: &Checkup) -> Report {
     report
 }
 
-/// The check `build()` runs: one `INFO` on each master (and `CONFIG GET` only
-/// where `INFO` leaves a critical check undecided), the critical findings of the
-/// checks `INFO` decides. A master that does not answer adds nothing here: the
-/// build has just reached it.
-pub(crate) fn at_build(topology: &dyn Topology, checkup: &Checkup) -> Vec<Finding> {
+/// The check `build()` runs (unless `mode` is off): one `INFO` on each master
+/// (and `CONFIG GET` only where `INFO` leaves a critical check undecided); each
+/// critical finding of the checks `INFO` decides is logged at `warn`, and the
+/// first refused when `mode` says so. A master that does not answer adds nothing
+/// here: the build has just reached it.
+///
+/// # Errors
+/// [`Error::UnsafeServer`] under [`ServerCheck::Refuse`].
+pub(crate) fn at_build(
+    topology: &dyn Topology,
+    checkup: &Checkup,
+    mode: ServerCheck,
+) -> Result<Vec<Finding>> {
+    if mode == ServerCheck::Off {
+        return Ok(Vec::new());
+    }
     let mut critical = Vec::new();
     for i in 0..topology.subscribers() {
         let node = topology.subscriber(i);
@@ -125,7 +138,22 @@ pub(crate) fn at_build(topology: &dyn Topology, checkup: &Checkup) -> Vec<Findin
                 .filter(|f| f.severity == Severity::Critical),
         );
     }
-    critical
+    for f in &critical {
+        log::warn!(
+            "redis server {} is unsafe for locks ({}): {}; fix: {}",
+            f.server(),
+            f.check(),
+            f.detail(),
+            f.fix()
+        );
+    }
+    match critical.first() {
+        Some(f) if mode == ServerCheck::Refuse => Err(Error::UnsafeServer {
+            check: f.check(),
+            finding: Box::new(f.clone()),
+        }),
+        _ => Ok(critical),
+    }
 }
 
 /// Reads the server at `info` as a lock server (`direct`), then its replicas;
@@ -240,15 +268,15 @@ fn masters(nodes: &str) -> Vec<(String, u16)> {
 }
 
 /// How a node's connections are made, as a template for its replicas (with the
-/// same user and password); `None` for a Sentinel-resolved master, whose replicas
-/// are reached with the first sentinel's credentials.
+/// same user and password): for a Sentinel-resolved master, the first sentinel's
+/// URL, as the master itself is reached.
 fn template(target: &Target) -> Option<ConnectionInfo> {
     match target {
         Target::Server(client) => Some(client.get_connection_info().clone()),
         #[cfg(feature = "cluster")]
         Target::Shard(client, _) => Some(client.get_connection_info().clone()),
         #[cfg(feature = "sentinel")]
-        Target::Sentinel(_) => None,
+        Target::Sentinel(master) => master.sentinels().first().cloned(),
     }
 }
 

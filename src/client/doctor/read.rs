@@ -22,6 +22,7 @@ pub(crate) const CONFIG: &[&str] = &[
     "replica-read-only",
     "min-replicas-to-write",
     "stop-writes-on-bgsave-error",
+    "save",
     "busy-reply-threshold",
 ];
 
@@ -97,7 +98,7 @@ impl Readings {
             let misconf = r.info_str("rdb_last_bgsave_status") == Some("err");
             let wanted: &[&str] = match (&r.info, misconf) {
                 (Err(_), _) => &["maxmemory", "maxmemory-policy"],
-                (Ok(_), true) => &["stop-writes-on-bgsave-error"],
+                (Ok(_), true) => &["stop-writes-on-bgsave-error", "save"],
                 (Ok(_), false) => &[],
             };
             for name in CONFIG.iter().filter(|n| wanted.contains(n)) {
