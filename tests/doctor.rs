@@ -555,7 +555,7 @@ fn the_free_function_reads_any_connection() {
     let mut con = server.conn();
     let report = redlease::ServerReport::read(&mut con, &Checkup::new()).unwrap();
     assert!(
-        report.server().ends_with(&format!(":{}", server.port())),
+        report.server().ends_with(&format!(":{}/", server.port())),
         "{}",
         report.server()
     );
