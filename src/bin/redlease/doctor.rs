@@ -33,7 +33,16 @@ pub(crate) fn doctor(args: &DoctorArgs) -> Result<u8, Failure> {
             )
         }
     };
-    let report = read.map_err(|e| Failure::from_lib(&e, &server_name(&first)))?;
+    let report = read.map_err(|e| {
+        let mut failure = Failure::from_lib(&e, &server_name(&first));
+        // A parse error of a port that is not Redis spans lines: keep one.
+        failure.message = failure
+            .message
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        failure
+    })?;
     if args.json {
         println!("{}", to_json(&report));
     } else {
