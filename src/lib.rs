@@ -57,6 +57,11 @@
 //!   *Interoperability*, and a section each.
 //! - [`CancelToken`] stops a blocked wait; [`Metrics`] is a snapshot of a client's
 //!   counters (README: *Metrics*).
+//! - Is the server safe for locks? [`LockClient::doctor`] (or
+//!   [`ServerReport::read`] on any connection, [`Report::read`] without a client,
+//!   checked against a [`Checkup`]) → a [`Report`] of [`Finding`]s, each with its
+//!   [`Severity`]; `build()` logs the critical ones, or refuses them as
+//!   [`Error::UnsafeServer`] ([`ServerCheck`]). README: *Before production*.
 //!
 //! # Fleets (README: *Fleets*)
 //!
