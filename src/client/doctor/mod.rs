@@ -217,6 +217,7 @@ impl Report {
 /// pub/sub probe subscribes to a channel under it), and whether acquisitions wait
 /// for replicas. [`LockClient::doctor`] takes them from the client.
 #[derive(Debug, Clone)]
+#[must_use]
 pub struct Checkup {
     ttl: Duration,
     key_prefix: String,

@@ -187,9 +187,8 @@ impl Readings {
 /// one that renamed it) leaves it empty; `INFO` says as much.
 fn hello(conn: &mut dyn ConnectionLike) -> RedisResult<HashMap<String, String>> {
     let reply = match conn.req_command(&redis::cmd("HELLO")) {
-        Ok(Value::ServerError(_)) => return Ok(HashMap::new()),
         Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => return Err(e),
-        Err(_) => return Ok(HashMap::new()),
+        Ok(Value::ServerError(_)) | Err(_) => return Ok(HashMap::new()),
         Ok(v) => v,
     };
     let pairs: Vec<(Value, Value)> = match reply {
@@ -292,7 +291,7 @@ fn clock(conn: &mut dyn ConnectionLike) -> RedisResult<Read<(f64, Duration)>> {
     Ok(time.map(|(s, us)| {
         #[expect(clippy::cast_precision_loss, reason = "microseconds of a clock")]
         let server = s as f64 + us as f64 / 1e6;
-        let middle = (before.as_secs_f64() + after.as_secs_f64()) / 2.0;
+        let middle = f64::midpoint(before.as_secs_f64(), after.as_secs_f64());
         (server - middle, after.saturating_sub(before) / 2)
     }))
 }
