@@ -270,6 +270,10 @@ fn masters(nodes: &str) -> Vec<(String, u16)> {
 /// How a node's connections are made, as a template for its replicas (with the
 /// same user and password): for a Sentinel-resolved master, the first sentinel's
 /// URL, as the master itself is reached.
+#[cfg_attr(
+    not(feature = "sentinel"),
+    expect(clippy::unnecessary_wraps, reason = "a sentinel target may have none")
+)]
 fn template(target: &Target) -> Option<ConnectionInfo> {
     match target {
         Target::Server(client) => Some(client.get_connection_info().clone()),
