@@ -58,7 +58,11 @@ fn build_logs_a_critical_finding_keeps_it_and_refuses_on_request() {
     let server =
         RedisServer::start_with(&["--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"]);
     let client = LockClient::builder(server.url()).build().unwrap();
-    let found: Vec<_> = client.build_findings().iter().map(redlease::Finding::check).collect();
+    let found: Vec<_> = client
+        .build_findings()
+        .iter()
+        .map(redlease::Finding::check)
+        .collect();
     assert_eq!(found, ["eviction"]);
     // The client works anyway.
     drop(client.try_lock("k").unwrap().unwrap());

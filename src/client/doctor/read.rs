@@ -87,8 +87,13 @@ impl Readings {
         subscriber: Option<&mut dyn ConnectionLike>,
         depth: Depth,
     ) -> RedisResult<Self> {
+        // The cheap check reads the role from `INFO`: one round trip.
         let mut r = Readings {
-            hello: hello(conn)?,
+            hello: if depth.full {
+                hello(conn)?
+            } else {
+                HashMap::new()
+            },
             info: refused(redis::cmd("INFO").query::<String>(conn))?.map(|t| parse_info(&t)),
             ..Self::default()
         };
