@@ -98,16 +98,13 @@ impl Readings {
             ..Self::default()
         };
         if !depth.full {
-            // The cheap check: `maxmemory-policy` when INFO was refused, and
-            // whether a failed save stops writes when one failed.
-            let misconf = r.info_str("rdb_last_bgsave_status") == Some("err");
-            let wanted: &[&str] = match (&r.info, misconf) {
-                (Err(_), _) => &["maxmemory", "maxmemory-policy"],
-                (Ok(_), true) => &["stop-writes-on-bgsave-error", "save"],
-                (Ok(_), false) => &[],
-            };
-            for name in CONFIG.iter().filter(|n| wanted.contains(n)) {
-                r.config.insert(name, config_get(conn, name)?);
+            // The cheap check: `INFO` alone, and whether a failed save stops
+            // writes when one failed. An `INFO` refused is not followed by a
+            // `CONFIG GET` (as refused for such a user: one more `ACL LOG` entry).
+            if r.info_str("rdb_last_bgsave_status") == Some("err") {
+                for name in ["stop-writes-on-bgsave-error", "save"] {
+                    r.config.insert(name, config_get(conn, name)?);
+                }
             }
             return Ok(r);
         }
