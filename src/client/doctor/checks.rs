@@ -55,20 +55,12 @@ fn unknown(check: &'static str, what: &str, reason: &str, why: &'static str) -> 
     vec![Finding::new(check, Severity::Unknown, detail, why, ACL_FIX)]
 }
 
-/// A `CONFIG GET` value, or the same from `INFO` under another name.
-fn setting(r: &Readings, config: &str, info: &str) -> Read<String> {
-    match r.info_str(info) {
-        Some(v) => Ok(v.to_owned()),
-        None => r.config(config).map(str::to_owned),
-    }
-}
-
 fn eviction(r: &Readings, _: &Context) -> Vec<Finding> {
     const WHY: &str = "when memory runs short the server deletes keys to make room, and a \
                        lease is a key with a TTL: a held lock can vanish and be granted again";
     let (max, policy) = match (
-        setting(r, "maxmemory", "maxmemory"),
-        setting(r, "maxmemory-policy", "maxmemory_policy"),
+        r.setting("maxmemory", "maxmemory"),
+        r.setting("maxmemory-policy", "maxmemory_policy"),
     ) {
         (Ok(max), Ok(policy)) => (max, policy),
         (Err(why), _) | (_, Err(why)) => {
@@ -114,7 +106,7 @@ fn replica(r: &Readings, cx: &Context) -> Vec<Finding> {
             )]
         }
         Some(_) => Vec::new(),
-        None => unknown("replica", "the server's role", &info_reason(r), WHY),
+        None => unknown("replica", "the server's role", &r.info_reason(), WHY),
     }
 }
 
@@ -128,7 +120,7 @@ fn writable_replica(r: &Readings, _: &Context) -> Vec<Finding> {
             return unknown(
                 "writable-replica",
                 "the server's role",
-                &info_reason(r),
+                &r.info_reason(),
                 WHY,
             );
         }
@@ -183,7 +175,7 @@ fn misconf(r: &Readings, _: &Context) -> Vec<Finding> {
         .filter(|f| r.info_str(f) == Some("err"))
         .collect();
     if r.info.is_err() {
-        return unknown("misconf", "INFO persistence", &info_reason(r), WHY);
+        return unknown("misconf", "INFO persistence", &r.info_reason(), WHY);
     }
     if failed.is_empty() {
         return Vec::new();
@@ -216,7 +208,7 @@ fn persistence(r: &Readings, _: &Context) -> Vec<Finding> {
                        last write to disk, and grants them again while their holders still work";
     let fix = "set appendonly yes and appendfsync always, or delay every restart by the \
                longest TTL";
-    let aof = match setting(r, "appendonly", "aof_enabled") {
+    let aof = match r.setting("appendonly", "aof_enabled") {
         Ok(v) => v == "1" || v == "yes",
         Err(why) => return unknown("persistence", "appendonly", &why, WHY),
     };
@@ -250,7 +242,7 @@ fn uptime(r: &Readings, cx: &Context) -> Vec<Finding> {
     const WHY: &str = "a server restarted inside a lease's TTL may have forgotten leases \
                        whose holders still work";
     let Some(up) = r.info_num("uptime_in_seconds") else {
-        return unknown("uptime", "uptime_in_seconds", &info_reason(r), WHY);
+        return unknown("uptime", "uptime_in_seconds", &r.info_reason(), WHY);
     };
     if Duration::from_secs(up) >= cx.ttl {
         return Vec::new();
@@ -271,7 +263,7 @@ fn async_replication(r: &Readings, cx: &Context) -> Vec<Finding> {
         return unknown(
             "async-replication",
             "INFO replication",
-            &info_reason(r),
+            &r.info_reason(),
             WHY,
         );
     };
@@ -342,7 +334,7 @@ fn evicted_keys(r: &Readings, _: &Context) -> Vec<Finding> {
     const WHY: &str = "the server has already deleted keys to free memory; lock keys may \
                        have been among them";
     match r.info_num("evicted_keys") {
-        None => unknown("evicted-keys", "evicted_keys", &info_reason(r), WHY),
+        None => unknown("evicted-keys", "evicted_keys", &r.info_reason(), WHY),
         Some(0) => Vec::new(),
         Some(n) => {
             let detail = format!("evicted_keys:{n}");
@@ -362,7 +354,7 @@ fn error_stats(r: &Readings, _: &Context) -> Vec<Finding> {
     const WHY: &str = "the server has refused writes (out of memory, too few replicas, a \
                        failed save): lock calls fail as those did";
     if r.info.is_err() {
-        return unknown("error-stats", "INFO errorstats", &info_reason(r), WHY);
+        return unknown("error-stats", "INFO errorstats", &r.info_reason(), WHY);
     }
     let seen: Vec<String> = ["OOM", "NOREPLICAS", "MISCONF"]
         .into_iter()
@@ -440,11 +432,6 @@ fn conditional_commands(r: &Readings, _: &Context) -> Vec<Finding> {
         WHY,
         fix,
     )]
-}
-
-/// Why `INFO` could not be read.
-fn info_reason(r: &Readings) -> String {
-    r.info.as_ref().err().cloned().unwrap_or_default()
 }
 
 /// `major.minor` of a version string.

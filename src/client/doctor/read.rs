@@ -125,6 +125,19 @@ impl Readings {
         self.info.as_ref().ok()?.get(field).map(String::as_str)
     }
 
+    /// A `CONFIG GET` value, or the same from `INFO` under another name.
+    pub(crate) fn setting(&self, config: &str, info: &str) -> Read<String> {
+        match self.info_str(info) {
+            Some(v) => Ok(v.to_owned()),
+            None => self.config(config).map(str::to_owned),
+        }
+    }
+
+    /// Why `INFO` could not be read.
+    pub(crate) fn info_reason(&self) -> String {
+        self.info.as_ref().err().cloned().unwrap_or_default()
+    }
+
     /// An `INFO` field as a number.
     pub(crate) fn info_num(&self, field: &str) -> Option<u64> {
         self.info_str(field)?.trim().parse().ok()
