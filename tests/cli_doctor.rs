@@ -200,3 +200,31 @@ fn run_says_the_servers_critical_findings_once_unless_told_not_to() {
     let out = output(run_sh(&fine, &[], "job", "true"));
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
 }
+
+#[cfg(feature = "cluster")]
+#[test]
+fn doctor_with_cluster_checks_every_master_from_one_seed() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let bad = &cluster.nodes[2];
+    for (name, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "volatile-ttl")] {
+        let () = bad.query(redis::cmd("CONFIG").arg("SET").arg(name).arg(value));
+    }
+    let seed = cluster.urls()[0].clone();
+    let out = output(redlease(["doctor", "--cluster", "--url", &seed, "--json"]));
+    assert_eq!(out.status.code(), Some(UNSAFE), "{}", stderr(&out));
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let servers = json["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 3, "{json}");
+    let critical: Vec<&Value> = servers
+        .iter()
+        .filter(|s| {
+            s["findings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["severity"] == "critical")
+        })
+        .collect();
+    assert_eq!(critical.len(), 1, "{json}");
+    assert_eq!(critical[0]["url"], format!("redis://127.0.0.1:{}/0", bad.port()));
+}
