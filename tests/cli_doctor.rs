@@ -226,5 +226,8 @@ fn doctor_with_cluster_checks_every_master_from_one_seed() {
         })
         .collect();
     assert_eq!(critical.len(), 1, "{json}");
-    assert_eq!(critical[0]["url"], format!("redis://127.0.0.1:{}/0", bad.port()));
+    assert_eq!(
+        critical[0]["url"],
+        format!("redis://127.0.0.1:{}/0", bad.port())
+    );
 }
