@@ -201,6 +201,9 @@ pub(crate) struct RunArgs {
                      pick a code the command never exits with to tell the two apart"
     )]
     pub(crate) conflict_exit_code: u8,
+    /// Do not print the server's critical findings (read at connect time) on stderr
+    #[arg(long, help_heading = OUTPUT)]
+    pub(crate) no_doctor: bool,
     /// The lock's key (PREFIX is prepended); none with --partitions
     #[arg(required_unless_present = "partitions")]
     pub(crate) key: Option<String>,
@@ -322,6 +325,19 @@ pub(crate) struct WaitArgs {
     pub(crate) timeout: Option<Duration>,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
+}
+
+/// `redlease doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The longest lease TTL the clients use: uptime, clock drift and renewal slack are checked against it [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
 }
 
 /// Parses a number of permits: 1 to 4294967295.

@@ -62,6 +62,7 @@ pub(crate) const STATUSES: &[Status] = &[
     status("0", For::Only(&["leader"]), "someone leads"),
     status("0", For::Only(&["completions"]), "the script was printed"),
     status("0", For::Only(&["group"]), "the group was read"),
+    status("0", For::Only(&["doctor"]), "no finding is critical"),
     status(
         "64",
         For::Every,
@@ -103,6 +104,11 @@ pub(crate) const STATUSES: &[Status] = &[
         "75",
         For::Only(&["group"]),
         "no live member and no --partitions to size the group",
+    ),
+    status(
+        "78",
+        For::Only(&["doctor"]),
+        "a finding is critical: the server can lose or wrongly grant locks as configured",
     ),
     status(
         "79",

@@ -24,11 +24,13 @@
 //! - `manual`: shell completions and the man pages, from the clap definition.
 //! - `partitions` (`run --partitions`: a member of a partition group running one
 //!   command per partition held) and `group` (a group's members and partitions).
+//! - `doctor`, whether the servers are configured so that locks hold.
 
 #![forbid(unsafe_code)]
 
 mod args;
 mod child;
+mod doctor;
 mod elect;
 mod exit;
 mod exit_status;
@@ -57,8 +59,8 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::args::{
-    CompletionsArgs, ElectArgs, GroupArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs,
-    WaitArgs,
+    CompletionsArgs, DoctorArgs, ElectArgs, GroupArgs, InspectArgs, LeaderArgs, ListArgs,
+    ReleaseArgs, RunArgs, WaitArgs,
 };
 use crate::exit::{Failure, SOFTWARE, USAGE};
 use crate::server::ServerArgs;
@@ -151,7 +153,22 @@ enum Cmd {
     Completions(CompletionsArgs),
     /// Show a partition group: its members, each partition's owner, fence and TTL
     Group(GroupArgs),
+    /// Check that the servers are configured so that locks hold: eviction, persistence, replicas, ACL.
+    #[command(long_about = DOCTOR_ABOUT)]
+    Doctor(DoctorArgs),
 }
+
+/// `doctor --help`'s description.
+const DOCTOR_ABOUT: &str = "\
+Check that the servers are configured so that locks hold; exit 0, or 78 when a
+finding is critical.
+
+Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
+(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
+masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
+is checked), followed by the replicas it lists. A finding is critical (locks can be
+lost or wrongly granted as configured), warning (a risk under a named fault), info,
+or unknown (the user may not read it: never taken as fine).";
 
 /// `wait --help`'s description.
 const WAIT_ABOUT: &str = "\
@@ -204,6 +221,7 @@ fn main() -> ExitCode {
         Cmd::Release(a) => Some(&a.server),
         Cmd::Wait(a) => Some(&a.server),
         Cmd::Group(a) => Some(&a.server),
+        Cmd::Doctor(a) => Some(&a.server),
         Cmd::Completions(_) => None,
     };
     let secrets = server.map(ServerArgs::secrets).unwrap_or_default();
@@ -217,6 +235,7 @@ fn main() -> ExitCode {
         Cmd::Wait(a) => wait::wait(a),
         Cmd::Completions(a) => manual::completions(a.shell, command()),
         Cmd::Group(a) => group::group(a),
+        Cmd::Doctor(a) => doctor::doctor(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),
