@@ -133,3 +133,17 @@ fn to_json(report: &Report) -> Value {
         .collect();
     json!({ "servers": servers })
 }
+
+/// Prints on stderr, once, the critical findings `build()` made of the client's
+/// servers (no second read of them): what `run` shows unless `--no-doctor`.
+pub(crate) fn print_build_findings(client: &redlease::LockClient) {
+    for f in client.build_findings() {
+        eprintln!(
+            "redlease: warning: {} {}: {}; fix: {} (redlease doctor for more, --no-doctor to silence)",
+            f.server(),
+            f.check(),
+            f.detail(),
+            f.fix()
+        );
+    }
+}

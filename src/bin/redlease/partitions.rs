@@ -138,6 +138,9 @@ fn join(args: &RunArgs, group: &str) -> Result<(LockClient, Member), Failure> {
         .key_prefix(args.server.prefix.as_str())
         .build()
         .map_err(|e| Failure::from_lib(&e, &server))?;
+    if !args.no_doctor {
+        crate::doctor::print_build_findings(&client);
+    }
     let mut handle = client
         .partitions(group, args.partitions.unwrap_or(1))
         .map_err(|e| Failure::from_lib(&e, &server))?;

@@ -33,16 +33,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         .build()
         .map_err(|e| Failure::from_lib(&e, &server))?;
     if !args.no_doctor {
-        // What build() found, once: no second read of the server.
-        for f in client.build_findings() {
-            eprintln!(
-                "redlease: warning: {} {}: {}; fix: {} (redlease doctor for more, --no-doctor to silence)",
-                f.server(),
-                f.check(),
-                f.detail(),
-                f.fix()
-            );
-        }
+        crate::doctor::print_build_findings(&client);
     }
     let key = args.server.full_key(&name);
 
