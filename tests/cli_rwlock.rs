@@ -233,15 +233,18 @@ fn every_redlease_client_gets_turns_beside_redisson_readers_and_writer() {
     println!(
         "sections in {secs} s: our readers {ours:?}, our writer {writer}, Redisson's readers and writer {java:?}"
     );
-    // In 15 s, under a load of 8 to 11 on two cores: our readers 47 to 82
-    // each, our writer 11 to 64 (median 29). While our readers went in whenever
-    // a Redisson reader held, the writer got 8 to 30 (median 13), our readers
-    // ~110 each.
+    // In 15 s, under a load of 7 to 10 on two cores: our readers 45 to 103
+    // each, our writer 16 to 75 (median 38, 16 runs). Its low runs do not come
+    // from our readers: Redisson's two readers, looping on their own, drift out
+    // of step, and then their holds overlap and the name is never free for any
+    // writer until a write (theirs or ours) falls in a pause and wakes them
+    // together again. `tests/rwlock.rs` checks the writer's share with
+    // Redisson's readers in step; here every client is only asked for turns.
     for (i, n) in ours.iter().enumerate() {
         assert!(*n >= 10, "our reader {i} ran {n} sections: {ours:?}");
     }
     assert!(
-        writer >= 10,
+        writer >= 5,
         "our writer ran {writer} sections (readers {ours:?}, Redisson {java:?})"
     );
     let exists: i64 = server.query(redis::cmd("EXISTS").arg("cfg"));
