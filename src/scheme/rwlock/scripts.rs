@@ -25,15 +25,6 @@ end
     };
 }
 
-/// The first line of a script that reads the server's `TIME` and may write
-/// after it: a server older than 5.0 replicates a script's effects, not the
-/// script, only when asked before its first write (later ones always do).
-macro_rules! effects {
-    () => {
-        "if redis.replicate_commands then redis.replicate_commands() end\n"
-    };
-}
-
 /// The value of a redlease reader's timeout keys (Redisson writes `1` and reads
 /// only their TTL): it says the hold honours the waiting-writer mark.
 macro_rules! honours {
@@ -57,17 +48,18 @@ macro_rules! honours {
 /// thread holds no read yet (a thread already reading reads again, or it would
 /// wait for a writer that waits for it), the mark's. A live hold whose timeout
 /// key holds another value (a Redisson reader's `1`) keeps the name read-held
-/// whatever redlease readers do: the writer gets in only where such readers
-/// leave the name free, so redlease readers go in by turns there. A turn opens
-/// every ARGV[5] ms from the mark's value (the server time the writer began
-/// waiting; now, for a mark without one); a caller whose wait began (the
-/// server's `TIME` less ARGV[4]) before the latest turn opened reads, and one
-/// that began after waits until the next opens (the reply is then the shorter
-/// of the mark's PTTL and the time to it). A dead reader's hold (its timeout
-/// keys run out) does not count: it ends with the next release.
+/// whatever redlease readers do, so there redlease readers go in by turns: one
+/// opens every ARGV[5] ms from the mark's value (the server time the writer
+/// began waiting; now for a mark without one), a caller whose wait began (the
+/// server's `TIME` less ARGV[4]) before the latest one opened reads, and one
+/// that began after waits for the next (the reply: the shorter of the mark's
+/// PTTL and the time to it). A dead reader's hold (its timeout keys run out)
+/// does not count: it ends with the next release.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        effects!(),
+        // `TIME` before a write: a server older than 5.0 must be asked to
+        // replicate the script's effects (later ones always do).
+        "if redis.replicate_commands then redis.replicate_commands() end\n",
         mode_or_refuse!(),
         r"
 local function ignored()
@@ -90,8 +82,7 @@ if (mode == false or mode == 'read') and not mine then
   local waiting = redis.call('PTTL', KEYS[3])
   if waiting > 0 then
     if not (mode == 'read' and ignored()) then return waiting end
-    local now = redis.call('TIME')
-    now = now[1] * 1000 + math.floor(now[2] / 1000)
+    local t = redis.call('TIME'); local now = t[1] * 1000 + math.floor(t[2] / 1000)
     local start = tonumber(string.match(redis.call('GET', KEYS[3]) or '', '^%d+$')) or now
     local every = tonumber(ARGV[5])
     local opened = start + math.floor((now - start) / every) * every
@@ -202,7 +193,7 @@ return 1
 /// the readers' turns count from it), its TTL ARGV[5].
 pub(crate) static WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        effects!(),
+        "if redis.replicate_commands then redis.replicate_commands() end\n",
         mode_or_refuse!(),
         r"
 if mode == false then
@@ -223,10 +214,8 @@ if mode == 'read' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
 end
 if ARGV[4] == '1' then
   local start = string.match(redis.call('GET', KEYS[2]) or '', '^%d+$')
-  if not start then
-    local now = redis.call('TIME')
-    start = string.format('%d', now[1] * 1000 + math.floor(now[2] / 1000))
-  end
+  local t = not start and redis.call('TIME')
+  if t then start = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)) end
   redis.call('SET', KEYS[2], start, 'PX', ARGV[5])
 end
 return redis.call('PTTL', KEYS[1])
