@@ -233,8 +233,8 @@ fn every_redlease_client_gets_turns_beside_redisson_readers_and_writer() {
     println!(
         "sections in {secs} s: our readers {ours:?}, our writer {writer}, Redisson's readers and writer {java:?}"
     );
-    // In 15 s, under a load of 5 to 10 on two cores: our readers 45 to 103
-    // each, our writer 13 to 75 (median 36, 17 runs). Its low runs do not come
+    // In 15 s, under loads of 2 to 12 on two cores: our readers 45 to 103
+    // each, our writer 13 to 79 (median 37, 33 runs). Its low runs do not come
     // from our readers: Redisson's two readers, looping on their own, drift out
     // of step, and then their holds overlap and the name is never free for any
     // writer until a write (theirs or ours) falls in a pause and wakes them
