@@ -19,9 +19,7 @@
 //!     .build()?;
 //!
 //! let guard = client.lock("invoice:42")?;   // waits; renewed in the background
-//! guard.check()?;                           // still ours? (local, no round trip)
-//! let released = guard.unlock()?;           // Released / Expired / Taken
-//! assert!(released.was_held());
+//! assert!(guard.unlock()?.was_held());      // Released, or Expired / Taken
 //!
 //! // One attempt, or a bounded wait: busy is `Ok(None)`, never an error.
 //! if let Some(g) = client.try_lock_for("report", Duration::from_millis(500))? {
@@ -52,8 +50,12 @@
 //!   lock's whole family of calls and the same guard surface.
 //! - Fleets ([guide](guide::fleets)): [`LockClient::election`] → [`Election`] →
 //!   [`Leadership`], whose term is a fence; [`LockOptions::min_hold`], once per
-//!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::wait_free`];
-//!   [`LockClient::shutdown`] → [`ShutdownReport`].
+//!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::lock_any`] →
+//!   [`AnyGuard`], one of several names; [`LockClient::partitions`] →
+//!   [`PartitionGroup`] → [`Member`] ([`PartitionEvent`], [`GroupStatus`]), work shared
+//!   by a fleet; [`LockClient::wait_free`]; [`LockClient::shutdown`] → [`ShutdownReport`].
+//! - Is the server safe for locks? [`LockClient::doctor`] → a [`Report`] of [`Finding`]s
+//!   ([`Severity`]; [`ServerReport`], [`Checkup`], [`ServerCheck`]; [operations](guide::operations)).
 //!
 //! # Guarantees and errors, in brief
 //!
@@ -61,18 +63,16 @@
 //! not acquired. A lease is valid until `sent + ttl - drift` on the local monotonic
 //! clock and [`LockGuard::is_held`] never says true past it; a paused process may
 //! still believe it holds a lock, which [`LockGuard::fence`] lets downstream systems
-//! refuse. Every call returns within `max(wait, read timeout)` + 200 ms. More, with
-//! the background threads, in [guarantees and limits](guide::guarantees).
+//! refuse. Every call returns within `max(wait, read timeout)` + 200 ms
+//! ([guarantees and limits](guide::guarantees)).
 //! [`Error::is_timeout`] and [`Error::is_connection_error`] decide retries; a
 //! [`RedisFailure`] names the [`Operation`], the key and the limit that ran out; bad
 //! input is [`Error::Config`] or [`Error::Invalid`], never a panic ([errors](guide::errors)).
 //!
 //! # Foreign types
 //!
-//! [`RedisFailure::redis_error`] is a [`redis::RedisError`], and a failure's source
-//! that or an [`r2d2::Error`]; URLs are anything [`redis::IntoConnectionInfo`]
-//! accepts; [`Owner::lookup`] reads through any [`redis::ConnectionLike`]; the lost
-//! channel is a [`crossbeam_channel::Receiver`].
+//! [`redis::RedisError`] (in [`RedisFailure`]), [`r2d2::Error`], [`redis::IntoConnectionInfo`]
+//! (URLs), [`redis::ConnectionLike`] ([`Owner::lookup`]), [`crossbeam_channel::Receiver`].
 //!
 //! # Feature flags
 //!
@@ -88,7 +88,8 @@
 
 // Layers, bottom to top: a file imports only from its own layer or below, and no
 // two files import each other in a ring (tests/layers.rs checks both).
-// root leaves: counters, the lease clock, the formats a key can hold
+// root leaves: counters, the lease clock, key formats, what the doctor finds
+mod finding;
 mod format;
 mod metrics;
 mod time;
@@ -106,24 +107,27 @@ mod lease;
 mod topology;
 // background threads: renewal, waiting, callbacks
 mod threads;
-// LockClient, its acquire loop, LockGuard, options, builder, inspect
+// LockClient, its acquire loop, LockGuard, options, builder, inspect, doctor
 mod client;
-// Redisson's named primitives: fair, read-write, semaphore
+// named primitives: fair, read-write, semaphore, election, partitions
 mod primitives;
 // the long-form docs: markdown chapters, no code
 pub mod guide;
 
 pub use client::LockClient;
+pub use client::any_guard::AnyGuard;
 pub use client::builder::{
     DEFAULT_BACKOFF_MAX, DEFAULT_BACKOFF_MIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_TTL, LockClientBuilder, ServerCheck,
 };
+pub use client::doctor::{Checkup, Report, ServerReport};
 pub use client::guard::LockGuard;
 pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 pub use client::multi_guard::MultiGuard;
 pub use client::options::{LockOptions, Renewal};
 pub use client::shutdown::ShutdownReport;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
+pub use finding::{Finding, Severity};
 pub use lease::{LeaseLost, LossReason};
 pub use metrics::Metrics;
 #[cfg(feature = "tls-rustls")]
@@ -132,6 +136,9 @@ pub use owner::{ClientTag, Owner, Session};
 pub use primitives::election::{Election, Leader, Leadership, OBSERVE_POLL, Observer};
 pub use primitives::fair::FairLock;
 pub use primitives::held::{PermitGuard, ReadGuard, WriteGuard};
+pub use primitives::partition::{
+    GroupStatus, MAX_PARTITIONS, Member, MemberInfo, PartitionEvent, PartitionGroup, PartitionInfo,
+};
 pub use primitives::rwlock::ReadWriteLock;
 pub use primitives::semaphore::{Permits, Semaphore};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};

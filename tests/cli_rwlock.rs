@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::cli::*;
-use support::redisson::rwlock::RedissonRwLock;
+use support::redisson::rwlock::sections;
 use support::{RedisServer, eventually};
 
 #[test]
@@ -192,41 +192,6 @@ fn redlease_sections(
     n
 }
 
-/// A Redisson client's thread looping until `end` on `readLock().lock()` (a
-/// reader) or on `writeLock().tryLock()` (a writer: one attempt), each section a
-/// hold of `hold`, each step followed by `pause`; returns its sections.
-fn redisson_sections(
-    server: &RedisServer,
-    write: bool,
-    hold: Duration,
-    pause: Duration,
-    end: Instant,
-) -> usize {
-    let mut lock = RedissonRwLock::new(server, "cfg", 1);
-    let mut listen = server.conn();
-    let mut n = 0;
-    let bound = Duration::from_secs(3);
-    while Instant::now() < end {
-        let got = if write {
-            lock.write_lock(30_000).is_none()
-        } else {
-            lock.read(&mut listen, 30_000, bound)
-        };
-        if got {
-            n += 1;
-            thread::sleep(hold);
-            let released = if write {
-                lock.write_unlock()
-            } else {
-                lock.read_unlock()
-            };
-            assert!(released.is_some(), "Redisson held it");
-        }
-        thread::sleep(pause);
-    }
-    n
-}
-
 #[test]
 fn every_redlease_client_gets_turns_beside_redisson_readers_and_writer() {
     let server = RedisServer::start();
@@ -258,7 +223,7 @@ fn every_redlease_client_gets_turns_beside_redisson_readers_and_writer() {
         ]
         .into_iter()
         .map(|(write, hold, pause)| {
-            s.spawn(move || redisson_sections(server, write, hold, pause, end))
+            s.spawn(move || sections(server, "cfg", write, hold, pause, end))
         })
         .collect();
         let ours: Vec<usize> = readers.into_iter().map(|t| t.join().unwrap()).collect();
@@ -268,15 +233,18 @@ fn every_redlease_client_gets_turns_beside_redisson_readers_and_writer() {
     println!(
         "sections in {secs} s: our readers {ours:?}, our writer {writer}, Redisson's readers and writer {java:?}"
     );
-    // In 15 s, under a load of 8 to 11 on two cores: our readers 47 to 82
-    // each, our writer 11 to 64 (median 29). While our readers went in whenever
-    // a Redisson reader held, the writer got 8 to 30 (median 13), our readers
-    // ~110 each.
+    // In 15 s, under loads of 2 to 12 on two cores: our readers 45 to 103
+    // each, our writer 13 to 79 (median 37, 33 runs). Its low runs do not come
+    // from our readers: Redisson's two readers, looping on their own, drift out
+    // of step, and then their holds overlap and the name is never free for any
+    // writer until a write (theirs or ours) falls in a pause and wakes them
+    // together again. `tests/rwlock.rs` checks the writer's share with
+    // Redisson's readers in step; here every client is only asked for turns.
     for (i, n) in ours.iter().enumerate() {
         assert!(*n >= 10, "our reader {i} ran {n} sections: {ours:?}");
     }
     assert!(
-        writer >= 10,
+        writer >= 5,
         "our writer ran {writer} sections (readers {ours:?}, Redisson {java:?})"
     );
     let exists: i64 = server.query(redis::cmd("EXISTS").arg("cfg"));

@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 /// The top-level modules of `src/`, bottom to top; a file may import from its own
 /// layer or any below. Modules on one line share a layer.
 const LAYERS: &[&[&str]] = &[
-    // root leaves: clocks and TTL bounds, counters, the formats a key can hold
-    &["time", "metrics", "format"],
+    // root leaves: clocks and TTL bounds, counters, the formats a key can hold,
+    // what the doctor finds
+    &["time", "metrics", "format", "finding"],
     &["error"],
     &["net"],
     &["owner"],

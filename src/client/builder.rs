@@ -37,6 +37,22 @@ impl LockClient {
     }
 }
 
+/// What [`build`](crate::LockClientBuilder::build) does with the server's
+/// configuration ([`LockClientBuilder::server_check`](crate::LockClientBuilder::server_check)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ServerCheck {
+    /// Reads nothing.
+    Off,
+    /// One `INFO` per master; each critical finding is logged at `warn` with its
+    /// check and its fix, and the client is built anyway.
+    #[default]
+    Warn,
+    /// The same, and a critical finding fails the build with
+    /// [`Error::UnsafeServer`](crate::Error::UnsafeServer).
+    Refuse,
+}
+
 /// Where the locks live, as the constructor was given it.
 pub(super) enum Servers {
     /// Boxed: with `tls-rustls` a `ConnectionInfo` is large.
@@ -75,6 +91,7 @@ pub struct LockClientBuilder {
     pub(super) replicas: Option<(u32, Duration)>,
     pub(super) node_timeout: Option<Duration>,
     pub(super) tls: Tls,
+    pub(super) server_check: ServerCheck,
 }
 
 impl LockClientBuilder {
@@ -98,6 +115,7 @@ impl LockClientBuilder {
             replicas: None,
             node_timeout: None,
             tls: Tls::default(),
+            server_check: ServerCheck::Warn,
         }
     }
     /// Prepended to every lock key. redlease's own keys live under it too (the fence
@@ -190,6 +208,17 @@ impl LockClientBuilder {
         self.node_timeout = Some(timeout);
         self
     }
+    /// What `build()` does with the server's configuration: one `INFO` per
+    /// master, and each critical finding of the checks it decides (eviction that
+    /// can delete leases, a replica, a failed save that stops writes) logged at
+    /// `warn` with its check and its fix ([`ServerCheck::Warn`]), or refused with
+    /// [`Error::UnsafeServer`] ([`ServerCheck::Refuse`]), or nothing read
+    /// ([`ServerCheck::Off`]). [`LockClient::doctor`] runs every check.
+    /// Defaults to [`ServerCheck::Warn`].
+    pub fn server_check(mut self, check: ServerCheck) -> Self {
+        self.server_check = check;
+        self
+    }
     pub(super) fn validate(&self) -> Result<()> {
         check_ttl("ttl", self.ttl)?;
         if self.pool_size == 0 {
@@ -271,6 +300,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("replicas", &self.replicas)
             .field("node_timeout", &self.node_timeout)
             .field("tls", &self.tls)
+            .field("server_check", &self.server_check)
             .finish()
     }
 }

@@ -8,6 +8,7 @@ use redis::{ConnectionInfo, IntoConnectionInfo};
 
 use super::builder::{DEFAULT_NODE_TIMEOUT, LockClientBuilder, Servers};
 use crate::client::LockClient;
+use crate::client::doctor::{self, Checkup};
 use crate::client::options::Settings;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
@@ -206,6 +207,9 @@ impl LockClientBuilder {
     /// taken. A user that may not subscribe (Redis 7's default for new users) gets a
     /// client whose waits poll, with one warning logged.
     ///
+    /// Then it reads the server's configuration (one `INFO` per master, see
+    /// [`server_check`](Self::server_check)) and logs each critical finding.
+    ///
     /// Waits at most the connect timeout plus the read timeout, and a few more
     /// round trips, each bounded by the read timeout.
     ///
@@ -213,7 +217,10 @@ impl LockClientBuilder {
     /// [`Error::Config`] for a value out of range or a bad URL, [`Error::Redis`] when
     /// the server cannot be reached (or its TLS certificate is not trusted),
     /// [`Error::Permission`] when the Redis user lacks a
-    /// permission locks need, [`Error::Spawn`] when a thread cannot start.
+    /// permission locks need, [`Error::UnsafeServer`] when the server is
+    /// configured so that locks can be lost and
+    /// [`server_check`](Self::server_check) refuses it, [`Error::Spawn`] when a
+    /// thread cannot start.
     pub fn build(self) -> Result<LockClient> {
         self.validate()?;
         let config = NodeConfig {
@@ -285,6 +292,11 @@ impl LockClientBuilder {
                  instead of being woken by releases"
             );
         }
+        let checkup = Checkup::new()
+            .ttl(self.ttl)
+            .key_prefix(self.key_prefix.clone())
+            .replicas(self.replicas.is_some_and(|(n, _)| n > 0));
+        let build_findings = doctor::at_build(&*topology, &checkup, self.server_check)?;
         let settings = Settings {
             key_prefix: self.key_prefix,
             ttl: self.ttl,
@@ -305,6 +317,7 @@ impl LockClientBuilder {
             counters,
             (self.backoff_min, self.backoff_max),
             id,
+            build_findings,
         )
     }
 }

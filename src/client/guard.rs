@@ -58,6 +58,11 @@ impl LockGuard {
         &self.state
     }
 
+    /// The lease this guard holds, shared (for a view that outlives a borrow).
+    pub(crate) fn lease_shared(&self) -> Arc<LeaseState> {
+        Arc::clone(&self.state)
+    }
+
     /// Hands this guard's release to the caller (a guard of several names that
     /// releases them together): dropping it sends nothing afterwards. `None` when
     /// it was released already.

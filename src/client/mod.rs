@@ -9,13 +9,16 @@
 //! checks; `guard.rs` [`LockGuard`]; `builder.rs` [`LockClientBuilder`], its setters
 //! and checks; `deploy.rs` `build()` and the Redlock, Sentinel and Cluster
 //! constructors; `multi.rs` [`LockClient::lock_all`] and its family (several names,
-//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `inspect/` what
+//! all or none); `multi_guard.rs` [`MultiGuard`](crate::MultiGuard); `any.rs`
+//! [`LockClient::lock_any`] and its family (one name out of several); `any_guard.rs`
+//! [`AnyGuard`](crate::AnyGuard); `inspect/` what
 //! `inspect` and `held` return ([`LockInfo::read`](crate::LockInfo::read) over any
 //! connection); `owners.rs` `inspect` and `held` themselves; `follow.rs` the cluster
 //! redirections that reads sent straight to a node (`inspect`, `wait_free`) follow;
 //! `shutdown.rs` [`LockClient::shutdown`], which releases every lease the client's
 //! guards hold; `wait_free.rs` [`LockClient::wait_free`], which waits until nobody
-//! holds a name.
+//! holds a name; `doctor/` [`LockClient::doctor`] and the server check `build()`
+//! runs: is the server configured so that locks hold?
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,8 +39,11 @@ use crate::threads::wait::{Hub, Subscription, Waiters, Wake};
 use crate::topology::{IoThread, Topology};
 
 mod acquire;
+mod any;
+pub(crate) mod any_guard;
 pub(crate) mod builder;
 mod deploy;
+pub(crate) mod doctor;
 mod follow;
 pub(crate) mod guard;
 pub(crate) mod inspect;
@@ -96,6 +102,8 @@ pub(crate) struct Inner {
     waiters: Option<Waiters>,
     /// Set by [`LockClient::shutdown`]: a lease acquired after it is given back.
     pub(crate) stopped: AtomicBool,
+    /// The critical findings of the server check `build()` ran.
+    pub(crate) build_findings: Vec<crate::finding::Finding>,
 }
 
 impl LockClient {
@@ -107,6 +115,7 @@ impl LockClient {
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
         id: ClientId,
+        build_findings: Vec<crate::finding::Finding>,
     ) -> Result<Self> {
         let hub = Arc::new(Hub::new(
             Arc::clone(&topology),
@@ -139,6 +148,7 @@ impl LockClient {
                 notifier,
                 waiters,
                 stopped: AtomicBool::new(false),
+                build_findings,
             }),
         })
     }

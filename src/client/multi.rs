@@ -224,7 +224,7 @@ impl LockClient {
     }
 
     /// Checks `names` (not empty, no name empty, none twice) and derives their keys.
-    fn all_keys<S: AsRef<str>>(&self, names: &[S], plan: &Plan) -> Result<Vec<Keys>> {
+    pub(super) fn all_keys<S: AsRef<str>>(&self, names: &[S], plan: &Plan) -> Result<Vec<Keys>> {
         if names.is_empty() {
             return Err(Error::Invalid {
                 what: "lock names",

@@ -103,7 +103,7 @@ impl LockClient {
             return Err(Error::Shutdown);
         }
         let deadline = Instant::now().checked_add(timeout);
-        let mut watcher = Watcher::new(hub, self.inner.waiters.as_ref());
+        let mut watcher = Watcher::new(hub, self.inner.waiters.as_ref(), None);
         let mut last_value = None;
         let mut partly_free_looks = 0;
         loop {

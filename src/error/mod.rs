@@ -148,6 +148,17 @@ pub enum Error {
         /// Each node that failed, with its error.
         failures: Box<[NodeFailure]>,
     },
+    /// A server is configured so that locks can be lost or wrongly granted (a
+    /// critical [`Finding`](crate::Finding)), and the builder was told to refuse
+    /// such a server
+    /// ([`ServerCheck::Refuse`](crate::ServerCheck::Refuse)).
+    #[error("redis server {} is unsafe for locks: {check}", finding.server())]
+    UnsafeServer {
+        /// The check's stable name (`eviction`, `replica`, ...).
+        check: &'static str,
+        /// What was found, why it matters and what to change.
+        finding: Box<crate::finding::Finding>,
+    },
 }
 
 /// One node's failure in a Redlock call, carried by [`Error::NoQuorum`].

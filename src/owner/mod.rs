@@ -20,7 +20,7 @@ mod record;
 mod write;
 
 pub use record::Session;
-pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite};
+pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite, host, program};
 
 /// The prefix of a redlease token, `rl2:<tag>:<counter>`: the client's tag (16
 /// lowercase hex digits) and a counter in base 36 (`0-9a-z`) that never repeats in

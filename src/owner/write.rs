@@ -122,7 +122,7 @@ impl SessionWrite {
 }
 
 /// This machine's host name, as Linux keeps it; `$HOSTNAME` elsewhere.
-fn host() -> String {
+pub(crate) fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
@@ -132,7 +132,7 @@ fn host() -> String {
 }
 
 /// The file name of this process's executable (its first argument's otherwise).
-fn program() -> String {
+pub(crate) fn program() -> String {
     let path = std::env::current_exe()
         .ok()
         .or_else(|| std::env::args_os().next().map(Into::into));

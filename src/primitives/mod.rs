@@ -15,13 +15,15 @@
 //! [`ReadWriteLock`](crate::ReadWriteLock); `semaphore.rs`
 //! [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits); `election/`
 //! [`Election`](crate::Election), its guard [`Leadership`](crate::Leadership),
-//! [`Leader`](crate::Leader) and [`Observer`](crate::Observer).
+//! [`Leader`](crate::Leader) and [`Observer`](crate::Observer); `partition/`
+//! [`PartitionGroup`](crate::PartitionGroup) and its [`Member`](crate::Member).
 
 pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod family;
 pub(crate) mod handle;
 pub(crate) mod held;
+pub(crate) mod partition;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;
 

@@ -60,11 +60,13 @@ impl LockClient {
 /// waits behind it as long as only redlease readers hold the name (they drain,
 /// and the writer gets in). While a live Redisson reader holds it (Redisson's
 /// readers ignore the waiting writer), the writer can get in only where
-/// Redisson's readers leave the name free: a reader then waits behind the
-/// writer for at most 250 ms from the start of its call, and goes in after
-/// that. So each reader gets at least one turn per 250 ms and the hold it
-/// takes, and the writer the moments the foreign readers leave. While
-/// Redisson's readers overlap without a pause, no writer gets in at all.
+/// Redisson's readers leave the name free, so readers go in by turns: a turn
+/// opens every 250 ms from when the writer began waiting, the readers that were
+/// waiting when it opened go in together, and one that comes after waits for
+/// the next. So a reader waits behind the writer for at most 250 ms from the
+/// start of its call, and the writer has the moments the foreign readers leave
+/// between our readers' turns. While Redisson's readers overlap without a
+/// pause, no writer gets in at all.
 #[derive(Clone)]
 pub struct ReadWriteLock {
     handle: Handle,
@@ -91,8 +93,8 @@ impl ReadWriteLock {
         gave_up: "",
         handle: config = "read_write_lock(\"config\")";
         /// it waits while a writer holds the name or a redlease writer waits
-        /// for it, and behind a waiting writer at most 250 ms while a Redisson
-        /// reader holds it.
+        /// for it, and behind a waiting writer at most 250 ms, until its
+        /// readers' next turn, while a Redisson reader holds it.
         ///
         /// # Errors
         /// [`Error::WrongFormat`] when the name holds another format (left as

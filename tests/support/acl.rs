@@ -9,7 +9,7 @@ use super::RedisServer;
 pub const LOCK_RULE: &str = "~lock:* &{lock:* &redlease:waiter:* \
     +ping +set +get +del +pttl +pexpire +hset +incr +evalsha +script|load \
     +mget +time +pexpireat +exists \
-    +publish +subscribe +unsubscribe +punsubscribe";
+    +publish +subscribe +unsubscribe +punsubscribe +info";
 
 /// What a Redis Cluster user needs beside [`LOCK_RULE`], on every node: the slot
 /// map, keys of a slot mid-migration, and sharded release messages.

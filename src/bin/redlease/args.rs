@@ -139,6 +139,45 @@ pub(crate) struct RunArgs {
                 REDLEASE_FENCE holds one fence per name, comma-separated, KEY's first"
     )]
     pub(crate) and: Vec<String>,
+    /// Take one of the N locks KEY:0 … KEY:N-1, whichever is free.
+    #[arg(help_heading = LOCK)]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=4096),
+        conflicts_with_all = ["permits", "shared", "exclusive", "fair", "and"],
+        long_help = "Take one of the N locks KEY:0 … KEY:N-1, whichever is free (from a random \
+                one, so a fleet spreads): the command gets its number as REDLEASE_SLOT \
+                (and its fence as REDLEASE_FENCE with --fence); a {tag} in KEY keeps them \
+                in one cluster slot"
+    )]
+    pub(crate) slots: Option<u32>,
+    /// Be a member of the partition group --group sharing M partitions.
+    #[arg(help_heading = LOCK)]
+    #[arg(
+        long,
+        value_name = "M",
+        value_parser = clap::value_parser!(u32).range(1..=4096),
+        requires = "group",
+        conflicts_with_all = ["permits", "shared", "exclusive", "fair", "and", "slots", "min_hold", "max_hold", "wait"],
+        long_help = "Be a member of the group --group sharing M partitions (no KEY): one COMMAND \
+                runs per partition held, with REDLEASE_PARTITION, REDLEASE_FENCE and \
+                REDLEASE_GROUP; a partition asked for by another member gets SIGTERM, \
+                SIGKILL after --kill-grace, then is released"
+    )]
+    pub(crate) partitions: Option<u32>,
+    /// The partition group's name (with --partitions).
+    #[arg(help_heading = LOCK)]
+    #[arg(long, value_name = "G", requires = "partitions")]
+    pub(crate) group: Option<String>,
+    /// At most K partitions move between members per round, group-wide (with --partitions)
+    #[arg(help_heading = LOCK)]
+    #[arg(long, value_name = "K", requires = "partitions")]
+    pub(crate) max_moves: Option<usize>,
+    /// A stable member id (with --partitions): restarted within the group's window, it gets its partitions back
+    #[arg(help_heading = LOCK)]
+    #[arg(long, value_name = "ID", requires = "partitions")]
+    pub(crate) member_id: Option<String>,
     /// Time between SIGTERM and SIGKILL when the command must stop
     ///
     /// The command must stop when the lock was lost, or when redlease got SIGINT or
@@ -162,13 +201,37 @@ pub(crate) struct RunArgs {
                      pick a code the command never exits with to tell the two apart"
     )]
     pub(crate) conflict_exit_code: u8,
-    /// The lock's key (PREFIX is prepended)
-    pub(crate) key: String,
+    /// Do not print the server's critical findings (read at connect time) on stderr
+    #[arg(long, help_heading = OUTPUT)]
+    pub(crate) no_doctor: bool,
+    /// The lock's key (PREFIX is prepended); none with --partitions
+    #[arg(required_unless_present = "partitions")]
+    pub(crate) key: Option<String>,
     /// The command and its arguments, after `--`
     // Everything from the first word of the command on is the command's, as with
-    // `env` or `flock`; a mistyped option before it stays an error.
-    #[arg(value_name = "COMMAND", required = true, trailing_var_arg = true)]
+    // `env` or `flock`; a mistyped option before it stays an error. With
+    // --partitions there is no KEY: its place holds the command's first word.
+    #[arg(
+        value_name = "COMMAND",
+        required_unless_present = "partitions",
+        trailing_var_arg = true
+    )]
     pub(crate) command: Vec<OsString>,
+}
+
+/// `redlease group`.
+#[derive(Debug, Args)]
+pub(crate) struct GroupArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The group's number of partitions [default: as its live members' records say]
+    #[arg(long, value_name = "M", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) partitions: Option<u32>,
+    /// The group's name
+    pub(crate) name: String,
 }
 
 /// `redlease elect`.
@@ -262,6 +325,19 @@ pub(crate) struct WaitArgs {
     pub(crate) timeout: Option<Duration>,
     /// The lock's key (PREFIX is prepended)
     pub(crate) key: String,
+}
+
+/// `redlease doctor`.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Print one JSON object instead of text
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// The longest lease TTL the clients use: uptime, clock drift and renewal slack are checked against it [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) ttl: Option<Duration>,
 }
 
 /// Parses a number of permits: 1 to 4294967295.

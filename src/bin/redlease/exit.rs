@@ -26,6 +26,9 @@ pub(crate) const OS_ERROR: u8 = 71;
 /// Not acquired within `--wait`, or still held at `wait --timeout`: someone else
 /// holds the lock; `leader`: nobody leads (`EX_TEMPFAIL`).
 pub(crate) const NOT_ACQUIRED: u8 = 75;
+/// `doctor`: a server is configured so that locks can be lost or wrongly
+/// granted (a critical finding) (`EX_CONFIG`).
+pub(crate) const UNSAFE: u8 = 78;
 /// The lock was lost while the command ran, and the command was stopped. No
 /// sysexits code means this, so it takes the first number past their range.
 pub(crate) const LOST: u8 = 79;

@@ -61,6 +61,8 @@ pub(crate) const STATUSES: &[Status] = &[
     status("0", For::Only(&["wait"]), "KEY is free"),
     status("0", For::Only(&["leader"]), "someone leads"),
     status("0", For::Only(&["completions"]), "the script was printed"),
+    status("0", For::Only(&["group"]), "the group was read"),
+    status("0", For::Only(&["doctor"]), "no finding is critical"),
     status(
         "64",
         For::Every,
@@ -99,9 +101,20 @@ pub(crate) const STATUSES: &[Status] = &[
     status("75", For::Only(&["wait"]), "still held at --timeout"),
     status("75", For::Only(&["leader"]), "nobody leads"),
     status(
+        "75",
+        For::Only(&["group"]),
+        "no live member and no --partitions to size the group",
+    ),
+    status(
+        "78",
+        For::Only(&["doctor"]),
+        "a finding is critical: the server can lose or wrongly grant locks as configured",
+    ),
+    status(
         "79",
         For::Only(&["run"]),
-        "the lock was lost while the command ran; the command was stopped",
+        "the lock was lost while the command ran; the command was stopped (with \
+         --partitions: the membership ended, every command was stopped)",
     ),
     status(
         "79",

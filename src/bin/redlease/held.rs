@@ -1,11 +1,11 @@
 //! What `run` holds while the command runs: a lock, several locks taken together
-//! (`--and`), or one permit of a semaphore (`--permits N`); what `elect` holds: a
+//! (`--and`), one lock of several (`--slots N`), or one permit of a semaphore (`--permits N`); what `elect` holds: a
 //! leadership. All are leases renewed by the library.
 
 use crossbeam_channel::Receiver;
 use redlease::{
-    Error, Leadership, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard, PermitGuard,
-    ReadGuard, Release, Result, WriteGuard,
+    AnyGuard, Error, Leadership, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard,
+    PermitGuard, ReadGuard, Release, Result, WriteGuard,
 };
 
 use crate::exit::Failure;
@@ -24,7 +24,23 @@ pub(crate) const COMMAND_ENV: &[(&str, &[&str], &str)] = &[
         &["run"],
         "with --fence, the fencing token: strictly increasing per key; pass it with each \
          write so that a late write of an earlier holder can be refused. With --and, one \
-         fence per name, comma-separated, KEY's first",
+         fence per name, comma-separated, KEY's first; with --slots, the fence of the \
+         lock taken; with --partitions, the partition's fence (it rises with each owner)",
+    ),
+    (
+        "REDLEASE_SLOT",
+        &["run"],
+        "with --slots N, the number (0 to N-1) of the lock KEY:n taken",
+    ),
+    (
+        "REDLEASE_PARTITION",
+        &["run"],
+        "with --partitions, the partition this command runs for (one command per partition held)",
+    ),
+    (
+        "REDLEASE_GROUP",
+        &["run"],
+        "with --partitions, the group's name",
     ),
     (
         "REDLEASE_PERMIT_ID",
@@ -44,6 +60,8 @@ pub(crate) enum Held {
     Lock(LockGuard),
     /// KEY and the `--and` names, in the order given.
     All(MultiGuard),
+    /// One of KEY:0 … KEY:N-1 (`--slots N`).
+    Any(AnyGuard),
     Permit(PermitGuard),
     Read(ReadGuard),
     Write(WriteGuard),
@@ -102,6 +120,7 @@ impl Held {
         match self {
             Held::Lock(g) => format!("lock on `{}`", g.key()),
             Held::All(g) => format!("locks on `{}`", g.keys().join("`, `")),
+            Held::Any(g) => format!("lock on `{}`", g.key()),
             Held::Permit(p) => format!("permit of `{}`", p.key()),
             Held::Read(g) => format!("read lock on `{}`", g.key()),
             Held::Write(g) => format!("write lock on `{}`", g.key()),
@@ -127,6 +146,16 @@ impl Held {
                 }
                 env
             }
+            Held::Any(g) => {
+                let mut env = vec![
+                    ("REDLEASE_KEY", g.key().to_owned()),
+                    ("REDLEASE_SLOT", g.index().to_string()),
+                ];
+                if let Some(fence) = g.fence() {
+                    env.push(("REDLEASE_FENCE", fence.to_string()));
+                }
+                env
+            }
             Held::Permit(p) => vec![
                 ("REDLEASE_KEY", p.key().to_owned()),
                 ("REDLEASE_PERMIT_ID", p.permit_id().to_owned()),
@@ -144,6 +173,7 @@ impl Held {
         match self {
             Held::Lock(g) => g.lost(),
             Held::All(g) => g.lost(),
+            Held::Any(g) => g.lost(),
             Held::Permit(p) => p.lost(),
             Held::Read(g) => g.lost(),
             Held::Write(g) => g.lost(),
@@ -155,6 +185,7 @@ impl Held {
         match self {
             Held::Lock(g) => g.is_held(),
             Held::All(g) => g.is_held(),
+            Held::Any(g) => g.is_held(),
             Held::Permit(p) => p.is_held(),
             Held::Read(g) => g.is_held(),
             Held::Write(g) => g.is_held(),
@@ -180,6 +211,7 @@ impl Held {
                 }
                 first_err.map_or(Ok(Release::Released), Err)
             }
+            Held::Any(g) => g.unlock(),
             Held::Permit(p) => p.unlock(),
             Held::Read(g) => g.unlock(),
             Held::Write(g) => g.unlock(),

@@ -22,14 +22,19 @@
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`);
 //! - `manual`: shell completions and the man pages, from the clap definition.
+//! - `partitions` (`run --partitions`: a member of a partition group running one
+//!   command per partition held) and `group` (a group's members and partitions).
+//! - `doctor`, whether the servers are configured so that locks hold.
 
 #![forbid(unsafe_code)]
 
 mod args;
 mod child;
+mod doctor;
 mod elect;
 mod exit;
 mod exit_status;
+mod group;
 mod held;
 mod inspect;
 #[cfg(target_os = "linux")]
@@ -38,6 +43,7 @@ mod leader;
 mod list;
 mod manual;
 mod owners;
+mod partitions;
 mod probe;
 mod release;
 mod report;
@@ -53,7 +59,8 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::args::{
-    CompletionsArgs, ElectArgs, InspectArgs, LeaderArgs, ListArgs, ReleaseArgs, RunArgs, WaitArgs,
+    CompletionsArgs, DoctorArgs, ElectArgs, GroupArgs, InspectArgs, LeaderArgs, ListArgs,
+    ReleaseArgs, RunArgs, WaitArgs,
 };
 use crate::exit::{Failure, SOFTWARE, USAGE};
 use crate::server::ServerArgs;
@@ -121,7 +128,7 @@ enum Cmd {
     /// Acquire KEY, run COMMAND while renewing the lease, release when it exits.
     #[command(
         long_about = RUN_ABOUT,
-        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]..."
+        override_usage = "redlease run [OPTIONS] KEY -- COMMAND [ARGS]...\n       redlease run [OPTIONS] --partitions M --group G -- COMMAND [ARGS]..."
     )]
     Run(RunArgs),
     /// Campaign for leadership of NAME, run COMMAND while leader, resign when it exits.
@@ -144,7 +151,24 @@ enum Cmd {
     /// Print the completion script for SHELL (see --help for where it goes).
     #[command(long_about = manual::COMPLETIONS_ABOUT)]
     Completions(CompletionsArgs),
+    /// Show a partition group: its members, each partition's owner, fence and TTL
+    Group(GroupArgs),
+    /// Check that the servers are configured so that locks hold: eviction, persistence, replicas, ACL.
+    #[command(long_about = DOCTOR_ABOUT)]
+    Doctor(DoctorArgs),
 }
+
+/// `doctor --help`'s description.
+const DOCTOR_ABOUT: &str = "\
+Check that the servers are configured so that locks hold; exit 0, or 78 when a
+finding is critical.
+
+Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
+(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
+masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
+is checked), followed by the replicas it lists. A finding is critical (locks can be
+lost or wrongly granted as configured), warning (a risk under a named fault), info,
+or unknown (the user may not read it: never taken as fine).";
 
 /// `wait --help`'s description.
 const WAIT_ABOUT: &str = "\
@@ -196,6 +220,8 @@ fn main() -> ExitCode {
         Cmd::List(a) => Some(&a.server),
         Cmd::Release(a) => Some(&a.server),
         Cmd::Wait(a) => Some(&a.server),
+        Cmd::Group(a) => Some(&a.server),
+        Cmd::Doctor(a) => Some(&a.server),
         Cmd::Completions(_) => None,
     };
     let secrets = server.map(ServerArgs::secrets).unwrap_or_default();
@@ -208,6 +234,8 @@ fn main() -> ExitCode {
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
         Cmd::Completions(a) => manual::completions(a.shell, command()),
+        Cmd::Group(a) => group::group(a),
+        Cmd::Doctor(a) => doctor::doctor(a),
     };
     match result {
         Ok(code) => ExitCode::from(code),

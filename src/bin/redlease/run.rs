@@ -17,6 +17,10 @@ use crate::supervise::{cancelled, run_command, watch_signals};
 /// cancelled the wait) or the failure to report (a busy lock's code is
 /// `--conflict-exit-code`, 75 by default).
 pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
+    if args.partitions.is_some() {
+        return crate::partitions::run(args);
+    }
+    let name = args.key.clone().unwrap_or_default();
     // Bad input is reported before anything connects.
     let scheme = args.scheme.scheme();
     let (builder, url) = args.server.builder();
@@ -28,7 +32,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         .scheme(scheme)
         .build()
         .map_err(|e| Failure::from_lib(&e, &server))?;
-    let key = args.server.full_key(&args.key);
+    if !args.no_doctor {
+        crate::doctor::print_build_findings(&client);
+    }
+    let key = args.server.full_key(&name);
 
     let mut opts = LockOptions::new().fencing(args.fence).cancel(cancel);
     if let Some(ttl) = args.ttl {
@@ -44,15 +51,22 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         opts = opts.min_hold(min_hold);
     }
     let status = (args.wait != Some(Duration::ZERO))
-        .then(|| Status::start(&url, &args.server.prefix, &args.key))
+        .then(|| Status::start(&url, &args.server.prefix, &name))
         .flatten();
     let acquired = match args.permits {
-        Some(n) => Held::permit(&client, &args.key, n, &opts)?,
+        Some(n) => Held::permit(&client, &name, n, &opts)?,
         None if args.shared || args.exclusive => {
-            Held::read_write(&client, &args.key, args.exclusive, &opts)
+            Held::read_write(&client, &name, args.exclusive, &opts)
+        }
+        None if args.slots.is_some() => {
+            let n = args.slots.unwrap_or(1);
+            let names: Vec<String> = (0..n).map(|i| format!("{name}:{i}")).collect();
+            client
+                .lock_any_with(&names, &opts)
+                .map(|g| g.map(Held::Any))
         }
         None if !args.and.is_empty() => {
-            let names: Vec<&str> = std::iter::once(&args.key)
+            let names: Vec<&str> = std::iter::once(&name)
                 .chain(&args.and)
                 .map(String::as_str)
                 .collect();
@@ -61,12 +75,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
                 .map(|g| g.map(Held::All))
         }
         None if args.fair => client
-            .fair_lock(&args.key)
+            .fair_lock(&name)
             .and_then(|l| l.lock_with(&opts))
             .map(|g| g.map(Held::Lock)),
-        None => client
-            .lock_with(&args.key, &opts)
-            .map(|g| g.map(Held::Lock)),
+        None => client.lock_with(&name, &opts).map(|g| g.map(Held::Lock)),
     };
     if let Some(status) = status {
         status.stop();
@@ -84,11 +96,18 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
             };
             let busy = match args.permits {
                 Some(n) => format!("no permit of `{key}` (of {n}) came free"),
+                None if args.slots.is_some() => {
+                    let n = args.slots.unwrap_or(1);
+                    format!(
+                        "all {n} slots `{key}:0` … `{key}:{}` are held; none acquired",
+                        n - 1
+                    )
+                }
                 None if !args.and.is_empty() => {
                     format!("`{key}` or an --and name is held by someone else; none acquired")
                 }
                 None if args.min_hold.is_some() => {
-                    format!("`{key}` {}; not acquired", held_for(&client, &args.key))
+                    format!("`{key}` {}; not acquired", held_for(&client, &name))
                 }
                 None => format!("`{key}` is held by someone else; not acquired"),
             };

@@ -18,16 +18,20 @@
 //! into a read-write lock; TTLs are only lengthened while more holds remain; a
 //! reader of a thread asking to write is answered at once (Redisson would wait
 //! for itself); a write release that leaves this thread's reads publishes too;
-//! and a redlease writer that waits sets `{n}:redlease:write_wait` (its field,
-//! a short TTL refreshed by each of its attempts), while which redlease readers
-//! holding no read of the name do not start one. A redlease reader's timeout
-//! keys hold `redlease` (Redisson writes `1` and reads only their TTL), so the
-//! read script tells the holds apart: while every live read hold honours the
-//! mark, readers defer for as long as the writer waits (the holds drain and it
-//! gets in); beside a live Redisson reader, which does not know the mark and
-//! keeps the name read-held whatever redlease readers do, a reader defers only
-//! until `DEFER` after its call began, then reads. The writer gets in where
-//! Redisson's readers leave the name free, and no reader starves behind it.
+//! and a redlease writer that waits sets `{n}:redlease:write_wait` (the server
+//! time in ms it began waiting, a short TTL refreshed by each of its attempts),
+//! while which redlease readers holding no read of the name do not start one.
+//! A redlease reader's timeout keys hold `redlease` (Redisson writes `1` and
+//! reads only their TTL), so the read script tells the holds apart: while every
+//! live read hold honours the mark, readers defer for as long as the writer
+//! waits (the holds drain and it gets in). Beside a live Redisson reader, which
+//! does not know the mark and keeps the name read-held whatever redlease
+//! readers do, the writer gets in only where Redisson's readers leave the name
+//! free, so redlease readers take turns with it (phase-fair, with a bound): a
+//! turn opens every [`TURN`] from the mark's start, a reader that was waiting
+//! when the latest one opened reads, one that came after waits for the next (at
+//! most `TURN` from the start of its call). The readers held back go in
+//! together and hold together, and the moments between are the writer's.
 //!
 //! Layout: this file is the wire format's backend and the replies it reads;
 //! `scripts.rs` its Lua scripts. The handle, [`ReadWriteLock`](crate::ReadWriteLock),
@@ -62,13 +66,17 @@ const CHANNEL_PREFIX: &str = "redisson_rwlock";
 /// holding them back within it.
 pub(crate) const WRITE_WAIT: Duration = Duration::from_secs(2);
 
-/// How long a redlease reader defers to a waiting writer's mark at most, from
-/// the start of its call, while a read hold that ignores the mark (a Redisson
-/// reader's) is live: past it, the reader goes in. Such readers keep the name
-/// read-held whatever redlease readers do, so the writer gets in only where
-/// they leave it free; readers that defer for a while leave those moments to
-/// the writer, and readers that defer no longer than this are not starved by it.
-pub(crate) const DEFER: Duration = Duration::from_millis(250);
+/// How often redlease readers get a turn beside a waiting writer while a read
+/// hold that ignores its mark (a Redisson reader's) is live: the bound on how
+/// long such a reader defers to the writer, from the start of its call. Those
+/// holds keep the name read-held whatever redlease readers do, so the writer
+/// gets in only where they leave it free, and redlease readers holding then
+/// would take those moments from it. From the server time the writer began
+/// waiting (the mark's value), a turn opens every `TURN`: a reader whose call
+/// began before the latest one opened (it was already waiting) reads; one that
+/// came after waits for the next. Readers held back go in together, hold
+/// together, and leave the rest of each turn to the writer.
+pub(crate) const TURN: Duration = Duration::from_millis(250);
 
 /// The detail of the error a reader of a thread gets when it asks to write.
 pub(crate) const UPGRADE: &str = "a reader of this thread asked to write";
@@ -149,7 +157,6 @@ impl Backend for RwBackend {
             let prefix = timeout_prefix(name, value);
             let base = suffix_name(name, "");
             let write_field = format!("{value}:write");
-            let defers = DEFER.saturating_sub(req.began.elapsed());
             let args = [
                 Arg::from("EVALSHA"),
                 READ_ACQUIRE.get_hash().into(),
@@ -161,7 +168,8 @@ impl Backend for RwBackend {
                 ttl.into(),
                 value.into(),
                 write_field.as_str().into(),
-                ttl_millis(defers).into(),
+                ttl_millis(req.began.elapsed()).into(),
+                ttl_millis(TURN).into(),
             ];
             send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
         };

@@ -35,27 +35,31 @@ macro_rules! honours {
 
 /// Read acquire: Redisson's read `tryLockInnerAsync`, and a redlease writer's
 /// waiting mark respected by new readers: for as long as it takes while that
-/// lets the writer in, for a bounded time while it cannot.
+/// lets the writer in, in turns while it cannot.
 ///
 /// KEYS[1] the name, KEYS[2] this hold's timeout prefix
 /// (`{name}:<field>:rwlock_timeout`), KEYS[3] the writer-waiting mark, KEYS[4]
 /// the name's timeout prefix (`{name}`). ARGV[1] TTL in ms, ARGV[2] the reader
 /// field `<uuid>:<thread>`, ARGV[3] the same thread's write field, ARGV[4] how
-/// much longer in ms the caller defers to a writer beside a hold that ignores
-/// the mark (0: no longer). Returns nil when held (one more hold: a timeout key
-/// `<prefix>:<n>` with the TTL and the value `redlease`, the name's TTL only
-/// lengthened), else the PTTL that bounds the wait: the name's, or, while a
-/// writer waits and this thread holds no read yet (a thread already reading
-/// reads again, or it would wait for a writer that waits for it), the mark's.
-/// A live hold whose timeout key holds another value (a Redisson reader's `1`)
-/// keeps the name read-held whatever redlease readers do: the writer gets in
-/// only where such readers leave the name free, so redlease readers defer
-/// there only until ARGV[4] runs out (the reply is then the shorter of the
-/// mark's PTTL and ARGV[4], so the caller tries again at its end), and read
-/// after it. A dead reader's hold (its timeout keys run out) does not count: it
-/// ends with the next release.
+/// long in ms the caller has waited so far, ARGV[5] the readers' turn in ms
+/// (above 0). Returns nil when held (one more hold: a timeout key `<prefix>:<n>`
+/// with the TTL and the value `redlease`, the name's TTL only lengthened), else
+/// the PTTL that bounds the wait: the name's, or, while a writer waits and this
+/// thread holds no read yet (a thread already reading reads again, or it would
+/// wait for a writer that waits for it), the mark's. A live hold whose timeout
+/// key holds another value (a Redisson reader's `1`) keeps the name read-held
+/// whatever redlease readers do, so there redlease readers go in by turns: one
+/// opens every ARGV[5] ms from the mark's value (the server time the writer
+/// began waiting; now for a mark without one), a caller whose wait began (the
+/// server's `TIME` less ARGV[4]) before the latest one opened reads, and one
+/// that began after waits for the next (the reply: the shorter of the mark's
+/// PTTL and the time to it). A dead reader's hold (its timeout keys run out)
+/// does not count: it ends with the next release.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        // `TIME` before a write: a server older than 5.0 must be asked to
+        // replicate the script's effects (later ones always do).
+        "if redis.replicate_commands then redis.replicate_commands() end\n",
         mode_or_refuse!(),
         r"
 local function ignored()
@@ -78,8 +82,11 @@ if (mode == false or mode == 'read') and not mine then
   local waiting = redis.call('PTTL', KEYS[3])
   if waiting > 0 then
     if not (mode == 'read' and ignored()) then return waiting end
-    local defers = tonumber(ARGV[4])
-    if defers > 0 then return math.min(waiting, defers) end
+    local t = redis.call('TIME'); local now = t[1] * 1000 + math.floor(t[2] / 1000)
+    local start = tonumber(string.match(redis.call('GET', KEYS[3]) or '', '^%d+$')) or now
+    local every = tonumber(ARGV[5])
+    local opened = start + math.floor((now - start) / every) * every
+    if now - tonumber(ARGV[4]) >= opened then return math.min(waiting, opened + every - now) end
   end
 end
 if mode == false then
@@ -181,9 +188,12 @@ return 1
 /// field, ARGV[4] `1` when the caller waits, ARGV[5] the mark's TTL in ms.
 /// Returns nil when held (a first hold deletes the mark; one more hold only
 /// lengthens the TTL), `upgrade` when this thread holds a read, else the name's
-/// PTTL, after setting the mark for a caller that waits.
+/// PTTL, after setting the mark for a caller that waits: its value the server
+/// time in ms the first writer of this wait began (kept while the mark lasts:
+/// the readers' turns count from it), its TTL ARGV[5].
 pub(crate) static WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        "if redis.replicate_commands then redis.replicate_commands() end\n",
         mode_or_refuse!(),
         r"
 if mode == false then
@@ -202,7 +212,12 @@ end
 if mode == 'read' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1 then
   return redis.status_reply('upgrade')
 end
-if ARGV[4] == '1' then redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[5]) end
+if ARGV[4] == '1' then
+  local start = string.match(redis.call('GET', KEYS[2]) or '', '^%d+$')
+  local t = not start and redis.call('TIME')
+  if t then start = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)) end
+  redis.call('SET', KEYS[2], start, 'PX', ARGV[5])
+end
 return redis.call('PTTL', KEYS[1])
 ",
     ))

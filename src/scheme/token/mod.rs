@@ -21,9 +21,11 @@
 //! Layout: this file is the backend and its tokens; `scripts.rs` the token's Lua
 //! scripts (mark, fenced acquire, release, extend) and the hand-off's; `all.rs` the
 //! acquire and the release of several keys in one script each (`lock_all` on one
-//! node); `look.rs` the look a caller polling a quorum takes before it tries.
+//! node); `look.rs` the look a caller polling a quorum takes before it tries;
+//! `any.rs` the acquire of the first free key of several (`lock_any` on one node).
 
 pub(crate) mod all;
+pub(crate) mod any;
 pub(crate) mod look;
 pub(crate) mod scripts;
 

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::backoff::{backoff_cap, jitter};
 use super::{Command, Hub, Waiter, Waiters, Wake};
-use crate::threads::cancel::Watch;
+use crate::threads::cancel::{CancelToken, Watch};
 
 /// What ended a [`Watcher::sleep`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,15 +35,23 @@ pub(crate) struct Watcher<'a> {
     /// The channels listened on, each with the waiter thread that hears it.
     channels: Vec<(String, &'a Waiter)>,
     backoff_step: u32,
-    _shutdown: Watch,
+    _watches: [Option<Watch>; 2],
 }
 
 impl<'a> Watcher<'a> {
     /// A watcher listening on nothing yet; `waiters` is `None` when the client
-    /// has no pub/sub (it then only polls).
-    pub(crate) fn new(hub: &'a Hub, waiters: Option<&'a Waiters>) -> Self {
+    /// has no pub/sub (it then only polls). `cancel` wakes its sleep when it
+    /// fires ([`Heard::Something`]: the caller looks at the token).
+    pub(crate) fn new(
+        hub: &'a Hub,
+        waiters: Option<&'a Waiters>,
+        cancel: Option<&CancelToken>,
+    ) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let shutdown = hub.shutdown.watch(&tx, Wake::Shutdown);
+        let watches = [
+            Some(hub.shutdown.watch(&tx, Wake::Shutdown)),
+            cancel.map(|c| c.watch(&tx, Wake::Cancelled)),
+        ];
         Self {
             hub,
             waiters,
@@ -52,7 +60,7 @@ impl<'a> Watcher<'a> {
             rx,
             channels: Vec::new(),
             backoff_step: 0,
-            _shutdown: shutdown,
+            _watches: watches,
         }
     }
 

@@ -262,3 +262,40 @@ impl RedissonRwLock {
         }
     }
 }
+
+/// A Redisson client's thread looping on `name` until `end` on
+/// `readLock().lock()` (a reader, each wait bounded by 3 s) or on
+/// `writeLock().tryLock()` (a writer: one attempt), each section a hold of
+/// `hold`, each step followed by `pause`; returns its sections.
+pub fn sections(
+    server: &RedisServer,
+    name: &str,
+    write: bool,
+    hold: Duration,
+    pause: Duration,
+    end: Instant,
+) -> usize {
+    let mut lock = RedissonRwLock::new(server, name, 1);
+    let mut listen = server.conn();
+    let mut n = 0;
+    let bound = Duration::from_secs(3);
+    while Instant::now() < end {
+        let got = if write {
+            lock.write_lock(30_000).is_none()
+        } else {
+            lock.read(&mut listen, 30_000, bound)
+        };
+        if got {
+            n += 1;
+            std::thread::sleep(hold);
+            let released = if write {
+                lock.write_unlock()
+            } else {
+                lock.read_unlock()
+            };
+            assert!(released.is_some(), "Redisson held it");
+        }
+        std::thread::sleep(pause);
+    }
+    n
+}

@@ -1,0 +1,125 @@
+//! `redlease group G`: a partition group's members (host, pid,
+//! program, time left on their record), each partition's owner, fence and TTL,
+//! and whether the group is balanced, from the library's
+//! `PartitionGroup::status`.
+
+use std::fmt::Write;
+
+use redlease::GroupStatus;
+use serde_json::{Value, json};
+
+use crate::args::GroupArgs;
+use crate::exit::{Failure, NOT_ACQUIRED};
+use crate::server::server_name;
+
+/// Prints the group: 0 once read, [`NOT_ACQUIRED`] (75) when it has no live
+/// member and no `--partitions` says its size.
+pub(crate) fn group(args: &GroupArgs) -> Result<u8, Failure> {
+    let (builder, url) = args.server.builder();
+    let server = server_name(&url);
+    let client = builder
+        .key_prefix(args.server.prefix.as_str())
+        .build()
+        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let found = match args.partitions {
+        Some(m) => client.partitions(&args.name, m).map(Some),
+        None => client.find_partitions(&args.name),
+    };
+    let Some(handle) = found.map_err(|e| Failure::from_lib(&e, &server))? else {
+        if args.json {
+            println!(
+                "{}",
+                json!({"group": args.name, "balanced": false, "members": [], "partitions": []})
+            );
+        } else {
+            println!(
+                "group {}: no live members (--partitions M shows its partitions)",
+                args.name
+            );
+        }
+        return Ok(NOT_ACQUIRED);
+    };
+    let status = handle
+        .status()
+        .map_err(|e| Failure::from_lib(&e, &server))?;
+    if args.json {
+        println!("{}", to_json(&args.name, &status));
+    } else {
+        print!("{}", text(&args.name, &status));
+    }
+    Ok(0)
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn text(name: &str, s: &GroupStatus) -> String {
+    let mut out = format!(
+        "group {name}: {} members, {} partitions, {}\n",
+        s.members.len(),
+        s.partitions.len(),
+        if s.is_balanced() {
+            "balanced"
+        } else {
+            "not balanced"
+        }
+    );
+    for m in &s.members {
+        let _ = writeln!(
+            out,
+            "  member {}: pid {} on {} ({}), alive, {} ms left, {} partitions",
+            m.id,
+            m.pid,
+            m.host,
+            m.program,
+            ms(m.ttl),
+            m.partitions.len()
+        );
+    }
+    for p in &s.partitions {
+        let _ = match (&p.owner, p.ttl) {
+            (Some(o), Some(t)) => writeln!(
+                out,
+                "  partition {}: {o}, fence {}, {} ms left",
+                p.partition,
+                p.fence.unwrap_or(0),
+                ms(t)
+            ),
+            (None, Some(t)) => writeln!(
+                out,
+                "  partition {}: held by no live member, {} ms left",
+                p.partition,
+                ms(t)
+            ),
+            _ => writeln!(out, "  partition {}: free", p.partition),
+        };
+    }
+    out
+}
+
+/// `{"group", "balanced", "members": [{id, host, pid, program, alive, ttl_ms,
+/// partitions}], "partitions": [{partition, owner, fence, ttl_ms}]}`.
+fn to_json(name: &str, s: &GroupStatus) -> Value {
+    let members: Vec<Value> = s
+        .members
+        .iter()
+        .map(|m| {
+            json!({
+                "id": m.id, "host": m.host, "pid": m.pid, "program": m.program,
+                "alive": true, "ttl_ms": ms(m.ttl), "partitions": m.partitions,
+            })
+        })
+        .collect();
+    let partitions: Vec<Value> = s
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "partition": p.partition, "owner": p.owner, "fence": p.fence,
+                "ttl_ms": p.ttl.map(ms),
+            })
+        })
+        .collect();
+    json!({"group": name, "balanced": s.is_balanced(), "members": members, "partitions": partitions})
+}

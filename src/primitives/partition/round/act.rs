@@ -1,0 +1,121 @@
+//! The second half of a member's round: what it does with what it read.
+
+use std::time::{Duration, Instant};
+
+use super::{LockClient, Worker, part};
+use crate::client::options::LockOptions;
+use crate::primitives::partition::assign::assign;
+use crate::primitives::partition::events::PartitionEvent;
+use crate::scheme::partition::{View, ask_cmd, clear_cmd, force_cmd};
+
+impl Worker {
+    /// Takes, asks for and gives up what the assignment computed from `view`
+    /// says.
+    pub(super) fn act(&mut self, client: &LockClient, view: &View) {
+        let ids: Vec<String> = view.members.iter().map(|r| r.id.clone()).collect();
+        let Some(me) = ids.iter().position(|i| *i == self.id) else {
+            return;
+        };
+        let m = self.names.len();
+        let owner: Vec<Option<usize>> = (0..m)
+            .map(|i| {
+                let p = part(i);
+                if view.partitions[i].is_none() {
+                    None
+                } else if self.guards.contains_key(&p) {
+                    Some(me)
+                } else {
+                    view.members
+                        .iter()
+                        .position(|r| r.id != self.id && r.held.iter().any(|(q, _)| *q == p))
+                }
+            })
+            .collect();
+        let target = assign(&ids, &owner, self.settings.max_moves);
+        let now = Instant::now();
+        for ask in &view.asks {
+            if ask.by != self.id
+                && self.guards.contains_key(&ask.partition)
+                && self.told.insert(ask.partition)
+            {
+                let _ = self.events.send(PartitionEvent::Revoking {
+                    partition: ask.partition,
+                    deadline: now + ask.left,
+                });
+            }
+        }
+        let (mut ask_for, mut clear) = (Vec::new(), Vec::new());
+        for i in (0..m).filter(|&i| target[i] == me) {
+            let p = part(i);
+            if self.guards.contains_key(&p) {
+                continue;
+            }
+            let mine = view
+                .asks
+                .iter()
+                .find(|a| a.partition == p && a.by == self.id);
+            match (view.partitions[i], owner[i], mine) {
+                (None, _, _) if self.take(client, p) && mine.is_some() => clear.push(p),
+                (Some(_), Some(_), None) => ask_for.push(p),
+                (Some(_), Some(_), Some(a)) if a.left.is_zero() => {
+                    let forced = self
+                        .send(&force_cmd(&self.keys[1], &self.keys[2 + i], &self.id, p))
+                        .map(|v| redis::from_redis_value_ref::<i64>(&v).unwrap_or(0));
+                    if matches!(forced, Ok(1)) && self.take(client, p) {
+                        clear.push(p);
+                    }
+                }
+                // Taken by someone else just now; held by nobody known (a gone
+                // member's lease, running out); asked for and not yet past its
+                // deadline: wait.
+                _ => {}
+            }
+        }
+        for a in view.asks.iter().filter(|a| a.by == self.id) {
+            let i = a.partition as usize;
+            if (i >= m || target[i] != me || self.guards.contains_key(&a.partition))
+                && !clear.contains(&a.partition)
+            {
+                clear.push(a.partition);
+            }
+        }
+        // Withdrawn before new asks, so the asks out never exceed the moves allowed.
+        if !clear.is_empty() {
+            let _ = self.send(&clear_cmd(&self.keys[1], &self.id, &clear));
+        }
+        if !ask_for.is_empty()
+            && let Err(e) = self.send(&ask_cmd(
+                &self.keys[1],
+                &self.id,
+                self.settings.grace,
+                &ask_for,
+            ))
+        {
+            log::warn!("member `{}`: ask failed: {e}", self.id);
+        }
+    }
+
+    /// One attempt at partition `p`'s lock; whether it is ours now.
+    fn take(&mut self, client: &LockClient, p: u32) -> bool {
+        let opts = LockOptions::new()
+            .ttl(self.settings.ttl)
+            .fencing(true)
+            .wait(Duration::ZERO);
+        match client.lock_with(&self.names[p as usize], &opts) {
+            Ok(Some(guard)) => {
+                let fence = guard.fence().unwrap_or(0);
+                self.guards.insert(p, guard);
+                let _ = self.events.send(PartitionEvent::Assigned {
+                    partition: p,
+                    fence,
+                });
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                log::warn!("member `{}`: taking partition {p}: {e}", self.id);
+                false
+            }
+        }
+    }
+}
