@@ -218,7 +218,10 @@ impl Drop for Waiters {
             // reply is never read: a stopped server leaves the thread to its tick.
             if w.shared.healthy.load(Ordering::Acquire) {
                 let node = w.shared.node.load(Ordering::Acquire);
-                self.hub.topology.subscriber(node).publish_unanswered(&w.kick);
+                self.hub
+                    .topology
+                    .subscriber(node)
+                    .publish_unanswered(&w.kick);
             }
         }
     }
