@@ -393,8 +393,9 @@ fn a_lock_all_whose_reply_is_lost_leaves_none_of_its_names_held() {
 }
 
 #[test]
-fn a_lock_user_needs_type_for_lock_all_and_without_it_takes_nothing() {
-    use support::acl::{LOCK_RULE, set_user};
+fn a_lock_user_takes_waits_and_reads_lock_all_names_without_type_and_without_exists_takes_nothing()
+{
+    use support::acl::{LOCK_RULE, set_user, without};
     let server = RedisServer::start();
     let user = |name: &str| {
         let url = format!("redis://{name}:pw-lock-all@127.0.0.1:{}/", server.port());
@@ -404,21 +405,45 @@ fn a_lock_user_needs_type_for_lock_all_and_without_it_takes_nothing() {
             .build()
             .unwrap()
     };
+    // The documented rule, which has no `+type`: free names are counted by one
+    // `EXISTS`, a busy one read with `GET`.
     set_user(&server, "plain", "pw-lock-all", &[LOCK_RULE]);
-    set_user(&server, "typed", "pw-lock-all", &[LOCK_RULE, "+type"]);
     let plain = user("plain");
+    let guard = plain.try_lock_all(&["a", "b"]).unwrap().unwrap();
+    assert_eq!(guard.fences().unwrap().len(), 2);
+    assert!(plain.try_lock_all(&["c", "b"]).unwrap().is_none());
+    assert!(!server.exists("lock:c"));
+    let other = user("plain");
+    thread::scope(|s| {
+        let waiting = s.spawn(|| other.try_lock_all_for(&["c", "b"], ROOMY).unwrap());
+        // It found `b` busy and marked the holder's token: it waits for the release.
+        assert!(eventually(ROOMY, || server.value("lock:b")
+            .is_some_and(|v| v.ends_with('+'))));
+        assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
+        let got = waiting.join().unwrap().expect("taken after the release");
+        assert_eq!(got.keys(), ["lock:c", "lock:b"]);
+    });
+    // A name of another type is named as such, its type unread (`TYPE` refused).
+    let _: () = server.query(redis::cmd("HSET").arg("lock:h").arg("f").arg("1"));
+    match plain.try_lock_all(&["d", "h"]) {
+        Err(Error::WrongFormat { key, .. }) => assert_eq!(&*key, "lock:h"),
+        other => panic!("expected WrongFormat, got {other:?}"),
+    }
+    assert!(!server.exists("lock:d"));
+    // Without `+exists` the call fails with the refusal, and writes nothing.
+    set_user(
+        &server,
+        "no-exists",
+        "pw-lock-all",
+        &without(LOCK_RULE, &["+exists"]),
+    );
+    let blind = user("no-exists");
     assert!(matches!(
-        plain.try_lock_all(&["a", "b"]),
+        blind.try_lock_all(&["e", "f"]),
         Err(Error::Redis(_))
     ));
-    assert!(eventually(ROOMY, || !server.exists("lock:a")
-        && !server.exists("lock:b")));
-    let typed = user("typed");
-    let guard = typed.try_lock_all(&["a", "b"]).unwrap().unwrap();
-    assert_eq!(guard.fences().unwrap().len(), 2);
-    assert!(typed.try_lock_all(&["b", "c"]).unwrap().is_none());
-    assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
-    assert!(!server.exists("lock:a") && !server.exists("lock:b"));
+    assert!(eventually(ROOMY, || !server.exists("lock:e")
+        && !server.exists("lock:f")));
 }
 
 #[test]

@@ -604,6 +604,62 @@ fn dropping_the_last_client_joins_the_waiter_thread_promptly() {
     ) == 0));
 }
 
+/// A client whose waiter thread listens on `KEY`'s channel: a wait that gave up
+/// left it subscribed (for a few seconds), the thread reading its socket.
+fn listening_client(server: &RedisServer) -> LockClient {
+    let client = builder(server).build().unwrap();
+    let none = client.try_lock_for(KEY, 20 * MS).unwrap();
+    assert!(none.is_none());
+    assert!(eventually(Duration::from_secs(2), || subscribers(server) == 1));
+    client
+}
+
+#[test]
+fn dropping_a_client_whose_waiter_listens_takes_no_socket_tick() {
+    let server = RedisServer::start();
+    let holder = builder(&server).pubsub(false).build().unwrap();
+    let _guard = holder.lock(KEY).unwrap();
+    // The waiter thread reads its socket 50 ms at a time: a drop that waited for
+    // the read to time out would take 25 ms on average, and more than 10 ms in
+    // four drops of five. Eleven drops; their median is robust to a stall or two.
+    let mut took: Vec<Duration> = (0..11)
+        .map(|_| {
+            let client = listening_client(&server);
+            let start = Instant::now();
+            drop(client);
+            let took = start.elapsed();
+            // Its connection is gone, with its subscription.
+            assert!(eventually(Duration::from_secs(2), || subscribers(&server) == 0));
+            took
+        })
+        .collect();
+    took.sort();
+    println!("drops took {took:?}");
+    assert!(took[5] < 10 * MS, "median drop {:?}", took[5]);
+}
+
+#[test]
+fn dropping_a_client_whose_server_is_stopped_waits_one_read_timeout_at_most() {
+    let server = RedisServer::start();
+    let holder = builder(&server).pubsub(false).build().unwrap();
+    let _guard = holder.lock(KEY).unwrap();
+    let read_timeout = Duration::from_secs(1);
+    let client = builder(&server).read_timeout(read_timeout).build().unwrap();
+    assert!(client.try_lock_for(KEY, 20 * MS).unwrap().is_none());
+    assert!(eventually(Duration::from_secs(2), || subscribers(&server) == 1));
+    // SIGSTOP: nothing is answered. The drop's one network wait is the delete of
+    // the client's session record (its I/O thread, one read timeout); the waiter
+    // thread's wake-up is a write nobody reads, and the thread sees the shutdown
+    // at its next socket tick (50 ms) meanwhile: nothing waits twice.
+    server.pause();
+    let start = Instant::now();
+    drop(client);
+    let took = start.elapsed();
+    server.resume();
+    println!("drop with the server stopped took {took:?}");
+    assert!(took < read_timeout + 400 * MS, "drop took {took:?}");
+}
+
 #[test]
 fn eight_contending_threads_take_turns() {
     const THREADS: usize = 8;

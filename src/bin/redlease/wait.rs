@@ -18,14 +18,7 @@ pub(crate) fn wait(args: &WaitArgs) -> Result<u8, Failure> {
     loop {
         let timeout = args.timeout.unwrap_or(FOREVER);
         match client.wait_free(&args.key, timeout) {
-            Ok(true) => {
-                // The answer is out, and this client holds nothing to release:
-                // the process ends without the client's shutdown, whose join of
-                // its waiter thread waits out that thread's socket tick (up to
-                // 50 ms) before the caller's script can go on.
-                std::mem::forget(client);
-                return Ok(0);
-            }
+            Ok(true) => return Ok(0),
             Ok(false) if args.timeout.is_some() => {
                 let key = args.server.full_key(&args.key);
                 eprintln!("redlease: `{key}` still held after --timeout");

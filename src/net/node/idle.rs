@@ -96,6 +96,14 @@ impl Idle {
         Ok(self.held(Held::Pooled(Box::new(conn?))))
     }
 
+    /// An idle connection, from the stack or the pool, if one is at hand: never
+    /// makes one, never waits (a `Drop`'s wake-up, see `Node::publish_unanswered`).
+    pub(super) fn try_take(&self, pool: &Pool) -> Option<NodeConn<'_>> {
+        let top = self.stack.lock().conns.pop();
+        let conn = top.or_else(|| pool.try_get().map(Box::new))?;
+        Some(self.held(Held::Pooled(conn)))
+    }
+
     /// A connection made now, within `timeout`, after the idle ones are dropped: the
     /// retry of a call whose pooled connection had died while idle (a restarted
     /// server, a connection cut), which the others idle beside it likely share.

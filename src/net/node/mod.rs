@@ -128,6 +128,23 @@ impl Node {
         Ok(published.map(drop)?)
     }
 
+    /// `PUBLISH channel ""` on an idle connection, its reply never read: a waiter
+    /// thread's wake-up sent from a `Drop`, which must not wait on the network (a
+    /// stopped server answers nothing, and the write only fills a socket buffer).
+    /// The connection, its reply unread, is discarded. `false` when no connection
+    /// was idle, or the write failed.
+    pub(crate) fn publish_unanswered(&self, channel: &str) -> bool {
+        let Some(mut conn) = self.idle.try_take(&self.pool) else {
+            return false;
+        };
+        conn.broken = true;
+        let packed = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg("")
+            .get_packed_command();
+        conn.con.send_packed_command(&packed).is_ok()
+    }
+
     /// A new connection outside the pool (the waiter's pub/sub connection).
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.manager.connect_raw()

@@ -9,6 +9,10 @@ use redis::{RedisResult, Script, Value};
 use super::scripts::{EFFECTS, FENCE, MARK};
 use crate::time::ttl_millis;
 
+/// Keys one `EXISTS` of [`TOKEN_ACQUIRE_ALL`] counts at most: Lua's `unpack`
+/// passes a few thousand values at most.
+const EXISTS_CHUNK: usize = 1000;
+
 /// Takes every lock key or none, in one atomic step.
 ///
 /// KEYS[1..n] the lock keys; KEYS[n+1..2n], when fencing, their fence counters
@@ -19,23 +23,41 @@ use crate::time::ttl_millis;
 /// Returns `{1, f1, .., fn}` when every key was set (`SET PX`, fences in key order,
 /// 0 without fencing), `{0, i, pttl}` when key `i` exists (nothing written; its
 /// token marked when asked), `{-1, i, type}` when key `i` holds another type than
-/// a string (nothing written). The checks all run before the first write, and the
-/// script runs atomically, so Redis never holds part of the set. A failed fence (an
-/// ACL that denies a command of it) deletes the keys set so far before the error is
-/// returned: a script is not rolled back.
+/// a string (nothing written; the type `?` when the user may not ask for it). The
+/// checks all run before the first write, and the script runs atomically, so Redis
+/// never holds part of the set. A failed fence (an ACL that denies a command of it)
+/// deletes the keys set so far before the error is returned: a script is not
+/// rolled back.
+///
+/// Free names cost one `EXISTS` for all of them before the `SET`s (`N + 1`
+/// commands, not a look per key): only when some exist is each read in turn,
+/// with `GET`, to find the first busy one and tell a token from another type.
 pub(crate) static TOKEN_ACQUIRE_ALL: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{EFFECTS}
 local n = #ARGV - 3
-for i = 1, n do
-  local kind = redis.call('TYPE', KEYS[i])['ok']
-  if kind ~= 'none' then
-    if kind ~= 'string' then return {{-1, i, kind}} end
-    if ARGV[3] == '1' then
-{mark}
-      return {{0, i, t}}
+local busy = false
+for j = 1, n, {EXISTS_CHUNK} do
+  if redis.call('EXISTS', unpack(KEYS, j, math.min(j + {last}, n))) > 0 then
+    busy = true
+    break
+  end
+end
+if busy then
+  for i = 1, n do
+    local v = redis.pcall('GET', KEYS[i])
+    if type(v) == 'table' then
+      if not string.find(v.err, 'WRONGTYPE', 1, true) then return v end
+      local kind = redis.pcall('TYPE', KEYS[i])
+      return {{-1, i, kind.ok or '?'}}
     end
-    return {{0, i, redis.call('PTTL', KEYS[i])}}
+    if v then
+      if ARGV[3] == '1' then
+{mark}
+        return {{0, i, t}}
+      end
+      return {{0, i, redis.call('PTTL', KEYS[i])}}
+    end
   end
 end
 local out = {{1}}
@@ -53,6 +75,7 @@ for i = 1, n do
 end
 return out
 ",
+        last = EXISTS_CHUNK - 1,
         mark = MARK.replace("KEYS[1]", "KEYS[i]"),
         fence = FENCE.replace("KEYS[2]", "KEYS[n + i]"),
     ))

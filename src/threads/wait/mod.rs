@@ -207,6 +207,26 @@ impl Waiters {
     }
 }
 
+impl Drop for Waiters {
+    /// Tells every thread to stop, and wakes each out of its socket read at once
+    /// (else it sees the command at its next tick): then each lane's drop joins it.
+    fn drop(&mut self) {
+        for w in &self.lanes {
+            let _ = w.tx.send(Command::Shutdown);
+            // Only a thread with its connection up reads the socket; one without
+            // waits on its commands, and has the shutdown already. The kick's
+            // reply is never read: a stopped server leaves the thread to its tick.
+            if w.shared.healthy.load(Ordering::Acquire) {
+                let node = w.shared.node.load(Ordering::Acquire);
+                self.hub
+                    .topology
+                    .subscriber(node)
+                    .publish_unanswered(&w.kick);
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for Waiters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waiters")
