@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redlease::{Error, LockClient, Member, PartitionEvent, PartitionGroup};
 use support::proxy::Proxy;
-use support::{Masters, RedisServer, eventually};
+use support::{Masters, RedisServer, eventually, wait_for};
 
 /// Time enough for anything a loaded machine does.
 const ROOMY: Duration = Duration::from_secs(30);
@@ -162,6 +162,65 @@ fn settle(running: &[Running], start: &[u64], m: u32) -> (BTreeMap<u32, String>,
     (owners.unwrap(), rounds)
 }
 
+/// The key of the `jobs` group's asks (under the clients' `lock:` prefix).
+const ASKS: &str = "lock:redlease:group:{jobs}:asks";
+
+/// Waits until the `jobs` group is at rest, not merely balanced: balanced by the
+/// members' own views with no ask out, and still exactly so, with every
+/// member's record saying what it holds, after every member ran two more full
+/// rounds (a member short of its quota would have asked or taken by then).
+/// Balanced alone can be a moment in a hand-over: the one that should hold
+/// ⌈M/N⌉ still short by one, asking, its owner not yet told. Returns the owners
+/// and the fewest rounds any member ran from `start` to the moment it came to
+/// rest.
+fn at_rest(
+    server: &RedisServer,
+    running: &[Running],
+    start: &[u64],
+    m: u32,
+) -> (BTreeMap<u32, String>, u64) {
+    let reader = client(&server.url());
+    let quiet = || {
+        let owners = balanced(&members(running), m)?;
+        let asks: usize = server.query(redis::cmd("HLEN").arg(ASKS));
+        (asks == 0).then_some(owners)
+    };
+    let found = wait_for(ROOMY, || {
+        let owners = quiet()?;
+        let seen = rounds_now(running);
+        let rounds = seen.iter().zip(start).map(|(n, s)| n - s).min().unwrap();
+        // The round under way when `seen` was read may have begun before it.
+        let later = eventually(ROOMY, || {
+            rounds_now(running)
+                .iter()
+                .zip(&seen)
+                .all(|(n, s)| *n >= s + 3)
+        });
+        let records = group(&reader, m).status().ok()?;
+        let agree = records.members.len() == running.len()
+            && records.members.iter().all(|r| {
+                let held: Vec<u32> = owners
+                    .iter()
+                    .filter(|(_, o)| **o == r.id)
+                    .map(|(p, _)| *p)
+                    .collect();
+                let mut said = r.partitions.clone();
+                said.sort_unstable();
+                said == held
+            });
+        (later && agree && quiet().as_ref() == Some(&owners)).then_some((owners, rounds))
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "never at rest: {:?}",
+            running
+                .iter()
+                .map(|r| r.member.held().len())
+                .collect::<Vec<_>>()
+        )
+    })
+}
+
 fn rounds_now(running: &[Running]) -> Vec<u64> {
     running.iter().map(|r| r.member.rounds()).collect()
 }
@@ -175,12 +234,12 @@ fn eight_members_balance_and_a_join_and_a_leave_move_only_their_share() {
         .iter()
         .map(|c| run(&group(c, M), &store, true))
         .collect();
-    let (before, _) = settle(&running, &rounds_now(&running), M);
+    let (before, _) = at_rest(&server, &running, &rounds_now(&running), M);
     // A join: the ninth takes its share from the others, and only that.
     let mut start = rounds_now(&running);
     running.push(run(&group(&clients[8], M), &store, true));
     start.push(0);
-    let (after, rounds) = settle(&running, &start, M);
+    let (after, rounds) = at_rest(&server, &running, &start, M);
     let moved = moves(&before, &after);
     eprintln!("join: {moved} moves, balanced within {rounds} rounds");
     assert!(moved <= (M as usize).div_ceil(9) + 1, "{moved} moves");
@@ -190,7 +249,7 @@ fn eight_members_balance_and_a_join_and_a_leave_move_only_their_share() {
     let gone = leaver.member.id().to_owned();
     let start = rounds_now(&running);
     leaver.leave();
-    let (last, rounds) = settle(&running, &start, M);
+    let (last, rounds) = at_rest(&server, &running, &start, M);
     let moved_between_live = after
         .iter()
         .filter(|(p, o)| **o != gone && last.get(p) != Some(o))
