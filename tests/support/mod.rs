@@ -11,6 +11,7 @@ pub mod alone;
 pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod clients;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
