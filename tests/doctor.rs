@@ -27,6 +27,11 @@ fn severity(report: &Report, port: u16, check: &str) -> Option<Severity> {
         .map(redlease::Finding::severity)
 }
 
+/// The severity of `check`'s finding in a fresh report on `server`.
+fn found(server: &RedisServer, check: &str) -> Option<Severity> {
+    severity(&read(&server.url()), server.port(), check)
+}
+
 fn read(url: &str) -> Report {
     Report::read([url], &Checkup::new()).unwrap()
 }
@@ -132,11 +137,7 @@ fn a_well_configured_server_has_nothing_critical_and_no_persistence_or_eviction_
 #[test]
 fn no_aof_or_everysec_is_a_persistence_warning() {
     let server = RedisServer::start(); // --appendonly no
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "persistence"),
-        Some(Severity::Warning)
-    );
+    assert_eq!(found(&server, "persistence"), Some(Severity::Warning));
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
     let report = read(&server.url());
     let finding = report
@@ -211,12 +212,7 @@ fn async_replicas_without_min_replicas_to_write_warn_unless_acquisitions_wait() 
         severity(&client.doctor(), master.port(), "async-replication"),
         None
     );
-    let () = master.query(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("min-replicas-to-write")
-            .arg(1),
-    );
+    master.config_set("min-replicas-to-write", 1);
     let report = read(&master.url());
     assert_eq!(severity(&report, master.port(), "async-replication"), None);
 }
@@ -259,11 +255,7 @@ fn renamed_eval_and_evalsha_are_critical_but_evalsha_alone_is_enough() {
         "EVALSHA",
         "evalsha-elsewhere",
     ]);
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "scripting"),
-        Some(Severity::Critical)
-    );
+    assert_eq!(found(&server, "scripting"), Some(Severity::Critical));
 }
 
 #[test]
@@ -327,11 +319,7 @@ fn a_user_without_channels_gets_a_pubsub_warning() {
 fn a_server_restarted_inside_the_ttl_warns_and_one_up_longer_does_not() {
     let server = RedisServer::start();
     server.restart();
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "uptime"),
-        Some(Severity::Warning)
-    );
+    assert_eq!(found(&server, "uptime"), Some(Severity::Warning));
     let up = eventually(SETTLE, || {
         let info: String = server.query(redis::cmd("INFO").arg("server"));
         !info.contains("uptime_in_seconds:0\r")
@@ -345,7 +333,7 @@ fn a_server_restarted_inside_the_ttl_warns_and_one_up_longer_does_not() {
 fn a_failed_save_that_stops_writes_is_critical() {
     let server =
         RedisServer::start_with(&["--save", "3600 1", "--enable-protected-configs", "yes"]);
-    let () = server.query(redis::cmd("CONFIG").arg("SET").arg("dir").arg("/proc"));
+    server.config_set("dir", "/proc");
     let _: String = server.query(&redis::cmd("BGSAVE"));
     let failed = eventually(SETTLE, || {
         let info: String = server.query(redis::cmd("INFO").arg("persistence"));
@@ -367,32 +355,18 @@ fn a_failed_save_that_stops_writes_is_critical() {
         Some(Severity::Warning)
     );
     // With no save point, the same failure stops no write.
-    let () = server.query(redis::cmd("CONFIG").arg("SET").arg("save").arg(""));
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "misconf"),
-        Some(Severity::Warning)
-    );
+    server.config_set("save", "");
+    assert_eq!(found(&server, "misconf"), Some(Severity::Warning));
 }
 
 #[test]
 fn evictions_and_oom_errors_already_seen_are_warnings() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    server.config_set("maxmemory", 1);
     let oom = redis::cmd("SET").arg("k").arg("v").query::<()>(&mut con);
     assert_eq!(oom.unwrap_err().code(), Some("OOM"));
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
+    server.config_set("maxmemory", 0);
     let report = read(&server.url());
     let finding = report
         .findings()
@@ -409,43 +383,20 @@ fn evictions_and_oom_errors_already_seen_are_warnings() {
             .query(&mut con)
             .unwrap();
     }
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-random")
-        .query(&mut con)
-        .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    server.config_set("maxmemory-policy", "allkeys-random");
+    server.config_set("maxmemory", 1);
     let _ = redis::cmd("SET")
         .arg("one-more")
         .arg("v")
         .query::<()>(&mut con);
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "evicted-keys"),
-        Some(Severity::Warning)
-    );
+    server.config_set("maxmemory", 0);
+    assert_eq!(found(&server, "evicted-keys"), Some(Severity::Warning));
 }
 
 #[test]
 fn a_busy_threshold_past_the_renewal_slack_warns() {
     let server = RedisServer::start_with(&["--busy-reply-threshold", "25000"]);
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "busy-threshold"),
-        Some(Severity::Warning)
-    );
+    assert_eq!(found(&server, "busy-threshold"), Some(Severity::Warning));
     let long = Report::read([server.url()], &Checkup::new().ttl(Duration::from_secs(60))).unwrap();
     assert_eq!(severity(&long, server.port(), "busy-threshold"), None);
 }
@@ -503,7 +454,7 @@ fn a_cluster_master_with_the_bad_policy_is_named() {
     let cluster = support::cluster::Cluster::start(3, 0);
     let bad = &cluster.nodes[1];
     for (name, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "allkeys-lru")] {
-        let () = bad.query(redis::cmd("CONFIG").arg("SET").arg(name).arg(value));
+        bad.config_set(name, value);
     }
     let report = Report::read_cluster([cluster.urls()[0].clone()], &Checkup::new()).unwrap();
     assert_eq!(report.servers().len(), 3, "{report:#?}");

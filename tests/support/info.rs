@@ -55,6 +55,11 @@ impl RedisServer {
         let _: () = self.query(redis::cmd("CONFIG").arg("RESETSTAT"));
     }
 
+    /// `CONFIG SET name value`.
+    pub fn config_set(&self, name: &str, value: impl redis::ToRedisArgs) {
+        let () = self.query(redis::cmd("CONFIG").arg("SET").arg(name).arg(value));
+    }
+
     /// `(command, calls)` from `INFO commandstats`.
     pub fn command_stats(&self) -> Vec<(String, u64)> {
         let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
