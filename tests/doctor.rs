@@ -36,6 +36,11 @@ fn read(url: &str) -> Report {
     Report::read([url], &Checkup::new()).unwrap()
 }
 
+/// A report as a client with keys under `lock:` sees it.
+fn read_prefixed(url: &str) -> Report {
+    Report::read([url], &Checkup::new().key_prefix("lock:")).unwrap()
+}
+
 fn user_url(server: &RedisServer, user: &str) -> String {
     format!("redis://{user}:{PASSWORD}@127.0.0.1:{}/", server.port())
 }
@@ -287,11 +292,7 @@ fn a_user_who_may_not_read_info_or_config_gets_unknown_findings_not_fine_ones() 
 fn a_user_without_channels_gets_a_pubsub_warning() {
     let server = RedisServer::start();
     acl::set_user(&server, "nochan", PASSWORD, &["~* resetchannels +@all"]);
-    let report = Report::read(
-        [user_url(&server, "nochan")],
-        &Checkup::new().key_prefix("lock:"),
-    )
-    .unwrap();
+    let report = read_prefixed(&user_url(&server, "nochan"));
     assert_eq!(
         severity(&report, server.port(), "pubsub"),
         Some(Severity::Warning)
@@ -303,11 +304,7 @@ fn a_user_without_channels_gets_a_pubsub_warning() {
         PASSWORD,
         &["~* resetchannels &{lock:* +@all"],
     );
-    let report = Report::read(
-        [user_url(&server, "lockchan")],
-        &Checkup::new().key_prefix("lock:"),
-    )
-    .unwrap();
+    let report = read_prefixed(&user_url(&server, "lockchan"));
     assert_eq!(
         severity(&report, server.port(), "pubsub"),
         None,
@@ -453,9 +450,7 @@ fn redlock_reports_each_master() {
 fn a_cluster_master_with_the_bad_policy_is_named() {
     let cluster = support::cluster::Cluster::start(3, 0);
     let bad = &cluster.nodes[1];
-    for (name, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "allkeys-lru")] {
-        bad.config_set(name, value);
-    }
+    bad.evict("allkeys-lru");
     let report = Report::read_cluster([cluster.urls()[0].clone()], &Checkup::new()).unwrap();
     assert_eq!(report.servers().len(), 3, "{report:#?}");
     let critical: Vec<_> = report

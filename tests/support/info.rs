@@ -60,6 +60,12 @@ impl RedisServer {
         let () = self.query(redis::cmd("CONFIG").arg("SET").arg(name).arg(value));
     }
 
+    /// Caps this server's memory at 64 MB and evicts under `policy` from then on.
+    pub fn evict(&self, policy: &str) {
+        self.config_set("maxmemory", "64mb");
+        self.config_set("maxmemory-policy", policy);
+    }
+
     /// `(command, calls)` from `INFO commandstats`.
     pub fn command_stats(&self) -> Vec<(String, u64)> {
         let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
