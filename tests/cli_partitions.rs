@@ -168,16 +168,7 @@ fn members_share_the_partitions_hand_them_over_and_the_group_shows_it() {
     // No member left: the size is unknown without --partitions.
     let out = output(redlease(["group", "--url", &server.url(), "jobs"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
-    let out = output(redlease([
-        "group",
-        "--url",
-        &server.url(),
-        "--partitions",
-        "4",
-        "--json",
-        "jobs",
-    ]));
-    let status: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let status = group_json(&server);
     assert_eq!(status["members"].as_array().unwrap().len(), 0);
     assert!(
         status["partitions"]
