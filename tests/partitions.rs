@@ -120,11 +120,12 @@ fn slow(c: &LockClient) -> PartitionGroup {
         .stability(Duration::from_secs(60))
 }
 
-/// Members of [`slow`] groups on `a` and `b`, settled.
-fn slow_pair(a: &LockClient, b: &LockClient, store: &Arc<Store>) -> Vec<Running> {
-    let running = vec![run(&slow(a), store, true), run(&slow(b), store, true)];
+/// Two clients of `server` and members of [`slow`] groups on them, settled.
+fn slow_pair(server: &RedisServer, store: &Arc<Store>) -> (LockClient, LockClient, Vec<Running>) {
+    let (a, b) = (client(&server.url()), client(&server.url()));
+    let running = vec![run(&slow(&a), store, true), run(&slow(&b), store, true)];
     settle(&running, &rounds_now(&running), 8);
-    running
+    (a, b, running)
 }
 
 /// Whether the second of `running` comes to hold all 8 partitions soon.
@@ -419,9 +420,8 @@ fn a_member_back_inside_its_window_moves_nothing_and_one_gone_is_replaced_after_
 fn shutdown_releases_a_members_partitions_for_the_others_at_once() {
     let server = RedisServer::start();
     let store = Arc::new(Store::default());
-    let (a, b) = (client(&server.url()), client(&server.url()));
     // Long TTLs and windows: only the release lets the other take them soon.
-    let running = slow_pair(&a, &b, &store);
+    let (a, _b, running) = slow_pair(&server, &store);
     // The member's thread hears the shutdown and leaves (or the shutdown
     // releases its leases first): either way, released and gone at once.
     let report = a.shutdown(Instant::now() + ROOMY);
@@ -473,8 +473,7 @@ fn a_cluster_serves_a_group_from_one_slot() {
 fn a_member_whose_client_is_dropped_leaves_at_its_next_round() {
     let server = RedisServer::start();
     let store = Arc::new(Store::default());
-    let (a, b) = (client(&server.url()), client(&server.url()));
-    let running = slow_pair(&a, &b, &store);
+    let (a, b, running) = slow_pair(&server, &store);
     // The member does not keep its client alive: dropping the last clone ends
     // it, its partitions released and its record deleted.
     drop(a);
