@@ -253,10 +253,7 @@ fn a_failover_of_a_shard_master_is_followed() {
     // Replicated before the failover, so the new master has it.
     assert!(cluster.nodes[master].replicated(1, Duration::from_secs(10)));
     cluster.failover(replica);
-    let other = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
+    let other = cluster.client();
     let started = Instant::now();
     let taken = other.try_lock(key).unwrap();
     assert!(
@@ -1143,14 +1140,8 @@ fn a_lasting_disagreement_is_quoted_after_one_read_timeout() {
 #[test]
 fn inspect_follows_a_slot_that_moved_to_another_master() {
     let cluster = Cluster::start(3, 0);
-    let holder = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
+    let holder = cluster.client();
+    let client = cluster.client();
     let name = "moving";
     let slot = cluster.slot("lock:moving");
     let from = cluster.owner(slot);

@@ -489,14 +489,7 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_goes_on() {
 #[test]
 fn a_cluster_keeps_the_queue_on_the_names_slot_and_wakes_the_head() {
     let cluster = support::cluster::Cluster::start(3, 0);
-    let lock = || {
-        LockClient::cluster(cluster.urls())
-            .key_prefix("lock:")
-            .build()
-            .unwrap()
-            .fair_lock(NAME)
-            .unwrap()
-    };
+    let lock = || cluster.client().fair_lock(NAME).unwrap();
     let (a, b) = (lock(), lock());
     let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
     let held = a.lock().unwrap();

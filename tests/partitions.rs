@@ -11,7 +11,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use redlease::{Error, LockClient, LockClientBuilder, Member, PartitionEvent, PartitionGroup};
+use redlease::{Error, LockClient, Member, PartitionEvent, PartitionGroup};
 use support::proxy::Proxy;
 use support::{Masters, RedisServer, eventually};
 
@@ -155,13 +155,6 @@ fn balanced_on(clients: &[LockClient], m: u32, store: &Arc<Store>) -> Vec<Runnin
         .unwrap()
         .is_balanced()));
     running
-}
-
-/// `n` clients from `builder`, keys under `lock:`.
-fn clients(n: usize, builder: impl Fn() -> LockClientBuilder) -> Vec<LockClient> {
-    (0..n)
-        .map(|_| builder().key_prefix("lock:").build().unwrap())
-        .collect()
 }
 
 /// Who holds what, by the members' own views; `None` unless every partition is
@@ -462,7 +455,7 @@ fn redlock_and_bad_groups_are_refused() {
 fn a_cluster_serves_a_group_from_one_slot() {
     let cluster = support::cluster::Cluster::start(3, 0);
     let store = Arc::new(Store::default());
-    let clients = clients(3, || LockClient::cluster(cluster.urls()));
+    let clients = [cluster.client(), cluster.client(), cluster.client()];
     let running = balanced_on(&clients, 16, &store);
     for r in running {
         r.leave();
@@ -488,9 +481,14 @@ fn a_member_whose_client_is_dropped_leaves_at_its_next_round() {
 fn a_sentinel_managed_master_serves_a_group_as_one_server() {
     let d = support::sentinel::Deployment::start();
     let store = Arc::new(Store::default());
-    let clients = clients(2, || {
-        LockClient::sentinel(d.sentinel_urls(), support::sentinel::MASTER_NAME)
-    });
+    let clients: Vec<LockClient> = (0..2)
+        .map(|_| {
+            LockClient::sentinel(d.sentinel_urls(), support::sentinel::MASTER_NAME)
+                .key_prefix("lock:")
+                .build()
+                .unwrap()
+        })
+        .collect();
     let running = balanced_on(&clients, 8, &store);
     assert_eq!(store.stale.load(Ordering::SeqCst), 0);
     for r in running {

@@ -507,14 +507,7 @@ fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
 #[test]
 fn a_cluster_serves_readers_and_a_woken_writer_on_the_names_slot() {
     let cluster = support::cluster::Cluster::start(3, 0);
-    let lock = || {
-        LockClient::cluster(cluster.urls())
-            .key_prefix("lock:")
-            .build()
-            .unwrap()
-            .read_write_lock(NAME)
-            .unwrap()
-    };
+    let lock = || cluster.client().read_write_lock(NAME).unwrap();
     let (a, b) = (lock(), lock());
     let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
     let r = a.read().unwrap();

@@ -2,7 +2,7 @@
 //! `lock:`, on one server, a Redlock quorum or a Redis Cluster.
 use std::time::Duration;
 
-use redlease::{LockClient, LockClientBuilder};
+use redlease::LockClient;
 
 use super::{Masters, RedisServer};
 
@@ -24,21 +24,21 @@ pub fn polling_rarely(server: &RedisServer) -> LockClient {
         .unwrap()
 }
 
-/// Two independent clients from `builder`, keys under `lock:`.
-fn pair(builder: impl Fn() -> LockClientBuilder) -> (LockClient, LockClient) {
-    let build = || builder().key_prefix("lock:").build().unwrap();
-    (build(), build())
-}
-
 /// Two independent Redlock clients on `masters`, keys under `lock:`.
 pub fn redlock_pair(masters: &Masters) -> (LockClient, LockClient) {
-    pair(|| LockClient::redlock(masters.urls()))
+    let build = || {
+        LockClient::redlock(masters.urls())
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+    };
+    (build(), build())
 }
 
 /// Two independent cluster clients on `cluster`, keys under `lock:`.
 #[cfg(feature = "cluster")]
 pub fn cluster_pair(cluster: &super::cluster::Cluster) -> (LockClient, LockClient) {
-    pair(|| LockClient::cluster(cluster.urls()))
+    (cluster.client(), cluster.client())
 }
 
 /// Whether a waiter has marked the token stored at `key` (a trailing `+`) on
