@@ -15,6 +15,7 @@ use redlease::{
     Error, LockClient, LockClientBuilder, LockFormat, LockOptions, ReadWriteLock, Release,
 };
 use support::acl;
+use support::format::wrong_format;
 use support::redisson::rwlock::{RedissonRwLock, sections};
 use support::{Masters, RedisServer, eventually};
 
@@ -341,18 +342,8 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
         let dump: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
         let lock = client.read_write_lock(name).unwrap();
         for result in [lock.try_read().map(|_| ()), lock.try_write().map(|_| ())] {
-            match result {
-                Err(Error::WrongFormat {
-                    key,
-                    expected,
-                    found: f,
-                }) => {
-                    assert_eq!(&*key, format!("lock:{name}"));
-                    assert_eq!(expected, LockFormat::ReadWrite);
-                    assert!(f.starts_with(found), "{f}");
-                }
-                other => panic!("{name}: expected WrongFormat, got {other:?}"),
-            }
+            let f = wrong_format(result, &format!("lock:{name}"), LockFormat::ReadWrite);
+            assert!(f.starts_with(found), "{f}");
         }
         let after: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
         assert_eq!(dump, after, "{name} left as it was");

@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod counter;
 pub mod fair_queue;
 pub mod fleet;
+pub mod format;
 pub mod info;
 pub mod keys;
 pub mod proxy;
