@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redlease::{Checkup, Error, LockClient, Report, ServerCheck, Severity};
+use support::info::master_and_replica;
 use support::{RedisServer, acl, eventually};
 
 const PASSWORD: &str = "doctor-pw";
@@ -30,6 +31,11 @@ fn severity(report: &Report, port: u16, check: &str) -> Option<Severity> {
 /// The severity of `check`'s finding in a fresh report on `server`.
 fn found(server: &RedisServer, check: &str) -> Option<Severity> {
     severity(&read(&server.url()), server.port(), check)
+}
+
+/// The first finding of `check` in `report`.
+fn finding<'r>(report: &'r Report, check: &str) -> &'r redlease::Finding {
+    report.findings().find(|f| f.check() == check).unwrap()
 }
 
 fn read(url: &str) -> Report {
@@ -56,7 +62,7 @@ fn eviction_with_allkeys_or_volatile_policies_is_critical() {
             Some(Severity::Critical),
             "{policy}"
         );
-        let finding = report.findings().find(|f| f.check() == "eviction").unwrap();
+        let finding = finding(&report, "eviction");
         assert!(finding.detail().contains(policy), "{finding:?}");
         assert!(finding.fix().contains("noeviction"), "{finding:?}");
         assert!(report.has_critical());
@@ -145,32 +151,14 @@ fn no_aof_or_everysec_is_a_persistence_warning() {
     assert_eq!(found(&server, "persistence"), Some(Severity::Warning));
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
     let report = read(&server.url());
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "persistence")
-        .unwrap();
+    let finding = finding(&report, "persistence");
     assert_eq!(finding.severity(), Severity::Warning);
     assert!(finding.detail().contains("everysec"), "{finding:?}");
 }
 
-/// A master and a replica started with `replica_args`, in sync.
-fn pair(replica_args: &[&str]) -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
-    args.extend_from_slice(replica_args);
-    let replica = RedisServer::start_with(&args);
-    let listed = eventually(SETTLE, || {
-        let info: String = master.query(redis::cmd("INFO").arg("replication"));
-        info.contains("connected_slaves:1") && info.contains("state=online")
-    });
-    assert!(listed, "the replica never came online");
-    (master, replica)
-}
-
 #[test]
 fn a_writable_replica_the_master_lists_is_critical() {
-    let (master, replica) = pair(&["--replica-read-only", "no"]);
+    let (master, replica) = master_and_replica(&["--replica-read-only", "no"]);
     let report = read(&master.url());
     assert_eq!(report.servers().len(), 2, "{report:#?}");
     assert_eq!(
@@ -184,7 +172,7 @@ fn a_writable_replica_the_master_lists_is_critical() {
 
 #[test]
 fn a_replica_asked_directly_is_critical() {
-    let (_master, replica) = pair(&[]);
+    let (_master, replica) = master_and_replica(&[]);
     let report = read(&replica.url());
     assert_eq!(
         severity(&report, replica.port(), "replica"),
@@ -195,12 +183,9 @@ fn a_replica_asked_directly_is_critical() {
 
 #[test]
 fn async_replicas_without_min_replicas_to_write_warn_unless_acquisitions_wait() {
-    let (master, _replica) = pair(&[]);
+    let (master, _replica) = master_and_replica(&[]);
     let report = read(&master.url());
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "async-replication")
-        .unwrap();
+    let finding = finding(&report, "async-replication");
     assert_eq!(finding.severity(), Severity::Warning);
     assert!(
         finding.fix().contains("LockClientBuilder::replicas"),
@@ -232,10 +217,7 @@ fn a_user_without_scripting_is_critical_and_build_refuses_it_anyway() {
         severity(&report, server.port(), "scripting"),
         Some(Severity::Critical)
     );
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "scripting")
-        .unwrap();
+    let finding = finding(&report, "scripting");
     assert!(finding.detail().contains("NOPERM"), "{finding:?}");
     assert!(matches!(
         LockClient::builder(url).build(),
@@ -282,7 +264,7 @@ fn a_user_who_may_not_read_info_or_config_gets_unknown_findings_not_fine_ones() 
             "{check}: {report:#?}"
         );
     }
-    let finding = report.findings().find(|f| f.check() == "eviction").unwrap();
+    let finding = finding(&report, "eviction");
     assert!(finding.detail().contains("NOPERM"), "{finding:?}");
     // What it may do is still checked.
     assert_eq!(severity(&report, server.port(), "scripting"), None);
@@ -365,10 +347,7 @@ fn evictions_and_oom_errors_already_seen_are_warnings() {
     assert_eq!(oom.unwrap_err().code(), Some("OOM"));
     server.config_set("maxmemory", 0);
     let report = read(&server.url());
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "error-stats")
-        .unwrap();
+    let finding = finding(&report, "error-stats");
     assert!(finding.detail().contains("errorstat_OOM"), "{finding:?}");
     assert_eq!(severity(&report, server.port(), "evicted-keys"), None);
 

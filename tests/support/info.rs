@@ -98,3 +98,19 @@ impl RedisServer {
         self.client_command_stats().iter().map(|(_, n)| n).sum()
     }
 }
+
+/// A master and one replica started with `replica_args`, once the master lists
+/// the replica online (its first sync done).
+pub fn master_and_replica(replica_args: &[&str]) -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
+    args.extend_from_slice(replica_args);
+    let replica = RedisServer::start_with(&args);
+    let online = eventually(Duration::from_secs(10), || {
+        let info: String = master.query(redis::cmd("INFO").arg("replication"));
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(online, "the replica never came online");
+    (master, replica)
+}
