@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use redlease::{LockClient, Member};
 use support::RedisServer;
-use support::bench::pin;
+use support::bench::{env, pin, redis_cpu};
 
 const TTL: Duration = Duration::from_secs(3);
 const M: u32 = 64;
@@ -45,22 +45,6 @@ struct Cost {
     cpu: f64,
 }
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn redis_cpu(server: &RedisServer) -> f64 {
-    let info: String = server.query(redis::cmd("INFO").arg("cpu"));
-    info.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(k, _)| *k == "used_cpu_sys" || *k == "used_cpu_user")
-        .map(|(_, v)| v.trim().parse::<f64>().unwrap())
-        .sum()
-}
-
 /// Commands inside scripts, as `INFO commandstats` counts them beside the
 /// scripts' own calls.
 const INNER: [&str; 10] = [
@@ -70,11 +54,11 @@ const INNER: [&str; 10] = [
 /// Measures `secs` seconds of whatever runs now.
 fn measure(server: &RedisServer, secs: u64, raw_pexpire: bool) -> Cost {
     server.reset_stats();
-    let cpu0 = redis_cpu(server);
+    let cpu0 = redis_cpu(&mut server.conn());
     let t = Instant::now();
     thread::sleep(Duration::from_secs(secs));
     let stats = server.command_stats();
-    let cpu = (redis_cpu(server) - cpu0) / t.elapsed().as_secs_f64();
+    let cpu = (redis_cpu(&mut server.conn()) - cpu0) / t.elapsed().as_secs_f64();
     let el = t.elapsed().as_secs_f64();
     let ours = |(name, _): &&(String, u64)| {
         !matches!(

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use redlease::{LockClient, LockGuard};
 use support::RedisServer;
-use support::bench::pin;
+use support::bench::{env, pin, redis_cpu};
 use support::fleet::taken;
 
 const TTL_MS: u64 = 3000;
@@ -40,23 +40,6 @@ const EVERY: Duration = Duration::from_secs(1);
 struct Cpu {
     redis: f64,
     client: f64,
-}
-
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Redis's CPU seconds so far (`used_cpu_sys + used_cpu_user`).
-fn redis_cpu(con: &mut redis::Connection) -> f64 {
-    let info: String = redis::cmd("INFO").arg("cpu").query(con).unwrap();
-    info.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(k, _)| *k == "used_cpu_sys" || *k == "used_cpu_user")
-        .map(|(_, v)| v.trim().parse::<f64>().unwrap())
-        .sum()
 }
 
 /// This process's CPU seconds so far: the run time of its live threads.

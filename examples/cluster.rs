@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use private_server::PrivateServer;
+use private_server::{PrivateServer, announce};
 use redlease::{LockClient, LockOptions};
 
 const WORKERS: usize = 4;
@@ -36,12 +36,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     } else {
         std::fs::create_dir_all(&dir)?;
         private = start_cluster(&dir)?;
-        let ports: Vec<u16> = private.iter().map(|s| s.port).collect();
-        eprintln!(
-            "REDIS_CLUSTER_URLS unset; started a private three-master cluster on \
-             127.0.0.1 ports {ports:?} for this demo (stopped when it ends)"
-        );
-        private.iter().map(PrivateServer::url).collect()
+        announce(
+            &private,
+            "REDIS_CLUSTER_URLS unset; started a private three-master cluster",
+        )
     };
     let prefix = format!("redlease-example:{}:", uuid::Uuid::new_v4());
     let client = LockClient::cluster(urls.iter().map(String::as_str))

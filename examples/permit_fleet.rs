@@ -50,10 +50,7 @@ const KEYS: [&str; 3] = [
 ];
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
-    if args.next().as_deref() == Some("worker") {
-        let url = args.next().ok_or("worker needs a url")?;
-        let name = args.next().ok_or("worker needs a name")?;
+    if let Some((url, name)) = fleet::as_worker()? {
         return worker(&url, &name);
     }
     let (url, private) = redis_url()?;

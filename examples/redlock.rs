@@ -20,7 +20,7 @@ use std::error::Error;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use private_server::PrivateServer;
+use private_server::{PrivateServer, announce};
 use redlease::LockClient;
 
 /// Increments per client.
@@ -35,12 +35,10 @@ fn main() -> Result<(), Box<dyn Error>> {
         for _ in 0..3 {
             private.push(PrivateServer::start()?);
         }
-        let ports: Vec<u16> = private.iter().map(|s| s.port).collect();
-        eprintln!(
-            "REDLOCK_URLS unset; started three private redis-server processes on \
-             127.0.0.1 ports {ports:?} for this demo (stopped when it ends)"
-        );
-        private.iter().map(PrivateServer::url).collect()
+        announce(
+            &private,
+            "REDLOCK_URLS unset; started three private redis-server processes",
+        )
     };
     // A fresh namespace, so the example never touches anyone's keys.
     let prefix = format!("redlease-example:{}:", uuid::Uuid::new_v4());

@@ -265,11 +265,7 @@ fn run_never_starts_the_command_on_a_lease_granted_after_its_validity() {
         .spawn()
         .unwrap();
     // Waiting, through the proxy while it is fast: subscribed to the release channel.
-    let waiting = eventually(STARTUP, || {
-        let subs: (String, i64) =
-            server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{job}:released"));
-        subs.1 >= 1
-    });
+    let waiting = eventually(STARTUP, || server.subscribers("{job}:released") >= 1);
     assert!(waiting, "redlease never started waiting");
     // Every reply now comes 1.1 s after its command, 700 ms after a 400 ms lease
     // taken by it ended; the holder goes, and the next attempt is granted, late.
@@ -304,11 +300,7 @@ fn sigint_while_waiting_exits_promptly_and_leaves_nothing_behind() {
         .spawn()
         .unwrap();
     // Waiting: subscribed to the key's release channel.
-    let waiting = eventually(STARTUP, || {
-        let subs: (String, i64) =
-            server.query(redis::cmd("PUBSUB").arg("NUMSUB").arg("{job}:released"));
-        subs.1 >= 1
-    });
+    let waiting = eventually(STARTUP, || server.subscribers("{job}:released") >= 1);
     assert!(waiting, "redlease never started waiting");
     let sent = Instant::now();
     signal(&child, Signal::SIGINT);

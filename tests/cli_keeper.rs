@@ -12,7 +12,7 @@ mod support;
 
 use std::fs;
 use std::path::Path;
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -89,9 +89,20 @@ fn pid(child: &Child) -> Pid {
     Pid::from_raw(i32::try_from(child.id()).unwrap())
 }
 
-/// SIGKILLs `supervisor`, then checks that everything in `seen` is gone within
-/// [`GONE`], while `key`'s lease still had time left.
-fn killed_takes_everything(server: &RedisServer, mut supervisor: Child, seen: &[Seen], key: &str) {
+/// Starts a server and, from `supervisor(server, script)`, a supervisor of a
+/// [`family`] under `key` (scratch files in a folder named after `scratch`);
+/// once the family is ready, SIGKILLs the supervisor, then checks that every
+/// process of the family is gone within [`GONE`], while `key`'s lease still had
+/// time left.
+fn killed_takes_everything(
+    scratch: &str,
+    key: &str,
+    supervisor: impl FnOnce(&RedisServer, &str) -> Command,
+) {
+    let server = RedisServer::start();
+    let dir = Scratch::new(scratch);
+    let mut supervisor = supervisor(&server, &family(&dir)).spawn().unwrap();
+    let seen = seen(&dir);
     let before = server.pttl(key);
     assert!(before > 0, "the lease is held: {before}");
     let killed = Instant::now();
@@ -114,28 +125,19 @@ fn killed_takes_everything(server: &RedisServer, mut supervisor: Child, seen: &[
 
 #[test]
 fn a_killed_run_takes_its_command_its_children_and_their_orphans_with_it() {
-    let server = RedisServer::start();
-    let dir = Scratch::new("keeper-run");
-    let supervisor = run_sh(&server, &["--ttl", "5s"], "job", &family(&dir))
-        .spawn()
-        .unwrap();
-    let seen = seen(&dir);
-    killed_takes_everything(&server, supervisor, &seen, "job");
+    killed_takes_everything("keeper-run", "job", |server, script| {
+        run_sh(server, &["--ttl", "5s"], "job", script)
+    });
 }
 
 #[test]
 fn a_killed_elect_takes_its_command_its_children_and_their_orphans_with_it() {
-    let server = RedisServer::start();
-    let dir = Scratch::new("keeper-elect");
-    let url = server.url();
-    let script = family(&dir);
-    let supervisor = redlease([
-        "elect", "--url", &url, "--ttl", "5s", "leader", "--", "sh", "-c", &script,
-    ])
-    .spawn()
-    .unwrap();
-    let seen = seen(&dir);
-    killed_takes_everything(&server, supervisor, &seen, "leader");
+    killed_takes_everything("keeper-elect", "leader", |server, script| {
+        let url = server.url();
+        redlease([
+            "elect", "--url", &url, "--ttl", "5s", "leader", "--", "sh", "-c", script,
+        ])
+    });
 }
 
 #[test]

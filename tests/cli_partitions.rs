@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -90,6 +90,14 @@ fn terminate(child: &mut Child) -> Option<i32> {
     exit_within(child, ROOMY).code()
 }
 
+/// A scratch folder (removed when dropped) and the empty markers folder in it.
+fn markers_dir() -> (Scratch, PathBuf) {
+    let scratch = Scratch::new("cli-partitions");
+    let dir = scratch.file("markers");
+    fs::create_dir(&dir).unwrap();
+    (scratch, dir)
+}
+
 fn group_json(server: &RedisServer) -> Value {
     let out = output(redlease([
         "group",
@@ -107,9 +115,7 @@ fn group_json(server: &RedisServer) -> Value {
 #[test]
 fn members_share_the_partitions_hand_them_over_and_the_group_shows_it() {
     let server = RedisServer::start();
-    let scratch = Scratch::new("cli-partitions");
-    let dir = scratch.file("markers");
-    fs::create_dir(&dir).unwrap();
+    let (_scratch, dir) = markers_dir();
     let mut a = member(&server, &dir, false).spawn().unwrap();
     assert!(
         eventually(ROOMY, || spread(&dir, &[a.id()], 4)),
@@ -168,16 +174,7 @@ fn members_share_the_partitions_hand_them_over_and_the_group_shows_it() {
     // No member left: the size is unknown without --partitions.
     let out = output(redlease(["group", "--url", &server.url(), "jobs"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));
-    let out = output(redlease([
-        "group",
-        "--url",
-        &server.url(),
-        "--partitions",
-        "4",
-        "--json",
-        "jobs",
-    ]));
-    let status: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let status = group_json(&server);
     assert_eq!(status["members"].as_array().unwrap().len(), 0);
     assert!(
         status["partitions"]
@@ -191,9 +188,7 @@ fn members_share_the_partitions_hand_them_over_and_the_group_shows_it() {
 #[test]
 fn a_revoked_command_that_ignores_sigterm_is_killed_after_the_grace_before_the_handover() {
     let server = RedisServer::start();
-    let scratch = Scratch::new("cli-partitions");
-    let dir = scratch.file("markers");
-    fs::create_dir(&dir).unwrap();
+    let (_scratch, dir) = markers_dir();
     let mut a = member(&server, &dir, true).spawn().unwrap();
     assert!(eventually(ROOMY, || spread(&dir, &[a.id()], 4)));
     let mut b = member(&server, &dir, true).spawn().unwrap();

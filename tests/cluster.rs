@@ -85,6 +85,30 @@ fn fenced_locks_on_every_master(cluster: &Cluster, client: &LockClient, name: &s
     assert_eq!(masters.len(), 3, "the keys must spread over every master");
 }
 
+/// Three clients for a [`Load`]: keys under `prefix`, 5 s leases, reads that
+/// time out after `read_timeout`.
+fn load_clients(cluster: &Cluster, prefix: &str, read_timeout: Duration) -> Vec<LockClient> {
+    (0..3)
+        .map(|_| {
+            LockClient::cluster(cluster.urls())
+                .key_prefix(prefix)
+                .ttl(Duration::from_secs(5))
+                .read_timeout(read_timeout)
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// A client whose reads time out after `read_timeout`.
+fn timing_out(cluster: &Cluster, read_timeout: Duration) -> LockClient {
+    LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .read_timeout(read_timeout)
+        .build()
+        .unwrap()
+}
+
 fn client(cluster: &Cluster) -> LockClient {
     LockClient::cluster(cluster.urls())
         .key_prefix("lock:")
@@ -253,10 +277,7 @@ fn a_failover_of_a_shard_master_is_followed() {
     // Replicated before the failover, so the new master has it.
     assert!(cluster.nodes[master].replicated(1, Duration::from_secs(10)));
     cluster.failover(replica);
-    let other = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
+    let other = cluster.client();
     let started = Instant::now();
     let taken = other.try_lock(key).unwrap();
     assert!(
@@ -526,6 +547,32 @@ struct Load {
 }
 
 impl Load {
+    /// The errors the workers saw, and how many of each.
+    fn errors(&self) -> (Vec<String>, BTreeMap<String, usize>) {
+        let errors = self.errors.lock().clone();
+        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+        for e in &errors {
+            *kinds.entry(e.clone()).or_default() += 1;
+        }
+        (errors, kinds)
+    }
+
+    /// Asserts that no worker saw an error, no two held a key at once and no
+    /// wait ran out.
+    fn assert_clean(&self, errors: &[String], kinds: &BTreeMap<String, usize>) {
+        assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
+        assert_eq!(
+            self.overlaps.load(Ordering::SeqCst),
+            0,
+            "two holders at once"
+        );
+        assert_eq!(
+            self.gave_up.load(Ordering::SeqCst),
+            0,
+            "a wait of 30 s ran out"
+        );
+    }
+
     /// Worker `t`: fenced lock, a 2 ms section, unlock, every other call on the
     /// moving key, until told to stop.
     fn work(&self, client: &LockClient, opts: &LockOptions, t: usize) {
@@ -625,15 +672,7 @@ fn a_slot_moved_under_fenced_load_surfaces_no_error() {
     let cluster = Cluster::start(3, 0);
     let slot = cluster.slot("bar:i:alpha");
     let moves = 4 * support::stress_factor();
-    let clients: Vec<LockClient> = (0..3)
-        .map(|_| {
-            LockClient::cluster(cluster.urls())
-                .key_prefix("bar:")
-                .ttl(Duration::from_secs(5))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let clients = load_clients(&cluster, "bar:", redlease::DEFAULT_IO_TIMEOUT);
     let opts = LockOptions::new()
         .fencing(true)
         .wait(Duration::from_secs(30));
@@ -675,11 +714,7 @@ fn a_slot_moved_under_fenced_load_surfaces_no_error() {
             owners.push(to);
         }
     });
-    let errors = load.errors.lock().clone();
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    for e in &errors {
-        *kinds.entry(e.as_str()).or_default() += 1;
-    }
+    let (errors, kinds) = load.errors();
     let (acquired, moving) = (
         load.acquired.load(Ordering::SeqCst),
         load.moving_acquired.load(Ordering::SeqCst),
@@ -695,17 +730,7 @@ fn a_slot_moved_under_fenced_load_surfaces_no_error() {
         error_replies(&cluster.nodes, "TRYAGAIN"),
         error_replies(&cluster.nodes, "MOVED"),
     );
-    assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
-    assert_eq!(
-        load.overlaps.load(Ordering::SeqCst),
-        0,
-        "two holders at once"
-    );
-    assert_eq!(
-        load.gave_up.load(Ordering::SeqCst),
-        0,
-        "a wait of 30 s ran out"
-    );
+    load.assert_clean(&errors, &kinds);
     assert!(moving > 20, "only {moving} sections of the moving key");
     // The fence counter moved with its slot: it is on the last owner.
     assert_fence_counter(&cluster.nodes[*owners.last().unwrap()], slot, "bar:");
@@ -733,11 +758,7 @@ fn assert_fence_counter(node: &RedisServer, slot: u16, prefix: &str) {
 fn a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
     let cluster = Cluster::start(3, 0);
     let read_timeout = Duration::from_millis(600);
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .read_timeout(read_timeout)
-        .build()
-        .unwrap();
+    let client = timing_out(&cluster, read_timeout);
     let fenced = LockOptions::new().fencing(true);
     let key = "{mid}:fenced";
     let slot = cluster.slot("lock:{mid}:fenced");
@@ -878,16 +899,7 @@ fn under_load(
     read_timeout: Duration,
     faults: impl FnOnce(&Load),
 ) -> Load {
-    let clients: Vec<LockClient> = (0..3)
-        .map(|_| {
-            LockClient::cluster(cluster.urls())
-                .key_prefix(prefix)
-                .ttl(Duration::from_secs(5))
-                .read_timeout(read_timeout)
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let clients = load_clients(cluster, prefix, read_timeout);
     let opts = LockOptions::new()
         .fencing(true)
         .wait(Duration::from_secs(30));
@@ -912,11 +924,7 @@ fn under_load(
 
 /// No acquire or release failed, no two holders overlapped, no wait ran out.
 fn assert_no_error(load: &Load, what: &str) {
-    let errors = load.errors.lock().clone();
-    let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
-    for e in &errors {
-        *kinds.entry(e.as_str()).or_default() += 1;
-    }
+    let (errors, kinds) = load.errors();
     println!(
         "{what}: {} acquisitions ({} of the first key), {} errors, {} gave up, {} overlaps",
         load.acquired.load(Ordering::SeqCst),
@@ -925,17 +933,7 @@ fn assert_no_error(load: &Load, what: &str) {
         load.gave_up.load(Ordering::SeqCst),
         load.overlaps.load(Ordering::SeqCst),
     );
-    assert!(errors.is_empty(), "{} errors: {kinds:#?}", errors.len());
-    assert_eq!(
-        load.overlaps.load(Ordering::SeqCst),
-        0,
-        "two holders at once"
-    );
-    assert_eq!(
-        load.gave_up.load(Ordering::SeqCst),
-        0,
-        "a wait of 30 s ran out"
-    );
+    load.assert_clean(&errors, &kinds);
 }
 
 /// `SETSLOT NODE` told to the source first (as tools and operators may): for
@@ -1099,11 +1097,7 @@ impl Drop for Thaw<'_> {
 fn a_lasting_disagreement_is_quoted_after_one_read_timeout() {
     let cluster = Cluster::start(3, 0);
     let read_timeout = Duration::from_millis(600);
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .read_timeout(read_timeout)
-        .build()
-        .unwrap();
+    let client = timing_out(&cluster, read_timeout);
     let slot = cluster.slot("lock:{split}:held");
     let (from, to) = (cluster.owner(slot), (cluster.owner(slot) + 1) % 3);
     let held = client.try_lock("{split}:held").unwrap().expect("free");
@@ -1143,14 +1137,8 @@ fn a_lasting_disagreement_is_quoted_after_one_read_timeout() {
 #[test]
 fn inspect_follows_a_slot_that_moved_to_another_master() {
     let cluster = Cluster::start(3, 0);
-    let holder = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
+    let holder = cluster.client();
+    let client = cluster.client();
     let name = "moving";
     let slot = cluster.slot("lock:moving");
     let from = cluster.owner(slot);

@@ -7,6 +7,7 @@ mod support;
 use std::time::Duration;
 
 use redlease::{Checkup, Error, LockClient, Report, ServerCheck, Severity};
+use support::info::master_and_replica;
 use support::{RedisServer, acl, eventually};
 
 const PASSWORD: &str = "doctor-pw";
@@ -27,8 +28,23 @@ fn severity(report: &Report, port: u16, check: &str) -> Option<Severity> {
         .map(redlease::Finding::severity)
 }
 
+/// The severity of `check`'s finding in a fresh report on `server`.
+fn found(server: &RedisServer, check: &str) -> Option<Severity> {
+    severity(&read(&server.url()), server.port(), check)
+}
+
+/// The first finding of `check` in `report`.
+fn finding<'r>(report: &'r Report, check: &str) -> &'r redlease::Finding {
+    report.findings().find(|f| f.check() == check).unwrap()
+}
+
 fn read(url: &str) -> Report {
     Report::read([url], &Checkup::new()).unwrap()
+}
+
+/// A report as a client with keys under `lock:` sees it.
+fn read_prefixed(url: &str) -> Report {
+    Report::read([url], &Checkup::new().key_prefix("lock:")).unwrap()
 }
 
 fn user_url(server: &RedisServer, user: &str) -> String {
@@ -46,7 +62,7 @@ fn eviction_with_allkeys_or_volatile_policies_is_critical() {
             Some(Severity::Critical),
             "{policy}"
         );
-        let finding = report.findings().find(|f| f.check() == "eviction").unwrap();
+        let finding = finding(&report, "eviction");
         assert!(finding.detail().contains(policy), "{finding:?}");
         assert!(finding.fix().contains("noeviction"), "{finding:?}");
         assert!(report.has_critical());
@@ -132,39 +148,17 @@ fn a_well_configured_server_has_nothing_critical_and_no_persistence_or_eviction_
 #[test]
 fn no_aof_or_everysec_is_a_persistence_warning() {
     let server = RedisServer::start(); // --appendonly no
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "persistence"),
-        Some(Severity::Warning)
-    );
+    assert_eq!(found(&server, "persistence"), Some(Severity::Warning));
     let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "everysec"]);
     let report = read(&server.url());
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "persistence")
-        .unwrap();
+    let finding = finding(&report, "persistence");
     assert_eq!(finding.severity(), Severity::Warning);
     assert!(finding.detail().contains("everysec"), "{finding:?}");
 }
 
-/// A master and a replica started with `replica_args`, in sync.
-fn pair(replica_args: &[&str]) -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
-    args.extend_from_slice(replica_args);
-    let replica = RedisServer::start_with(&args);
-    let listed = eventually(SETTLE, || {
-        let info: String = master.query(redis::cmd("INFO").arg("replication"));
-        info.contains("connected_slaves:1") && info.contains("state=online")
-    });
-    assert!(listed, "the replica never came online");
-    (master, replica)
-}
-
 #[test]
 fn a_writable_replica_the_master_lists_is_critical() {
-    let (master, replica) = pair(&["--replica-read-only", "no"]);
+    let (master, replica) = master_and_replica(&["--replica-read-only", "no"]);
     let report = read(&master.url());
     assert_eq!(report.servers().len(), 2, "{report:#?}");
     assert_eq!(
@@ -178,7 +172,7 @@ fn a_writable_replica_the_master_lists_is_critical() {
 
 #[test]
 fn a_replica_asked_directly_is_critical() {
-    let (_master, replica) = pair(&[]);
+    let (_master, replica) = master_and_replica(&[]);
     let report = read(&replica.url());
     assert_eq!(
         severity(&report, replica.port(), "replica"),
@@ -189,12 +183,9 @@ fn a_replica_asked_directly_is_critical() {
 
 #[test]
 fn async_replicas_without_min_replicas_to_write_warn_unless_acquisitions_wait() {
-    let (master, _replica) = pair(&[]);
+    let (master, _replica) = master_and_replica(&[]);
     let report = read(&master.url());
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "async-replication")
-        .unwrap();
+    let finding = finding(&report, "async-replication");
     assert_eq!(finding.severity(), Severity::Warning);
     assert!(
         finding.fix().contains("LockClientBuilder::replicas"),
@@ -211,12 +202,7 @@ fn async_replicas_without_min_replicas_to_write_warn_unless_acquisitions_wait() 
         severity(&client.doctor(), master.port(), "async-replication"),
         None
     );
-    let () = master.query(
-        redis::cmd("CONFIG")
-            .arg("SET")
-            .arg("min-replicas-to-write")
-            .arg(1),
-    );
+    master.config_set("min-replicas-to-write", 1);
     let report = read(&master.url());
     assert_eq!(severity(&report, master.port(), "async-replication"), None);
 }
@@ -231,10 +217,7 @@ fn a_user_without_scripting_is_critical_and_build_refuses_it_anyway() {
         severity(&report, server.port(), "scripting"),
         Some(Severity::Critical)
     );
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "scripting")
-        .unwrap();
+    let finding = finding(&report, "scripting");
     assert!(finding.detail().contains("NOPERM"), "{finding:?}");
     assert!(matches!(
         LockClient::builder(url).build(),
@@ -259,11 +242,7 @@ fn renamed_eval_and_evalsha_are_critical_but_evalsha_alone_is_enough() {
         "EVALSHA",
         "evalsha-elsewhere",
     ]);
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "scripting"),
-        Some(Severity::Critical)
-    );
+    assert_eq!(found(&server, "scripting"), Some(Severity::Critical));
 }
 
 #[test]
@@ -285,7 +264,7 @@ fn a_user_who_may_not_read_info_or_config_gets_unknown_findings_not_fine_ones() 
             "{check}: {report:#?}"
         );
     }
-    let finding = report.findings().find(|f| f.check() == "eviction").unwrap();
+    let finding = finding(&report, "eviction");
     assert!(finding.detail().contains("NOPERM"), "{finding:?}");
     // What it may do is still checked.
     assert_eq!(severity(&report, server.port(), "scripting"), None);
@@ -295,11 +274,7 @@ fn a_user_who_may_not_read_info_or_config_gets_unknown_findings_not_fine_ones() 
 fn a_user_without_channels_gets_a_pubsub_warning() {
     let server = RedisServer::start();
     acl::set_user(&server, "nochan", PASSWORD, &["~* resetchannels +@all"]);
-    let report = Report::read(
-        [user_url(&server, "nochan")],
-        &Checkup::new().key_prefix("lock:"),
-    )
-    .unwrap();
+    let report = read_prefixed(&user_url(&server, "nochan"));
     assert_eq!(
         severity(&report, server.port(), "pubsub"),
         Some(Severity::Warning)
@@ -311,11 +286,7 @@ fn a_user_without_channels_gets_a_pubsub_warning() {
         PASSWORD,
         &["~* resetchannels &{lock:* +@all"],
     );
-    let report = Report::read(
-        [user_url(&server, "lockchan")],
-        &Checkup::new().key_prefix("lock:"),
-    )
-    .unwrap();
+    let report = read_prefixed(&user_url(&server, "lockchan"));
     assert_eq!(
         severity(&report, server.port(), "pubsub"),
         None,
@@ -327,11 +298,7 @@ fn a_user_without_channels_gets_a_pubsub_warning() {
 fn a_server_restarted_inside_the_ttl_warns_and_one_up_longer_does_not() {
     let server = RedisServer::start();
     server.restart();
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "uptime"),
-        Some(Severity::Warning)
-    );
+    assert_eq!(found(&server, "uptime"), Some(Severity::Warning));
     let up = eventually(SETTLE, || {
         let info: String = server.query(redis::cmd("INFO").arg("server"));
         !info.contains("uptime_in_seconds:0\r")
@@ -345,7 +312,7 @@ fn a_server_restarted_inside_the_ttl_warns_and_one_up_longer_does_not() {
 fn a_failed_save_that_stops_writes_is_critical() {
     let server =
         RedisServer::start_with(&["--save", "3600 1", "--enable-protected-configs", "yes"]);
-    let () = server.query(redis::cmd("CONFIG").arg("SET").arg("dir").arg("/proc"));
+    server.config_set("dir", "/proc");
     let _: String = server.query(&redis::cmd("BGSAVE"));
     let failed = eventually(SETTLE, || {
         let info: String = server.query(redis::cmd("INFO").arg("persistence"));
@@ -367,37 +334,20 @@ fn a_failed_save_that_stops_writes_is_critical() {
         Some(Severity::Warning)
     );
     // With no save point, the same failure stops no write.
-    let () = server.query(redis::cmd("CONFIG").arg("SET").arg("save").arg(""));
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "misconf"),
-        Some(Severity::Warning)
-    );
+    server.config_set("save", "");
+    assert_eq!(found(&server, "misconf"), Some(Severity::Warning));
 }
 
 #[test]
 fn evictions_and_oom_errors_already_seen_are_warnings() {
     let server = RedisServer::start();
     let mut con = server.conn();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    server.config_set("maxmemory", 1);
     let oom = redis::cmd("SET").arg("k").arg("v").query::<()>(&mut con);
     assert_eq!(oom.unwrap_err().code(), Some("OOM"));
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
+    server.config_set("maxmemory", 0);
     let report = read(&server.url());
-    let finding = report
-        .findings()
-        .find(|f| f.check() == "error-stats")
-        .unwrap();
+    let finding = finding(&report, "error-stats");
     assert!(finding.detail().contains("errorstat_OOM"), "{finding:?}");
     assert_eq!(severity(&report, server.port(), "evicted-keys"), None);
 
@@ -409,43 +359,20 @@ fn evictions_and_oom_errors_already_seen_are_warnings() {
             .query(&mut con)
             .unwrap();
     }
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-random")
-        .query(&mut con)
-        .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(1)
-        .query(&mut con)
-        .unwrap();
+    server.config_set("maxmemory-policy", "allkeys-random");
+    server.config_set("maxmemory", 1);
     let _ = redis::cmd("SET")
         .arg("one-more")
         .arg("v")
         .query::<()>(&mut con);
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "evicted-keys"),
-        Some(Severity::Warning)
-    );
+    server.config_set("maxmemory", 0);
+    assert_eq!(found(&server, "evicted-keys"), Some(Severity::Warning));
 }
 
 #[test]
 fn a_busy_threshold_past_the_renewal_slack_warns() {
     let server = RedisServer::start_with(&["--busy-reply-threshold", "25000"]);
-    let report = read(&server.url());
-    assert_eq!(
-        severity(&report, server.port(), "busy-threshold"),
-        Some(Severity::Warning)
-    );
+    assert_eq!(found(&server, "busy-threshold"), Some(Severity::Warning));
     let long = Report::read([server.url()], &Checkup::new().ttl(Duration::from_secs(60))).unwrap();
     assert_eq!(severity(&long, server.port(), "busy-threshold"), None);
 }
@@ -502,9 +429,7 @@ fn redlock_reports_each_master() {
 fn a_cluster_master_with_the_bad_policy_is_named() {
     let cluster = support::cluster::Cluster::start(3, 0);
     let bad = &cluster.nodes[1];
-    for (name, value) in [("maxmemory", "64mb"), ("maxmemory-policy", "allkeys-lru")] {
-        let () = bad.query(redis::cmd("CONFIG").arg("SET").arg(name).arg(value));
-    }
+    bad.evict("allkeys-lru");
     let report = Report::read_cluster([cluster.urls()[0].clone()], &Checkup::new()).unwrap();
     assert_eq!(report.servers().len(), 3, "{report:#?}");
     let critical: Vec<_> = report

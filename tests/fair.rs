@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use redlease::{Error, FairLock, LockClient, LockFormat, Release};
 use support::acl;
 use support::fair_queue::{Turns, queue_ours, queue_redisson};
+use support::format::wrong_format;
 use support::redisson::fair::{RedissonFair, now_ms, prefix_name};
 use support::{Masters, RedisServer, eventually};
 
@@ -298,34 +299,20 @@ fn another_format_under_the_name_is_a_typed_error_and_left_alone() {
     let server = RedisServer::start();
     let lock = fair(&server);
     server.query::<()>(redis::cmd("SET").arg(FULL).arg("rl1:someone"));
-    match lock.try_lock() {
-        Err(Error::WrongFormat {
-            key,
-            expected,
-            found,
-        }) => {
-            assert_eq!((&*key, expected), (FULL, LockFormat::Fair));
-            assert!(found.contains("string"), "{found}");
-        }
-        other => panic!("{other:?}"),
-    }
+    let found = wrong_format(lock.try_lock(), FULL, LockFormat::Fair);
+    assert!(found.contains("string"), "{found}");
     let v: String = server.query(redis::cmd("GET").arg(FULL));
     assert_eq!(v, "rl1:someone", "nothing overwritten");
     server.query::<()>(redis::cmd("DEL").arg(FULL));
     let q = prefix_name("redisson_lock_queue", FULL);
     server.query::<()>(redis::cmd("SET").arg(&q).arg("x"));
-    match lock.try_lock_for(Duration::from_millis(200)) {
-        Err(Error::WrongFormat {
-            key,
-            expected,
-            found,
-        }) => {
-            // The queue holds it; the error names the lock's key.
-            assert_eq!((&*key, expected), (FULL, LockFormat::Fair));
-            assert!(found.contains("string"), "{found}");
-        }
-        other => panic!("{other:?}"),
-    }
+    // The queue holds it; the error names the lock's key.
+    let found = wrong_format(
+        lock.try_lock_for(Duration::from_millis(200)),
+        FULL,
+        LockFormat::Fair,
+    );
+    assert!(found.contains("string"), "{found}");
     let v: String = server.query(redis::cmd("GET").arg(&q));
     assert_eq!(v, "x");
     let exists: u64 = server.query(redis::cmd("EXISTS").arg(FULL));
@@ -489,14 +476,7 @@ fn a_waiter_that_gives_up_leaves_the_queue_and_the_next_goes_on() {
 #[test]
 fn a_cluster_keeps_the_queue_on_the_names_slot_and_wakes_the_head() {
     let cluster = support::cluster::Cluster::start(3, 0);
-    let lock = || {
-        LockClient::cluster(cluster.urls())
-            .key_prefix("lock:")
-            .build()
-            .unwrap()
-            .fair_lock(NAME)
-            .unwrap()
-    };
+    let lock = || cluster.client().fair_lock(NAME).unwrap();
     let (a, b) = (lock(), lock());
     let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
     let held = a.lock().unwrap();

@@ -8,28 +8,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{CancelToken, Error, LockClient, LockOptions, LossReason, Release, Scheme};
+use support::clients::{marked_on_any, polling_rarely, prefixed as client, redlock_pair};
 use support::proxy::Proxy;
 use support::{Masters, RedisServer, eventually, stress_factor};
 
 /// Time enough for anything a loaded machine does.
 const ROOMY: Duration = Duration::from_secs(20);
-
-fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .build()
-        .unwrap()
-}
-
-/// A client whose waits poll only every 30 s: only a release message wakes them
-/// sooner.
-fn polling_rarely(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .backoff(Duration::from_secs(30), Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
 
 /// One increment as a plain read, yield, write: two holders at once lose one.
 fn increment(counter: &AtomicU64) {
@@ -449,13 +433,7 @@ fn a_lock_user_takes_waits_and_reads_lock_all_names_without_type_and_without_exi
 #[test]
 fn redlock_takes_all_names_or_none_on_every_master() {
     let masters = Masters::start(3);
-    let build = || {
-        LockClient::redlock(masters.urls())
-            .key_prefix("lock:")
-            .build()
-            .unwrap()
-    };
-    let (ours, theirs) = (build(), build());
+    let (ours, theirs) = redlock_pair(&masters);
     // Each name is a vote of its own: held on a majority of the masters.
     let on_majority = |key: &str| masters.servers.iter().filter(|m| m.exists(key)).count() >= 2;
     let guard = ours.lock_all(&["m1", "m2"]).unwrap();
@@ -471,10 +449,7 @@ fn redlock_takes_all_names_or_none_on_every_master() {
     thread::scope(|s| {
         let waiting = s.spawn(|| ours.try_lock_all_for(&["m3", "m2", "m1"], ROOMY).unwrap());
         // It found `m2` busy, marked its holder's token, and waits.
-        assert!(eventually(ROOMY, || masters
-            .servers
-            .iter()
-            .any(|m| m.value("lock:m2").is_some_and(|v| v.ends_with('+')))));
+        assert!(eventually(ROOMY, || marked_on_any(&masters, "lock:m2")));
         drop(held);
         let got = waiting.join().unwrap().expect("taken after the release");
         assert_eq!(got.keys(), ["lock:m3", "lock:m2", "lock:m1"]);
@@ -486,6 +461,7 @@ fn redlock_takes_all_names_or_none_on_every_master() {
 #[cfg(feature = "cluster")]
 mod cluster {
     use super::*;
+    use support::clients::cluster_pair;
     use support::cluster::Cluster;
 
     fn exists_in(cluster: &Cluster, key: &str) -> bool {
@@ -496,13 +472,7 @@ mod cluster {
     #[test]
     fn names_on_one_slot_are_taken_in_one_step_and_on_several_slots_one_by_one() {
         let cluster = Cluster::start(3, 0);
-        let build = || {
-            LockClient::cluster(cluster.urls())
-                .key_prefix("lock:")
-                .build()
-                .unwrap()
-        };
-        let (ours, theirs) = (build(), build());
+        let (ours, theirs) = cluster_pair(&cluster);
         // One slot (a hash tag), fenced: one script on that slot's master.
         let tagged = ["{order}:a", "{order}:b", "{order}:c"];
         let fenced = LockOptions::new().fencing(true);

@@ -8,28 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{CancelToken, Error, LockClient, LockOptions, Scheme};
+use redlease::{CancelToken, Error, LockOptions, Scheme};
+use support::clients::{marked_on_any, polling_rarely, prefixed as client, redlock_pair};
 use support::{Masters, RedisServer, eventually, stress_factor};
 
 /// Time enough for anything a loaded machine does.
 const ROOMY: Duration = Duration::from_secs(20);
-
-fn client(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .build()
-        .unwrap()
-}
-
-/// A client whose waits poll only every 30 s: only a release message (or a
-/// holder's TTL) wakes them sooner.
-fn polling_rarely(server: &RedisServer) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("lock:")
-        .backoff(Duration::from_secs(30), Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
 
 fn value(server: &RedisServer, key: &str) -> Option<String> {
     server.query(redis::cmd("GET").arg(key))
@@ -253,13 +237,7 @@ fn bad_lists_and_other_schemes_are_refused() {
 #[test]
 fn redlock_walks_the_names_with_a_quorum_vote_each() {
     let masters = Masters::start(3);
-    let build = || {
-        LockClient::redlock(masters.urls())
-            .key_prefix("lock:")
-            .build()
-            .unwrap()
-    };
-    let (ours, theirs) = (build(), build());
+    let (ours, theirs) = redlock_pair(&masters);
     let on_majority = |key: &str| {
         masters
             .servers
@@ -281,10 +259,7 @@ fn redlock_walks_the_names_with_a_quorum_vote_each() {
     assert!(matches!(res, Err(Error::Config { .. })), "{res:?}");
     thread::scope(|s| {
         let waiting = s.spawn(|| ours.try_lock_any_for(&["r0", "r2"], ROOMY).unwrap());
-        assert!(eventually(ROOMY, || masters
-            .servers
-            .iter()
-            .any(|m| value(m, "lock:r2").is_some_and(|v| v.ends_with('+')))));
+        assert!(eventually(ROOMY, || marked_on_any(&masters, "lock:r2")));
         drop(h2);
         let got = waiting.join().unwrap().expect("taken after the release");
         assert_eq!(got.name(), "r2");
@@ -295,18 +270,13 @@ fn redlock_walks_the_names_with_a_quorum_vote_each() {
 #[cfg(feature = "cluster")]
 mod cluster {
     use super::*;
+    use support::clients::cluster_pair;
     use support::cluster::Cluster;
 
     #[test]
     fn names_on_one_slot_take_one_script_and_on_several_slots_one_per_slot() {
         let cluster = Cluster::start(3, 0);
-        let build = || {
-            LockClient::cluster(cluster.urls())
-                .key_prefix("lock:")
-                .build()
-                .unwrap()
-        };
-        let (ours, theirs) = (build(), build());
+        let (ours, theirs) = cluster_pair(&cluster);
         let at = |key: &str| value(&cluster.nodes[cluster.owner(cluster.slot(key))], key);
         let tagged = slots(3);
         let fenced = LockOptions::new().fencing(true).wait(Duration::ZERO);

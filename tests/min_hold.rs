@@ -282,10 +282,7 @@ fn redlock_keeps_the_key_on_every_master_inside_the_min_hold() {
 #[test]
 fn a_cluster_keeps_the_key_inside_the_min_hold() {
     let cluster = Cluster::start(3, 0);
-    let a = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
+    let a = cluster.client();
     let d = Duration::from_secs(3);
     let (guard, began) = hold(&a, "job", d);
     assert_eq!(guard.unlock().unwrap(), Release::Released);

@@ -101,10 +101,60 @@ fn run(group: &PartitionGroup, store: &Arc<Store>, hand_over: bool) -> Running {
 
 impl Running {
     fn leave(self) {
+        self.stop_and_leave().unwrap();
+    }
+
+    /// Stops the member's thread, then leaves: what `leave` says.
+    fn stop_and_leave(self) -> Result<(), Error> {
         self.stop.store(true, Ordering::SeqCst);
         self.handle.join().unwrap();
-        Arc::try_unwrap(self.member).unwrap().leave().unwrap();
+        Arc::try_unwrap(self.member).unwrap().leave()
     }
+}
+
+/// An 8-partition group with a TTL and windows of 60 s: only a release lets
+/// another member take its partitions soon.
+fn slow(c: &LockClient) -> PartitionGroup {
+    group(c, 8)
+        .ttl(Duration::from_secs(60))
+        .stability(Duration::from_secs(60))
+}
+
+/// Two clients of `server` and members of [`slow`] groups on them, settled.
+fn slow_pair(server: &RedisServer, store: &Arc<Store>) -> (LockClient, LockClient, Vec<Running>) {
+    let (a, b) = (client(&server.url()), client(&server.url()));
+    let running = vec![run(&slow(&a), store, true), run(&slow(&b), store, true)];
+    settle(&running, &rounds_now(&running), 8);
+    (a, b, running)
+}
+
+/// Whether the second of `running` comes to hold all 8 partitions soon.
+fn second_takes_all(running: &[Running]) -> bool {
+    eventually(Duration::from_secs(10), || {
+        running[1].member.held().len() == 8
+    })
+}
+
+/// Stops and leaves both members: what the first one's `leave` said.
+fn leave_both(running: Vec<Running>) -> Result<(), Error> {
+    let mut running = running.into_iter();
+    let first = running.next().unwrap().stop_and_leave();
+    running.next().unwrap().leave();
+    first
+}
+
+/// Members of an `m`-partition group on each of `clients`, settled and balanced.
+fn balanced_on(clients: &[LockClient], m: u32, store: &Arc<Store>) -> Vec<Running> {
+    let running: Vec<Running> = clients
+        .iter()
+        .map(|c| run(&group(c, m), store, true))
+        .collect();
+    settle(&running, &rounds_now(&running), m);
+    assert!(eventually(ROOMY, || group(&clients[0], m)
+        .status()
+        .unwrap()
+        .is_balanced()));
+    running
 }
 
 /// Who holds what, by the members' own views; `None` unless every partition is
@@ -422,33 +472,14 @@ fn a_member_back_inside_its_window_moves_nothing_and_one_gone_is_replaced_after_
 fn shutdown_releases_a_members_partitions_for_the_others_at_once() {
     let server = RedisServer::start();
     let store = Arc::new(Store::default());
-    let (a, b) = (client(&server.url()), client(&server.url()));
     // Long TTLs and windows: only the release lets the other take them soon.
-    let slow = |c: &LockClient| {
-        group(c, 8)
-            .ttl(Duration::from_secs(60))
-            .stability(Duration::from_secs(60))
-    };
-    let running = vec![run(&slow(&a), &store, true), run(&slow(&b), &store, true)];
-    settle(&running, &rounds_now(&running), 8);
+    let (a, _b, running) = slow_pair(&server, &store);
     // The member's thread hears the shutdown and leaves (or the shutdown
     // releases its leases first): either way, released and gone at once.
     let report = a.shutdown(Instant::now() + ROOMY);
     assert_eq!(report.failed, 0, "{report:?}");
-    assert!(eventually(Duration::from_secs(10), || running[1]
-        .member
-        .held()
-        .len()
-        == 8));
-    let mut running = running.into_iter();
-    let gone = running.next().unwrap();
-    gone.stop.store(true, Ordering::SeqCst);
-    gone.handle.join().unwrap();
-    assert!(matches!(
-        Arc::try_unwrap(gone.member).unwrap().leave(),
-        Ok(()) | Err(Error::Shutdown)
-    ));
-    running.next().unwrap().leave();
+    assert!(second_takes_all(&running));
+    assert!(matches!(leave_both(running), Ok(()) | Err(Error::Shutdown)));
 }
 
 #[test]
@@ -483,23 +514,8 @@ fn redlock_and_bad_groups_are_refused() {
 fn a_cluster_serves_a_group_from_one_slot() {
     let cluster = support::cluster::Cluster::start(3, 0);
     let store = Arc::new(Store::default());
-    let clients: Vec<LockClient> = (0..3)
-        .map(|_| {
-            LockClient::cluster(cluster.urls())
-                .key_prefix("lock:")
-                .build()
-                .unwrap()
-        })
-        .collect();
-    let running: Vec<Running> = clients
-        .iter()
-        .map(|c| run(&group(c, 16), &store, true))
-        .collect();
-    settle(&running, &rounds_now(&running), 16);
-    assert!(eventually(ROOMY, || group(&clients[0], 16)
-        .status()
-        .unwrap()
-        .is_balanced()));
+    let clients = [cluster.client(), cluster.client(), cluster.client()];
+    let running = balanced_on(&clients, 16, &store);
     for r in running {
         r.leave();
     }
@@ -509,33 +525,14 @@ fn a_cluster_serves_a_group_from_one_slot() {
 fn a_member_whose_client_is_dropped_leaves_at_its_next_round() {
     let server = RedisServer::start();
     let store = Arc::new(Store::default());
-    let (a, b) = (client(&server.url()), client(&server.url()));
-    let slow = |c: &LockClient| {
-        group(c, 8)
-            .ttl(Duration::from_secs(60))
-            .stability(Duration::from_secs(60))
-    };
-    let running = vec![run(&slow(&a), &store, true), run(&slow(&b), &store, true)];
-    settle(&running, &rounds_now(&running), 8);
+    let (a, b, running) = slow_pair(&server, &store);
     // The member does not keep its client alive: dropping the last clone ends
     // it, its partitions released and its record deleted.
     drop(a);
-    assert!(eventually(Duration::from_secs(10), || running[1]
-        .member
-        .held()
-        .len()
-        == 8));
+    assert!(second_takes_all(&running));
     let status = slow(&b).status().unwrap();
     assert_eq!(status.members.len(), 1);
-    let mut running = running.into_iter();
-    let gone = running.next().unwrap();
-    gone.stop.store(true, Ordering::SeqCst);
-    gone.handle.join().unwrap();
-    assert!(matches!(
-        Arc::try_unwrap(gone.member).unwrap().leave(),
-        Err(Error::Shutdown)
-    ));
-    running.next().unwrap().leave();
+    assert!(matches!(leave_both(running), Err(Error::Shutdown)));
 }
 
 #[cfg(feature = "sentinel")]
@@ -551,15 +548,7 @@ fn a_sentinel_managed_master_serves_a_group_as_one_server() {
                 .unwrap()
         })
         .collect();
-    let running: Vec<Running> = clients
-        .iter()
-        .map(|c| run(&group(c, 8), &store, true))
-        .collect();
-    settle(&running, &rounds_now(&running), 8);
-    assert!(eventually(ROOMY, || group(&clients[0], 8)
-        .status()
-        .unwrap()
-        .is_balanced()));
+    let running = balanced_on(&clients, 8, &store);
     assert_eq!(store.stale.load(Ordering::SeqCst), 0);
     for r in running {
         r.leave();

@@ -15,6 +15,7 @@ use redlease::{
     Scheme,
 };
 use support::counter::increment;
+use support::info::master_and_replica;
 use support::redisson::rlock::Redisson;
 use support::{RedisServer, eventually, stress_factor};
 
@@ -407,22 +408,9 @@ fn a_waiting_reentrant_lock_is_cancelled_within_milliseconds() {
     assert_eq!(holds(&server, LOCK_KEY), [(redisson.owner.clone(), 1)]);
 }
 
-/// A master with one replica that has completed its first sync.
-fn replicated() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start();
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let online = eventually(Duration::from_secs(10), || {
-        let info: String = master.query(redis::cmd("INFO").arg("replication"));
-        info.contains("connected_slaves:1") && info.contains("state=online")
-    });
-    assert!(online, "the replica never came online");
-    (master, replica)
-}
-
 #[test]
 fn replica_confirmation_passes_with_a_live_replica_and_gives_the_lock_back_without_one() {
-    let (master, replica) = replicated();
+    let (master, replica) = master_and_replica(&[]);
     // A live replica acknowledges as soon as it can: a long timeout costs nothing
     // there and keeps a loaded machine from failing the confirmation. The calls
     // made while the replica is paused ask for a short one.

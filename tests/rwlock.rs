@@ -15,6 +15,7 @@ use redlease::{
     Error, LockClient, LockClientBuilder, LockFormat, LockOptions, ReadWriteLock, Release,
 };
 use support::acl;
+use support::format::wrong_format;
 use support::redisson::rwlock::{RedissonRwLock, sections};
 use support::{Masters, RedisServer, eventually};
 
@@ -341,18 +342,8 @@ fn a_name_of_another_format_is_a_typed_error_and_left_alone() {
         let dump: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
         let lock = client.read_write_lock(name).unwrap();
         for result in [lock.try_read().map(|_| ()), lock.try_write().map(|_| ())] {
-            match result {
-                Err(Error::WrongFormat {
-                    key,
-                    expected,
-                    found: f,
-                }) => {
-                    assert_eq!(&*key, format!("lock:{name}"));
-                    assert_eq!(expected, LockFormat::ReadWrite);
-                    assert!(f.starts_with(found), "{f}");
-                }
-                other => panic!("{name}: expected WrongFormat, got {other:?}"),
-            }
+            let f = wrong_format(result, &format!("lock:{name}"), LockFormat::ReadWrite);
+            assert!(f.starts_with(found), "{f}");
         }
         let after: Vec<u8> = server.query(redis::cmd("DUMP").arg(format!("lock:{name}")));
         assert_eq!(dump, after, "{name} left as it was");
@@ -507,14 +498,7 @@ fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
 #[test]
 fn a_cluster_serves_readers_and_a_woken_writer_on_the_names_slot() {
     let cluster = support::cluster::Cluster::start(3, 0);
-    let lock = || {
-        LockClient::cluster(cluster.urls())
-            .key_prefix("lock:")
-            .build()
-            .unwrap()
-            .read_write_lock(NAME)
-            .unwrap()
-    };
+    let lock = || cluster.client().read_write_lock(NAME).unwrap();
     let (a, b) = (lock(), lock());
     let owner = &cluster.nodes[cluster.owner(cluster.slot(FULL))];
     let r = a.read().unwrap();

@@ -15,6 +15,7 @@ use redlease::{
     Semaphore,
 };
 use support::acl;
+use support::format::wrong_format;
 use support::redisson::semaphore::{RedissonSemaphore, now_ms};
 use support::{Masters, RedisServer, eventually};
 
@@ -311,18 +312,8 @@ fn bad_input_is_a_typed_error_and_writes_nothing() {
             other.ensure_permits(2).map(|_| ()),
             other.add_permits(2).map(|_| ()),
         ] {
-            match result {
-                Err(Error::WrongFormat {
-                    key,
-                    expected,
-                    found: f,
-                }) => {
-                    assert_eq!(&*key, format!("lock:{name}"));
-                    assert_eq!(expected, LockFormat::Semaphore);
-                    assert!(f.starts_with(found), "{f}");
-                }
-                other => panic!("{name}: {other:?}"),
-            }
+            let f = wrong_format(result, &format!("lock:{name}"), LockFormat::Semaphore);
+            assert!(f.starts_with(found), "{f}");
         }
     }
     assert_eq!(

@@ -326,10 +326,7 @@ fn redlock_leases_are_released_on_every_master() {
 fn cluster_leases_on_several_slots_are_released_on_their_masters() {
     use support::cluster::Cluster;
     let cluster = Cluster::start(3, 0);
-    let client = LockClient::cluster(cluster.urls())
-        .key_prefix("lock:")
-        .build()
-        .unwrap();
+    let client = cluster.client();
     let names: Vec<String> = (0..12).map(|i| format!("c{i}")).collect();
     let masters: std::collections::HashSet<usize> = names
         .iter()

@@ -14,6 +14,7 @@ use redlease::{Error, LockClient, LockClientBuilder, LockFormat};
 #[cfg(feature = "cluster")]
 use support::cluster::Cluster;
 use support::fleet::{LONG, STILL, answer_after, listening, spawned};
+use support::format::wrong_format;
 use support::redisson::fair::RedissonFair;
 use support::redisson::rlock::Redisson;
 use support::redisson::rwlock::RedissonRwLock;
@@ -379,17 +380,9 @@ fn bad_input_gets_typed_errors() {
     let _: () = server.query(redis::cmd("RPUSH").arg("wf:list").arg("x"));
     let _: () = server.query(redis::cmd("HSET").arg("wf:hash").arg("a").arg("b"));
     for (name, found) in [("list", "a list"), ("hash", "a hash of no lock format")] {
-        match client.wait_free(name, LONG) {
-            Err(Error::WrongFormat {
-                key,
-                expected: LockFormat::Any,
-                found: f,
-            }) => {
-                assert_eq!(&*key, format!("wf:{name}"));
-                assert_eq!(f, found);
-            }
-            other => panic!("{name}: {other:?}"),
-        }
+        let result = client.wait_free(name, LONG);
+        let f = wrong_format(result, &format!("wf:{name}"), LockFormat::Any);
+        assert_eq!(f, found);
     }
     let e = client.wait_free("list", LONG).unwrap_err();
     assert_eq!(e.to_string(), "`wf:list` holds a list, not a lock");

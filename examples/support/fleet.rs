@@ -23,3 +23,19 @@ pub fn run_copies(
     }
     Ok(())
 }
+
+/// The URL and name given to a copy run as a worker (`None` in the process
+/// that starts the copies).
+#[allow(
+    dead_code,
+    reason = "cron_fleet's copies are hosts, with other arguments"
+)]
+pub fn as_worker() -> Result<Option<(String, String)>, Box<dyn Error>> {
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() != Some("worker") {
+        return Ok(None);
+    }
+    let url = args.next().ok_or("worker needs a url")?;
+    let name = args.next().ok_or("worker needs a name")?;
+    Ok(Some((url, name)))
+}

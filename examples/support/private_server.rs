@@ -51,6 +51,18 @@ pub fn answers(url: &str) -> bool {
         .is_ok()
 }
 
+/// The URLs of `private`, after saying on stderr that `started` (what was
+/// started, and why) on their ports for this demo.
+#[allow(
+    dead_code,
+    reason = "only the examples that start several servers announce them"
+)]
+pub fn announce(private: &[PrivateServer], started: &str) -> Vec<String> {
+    let ports: Vec<u16> = private.iter().map(|s| s.port).collect();
+    eprintln!("{started} on 127.0.0.1 ports {ports:?} for this demo (stopped when it ends)");
+    private.iter().map(PrivateServer::url).collect()
+}
+
 /// A `redis-server` child on a free port of `127.0.0.1`, killed on `Drop`.
 pub struct PrivateServer {
     child: Child,

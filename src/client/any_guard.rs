@@ -1,6 +1,5 @@
 //! [`AnyGuard`]: the lock on one name out of several, saying which it took.
 
-use std::fmt;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -23,6 +22,7 @@ use crate::scheme::Release;
 /// [`LockGuard`]'s is; the fence is the taken name's own.
 #[must_use = "if unused the lock is released immediately"]
 #[clippy::has_significant_drop]
+#[derive(Debug)]
 pub struct AnyGuard {
     index: usize,
     name: String,
@@ -99,15 +99,5 @@ impl AnyGuard {
     /// As [`LockGuard::unlock`].
     pub fn unlock(self) -> Result<Release> {
         self.guard.unlock()
-    }
-}
-
-impl fmt::Debug for AnyGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnyGuard")
-            .field("index", &self.index)
-            .field("name", &self.name)
-            .field("guard", &self.guard)
-            .finish()
     }
 }

@@ -368,6 +368,7 @@ impl LockClientBuilder {
         &self,
         urls: &[Result<ConnectionInfo, redis::RedisError>],
     ) -> Result<(Vec<(String, u16)>, crate::topology::Opener)> {
+        use crate::net::connection::at;
         use redis::ConnectionAddr;
         let infos = urls.iter().cloned().collect::<Result<Vec<_>, _>>();
         let infos = infos.map_err(|_| bad_url())?;
@@ -386,25 +387,9 @@ impl LockClientBuilder {
         }
         let (template, tls) = (first.clone(), self.tls.clone());
         let open: crate::topology::Opener = Box::new(move |host, port, redirects| {
-            let addr = match template.addr() {
-                ConnectionAddr::TcpTls {
-                    insecure,
-                    tls_params,
-                    ..
-                } => ConnectionAddr::TcpTls {
-                    host: host.to_owned(),
-                    port,
-                    insecure: *insecure,
-                    tls_params: tls_params.clone(),
-                },
-                _ => ConnectionAddr::Tcp(host.to_owned(), port),
-            };
-            let mut redis_settings = template.redis_settings().clone();
-            redis_settings = redis_settings.set_db(0);
-            let info = template
-                .clone()
-                .set_addr(addr)
-                .set_redis_settings(redis_settings);
+            let node = at(&template, host, port);
+            let redis_settings = node.redis_settings().clone().set_db(0);
+            let info = node.set_redis_settings(redis_settings);
             Ok(Target::Shard(Box::new(tls.client(info)?), redirects))
         });
         Ok((seeds, open))

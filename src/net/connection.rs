@@ -5,11 +5,29 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult};
+use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
 
 #[cfg(feature = "cluster")]
 use crate::net::slots::Redirects;
 pub(crate) use crate::net::target::{Redacted, Target};
+
+/// `info` with its address replaced by `host:port` (TLS kept).
+pub(crate) fn at(info: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
+    let addr = match info.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    info.clone().set_addr(addr)
+}
 
 /// The r2d2 pool of Redis connections.
 pub(crate) type Pool = r2d2::Pool<Manager>;

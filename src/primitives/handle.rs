@@ -182,26 +182,29 @@ mod tests {
 
     #[test]
     fn each_format_names_what_it_found_in_its_own_terms() {
-        assert_eq!(
-            found("string", LockFormat::Fair),
-            "a string (a token lock or a semaphore?)"
-        );
-        assert_eq!(found("list", LockFormat::Fair), "a list");
-        assert_eq!(
-            found("hash", LockFormat::ReadWrite),
-            "a hash without `mode` (a reentrant lock?)"
-        );
-        assert_eq!(
-            found("hash", LockFormat::Semaphore),
-            "a hash (a reentrant or read-write lock?)"
-        );
-        assert_eq!(
-            found("string", LockFormat::Semaphore),
-            "a string that is no permit count (a token lock?)"
-        );
-        assert_eq!(
-            found("vectorset", LockFormat::Fair),
-            "a value of another type"
-        );
+        use LockFormat::{Fair, ReadWrite, Semaphore};
+        let cases = [
+            ("string", Fair, "a string (a token lock or a semaphore?)"),
+            ("list", Fair, "a list"),
+            (
+                "hash",
+                ReadWrite,
+                "a hash without `mode` (a reentrant lock?)",
+            ),
+            (
+                "hash",
+                Semaphore,
+                "a hash (a reentrant or read-write lock?)",
+            ),
+            (
+                "string",
+                Semaphore,
+                "a string that is no permit count (a token lock?)",
+            ),
+            ("vectorset", Fair, "a value of another type"),
+        ];
+        for (kind, format, said) in cases {
+            assert_eq!(found(kind, format), said, "{kind} for {format:?}");
+        }
     }
 }

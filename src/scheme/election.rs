@@ -17,7 +17,7 @@ use redis::{RedisResult, Script};
 
 use super::bulk::TOKEN_BULK_EXTEND;
 use super::token::scripts::{
-    EFFECTS, FENCE, MARK, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED,
+    EFFECTS, FENCE, MARK, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED, UNDO_SET,
 };
 use super::token::{busy, remaining};
 use super::{
@@ -65,10 +65,7 @@ pub(crate) static ELECTION_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1] .. '+', 'NX', 'PX', ARGV[2]) then
   local fence
 {FENCE}
-  if type(fence) == 'table' then
-    redis.call('DEL', KEYS[1])
-    return fence
-  end
+{UNDO_SET}
   local term = string.format('%.0f', fence)
   redis.call('SET', KEYS[3], term .. ' ' .. ARGV[1])
   redis.pcall(ARGV[4], KEYS[4], term)

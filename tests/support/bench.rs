@@ -189,3 +189,21 @@ pub fn all_started(con: &mut redis::Connection, ready: &str, processes: usize) {
     });
     assert!(all_up, "the other workers did not start");
 }
+
+/// The number in the environment variable `name`, else `default`.
+pub fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A server's CPU seconds so far (`used_cpu_sys + used_cpu_user`), asked on `con`.
+pub fn redis_cpu(con: &mut redis::Connection) -> f64 {
+    let info: String = redis::cmd("INFO").arg("cpu").query(con).unwrap();
+    info.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(k, _)| *k == "used_cpu_sys" || *k == "used_cpu_user")
+        .map(|(_, v)| v.trim().parse::<f64>().unwrap())
+        .sum()
+}

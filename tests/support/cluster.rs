@@ -93,6 +93,14 @@ impl Cluster {
             .collect()
     }
 
+    /// A client of this cluster with its keys under `lock:`.
+    pub fn client(&self) -> redlease::LockClient {
+        redlease::LockClient::cluster(self.urls())
+            .key_prefix("lock:")
+            .build()
+            .unwrap()
+    }
+
     /// The node id of `nodes[i]`.
     pub fn id(&self, i: usize) -> String {
         self.nodes[i].query(redis::cmd("CLUSTER").arg("MYID"))

@@ -55,6 +55,17 @@ impl RedisServer {
         let _: () = self.query(redis::cmd("CONFIG").arg("RESETSTAT"));
     }
 
+    /// `CONFIG SET name value`.
+    pub fn config_set(&self, name: &str, value: impl redis::ToRedisArgs) {
+        let () = self.query(redis::cmd("CONFIG").arg("SET").arg(name).arg(value));
+    }
+
+    /// Caps this server's memory at 64 MB and evicts under `policy` from then on.
+    pub fn evict(&self, policy: &str) {
+        self.config_set("maxmemory", "64mb");
+        self.config_set("maxmemory-policy", policy);
+    }
+
     /// `(command, calls)` from `INFO commandstats`.
     pub fn command_stats(&self) -> Vec<(String, u64)> {
         let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
@@ -86,4 +97,20 @@ impl RedisServer {
     pub fn client_commands(&self) -> u64 {
         self.client_command_stats().iter().map(|(_, n)| n).sum()
     }
+}
+
+/// A master and one replica started with `replica_args`, once the master lists
+/// the replica online (its first sync done).
+pub fn master_and_replica(replica_args: &[&str]) -> (RedisServer, RedisServer) {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
+    args.extend_from_slice(replica_args);
+    let replica = RedisServer::start_with(&args);
+    let online = eventually(Duration::from_secs(10), || {
+        let info: String = master.query(redis::cmd("INFO").arg("replication"));
+        info.contains("connected_slaves:1") && info.contains("state=online")
+    });
+    assert!(online, "the replica never came online");
+    (master, replica)
 }

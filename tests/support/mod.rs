@@ -11,11 +11,13 @@ pub mod alone;
 pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod clients;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod counter;
 pub mod fair_queue;
 pub mod fleet;
+pub mod format;
 pub mod info;
 pub mod keys;
 pub mod proxy;

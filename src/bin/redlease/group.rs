@@ -10,17 +10,11 @@ use serde_json::{Value, json};
 
 use crate::args::GroupArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
-use crate::server::server_name;
 
 /// Prints the group: 0 once read, [`NOT_ACQUIRED`] (75) when it has no live
 /// member and no `--partitions` says its size.
 pub(crate) fn group(args: &GroupArgs) -> Result<u8, Failure> {
-    let (builder, url) = args.server.builder();
-    let server = server_name(&url);
-    let client = builder
-        .key_prefix(args.server.prefix.as_str())
-        .build()
-        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let (client, server) = args.server.client(|b| b)?;
     let found = match args.partitions {
         Some(m) => client.partitions(&args.name, m).map(Some),
         None => client.find_partitions(&args.name),

@@ -16,7 +16,6 @@ use redlease::{CancelToken, LockClient, Member, PartitionEvent};
 use crate::args::RunArgs;
 use crate::child::Running;
 use crate::exit::{Failure, LOST, SIGNAL_BASE};
-use crate::server::server_name;
 use crate::supervise::watch_signals;
 
 /// Why a partition's command is being stopped.
@@ -132,12 +131,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
 
 /// Builds the client and joins the group as the options say.
 fn join(args: &RunArgs, group: &str) -> Result<(LockClient, Member), Failure> {
-    let (builder, url) = args.server.builder();
-    let server = server_name(&url);
-    let client = builder
-        .key_prefix(args.server.prefix.as_str())
-        .build()
-        .map_err(|e| Failure::from_lib(&e, &server))?;
+    let (client, server) = args.server.client(|b| b)?;
     if !args.no_doctor {
         crate::doctor::print_build_findings(&client);
     }

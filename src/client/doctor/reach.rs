@@ -3,13 +3,13 @@
 //! the sentinels' view of its quorum; each followed by the replicas it lists. And
 //! the cheap check `build()` runs on a topology's masters.
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult};
+use redis::{ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use super::read::{Depth, Readings};
 use super::{Checkup, Finding, Report, ServerReport, Severity, checks};
 use crate::client::builder::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_IO_TIMEOUT, ServerCheck};
 use crate::error::{Error, Result};
-use crate::net::connection::{Redacted, Target};
+use crate::net::connection::{Redacted, Target, at};
 use crate::topology::Topology;
 
 /// [`Report::read`]: each URL a lock server, with its replicas.
@@ -18,11 +18,7 @@ where
     I: IntoIterator,
     I::Item: IntoConnectionInfo,
 {
-    let infos = urls
-        .into_iter()
-        .map(IntoConnectionInfo::into_connection_info)
-        .collect::<RedisResult<Vec<_>>>()
-        .map_err(|_| Error::config("url", "not a valid redis url"))?;
+    let infos = parse(urls)?;
     let mut report = Report::default();
     let mut last = None;
     for info in &infos {
@@ -33,17 +29,25 @@ where
     answered(report, last)
 }
 
+/// The connection infos of `urls`, or a config error for the first bad one.
+fn parse<I>(urls: I) -> Result<Vec<ConnectionInfo>>
+where
+    I: IntoIterator,
+    I::Item: IntoConnectionInfo,
+{
+    urls.into_iter()
+        .map(IntoConnectionInfo::into_connection_info)
+        .collect::<RedisResult<Vec<_>>>()
+        .map_err(|_| Error::config("url", "not a valid redis url"))
+}
+
 /// [`Report::read_cluster`]: every master `CLUSTER NODES` lists, with replicas.
 pub(super) fn cluster<I>(seeds: I, checkup: &Checkup) -> Result<Report>
 where
     I: IntoIterator,
     I::Item: IntoConnectionInfo,
 {
-    let seeds = seeds
-        .into_iter()
-        .map(IntoConnectionInfo::into_connection_info)
-        .collect::<RedisResult<Vec<_>>>()
-        .map_err(|_| Error::config("url", "not a valid redis url"))?;
+    let seeds = parse(seeds)?;
     let mut last = Error::config("urls", "a cluster needs a seed node");
     for seed in &seeds {
         let nodes =
@@ -282,24 +286,6 @@ fn template(target: &Target) -> Option<ConnectionInfo> {
         #[cfg(feature = "sentinel")]
         Target::Sentinel(master) => master.sentinels().first().cloned(),
     }
-}
-
-/// `info` with its address replaced by `host:port` (TLS kept).
-fn at(info: &ConnectionInfo, host: &str, port: u16) -> ConnectionInfo {
-    let addr = match info.addr() {
-        ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => ConnectionAddr::TcpTls {
-            host: host.to_owned(),
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => ConnectionAddr::Tcp(host.to_owned(), port),
-    };
-    info.clone().set_addr(addr)
 }
 
 /// A connection of its own to `info`, every step bounded by the library's

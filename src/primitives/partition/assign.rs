@@ -91,6 +91,17 @@ mod tests {
         (0..n).map(|i| format!("m{i:02}")).collect()
     }
 
+    /// 64 partitions assigned to eight members, as the owners they now are, and
+    /// the members with a ninth (`m99`) joined.
+    fn eight_then_a_ninth() -> (Vec<usize>, Vec<Option<usize>>, Vec<String>) {
+        let eight = ids(8);
+        let before = assign(&eight, &[None; 64], usize::MAX);
+        let owner: Vec<Option<usize>> = before.iter().map(|&j| Some(j)).collect();
+        let mut nine = eight;
+        nine.push("m99".into());
+        (before, owner, nine)
+    }
+
     fn loads(target: &[usize], n: usize) -> Vec<usize> {
         let mut l = vec![0; n];
         for &j in target {
@@ -113,11 +124,7 @@ mod tests {
 
     #[test]
     fn a_join_moves_only_what_the_new_member_needs() {
-        let eight = ids(8);
-        let before = assign(&eight, &[None; 64], usize::MAX);
-        let owner: Vec<Option<usize>> = before.iter().map(|&j| Some(j)).collect();
-        let mut nine = eight.clone();
-        nine.push("m99".into());
+        let (before, owner, nine) = eight_then_a_ninth();
         let after = assign(&nine, &owner, usize::MAX);
         let moved = (0..64).filter(|&p| after[p] != before[p]).count();
         assert!(moved <= 64_usize.div_ceil(9) + 1, "moved {moved}");
@@ -155,11 +162,7 @@ mod tests {
 
     #[test]
     fn moves_per_round_are_bounded_and_free_ones_are_not_moves() {
-        let eight = ids(8);
-        let before = assign(&eight, &[None; 64], usize::MAX);
-        let owner: Vec<Option<usize>> = before.iter().map(|&j| Some(j)).collect();
-        let mut nine = eight.clone();
-        nine.push("m99".into());
+        let (before, owner, nine) = eight_then_a_ninth();
         let after = assign(&nine, &owner, 2);
         assert_eq!((0..64).filter(|&p| after[p] != before[p]).count(), 2);
         // Same inputs, same answer: members agree.

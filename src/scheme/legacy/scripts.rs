@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-use crate::scheme::token::scripts::{EFFECTS, FENCE};
+use crate::scheme::token::scripts::{EFFECTS, FENCE, UNDO_SET};
 
 /// Legacy timestamp acquire: `SETNX`, or take over an expired timestamp.
 ///
@@ -47,10 +47,7 @@ end
 if ARGV[4] ~= '1' then return {{1, 0}} end
 local fence
 {FENCE}
-if type(fence) == 'table' then
-  redis.call('DEL', KEYS[1])
-  return fence
-end
+{UNDO_SET}
 return {{1, fence}}
 "
     ))

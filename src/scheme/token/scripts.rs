@@ -84,6 +84,15 @@ if type(fence) == 'number' then
 end
 ";
 
+/// After [`FENCE`], in a script that has just set KEYS[1]: when a command failed,
+/// the key is deleted again and the error returned.
+pub(crate) const UNDO_SET: &str = r"
+if type(fence) == 'table' then
+  redis.call('DEL', KEYS[1])
+  return fence
+end
+";
+
 /// The first line of every script that takes a fence: a server older than 5.0
 /// replicates a script's effects, not the script, only when asked before its
 /// first write (later ones always do; a server without the call is not asked).
@@ -107,10 +116,7 @@ pub(crate) static TOKEN_ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence
 {FENCE}
-  if type(fence) == 'table' then
-    redis.call('DEL', KEYS[1])
-    return fence
-  end
+{UNDO_SET}
   return {{1, fence}}
 end
 if ARGV[3] == '1' then
