@@ -401,7 +401,8 @@ fn a_lock_user_takes_waits_and_reads_lock_all_names_without_type_and_without_exi
     thread::scope(|s| {
         let waiting = s.spawn(|| other.try_lock_all_for(&["c", "b"], ROOMY).unwrap());
         // It found `b` busy and marked the holder's token: it waits for the release.
-        assert!(eventually(ROOMY, || server.value("lock:b")
+        assert!(eventually(ROOMY, || server
+            .value("lock:b")
             .is_some_and(|v| v.ends_with('+'))));
         assert!(guard.unlock().into_iter().all(|r| r.unwrap().was_held()));
         let got = waiting.join().unwrap().expect("taken after the release");
