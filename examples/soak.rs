@@ -19,7 +19,10 @@
 //! (`wait_free` as a hint, then `try_campaign_for`; the leader writes a few times
 //! under its term as the fence, then resigns). In a section it claims each name
 //! with its fence, reads each counter, pauses, writes each plus one, and releases.
-//! When the soak says stop right after a section it keeps what it holds and calls
+//! Beside its turns each worker is a member of a partition group of 8 partitions on
+//! the proxied master (`support/soak_partitions.rs`), writing to the resource under
+//! each partition it holds, with its fence. When the soak says stop right after a
+//! section it keeps what it holds and calls
 //! `shutdown` on each of its clients, reporting each `ShutdownReport`; the kept
 //! guards' `unlock` must then answer `Error::Shutdown`.
 //!
@@ -38,8 +41,10 @@
 //! returns more than 2 s past its timeout (unless its worker was frozen); every
 //! worker's clients report a shutdown, none more than 2 s past its deadline,
 //! counting no more leases than the worker held and leaving no guard held; no lock
-//! key left at the end. The last line on stdout is one JSON object; the exit status
-//! is 0 when every check holds, 1 otherwise.
+//! key left at the end; the same overlaps, stale writes and lost updates on the
+//! partitions, and after every heal each partition owned again within a lease and
+//! two rounds (as the group's status reads). The last line on stdout is one JSON
+//! object; the exit status is 0 when every check holds, 1 otherwise.
 //!
 //! `--client bronze` runs workers of one name at a time over the same names with an
 //! unsafe lock (`SET NX PX`, plain `DEL`, no fence, no renewal, no shutdown): the soak
@@ -400,12 +405,8 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
     };
     // A member of the partition group, on a thread of its own.
     let stop_partitions = Arc::new(AtomicBool::new(false));
-    let partitions = soak_partitions::spawn(
-        &clients.all[0],
-        id,
-        resource,
-        Arc::clone(&stop_partitions),
-    )?;
+    let partitions =
+        soak_partitions::spawn(&clients.all[0], id, resource, Arc::clone(&stop_partitions))?;
     let single_election = clients.all[0].election(LEADER_SINGLE)?;
     let cluster_election = clients.all[2].election(LEADER_CLUSTER)?;
     let fenced = LockOptions::new()
@@ -1481,11 +1482,8 @@ fn run(seconds: u64, seed: u64, bronze: bool, kinds: &[&'static str]) -> Res<boo
         None
     } else {
         let client = build_client(0, || LockClient::builder(server.url().as_str()))?;
-        let (watching, samples, start) = (
-            Arc::clone(&watching),
-            Arc::clone(&samples),
-            shared.start,
-        );
+        let (watching, samples, start) =
+            (Arc::clone(&watching), Arc::clone(&samples), shared.start);
         Some(thread::spawn(move || {
             soak_partitions::watch(&client, start, &watching, &samples);
         }))
