@@ -1788,6 +1788,17 @@ fn report(
             failed.push("partitions_idle");
         }
     }
+    if let Some((heal, took)) = recoveries.iter().max_by_key(|r| r.1) {
+        let fault = h.faults.iter().find(|f| f.end == *heal);
+        eprintln!(
+            "soak: partitions owned again at most {} ms after a heal (of {} at {:.2} s; \
+             the bound is {} ms)",
+            took.as_millis(),
+            fault.map_or("?", |f| f.kind),
+            heal.as_secs_f64(),
+            soak_partitions::RECOVERY_BOUND.as_millis()
+        );
+    }
     for (heal, took) in slow_recoveries.iter().take(5) {
         let fault = h.faults.iter().find(|f| f.end == *heal);
         eprintln!(

@@ -100,10 +100,8 @@ fn work(member: &Member, res: &mut Resource, stop: &AtomicBool) -> Res<()> {
                         crate::error(res, "partition release", &e)?;
                     }
                 }
-                PartitionEvent::Lost { partition, .. } => {
-                    if held.remove(&partition).is_some() {
-                        res.ask(&format!("EXIT {} 0 1", name(partition)))?;
-                    }
+                PartitionEvent::Lost { partition, .. } if held.remove(&partition).is_some() => {
+                    res.ask(&format!("EXIT {} 0 1", name(partition)))?;
                 }
                 _ => {}
             }
@@ -128,7 +126,7 @@ fn work(member: &Member, res: &mut Resource, stop: &AtomicBool) -> Res<()> {
 }
 
 /// Reads the group's status every [`WATCH_EVERY`] until `stop`: when each read
-/// that answered (time since `start`) found every partition owned.
+/// that answered (time since `start`) found every partition's lease held.
 pub fn watch(
     client: &LockClient,
     start: Instant,
@@ -138,7 +136,9 @@ pub fn watch(
     let Ok(group) = group(client) else { return };
     while !stop.load(Ordering::Acquire) {
         if let Ok(status) = group.status() {
-            let owned = status.partitions.iter().all(|p| p.owner.is_some());
+            // Owned: its lease is held. (`owner` names the holder only once the
+            // holder's record lists it, a round after the take.)
+            let owned = status.partitions.iter().all(|p| p.ttl.is_some());
             samples.lock().push((start.elapsed(), owned));
         }
         thread::sleep(WATCH_EVERY);
