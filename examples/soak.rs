@@ -19,7 +19,10 @@
 //! (`wait_free` as a hint, then `try_campaign_for`; the leader writes a few times
 //! under its term as the fence, then resigns). In a section it claims each name
 //! with its fence, reads each counter, pauses, writes each plus one, and releases.
-//! When the soak says stop right after a section it keeps what it holds and calls
+//! Beside its turns each worker is a member of a partition group of 8 partitions on
+//! the proxied master (`support/soak_partitions.rs`), writing to the resource under
+//! each partition it holds, with its fence. When the soak says stop right after a
+//! section it keeps what it holds and calls
 //! `shutdown` on each of its clients, reporting each `ShutdownReport`; the kept
 //! guards' `unlock` must then answer `Error::Shutdown`.
 //!
@@ -38,8 +41,10 @@
 //! returns more than 2 s past its timeout (unless its worker was frozen); every
 //! worker's clients report a shutdown, none more than 2 s past its deadline,
 //! counting no more leases than the worker held and leaving no guard held; no lock
-//! key left at the end. The last line on stdout is one JSON object; the exit status
-//! is 0 when every check holds, 1 otherwise.
+//! key left at the end; the same overlaps, stale writes and lost updates on the
+//! partitions, and after every heal each partition owned again within a lease and
+//! two rounds (as the group's status reads). The last line on stdout is one JSON
+//! object; the exit status is 0 when every check holds, 1 otherwise.
 //!
 //! `--client bronze` runs workers of one name at a time over the same names with an
 //! unsafe lock (`SET NX PX`, plain `DEL`, no fence, no renewal, no shutdown): the soak
@@ -49,6 +54,9 @@
 // of the parts the soak does not use).
 #[path = "../tests/support/mod.rs"]
 mod support;
+// The partition group every worker is a member of.
+#[path = "support/soak_partitions.rs"]
+mod soak_partitions;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
@@ -56,6 +64,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -394,6 +403,10 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
             })?,
         ],
     };
+    // A member of the partition group, on a thread of its own.
+    let stop_partitions = Arc::new(AtomicBool::new(false));
+    let partitions =
+        soak_partitions::spawn(&clients.all[0], id, resource, Arc::clone(&stop_partitions))?;
     let single_election = clients.all[0].election(LEADER_SINGLE)?;
     let cluster_election = clients.all[2].election(LEADER_CLUSTER)?;
     let fenced = LockOptions::new()
@@ -546,6 +559,13 @@ fn worker(id: u64, urls: &Urls, resource: &str, seed: u64) -> Res<()> {
                 Err(e) => error(&mut res, "unlock", &e)?,
             }
         }
+    }
+    // The member reports its exits and leaves before the clients shut down.
+    stop_partitions.store(true, Ordering::Release);
+    match partitions.join() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("partitions: {e}").into()),
+        Err(_) => return Err("the partition thread panicked".into()),
     }
     // The end of the worker's life: every client gives back what it holds, within
     // one deadline.
@@ -972,7 +992,8 @@ fn handle(h: &mut History, conn: u64, parts: &[&str], now: Duration) -> String {
             }
             exit_overlaps(h, &name, conn, !held);
             h.sections += 1;
-            if held && wrote {
+            // A partition's exit is a hand-over, not a section's completion.
+            if held && wrote && !soak_partitions::is_partition(&name) {
                 h.completions.push(now);
             }
             if !held {
@@ -1454,6 +1475,19 @@ fn run(seconds: u64, seed: u64, bronze: bool, kinds: &[&'static str]) -> Res<boo
     for id in 0..WORKERS {
         workers.spawn(id)?;
     }
+    // Who owns the partitions, as the group's status says, read on the server itself.
+    let watching = Arc::new(AtomicBool::new(false));
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let watcher = if bronze {
+        None
+    } else {
+        let client = build_client(0, || LockClient::builder(server.url().as_str()))?;
+        let (watching, samples, start) =
+            (Arc::clone(&watching), Arc::clone(&samples), shared.start);
+        Some(thread::spawn(move || {
+            soak_partitions::watch(&client, start, &watching, &samples);
+        }))
+    };
     let mut world = World {
         server,
         sentinel,
@@ -1535,6 +1569,10 @@ fn run(seconds: u64, seed: u64, bronze: bool, kinds: &[&'static str]) -> Res<boo
     }
     // Let the workers finish their sections and leave.
     shared.history.lock().stopping = true;
+    watching.store(true, Ordering::Release);
+    if let Some(watcher) = watcher {
+        let _ = watcher.join();
+    }
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut stuck = 0;
     for id in 0..WORKERS {
@@ -1595,8 +1633,9 @@ fn run(seconds: u64, seed: u64, bronze: bool, kinds: &[&'static str]) -> Res<boo
     drop(world);
     let _ = std::fs::remove_dir_all(&base);
     let h = shared.history.lock();
+    let samples = samples.lock();
     Ok(report(
-        &h, seed, seconds, bronze, &keys_left, stuck, crashes, elapsed,
+        &h, seed, seconds, bronze, &keys_left, stuck, crashes, elapsed, &samples,
     ))
 }
 
@@ -1614,6 +1653,7 @@ fn report(
     stuck: u64,
     crashes: u64,
     elapsed: Duration,
+    partition_samples: &[(Duration, bool)],
 ) -> bool {
     // Both sides believed they held the lock. On the name of a deployment during
     // or right after its failover (completed or not) that is asynchronous
@@ -1710,7 +1750,64 @@ fn report(
     for f in &h.faults {
         *kinds.entry(f.kind).or_default() += 1;
     }
+    // The partition group: the same checks per partition, and how long the
+    // partitions stayed without an owner after each heal.
+    let is_partition = |n: &str| soak_partitions::is_partition(n);
+    let partition_overlaps = overlaps.iter().filter(|o| is_partition(&o.name)).count();
+    let partition_excused = h
+        .overlaps
+        .iter()
+        .filter(|o| is_partition(&o.name) && o.excused())
+        .count();
+    let partition_sum = |f: fn(&NameState) -> u64| {
+        h.names
+            .iter()
+            .filter(|(n, _)| is_partition(n))
+            .map(|(_, s)| f(s))
+            .sum::<u64>()
+    };
+    let heals: Vec<Duration> = h.faults.iter().map(|f| f.end).collect();
+    let watched_until = partition_samples.last().map_or(Duration::ZERO, |s| s.0);
+    let recoveries: Vec<(Duration, Duration)> =
+        soak_partitions::recoveries(partition_samples, &heals)
+            .into_iter()
+            .zip(&heals)
+            .map(|(r, heal)| (*heal, r.unwrap_or(watched_until.saturating_sub(*heal))))
+            .collect();
+    let max_recovery = recoveries.iter().map(|r| r.1).max().unwrap_or_default();
+    let slow_recoveries: Vec<&(Duration, Duration)> = recoveries
+        .iter()
+        .filter(|r| r.1 > soak_partitions::RECOVERY_BOUND)
+        .collect();
     let mut failed = Vec::new();
+    if !bronze {
+        if !slow_recoveries.is_empty() {
+            failed.push("partition_recovery");
+        }
+        if partition_sum(|s| s.increments) == 0 || !partition_samples.iter().any(|s| s.1) {
+            failed.push("partitions_idle");
+        }
+    }
+    if let Some((heal, took)) = recoveries.iter().max_by_key(|r| r.1) {
+        let fault = h.faults.iter().find(|f| f.end == *heal);
+        eprintln!(
+            "soak: partitions owned again at most {} ms after a heal (of {} at {:.2} s; \
+             the bound is {} ms)",
+            took.as_millis(),
+            fault.map_or("?", |f| f.kind),
+            heal.as_secs_f64(),
+            soak_partitions::RECOVERY_BOUND.as_millis()
+        );
+    }
+    for (heal, took) in slow_recoveries.iter().take(5) {
+        let fault = h.faults.iter().find(|f| f.end == *heal);
+        eprintln!(
+            "soak: PARTITIONS UNOWNED {} ms after the heal of {} at {:.2} s",
+            took.as_millis(),
+            fault.map_or("?", |f| f.kind),
+            heal.as_secs_f64()
+        );
+    }
     if !overlaps.is_empty() {
         failed.push("overlaps");
     }
@@ -1864,6 +1961,8 @@ fn report(
          \"shutdown\":{{\"reports\":{},\"leases_kept\":{},\"released\":{},\"already_gone\":{},\"failed\":{},\
          \"max_ms\":{},\"overruns\":{},\"held_after\":{held_after_shutdown},\"unlocks_after\":{},\"unlocks_after_wrong\":{}}},\
          \"redlock_unfenced\":{{\"stale_writes_accepted\":{redlock_stale},\"lost_updates\":{redlock_lost}}},\
+         \"partitions\":{{\"holds\":{},\"writes\":{},\"refused\":{},\"overlaps\":{partition_overlaps},\"overlaps_excused\":{partition_excused},\
+         \"stale_writes_accepted\":{},\"heals\":{},\"max_recovery_ms\":{},\"recovery_bound_ms\":{},\"slow_recoveries\":{}}},\
          \"ok\":{ok},\"failed\":[{failed_json}]}}",
         if bronze { "bronze" } else { "redlease" },
         h.sections,
@@ -1900,6 +1999,14 @@ fn report(
         shutdown_overruns.len(),
         h.unlocks_after_shutdown,
         h.unlock_after_shutdown_wrong,
+        partition_sum(|s| s.sections),
+        partition_sum(|s| s.increments),
+        partition_sum(|s| s.refused),
+        partition_sum(|s| s.stale_accepted),
+        recoveries.len(),
+        max_recovery.as_millis(),
+        soak_partitions::RECOVERY_BOUND.as_millis(),
+        slow_recoveries.len(),
     );
     ok
 }
