@@ -194,48 +194,80 @@ pub(crate) enum AllReply {
 /// # Errors
 /// A reply of another shape.
 pub(crate) fn acquire_all_reply(reply: &Value, n: usize, fenced: bool) -> RedisResult<AllReply> {
-    let bad = || {
-        redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected lock_all reply",
-        ))
-    };
-    let items: Vec<Value> = redis::from_redis_value_ref(reply)?;
-    let int = |v: &Value| redis::from_redis_value_ref::<i64>(v);
-    let head = items.first().map(int).transpose()?.ok_or_else(bad)?;
-    let index = || -> RedisResult<usize> {
-        let i = items.get(1).map(int).transpose()?.ok_or_else(bad)?;
-        usize::try_from(i - 1)
-            .ok()
-            .filter(|i| *i < n)
-            .ok_or_else(bad)
-    };
-    match head {
-        1 if items.len() == n + 1 => items[1..]
-            .iter()
-            .map(|v| Ok(fenced.then_some(u64::try_from(int(v)?).unwrap_or(0))))
+    let items = Items::read(reply, "unexpected lock_all reply")?;
+    match items.int(0)? {
+        1 if items.len() == n + 1 => (1..=n)
+            .map(|i| Ok(fenced.then_some(u64::try_from(items.int(i)?).unwrap_or(0))))
             .collect::<RedisResult<Vec<_>>>()
             .map(AllReply::Acquired),
         0 => {
-            let pttl = items.get(2).map(int).transpose()?.ok_or_else(bad)?;
-            let remaining = match pttl {
+            let remaining = match items.int(2)? {
                 -2 => Some(Duration::ZERO),
                 n => u64::try_from(n).ok().map(Duration::from_millis),
             };
             Ok(AllReply::Busy {
-                index: index()?,
+                index: items.index(1, n)?,
                 remaining,
             })
         }
         -1 => Ok(AllReply::Other {
-            index: index()?,
-            kind: items
-                .get(2)
-                .map(redis::from_redis_value_ref)
-                .transpose()?
-                .unwrap_or_default(),
+            index: items.index(1, n)?,
+            kind: items.text(2)?,
         }),
-        _ => Err(bad()),
+        _ => Err(items.bad()),
+    }
+}
+
+/// The items of a several-key acquire's reply (`lock_all`'s, `lock_any`'s): an
+/// array of integers, with a Redis type's name where a key holds another type.
+pub(crate) struct Items {
+    items: Vec<Value>,
+    what: &'static str,
+}
+
+impl Items {
+    /// Reads `reply` as an array; `what` names it in the error of a bad shape.
+    pub(crate) fn read(reply: &Value, what: &'static str) -> RedisResult<Self> {
+        let items = redis::from_redis_value_ref(reply)?;
+        Ok(Self { items, what })
+    }
+
+    /// How many items there are.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// The error for a reply of another shape.
+    pub(crate) fn bad(&self) -> redis::RedisError {
+        redis::RedisError::from((redis::ErrorKind::UnexpectedReturnType, self.what))
+    }
+
+    /// Item `i` as an integer; a missing one is [`bad`](Self::bad).
+    pub(crate) fn int(&self, i: usize) -> RedisResult<i64> {
+        self.items
+            .get(i)
+            .map(redis::from_redis_value_ref::<i64>)
+            .transpose()?
+            .ok_or_else(|| self.bad())
+    }
+
+    /// Item `i` as a 1-based key index, returned 0-based; one outside the `n`
+    /// keys is [`bad`](Self::bad).
+    pub(crate) fn index(&self, i: usize, n: usize) -> RedisResult<usize> {
+        usize::try_from(self.int(i)? - 1)
+            .ok()
+            .filter(|i| *i < n)
+            .ok_or_else(|| self.bad())
+    }
+
+    /// Item `i` as text, empty when missing.
+    pub(crate) fn text(&self, i: usize) -> RedisResult<String> {
+        Ok(self
+            .items
+            .get(i)
+            .map(redis::from_redis_value_ref)
+            .transpose()?
+            .unwrap_or_default())
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
+use super::all::Items;
 use super::scripts::{EFFECTS, FENCE, MARK};
 use crate::time::ttl_millis;
 
@@ -120,43 +121,20 @@ pub(crate) enum AnyReply {
 /// # Errors
 /// A reply of another shape.
 pub(crate) fn acquire_any_reply(reply: &Value, n: usize, fenced: bool) -> RedisResult<AnyReply> {
-    let bad = || {
-        redis::RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "unexpected lock_any reply",
-        ))
-    };
-    let items: Vec<Value> = redis::from_redis_value_ref(reply)?;
-    let int = |i: usize| -> RedisResult<i64> {
-        items
-            .get(i)
-            .map(redis::from_redis_value_ref::<i64>)
-            .transpose()?
-            .ok_or_else(bad)
-    };
-    let index = || -> RedisResult<usize> {
-        usize::try_from(int(1)? - 1)
-            .ok()
-            .filter(|i| *i < n)
-            .ok_or_else(bad)
-    };
-    match int(0)? {
+    let items = Items::read(reply, "unexpected lock_any reply")?;
+    match items.int(0)? {
         1 => Ok(AnyReply::Acquired {
-            index: index()?,
-            fence: fenced.then_some(u64::try_from(int(2)?).unwrap_or(0)),
+            index: items.index(1, n)?,
+            fence: fenced.then_some(u64::try_from(items.int(2)?).unwrap_or(0)),
         }),
         0 => Ok(AnyReply::Busy {
-            remaining: u64::try_from(int(2)?).ok().map(Duration::from_millis),
+            remaining: u64::try_from(items.int(2)?).ok().map(Duration::from_millis),
         }),
         -1 => Ok(AnyReply::Other {
-            index: index()?,
-            kind: items
-                .get(2)
-                .map(redis::from_redis_value_ref)
-                .transpose()?
-                .unwrap_or_default(),
+            index: items.index(1, n)?,
+            kind: items.text(2)?,
         }),
-        _ => Err(bad()),
+        _ => Err(items.bad()),
     }
 }
 
