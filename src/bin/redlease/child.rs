@@ -146,6 +146,7 @@ fn started(program: &OsString, args: &[OsString], grace: Duration) -> Command {
         .arg(grace_ms.to_string())
         .arg(program)
         .args(args);
+    crate::keeper::as_a_shell_starts_it(&mut cmd);
     cmd
 }
 

@@ -26,7 +26,9 @@
 //!   command per partition held) and `group` (a group's members and partitions).
 //! - `doctor`, whether the servers are configured so that locks hold.
 
-#![forbid(unsafe_code)]
+// One `unsafe` block, in the keeper: the command's signal mask is emptied
+// between fork and exec (std inherits the keeper's mask, and no safe API resets it).
+#![deny(unsafe_code)]
 
 mod args;
 mod child;
@@ -90,8 +92,8 @@ Acquire KEY, run COMMAND while renewing the lease, release when it exits.
 
 The command gets REDLEASE_KEY (the full key) and, with --fence, REDLEASE_FENCE in
 its environment. It runs in its own process group: if the lock is lost, the group
-gets SIGTERM, then SIGKILL after --kill-grace. SIGINT and SIGTERM are forwarded to
-it, and SIGKILL follows after --kill-grace if it has not exited by then (redlease then
+gets SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM, SIGHUP and SIGQUIT
+are forwarded to it, and SIGKILL follows after --kill-grace if it has not exited by then (redlease then
 exits 128 + the signal's number); the lock is released once it has exited. While
 waiting for the lock they cancel the wait. When redlease's stdin is a
 terminal, the command's stdin is /dev/null: a background process group cannot read
@@ -119,7 +121,8 @@ increasing per name over every leader; pass it with each write so that a deposed
 leader's late write can be refused). If leadership is lost, the command's process
 group gets SIGTERM, then SIGKILL after --kill-grace, and elect exits 79. When the
 command exits, elect resigns (the next candidate leads at once) and exits with its
-status. SIGINT and SIGTERM are forwarded to the command; while campaigning they stop
+status. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command; while
+campaigning they stop
 the campaign. If elect is killed, the command goes with it, as under `run` (Linux).";
 
 /// The subcommands.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, at, never, select};
 use nix::sys::signal::Signal;
 use redlease::{CancelToken, LeaseLost, LossReason};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::child::Running;
@@ -46,12 +46,16 @@ pub(crate) fn run_command(
     finish(held, &ended, status)
 }
 
-/// Installs the SIGINT / SIGTERM handlers: each signal cancels a wait in progress
+/// The signals redlease forwards to the command: what a service manager, a
+/// terminal or a user sends to stop it.
+const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+
+/// Installs the SIGINT / SIGTERM / SIGHUP / SIGQUIT handlers: each signal cancels a wait in progress
 /// (through `cancel`) and is queued on the returned channel, to be forwarded to
 /// the command once it runs.
 pub(crate) fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failure> {
     let os_error = |e: std::io::Error| Failure::new(OS_ERROR, format!("cannot watch signals: {e}"));
-    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(os_error)?;
+    let mut signals = Signals::new(FORWARDED).map_err(os_error)?;
     let (tx, rx) = crossbeam_channel::unbounded();
     thread::Builder::new()
         .name("redlease-signal".into())
@@ -81,7 +85,7 @@ pub(crate) fn cancelled(signals: &Receiver<i32>, key: &str) -> u8 {
 pub(crate) struct Ended {
     /// Why the lease was lost while the command ran, if it was.
     pub(crate) lost: Option<&'static str>,
-    /// The first SIGINT / SIGTERM redlease received while the command ran.
+    /// The first forwarded signal redlease received while the command ran.
     pub(crate) signal: Option<i32>,
     /// Whether the command had to be stopped with SIGKILL after the grace.
     pub(crate) killed: bool,
@@ -101,7 +105,8 @@ impl Ended {
     }
 }
 
-/// Watches the running command until it exits: forwards SIGINT / SIGTERM to its
+/// Watches the running command until it exits: forwards SIGINT / SIGTERM /
+/// SIGHUP / SIGQUIT to its
 /// process group, and when the lease is lost (a message on `lost`, or its
 /// disconnection) sends SIGTERM; either way SIGKILL follows `grace` after the
 /// first, so a command that ignores the signal cannot keep the lock (or the

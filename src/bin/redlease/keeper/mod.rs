@@ -8,9 +8,13 @@
 //! in a process group of its own. The keeper:
 //!
 //! - blocks every signal a group signal may carry and reads them from a
-//!   `signalfd` (which also names the sender), so that what is sent to the
-//!   command's group (the supervisor's forwarded SIGINT / SIGTERM, a user's
-//!   `kill -HUP -PGID`) never ends it; the command starts with no signal blocked;
+//!   `signalfd` (close-on-exec; it also names the sender), so that what is sent
+//!   to the command's group (the supervisor's forwarded SIGINT / SIGTERM /
+//!   SIGHUP / SIGQUIT, a user's `kill -HUP -PGID`) never ends it. The command
+//!   starts with no signal blocked (its mask is emptied between fork and exec:
+//!   std lets a child inherit its parent's mask), SIGPIPE at its default action
+//!   (std resets it) and every other disposition as redlease inherited it, so a
+//!   signal forwarded to it arrives at once;
 //! - asks the kernel for SIGUSR1 when its parent dies (`PR_SET_PDEATHSIG`), then
 //!   checks that its parent is still PARENT (it may have died before the call);
 //! - becomes a child subreaper, so that what the command starts and orphans
@@ -28,6 +32,7 @@
 //! `/proc` for what is left to end.
 
 use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -36,7 +41,7 @@ use crossbeam_channel::{Receiver, at, never, select, tick};
 use nix::errno::Errno;
 use nix::sys::prctl;
 use nix::sys::signal::{SigSet, Signal, kill, killpg};
-use nix::sys::signalfd::SignalFd;
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, getpid, getppid};
 use signal_hook::low_level::emulate_default_handler;
@@ -104,12 +109,15 @@ fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
     };
     // Blocked first, on this thread before any other starts (threads inherit
     // the mask): the parent-death signal must not end the keeper before it has
-    // ended the command. The command starts with an empty mask (std resets it).
+    // ended the command. The command gets an empty mask back (see `command`).
     let mut mask = SigSet::empty();
     for signal in BLOCKED {
         mask.add(signal);
     }
-    let signals = match mask.thread_block().and_then(|()| SignalFd::new(&mask)) {
+    let signals = match mask
+        .thread_block()
+        .and_then(|()| SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC))
+    {
         Ok(fd) => fd,
         Err(e) => return os_error("cannot catch signals", &e),
     };
@@ -124,7 +132,7 @@ fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
         return ExitCode::from(OS_ERROR);
     }
     let (program, args) = (&command[0], &command[1..]);
-    let child = match Command::new(program).args(args).spawn() {
+    let child = match command_of(program, args).spawn() {
         Ok(child) => child,
         Err(e) => {
             let name = program.to_string_lossy();
@@ -160,6 +168,34 @@ fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
         }
     };
     exit_as(status)
+}
+
+/// The command as it is started: with the empty signal mask a shell gives it, not
+/// the keeper's (std's `Command` lets a child inherit its parent's mask).
+fn command_of(program: &OsString, args: &[OsString]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    as_a_shell_starts_it(&mut cmd);
+    cmd
+}
+
+/// Starts `cmd` through fork and exec with an empty signal mask. Fork and exec,
+/// not `posix_spawn` (which std would use otherwise): the C library's
+/// `posix_spawn` leaves its own signals (32, 33) ignored in the new program.
+/// Used for the keeper too, so that what the command inherits through it is
+/// what the supervisor had.
+pub(crate) fn as_a_shell_starts_it(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and makes one
+    // system call (`pthread_sigmask`), which is async-signal-safe; it allocates
+    // nothing and takes no lock.
+    #[expect(unsafe_code, reason = "the only way to reset the mask before exec")]
+    unsafe {
+        cmd.pre_exec(|| {
+            SigSet::empty()
+                .thread_set_mask()
+                .map_err(std::io::Error::from)
+        });
+    }
 }
 
 /// Reaps every child (the command, and the orphans reparented to the keeper):
