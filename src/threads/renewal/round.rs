@@ -30,8 +30,9 @@ impl Thread {
         let mut batch = Vec::new();
         for mut lease in due {
             let Some(released) = lease.state.held.try_lock().map(|h| h.released) else {
-                // A release or an extend is running on it: look again shortly.
-                lease.due = now + lease.retry();
+                // A release or an extend is running on it: look again shortly,
+                // and no later than the end of its validity (a loss is told then).
+                lease.due = (now + lease.retry()).min(lease.state.valid_until());
                 self.queue.push(lease);
                 continue;
             };
@@ -91,7 +92,8 @@ impl Thread {
                     if lease.state.held.try_lock().is_some_and(|h| h.released) {
                         continue;
                     }
-                    lease.due = now + lease.retry();
+                    // As below: a loss is told no later than the lease's validity.
+                    lease.due = (now + lease.retry()).min(lease.state.valid_until());
                 }
                 Renewed::Failed => {
                     // Try again soon, but report the loss no later than the end of
