@@ -109,7 +109,7 @@ fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
     };
     // Blocked first, on this thread before any other starts (threads inherit
     // the mask): the parent-death signal must not end the keeper before it has
-    // ended the command. The command gets an empty mask back (see `command`).
+    // ended the command. The command gets an empty mask back (see `command_of`).
     let mut mask = SigSet::empty();
     for signal in BLOCKED {
         mask.add(signal);
