@@ -801,7 +801,7 @@ fn every_redlease_client_gets_turns_beside_redisson_readers_and_writer() {
         // and Redisson's writer (`tryLock`, 20 ms holds, 50 ms apart).
         let java = [
             s.spawn(move || redisson_readers_in_step(server, end)),
-            s.spawn(move || sections(server, FULL, true, ms(20), ms(50), end)),
+            s.spawn(move || sections(server, FULL, true, ms(20), ms(50)..=ms(50), end)),
         ];
         let mut n: Vec<usize> = clients.into_iter().map(|t| t.join().unwrap()).collect();
         let java: Vec<usize> = java.into_iter().map(|t| t.join().unwrap()).collect();

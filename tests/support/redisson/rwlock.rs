@@ -266,15 +266,24 @@ impl RedissonRwLock {
 /// A Redisson client's thread looping on `name` until `end` on
 /// `readLock().lock()` (a reader, each wait bounded by 3 s) or on
 /// `writeLock().tryLock()` (a writer: one attempt), each section a hold of
-/// `hold`, each step followed by `pause`; returns its sections.
+/// `hold`, each step followed by a pause drawn evenly from `pause` (a pseudo-random
+/// sequence seeded by the clock, so that two such loops cannot stay in one phase for
+/// long); returns its sections.
 pub fn sections(
     server: &RedisServer,
     name: &str,
     write: bool,
     hold: Duration,
-    pause: Duration,
+    pause: std::ops::RangeInclusive<Duration>,
     end: Instant,
 ) -> usize {
+    let (low, high) = (
+        pause.start().as_micros() as u64,
+        pause.end().as_micros() as u64,
+    );
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |t| t.subsec_nanos() as u64 | 1);
     let mut lock = RedissonRwLock::new(server, name, 1);
     let mut listen = server.conn();
     let mut n = 0;
@@ -295,7 +304,12 @@ pub fn sections(
             };
             assert!(released.is_some(), "Redisson held it");
         }
-        std::thread::sleep(pause);
+        // xorshift64: enough to spread pauses; no statistics rest on it.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let spread = high.saturating_sub(low) + 1;
+        std::thread::sleep(Duration::from_micros(low + seed % spread));
     }
     n
 }
