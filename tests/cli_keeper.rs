@@ -12,7 +12,7 @@ mod support;
 
 use std::fs;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -187,9 +187,9 @@ fn what_a_finished_command_left_running_is_stopped_before_the_release() {
 fn signal_reporter(dir: &Scratch) -> Vec<String> {
     let script = format!(
         "import os, signal, sys, time\n\
+         st = dict(l.split(':', 1) for l in open('/proc/self/status'))\n\
          def on(n, _):\n    open({got:?}, 'w').write(str(n) + '\\n'); sys.exit(0)\n\
          for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):\n    signal.signal(s, on)\n\
-         st = dict(l.split(':', 1) for l in open('/proc/self/status'))\n\
          def link(f):\n    try:\n        return os.readlink('/proc/self/fd/' + f)\n    except OSError:\n        return ''\n\
          fds = [link(f) for f in os.listdir('/proc/self/fd')]\n\
          fds = 'signalfd' if any('signalfd' in f for f in fds) else 'no-signalfd'\n\
@@ -207,34 +207,52 @@ fn signal_reporter(dir: &Scratch) -> Vec<String> {
 /// the command is ready, and checks that the command's handler ran and that
 /// redlease ended well within the kill grace (60 s here).
 fn a_signal_reaches_the_command(subcommand: &str, signal: Signal) {
+    // Of the standard signals, the command ignores only what Python ignores
+    // itself (SIGPIPE, SIGXFSZ).
+    signal_reaches(None, subcommand, &[signal], 0x0100_1000);
+}
+
+/// Starts `redlease SUBCOMMAND` over [`signal_reporter`] (through `wrapper`, a
+/// program that execs it, if given), checks that the command started with no
+/// signal blocked and with `ignored` as its ignored standard signals, sends
+/// redlease each of `signals` in turn, the last once the command is ready; checks
+/// that the command's handler ran for the last one, and that redlease ended well
+/// within the kill grace (60 s here).
+fn signal_reaches(wrapper: Option<&str>, subcommand: &str, signals: &[Signal], ignored: u64) {
     let server = RedisServer::start();
     let dir = Scratch::new(&format!("keeper-signal-{subcommand}"));
     let url = server.url();
     let mut args: Vec<String> = vec![subcommand.into(), "--url".into(), url];
     args.extend(["--kill-grace".into(), "60s".into(), "k".into(), "--".into()]);
     args.extend(signal_reporter(&dir));
-    let mut child = redlease(&args).spawn().unwrap();
+    let mut cmd = redlease(&args);
+    if let Some(wrapper) = wrapper {
+        let mut execs = Command::new(wrapper);
+        execs.arg(cmd.get_program()).args(cmd.get_args());
+        execs.env_remove("REDIS_URL").stdin(Stdio::null());
+        execs.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd = execs;
+    }
+    let mut child = cmd.spawn().unwrap();
     assert!(
         eventually(STARTUP, || has_line(&dir.file("ready"))),
         "the command never started"
     );
     let report = fs::read_to_string(dir.file("ready")).unwrap();
     let fields: Vec<&str> = report.split_whitespace().collect();
-    // As a shell starts it: nothing blocked; of the standard signals, ignored
-    // only what Python ignores itself (SIGPIPE, SIGXFSZ); the keeper's signalfd
-    // not open. (Signals 32 and up, the C library's own among them, keep what the
-    // test process had: cargo starts it through `posix_spawn`, which leaves 32
-    // and 33 ignored.)
+    // As a shell starts it: nothing blocked; the keeper's signalfd not open.
+    // (Signals 32 and up, the C library's own among them, keep what the test
+    // process had: cargo starts it through `posix_spawn`, which leaves 32 and 33
+    // ignored.)
     assert_eq!(fields[0], "0000000000000000", "blocked at start: {report}");
-    let ignored = u64::from_str_radix(fields[1], 16).unwrap();
-    assert_eq!(
-        ignored & 0x7fff_ffff,
-        0x0100_1000,
-        "ignored at start: {report}"
-    );
+    let found = u64::from_str_radix(fields[1], 16).unwrap();
+    assert_eq!(found & 0x7fff_ffff, ignored, "ignored at start: {report}");
     assert_eq!(fields[2], "no-signalfd", "open fds: {report}");
     let sent = Instant::now();
-    kill(pid(&child), signal).unwrap();
+    for signal in signals {
+        kill(pid(&child), *signal).unwrap();
+    }
+    let last = signals[signals.len() - 1];
     // Its handler runs and it exits 0; redlease releases and exits with it, long
     // before the 60 s grace would have forced a SIGKILL.
     let status = exit_within(&mut child, Duration::from_secs(20));
@@ -242,11 +260,24 @@ fn a_signal_reaches_the_command(subcommand: &str, signal: Signal) {
     let got = fs::read_to_string(dir.file("got")).unwrap_or_default();
     assert_eq!(
         got.trim(),
-        (signal as i32).to_string(),
-        "the handler did not run"
+        (last as i32).to_string(),
+        "the handler did not run for {last} (or ran for another signal first)"
     );
     assert_eq!(status.code(), Some(0), "{status:?} after {took:?}");
-    assert!(took < Duration::from_secs(10), "{signal} took {took:?}");
+    assert!(took < Duration::from_secs(10), "{last} took {took:?}");
+}
+
+#[test]
+fn a_signal_ignored_when_redlease_started_stays_ignored_in_the_command() {
+    // `nohup` execs redlease with SIGHUP ignored: the command inherits it ignored
+    // (as under `nohup` directly), and a SIGHUP to redlease is not forwarded, so
+    // the SIGTERM after it is the signal the command's handler sees.
+    signal_reaches(
+        Some("nohup"),
+        "run",
+        &[Signal::SIGHUP, Signal::SIGTERM],
+        0x0100_1001,
+    );
 }
 
 #[test]
@@ -268,4 +299,93 @@ fn sighup_and_sigquit_to_run_reach_the_command() {
 #[test]
 fn sigterm_to_elect_reaches_a_command_started_without_a_shell() {
     a_signal_reaches_the_command("elect", Signal::SIGTERM);
+}
+
+/// A pseudo-terminal session (Python's `pty.fork`: the child leads a session
+/// whose controlling terminal is the pty, in its foreground group) whose child
+/// runs `redlease run` as a program of a shell's job would be run (no shell
+/// between), then says whether its group has the terminal back. The parent
+/// plays the user: it types a line when the command asks, Ctrl-Z once the command
+/// waits, then Ctrl-C. Prints everything the terminal showed; every wait is
+/// bounded.
+const AT_A_TERMINAL: &str = r#"
+import os, pty, select, signal, subprocess, sys, time
+redlease, url = sys.argv[1], sys.argv[2]
+command = (
+    "import signal, sys, time\n"
+    "print('ready', flush=True)\n"
+    "print('read:' + input(), flush=True)\n"
+    "signal.signal(signal.SIGINT, lambda n, f: (print('got INT', flush=True), sys.exit(0)))\n"
+    "print('waiting', flush=True)\n"
+    "end = time.monotonic() + 30\n"
+    "while time.monotonic() < end: time.sleep(0.01)\n"
+    "print('no INT', flush=True); sys.exit(3)\n")
+pid, fd = pty.fork()
+if pid == 0:
+    r = subprocess.run([redlease, 'run', '--url', url, '--kill-grace', '60s', 'k', '--',
+                        'python3', '-c', command])
+    print('exit', r.returncode, 'foreground-back', os.tcgetpgrp(0) == os.getpgrp(), flush=True)
+    os._exit(0)
+out = b''
+def until(text, secs=20):
+    global out
+    end = time.monotonic() + secs
+    while text.encode() not in out and time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                break
+            if not data:
+                break
+            out += data
+    return text.encode() in out
+if until('ready'):
+    os.write(fd, b'hello\n')
+if until('waiting'):
+    os.write(fd, b'\x1a')
+if until('cannot be suspended'):
+    os.write(fd, b'\x03')
+until('foreground-back')
+until('\n', 2)
+end = time.monotonic() + 20
+while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < end:
+    time.sleep(0.01)
+if time.monotonic() >= end:
+    os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors='replace'))
+"#;
+
+#[test]
+fn under_a_terminal_the_command_has_it_reads_it_gets_its_keys_and_cannot_be_suspended() {
+    let server = RedisServer::start();
+    let binary = env!("CARGO_BIN_EXE_redlease");
+    let out = Command::new("python3")
+        .args(["-c", AT_A_TERMINAL, binary, &server.url()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    eprintln!("the terminal showed:\n{shown}\n{}", stderr(&out));
+    // The command read the line typed at the terminal (in the foreground group;
+    // in a background one it reads end-of-file or is stopped).
+    assert!(shown.contains("read:hello"), "no line read");
+    // Ctrl-Z stopped it (SIGTSTP to the foreground group); the keeper resumed it.
+    assert!(
+        shown.contains("a command holding a lease cannot be suspended"),
+        "no word on Ctrl-Z"
+    );
+    // Ctrl-C reached its handler; it exited 0, and redlease with it; then the
+    // terminal was back with redlease's caller's group.
+    assert!(
+        shown.contains("got INT"),
+        "Ctrl-C did not reach the command"
+    );
+    assert!(
+        shown.contains("exit 0 foreground-back True"),
+        "redlease's end or the terminal's hand-back"
+    );
+    assert!(!server.exists("k"), "released");
 }

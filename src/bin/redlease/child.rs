@@ -1,5 +1,6 @@
-//! The command run under the lock: started in its own process group, watched for
-//! its exit, signalled, and reaped.
+//! The command run under the lock: started in its own process group (the
+//! terminal's foreground group while it runs, when redlease has the terminal),
+//! watched for its exit, signalled, and reaped.
 //!
 //! On Linux the process started is the keeper (`keeper/`), which leads the
 //! group, runs the command in it and ends everything it started if this process
@@ -37,6 +38,9 @@ impl Running {
     /// everything it started (`sh -c '…'` and its children), not just its first
     /// process. On Linux, under a keeper that ends what is left of it `grace`
     /// after the command exits, and all of it at once if this process dies.
+    /// With `foreground` (redlease has the terminal: see `terminal.rs`), the
+    /// command's group is made the terminal's foreground group before the command
+    /// starts, and it reads the terminal as it would without redlease.
     ///
     /// Must be called on the main thread: the kernel's parent-death signal
     /// fires when the thread that started the keeper ends.
@@ -48,16 +52,17 @@ impl Running {
         command: &[OsString],
         env: &[(&str, String)],
         grace: Duration,
+        foreground: bool,
     ) -> Result<Self, Failure> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::usage("no command given"))?;
-        let mut cmd = started(program, args, grace);
+        let mut cmd = started(program, args, grace, foreground);
         cmd.envs(env.iter().map(|(k, v)| (k, v))).process_group(0);
         // A process group that is not the terminal's foreground group is stopped
         // (SIGTTIN) when it reads the terminal: it would hang holding the lock.
         // Reading end-of-file fails fast instead.
-        if io::stdin().is_terminal() {
+        if io::stdin().is_terminal() && !(foreground && cfg!(target_os = "linux")) {
             cmd.stdin(Stdio::null());
         }
         let name = program.to_string_lossy();
@@ -135,7 +140,7 @@ impl Running {
 
 /// What is started for `program`: on Linux, this binary as a keeper of it.
 #[cfg(target_os = "linux")]
-fn started(program: &OsString, args: &[OsString], grace: Duration) -> Command {
+fn started(program: &OsString, args: &[OsString], grace: Duration, tty: bool) -> Command {
     // /proc/self/exe, read by the new process, is this very binary even if the
     // file was replaced or removed since.
     let mut cmd = Command::new("/proc/self/exe");
@@ -144,6 +149,7 @@ fn started(program: &OsString, args: &[OsString], grace: Duration) -> Command {
         .arg(crate::keeper::KEEP)
         .arg(std::process::id().to_string())
         .arg(grace_ms.to_string())
+        .arg(if tty { crate::keeper::TTY } else { "-" })
         .arg(program)
         .args(args);
     crate::keeper::as_a_shell_starts_it(&mut cmd);
@@ -152,7 +158,7 @@ fn started(program: &OsString, args: &[OsString], grace: Duration) -> Command {
 
 /// What is started for `program`: elsewhere, the program itself.
 #[cfg(not(target_os = "linux"))]
-fn started(program: &OsString, args: &[OsString], _grace: Duration) -> Command {
+fn started(program: &OsString, args: &[OsString], _grace: Duration, _tty: bool) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args);
     cmd

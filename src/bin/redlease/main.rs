@@ -53,6 +53,7 @@ mod run;
 mod server;
 mod status;
 mod supervise;
+mod terminal;
 mod wait;
 
 use std::process::ExitCode;
@@ -95,9 +96,12 @@ its environment. It runs in its own process group: if the lock is lost, the grou
 gets SIGTERM, then SIGKILL after --kill-grace. SIGINT, SIGTERM, SIGHUP and SIGQUIT
 are forwarded to it, and SIGKILL follows after --kill-grace if it has not exited by then (redlease then
 exits 128 + the signal's number); the lock is released once it has exited. While
-waiting for the lock they cancel the wait. When redlease's stdin is a
-terminal, the command's stdin is /dev/null: a background process group cannot read
-the terminal.
+waiting for the lock they cancel the wait. A signal redlease was started with
+ignored (nohup) stays ignored and is not forwarded. When redlease runs in its
+terminal's foreground group, the command's group is the foreground group while it
+runs: it reads the terminal, and Ctrl-C reaches it directly; Ctrl-Z does not
+suspend it (its lease would run on). Otherwise, when redlease's stdin is a
+terminal, the command's stdin is /dev/null.
 
 On Linux a keeper process leads the command's group: if redlease is killed
 (SIGKILL, the OOM killer), the keeper kills the command and everything it started,

@@ -17,6 +17,7 @@ use signal_hook::iterator::Signals;
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, OS_ERROR, SIGNAL_BASE};
 use crate::held::Held;
+use crate::terminal::Terminal;
 
 /// Runs `command` while `held` (a lock, locks, a permit or a leadership) is held:
 /// supervised (see [`supervise`]), then released; the exit code is picked by
@@ -34,7 +35,13 @@ pub(crate) fn run_command(
         return Ok(cancelled(signals, key));
     }
     let env = held.env();
-    let child = match Running::spawn(command, &env, grace) {
+    // Only the keeper hands the terminal over (Linux).
+    let terminal = if cfg!(target_os = "linux") {
+        Terminal::foreground()
+    } else {
+        None
+    };
+    let child = match Running::spawn(command, &env, grace, terminal.is_some()) {
         Ok(child) => child,
         Err(failure) => {
             let _ = held.unlock();
@@ -42,8 +49,10 @@ pub(crate) fn run_command(
         }
     };
     let ended = supervise(&child, held.lost(), signals, grace);
-    let status = child.wait()?;
-    finish(held, &ended, status)
+    let status = child.wait();
+    // The terminal back to redlease's group before anything else is said.
+    drop(terminal);
+    finish(held, &ended, status?)
 }
 
 /// The signals redlease forwards to the command: what a service manager, a
@@ -52,10 +61,16 @@ const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
 
 /// Installs the SIGINT / SIGTERM / SIGHUP / SIGQUIT handlers: each signal cancels a wait in progress
 /// (through `cancel`) and is queued on the returned channel, to be forwarded to
-/// the command once it runs.
+/// the command once it runs. A signal redlease was started with ignored (`nohup`,
+/// a shell's background job without job control) is left ignored, so that the
+/// command inherits it ignored, as it would without redlease.
 pub(crate) fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failure> {
     let os_error = |e: std::io::Error| Failure::new(OS_ERROR, format!("cannot watch signals: {e}"));
-    let mut signals = Signals::new(FORWARDED).map_err(os_error)?;
+    let ignored = ignored_at_start();
+    let watched = FORWARDED
+        .into_iter()
+        .filter(|&n| ignored & (1 << (n - 1)) == 0);
+    let mut signals = Signals::new(watched).map_err(os_error)?;
     let (tx, rx) = crossbeam_channel::unbounded();
     thread::Builder::new()
         .name("redlease-signal".into())
@@ -69,6 +84,18 @@ pub(crate) fn watch_signals(cancel: CancelToken) -> Result<Receiver<i32>, Failur
         })
         .map_err(os_error)?;
     Ok(rx)
+}
+
+/// The signals this process has ignored, as the kernel's mask (bit N-1 for
+/// signal N) from `/proc/self/status`; none where it cannot be read.
+fn ignored_at_start() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find_map(|l| l.strip_prefix("SigIgn:"))?;
+            u64::from_str_radix(line.trim(), 16).ok()
+        })
+        .unwrap_or(0)
 }
 
 /// The exit code after a signal cancelled the wait: 128 + its number, as a shell

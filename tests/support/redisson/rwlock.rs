@@ -277,13 +277,11 @@ pub fn sections(
     pause: std::ops::RangeInclusive<Duration>,
     end: Instant,
 ) -> usize {
-    let (low, high) = (
-        pause.start().as_micros() as u64,
-        pause.end().as_micros() as u64,
-    );
+    let micros = |d: &Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    let (low, high) = (micros(pause.start()), micros(pause.end()));
     let mut seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |t| t.subsec_nanos() as u64 | 1);
+        .map_or(1, |t| u64::from(t.subsec_nanos()) | 1);
     let mut lock = RedissonRwLock::new(server, name, 1);
     let mut listen = server.conn();
     let mut n = 0;

@@ -4,8 +4,9 @@
 //! can expire.
 //!
 //! The supervisor re-executes its own binary (`/proc/self/exe`, which works even
-//! if the file was replaced since) as `redlease __keep PARENT GRACE_MS COMMAND…`,
-//! in a process group of its own. The keeper:
+//! if the file was replaced since) as `redlease __keep PARENT GRACE_MS TTY
+//! COMMAND…` (`TTY` is `tty` when the supervisor runs in its terminal's
+//! foreground group, `-` otherwise), in a process group of its own. The keeper:
 //!
 //! - blocks every signal a group signal may carry and reads them from a
 //!   `signalfd` (close-on-exec; it also names the sender), so that what is sent
@@ -19,7 +20,13 @@
 //!   checks that its parent is still PARENT (it may have died before the call);
 //! - becomes a child subreaper, so that what the command starts and orphans
 //!   (double forks, `setsid` daemons) is reparented to it, not to init;
-//! - starts the command in its own process group, and reaps everything;
+//! - under `tty`, makes its group the terminal's foreground group (see
+//!   `terminal.rs`), then starts the command in it, and reaps everything;
+//! - resumes a command stopped from the terminal (Ctrl-Z, SIGTSTP): a command
+//!   holding a lease cannot be suspended, as its lease would run on; a command
+//!   stopped otherwise (SIGSTOP, or SIGTTIN when redlease runs in the
+//!   background) is resumed when a signal is forwarded to it, so that the
+//!   signal reaches it, as a shell's `kill` resumes a stopped job;
 //! - on SIGUSR1 from its parent (the supervisor's "kill now") or on its parent's
 //!   death: SIGKILL to every process of the group and every descendant, again
 //!   until none is left;
@@ -31,6 +38,7 @@
 //! Layout: this file is the keeper's process and its watch; `procs.rs` reads
 //! `/proc` for what is left to end.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode};
@@ -52,6 +60,9 @@ mod procs;
 
 /// The hidden subcommand that starts a keeper.
 pub(crate) const KEEP: &str = "__keep";
+
+/// The keeper's `TTY` argument when it is to give its group the terminal.
+pub(crate) const TTY: &str = "tty";
 
 /// Signals whose default action would end or stop the keeper and that a signal
 /// to the group may carry; it blocks them all. SIGUSR1 is also its "kill
@@ -93,16 +104,22 @@ pub(crate) fn dispatch() -> Option<ExitCode> {
     let number = |a: Option<OsString>| a.and_then(|a| a.to_str()?.parse::<u64>().ok());
     let parent = number(args.next()).and_then(|p| i32::try_from(p).ok());
     let grace = number(args.next()).map(Duration::from_millis);
+    let tty = args.next().and_then(|a| match a.to_str()? {
+        TTY => Some(true),
+        "-" => Some(false),
+        _ => None,
+    });
     let command: Vec<OsString> = args.collect();
-    let (Some(parent), Some(grace), false) = (parent, grace, command.is_empty()) else {
-        eprintln!("redlease: {KEEP} is redlease's own: `{KEEP} PARENT GRACE_MS COMMAND...`");
+    let (Some(parent), Some(grace), Some(tty), false) = (parent, grace, tty, command.is_empty())
+    else {
+        eprintln!("redlease: {KEEP} is redlease's own: `{KEEP} PARENT GRACE_MS TTY COMMAND...`");
         return Some(ExitCode::from(crate::exit::USAGE));
     };
-    Some(keep(Pid::from_raw(parent), grace, &command))
+    Some(keep(Pid::from_raw(parent), grace, tty, &command))
 }
 
 /// Runs `command` under the keeper's watch (see the module's documentation).
-fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
+fn keep(parent: Pid, grace: Duration, tty: bool, command: &[OsString]) -> ExitCode {
     let os_error = |what: &str, e: &dyn std::fmt::Display| {
         eprintln!("redlease: keeper: {what}: {e}");
         ExitCode::from(OS_ERROR)
@@ -130,6 +147,12 @@ fn keep(parent: Pid, grace: Duration, command: &[OsString]) -> ExitCode {
     // The parent may have died before the request: then nothing may start.
     if getppid() != parent {
         return ExitCode::from(OS_ERROR);
+    }
+    // SIGTTOU is blocked (above), so this goes through from the background.
+    if tty && !crate::terminal::give_to_own_group() {
+        eprintln!(
+            "redlease: keeper: cannot give the terminal to the command; it runs in the background"
+        );
     }
     let (program, args) = (&command[0], &command[1..]);
     let child = match command_of(program, args).spawn() {
@@ -199,14 +222,16 @@ pub(crate) fn as_a_shell_starts_it(cmd: &mut Command) {
 }
 
 /// Reaps every child (the command, and the orphans reparented to the keeper):
-/// each `(pid, status)` is sent; the channel disconnects when none is left.
+/// each `(pid, status)` is sent, stops and resumptions too; the channel
+/// disconnects when none is left.
 fn reap() -> std::io::Result<Receiver<(Pid, WaitStatus)>> {
     let (tx, rx) = crossbeam_channel::unbounded();
+    let flags = WaitPidFlag::WUNTRACED | WaitPidFlag::WCONTINUED;
     thread::Builder::new()
         .name("redlease-reap".into())
         .spawn(move || {
             loop {
-                match waitpid(None, None) {
+                match waitpid(None, Some(flags)) {
                     Ok(status) => {
                         let Some(pid) = status.pid() else { continue };
                         if tx.send((pid, status)).is_err() {
@@ -242,6 +267,8 @@ fn watch(
     reaped: &Receiver<(Pid, WaitStatus)>,
 ) -> Option<WaitStatus> {
     let mut status = None;
+    // Children seen stopped and not seen resumed since.
+    let mut stopped: HashSet<Pid> = HashSet::new();
     let mut signals = signals.clone();
     // Only if the signal thread ever stops: the parent is then looked for.
     let mut look = never();
@@ -254,7 +281,22 @@ fn watch(
     loop {
         select! {
             recv(reaped) -> r => match r {
+                Ok((pid, WaitStatus::Stopped(_, signal))) => {
+                    stopped.insert(pid);
+                    if signal == Signal::SIGTSTP {
+                        if pid == command {
+                            eprintln!(
+                                "redlease: a command holding a lease cannot be suspended; it goes on"
+                            );
+                        }
+                        resume(&mut stopped);
+                    }
+                }
+                Ok((pid, WaitStatus::Continued(_))) => {
+                    stopped.remove(&pid);
+                }
                 Ok((pid, st)) if pid == command => {
+                    stopped.remove(&pid);
                     status = Some(st);
                     // What the command left behind must not outlive its lease:
                     // SIGTERM now, SIGKILL after the grace. Usually nothing is
@@ -265,7 +307,9 @@ fn watch(
                         kill_at = Instant::now().checked_add(grace).map_or_else(never, at);
                     }
                 }
-                Ok(_) => {}
+                Ok((pid, _)) => {
+                    stopped.remove(&pid);
+                }
                 Err(_) => return status,
             },
             recv(signals) -> s => {
@@ -278,6 +322,10 @@ fn watch(
                 let usr1 = signal == Signal::SIGUSR1 as i32;
                 if usr1 && (from == parent.as_raw() || orphaned) {
                     kill_now(&mut again);
+                } else if !usr1 && !stopped.is_empty() {
+                    // A signal to the group (forwarded, or from the terminal)
+                    // reaches a stopped process only once it runs again.
+                    resume(&mut stopped);
                 }
             },
             recv(look) -> _ => if getppid() != parent {
@@ -290,6 +338,14 @@ fn watch(
             },
             recv(again) -> _ => kill_all(Signal::SIGKILL),
         }
+    }
+}
+
+/// Resumes the keeper's group and every child seen stopped.
+fn resume(stopped: &mut HashSet<Pid>) {
+    let _ = killpg(getpid(), Signal::SIGCONT);
+    for pid in stopped.drain() {
+        let _ = kill(pid, Signal::SIGCONT);
     }
 }
 
@@ -310,6 +366,11 @@ fn kill_all(signal: Signal) {
         // Also reaches what forks meanwhile; the keeper has it blocked (read
         // from its signalfd and ignored).
         let _ = killpg(me, signal);
+        // A stopped process would see the signal only once resumed.
+        for pid in procs::doomed(me) {
+            let _ = kill(pid, Signal::SIGCONT);
+        }
+        let _ = killpg(me, Signal::SIGCONT);
     }
 }
 
