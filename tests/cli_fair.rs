@@ -77,7 +77,9 @@ fn a_queued_run_killed_with_sigkill_delays_the_next_waiter_by_under_6_s() {
 
 #[test]
 fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() {
-    use support::fair_queue::{Turns, await_queued, queue_len, queue_ours, queue_redisson};
+    use support::fair_queue::{
+        Turns, Waits, await_queued, queue_len, queue_ours, queue_redisson_counted,
+    };
     use support::redisson::fair::RedissonFair;
     const SECTION: Duration = Duration::from_millis(100);
     let server = RedisServer::start();
@@ -95,17 +97,19 @@ fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() 
         None,
         "free: the Redisson holder takes it"
     );
-    let turns = Turns::default();
+    let (turns, waits) = (Turns::default(), Waits::default());
+    let queue_redisson =
+        |id| queue_redisson_counted(&server, "job", id, SECTION, &turns, &waits, HUNG);
     // Ours and Redisson's in turn; the third, a `redlease run --fair`, dies queued.
     let mut waiters = vec![
         queue_ours(&server, "job", &ours(), 0, SECTION, &turns, HUNG),
-        queue_redisson(&server, "job", 1, SECTION, &turns, HUNG),
+        queue_redisson(1),
     ];
     let mut doomed = redlease(["run", "--url", &url, "--fair", "job", "--", "true"])
         .spawn()
         .unwrap();
     await_queued(&server, "job", 3, HUNG, "the run");
-    waiters.push(queue_redisson(&server, "job", 3, SECTION, &turns, HUNG));
+    waiters.push(queue_redisson(3));
     waiters.push(queue_ours(
         &server,
         "job",
@@ -115,11 +119,16 @@ fn after_a_killed_run_in_a_mixed_queue_every_later_waiter_is_woken_within_6_s() 
         &turns,
         HUNG,
     ));
-    waiters.push(queue_redisson(&server, "job", 5, SECTION, &turns, HUNG));
-    // The holder's section goes on past every waiter's first wait (Redisson's
-    // waiters then wait for their wake-up only); the run dies at its end, its
-    // entry as fresh as it gets.
-    std::thread::sleep(Duration::from_secs(5));
+    waiters.push(queue_redisson(5));
+    // The holder's section goes on past the first wait of the Redisson waiter
+    // right behind ours (the wait its first attempt returned, about 4 s: when it
+    // ends the waiter attempts again, then waits for its wake-up; the later
+    // ones' first waits run for minutes, and only a wake-up ends them); the run
+    // dies at its end, its entry as fresh as it gets.
+    assert!(
+        eventually(HUNG, || waits.of(1) >= 1),
+        "the first Redisson waiter's first wait never ended"
+    );
     doomed.kill().unwrap(); // SIGKILL: no cleanup runs
     doomed.wait().unwrap();
     let released = std::time::Instant::now();

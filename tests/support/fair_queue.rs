@@ -21,6 +21,21 @@ pub struct Turn {
     pub released: Instant,
 }
 
+/// How many waits each Redisson waiter of a queue has ended, by id.
+#[derive(Clone, Default)]
+pub struct Waits(Arc<Mutex<std::collections::HashMap<usize, usize>>>);
+
+impl Waits {
+    /// How many waits waiter `id` has ended.
+    pub fn of(&self, id: usize) -> usize {
+        self.0.lock().get(&id).copied().unwrap_or(0)
+    }
+
+    fn ended(&self, id: usize) {
+        *self.0.lock().entry(id).or_default() += 1;
+    }
+}
+
 /// The turns of a queue's waiters, in the order they took the lock.
 #[derive(Clone, Default)]
 pub struct Turns(Arc<Mutex<Vec<Turn>>>);
@@ -111,10 +126,24 @@ pub fn queue_redisson(
     turns: &Turns,
     bound: Duration,
 ) -> JoinHandle<()> {
+    queue_redisson_counted(server, full, id, hold, turns, &Waits::default(), bound)
+}
+
+/// [`queue_redisson`], counting in `waits` each wait the waiter ends.
+pub fn queue_redisson_counted(
+    server: &RedisServer,
+    full: &str,
+    id: usize,
+    hold: Duration,
+    turns: &Turns,
+    waits: &Waits,
+    bound: Duration,
+) -> JoinHandle<()> {
     let (mut java, mut listen) = (RedissonFair::new(server), server.conn());
-    let (full_name, turns) = (full.to_owned(), turns.clone());
+    let (full_name, turns, waits) = (full.to_owned(), turns.clone(), waits.clone());
     start_queued(server, full, id, bound, move || {
-        if let Err(e) = java.lock(&mut listen, &full_name, bound) {
+        let ended = || waits.ended(id);
+        if let Err(e) = java.lock_telling(&mut listen, &full_name, bound, ended) {
             panic!("waiter {id} (Redisson): {e}");
         }
         turns.section(id, hold);

@@ -127,6 +127,18 @@ impl RedissonFair {
         name: &str,
         bound: std::time::Duration,
     ) -> Result<(), String> {
+        self.lock_telling(listen, name, bound, || {})
+    }
+
+    /// [`lock`](Self::lock), calling `waited` each time a wait ends (woken or
+    /// run out), before the next attempt.
+    pub fn lock_telling(
+        &mut self,
+        listen: &mut redis::Connection,
+        name: &str,
+        bound: std::time::Duration,
+        mut waited: impl FnMut(),
+    ) -> Result<(), String> {
         use std::time::{Duration, Instant};
         let end = Instant::now() + bound;
         if self.attempt(name).is_none() {
@@ -148,6 +160,7 @@ impl RedissonFair {
             };
             sub.set_read_timeout(Some(wait)).unwrap();
             let _woken = sub.get_message().is_ok();
+            waited();
         }
     }
 
