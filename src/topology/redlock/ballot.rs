@@ -97,6 +97,18 @@ impl Count {
     pub(crate) fn answered_live(&self) -> bool {
         self.yes + self.no >= self.quorum()
     }
+
+    /// The nodes that failed or have not answered are a majority: after a
+    /// delete, our value may still be on a majority of nodes.
+    pub(crate) fn may_hold(&self) -> bool {
+        self.failed + self.pending() >= self.quorum()
+    }
+
+    /// A release may stop listening: released on a majority, refused by one, or
+    /// failed on one (no answer still to come can change the verdict).
+    pub(crate) fn release_settled(&self) -> bool {
+        self.won() || self.refused() || self.failed >= self.quorum()
+    }
 }
 
 /// One renewal tick of leases held on a quorum, counted as the nodes answer.
@@ -271,6 +283,22 @@ mod tests {
             "the last may say yes"
         );
         assert!(count(5, &[Y, N, N, N]).acquire_settled(), "busy: four live");
+    }
+
+    #[test]
+    fn a_release_may_still_hold_only_while_a_majority_failed_or_is_silent() {
+        // Two masters of five dead, the three live ones answered.
+        assert!(!count(5, &[Y, Y, N, F, F]).may_hold());
+        assert!(!count(5, &[Y, N, N, F, F]).may_hold());
+        assert!(count(5, &[Y, Y, F, F, F]).may_hold(), "three failed");
+        assert!(count(5, &[Y, Y, F, F]).may_hold(), "one not answered");
+        assert!(count(5, &[F, F, F]).release_settled());
+        assert!(
+            !count(5, &[Y, Y, N, F]).release_settled(),
+            "the last may say yes"
+        );
+        assert!(count(5, &[Y, Y, Y]).release_settled());
+        assert!(count(5, &[N, N, N]).release_settled());
     }
 
     #[test]
