@@ -103,12 +103,6 @@ impl Count {
     pub(crate) fn may_hold(&self) -> bool {
         self.failed + self.pending() >= self.quorum()
     }
-
-    /// A release may stop listening: released on a majority, refused by one, or
-    /// failed on one (no answer still to come can change the verdict).
-    pub(crate) fn release_settled(&self) -> bool {
-        self.won() || self.refused() || self.failed >= self.quorum()
-    }
 }
 
 /// One renewal tick of leases held on a quorum, counted as the nodes answer.
@@ -292,13 +286,6 @@ mod tests {
         assert!(!count(5, &[Y, N, N, F, F]).may_hold());
         assert!(count(5, &[Y, Y, F, F, F]).may_hold(), "three failed");
         assert!(count(5, &[Y, Y, F, F]).may_hold(), "one not answered");
-        assert!(count(5, &[F, F, F]).release_settled());
-        assert!(
-            !count(5, &[Y, Y, N, F]).release_settled(),
-            "the last may say yes"
-        );
-        assert!(count(5, &[Y, Y, Y]).release_settled());
-        assert!(count(5, &[N, N, N]).release_settled());
     }
 
     #[test]

@@ -238,7 +238,7 @@ impl Topology for Redlock {
                 Ok(_) => Vote::No,
                 Err(_) => Vote::Failed,
             },
-            Count::release_settled,
+            |c| c.won() || c.refused(),
         );
         let found = |outcome| {
             answers
