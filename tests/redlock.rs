@@ -303,10 +303,13 @@ struct Run {
     slowest: Duration,
 }
 
-/// Four clients (as four processes would be: each its own lanes and waiter) take
-/// and release one name on five masters, holding it 2 ms, with waiting acquires;
-/// two masters are killed once `half` cycles are done, and the run ends `half`
-/// cycles later (each half bounded by 8 s).
+/// Four clients of two threads each (as four processes would be: each its own
+/// lanes, waiter and local hand-offs) take and release one name on five masters,
+/// holding it 2 ms, with waiting acquires; two masters are killed once `half`
+/// cycles are done, and the run ends `half` cycles later (each half bounded by
+/// 8 s). A lease taken before the kill passes between a client's threads with its
+/// token, so a lock whose acquire began after the kill may be on two live masters
+/// only, the third holding another client's passing value or nothing.
 fn four_clients_while_two_of_five_die(half: usize) -> Run {
     let masters = Masters::start(5);
     let urls = masters.urls();
