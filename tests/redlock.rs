@@ -6,6 +6,7 @@ mod support;
 // options a quorum refuses.
 
 use std::sync::Barrier;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -259,6 +260,151 @@ fn two_of_five_nodes_down_still_lock_three_down_fail_with_no_quorum() {
 fn holders_alive(masters: &Masters, key: &str) -> usize {
     let alive = masters.servers.iter().filter(|s| s.is_running());
     alive.filter(|s| s.exists(key)).count()
+}
+
+#[test]
+fn a_release_is_an_error_only_while_a_majority_may_still_hold_the_value() {
+    let masters = Masters::start(5);
+    let client = client(&masters.urls());
+    let (k, j) = (client.lock("k").unwrap(), client.lock("j").unwrap());
+    held_everywhere(&masters, "lock:k");
+    held_everywhere(&masters, "lock:j");
+    // A live master without the value (one that said busy to an acquire a
+    // majority won), two dead with it: nothing of ours is left on a majority.
+    let _: i64 = masters.servers[2].query(redis::cmd("DEL").arg("lock:k"));
+    masters.servers[3].kill();
+    masters.servers[4].kill();
+    assert_eq!(k.unlock().unwrap(), Release::Released);
+    assert_eq!(holders_alive(&masters, "lock:k"), 0);
+    // Three dead with the value: it may still be on a majority.
+    masters.servers[2].kill();
+    let r = j.unlock();
+    assert!(
+        matches!(r, Err(Error::NoQuorum { acquired: 2, required: 3, ref failures }) if failures.len() == 3),
+        "{r:?}"
+    );
+}
+
+/// What the clients of one [`four_clients_while_two_of_five_die`] run saw.
+#[derive(Debug, Default)]
+struct Run {
+    /// Lock cycles whose acquire began after the kill.
+    after: usize,
+    /// Releases of those cycles that returned an error, and the first error.
+    release_errors: usize,
+    first: Option<String>,
+    /// Releases of those cycles that found the lease ended.
+    not_held: usize,
+    /// Acquires that failed or whose wait ran out (after the kill, the three
+    /// live masters must all answer).
+    acquire_errors: usize,
+    waits_out: usize,
+    /// The slowest release after the kill.
+    slowest: Duration,
+}
+
+/// Four clients of two threads each (as four processes would be: each its own
+/// lanes, waiter and local hand-offs) take and release one name on five masters,
+/// holding it 2 ms, with waiting acquires; two masters are killed once `half`
+/// cycles are done, and the run ends `half` cycles later (each half bounded by
+/// 8 s). A lease taken before the kill passes between a client's threads with its
+/// token, so a lock whose acquire began after the kill may be on two live masters
+/// only, the third holding another client's passing value or nothing.
+fn four_clients_while_two_of_five_die(half: usize) -> Run {
+    let masters = Masters::start(5);
+    let urls = masters.urls();
+    // The defaults a user runs with: a 50 ms node timeout.
+    let clients: Vec<LockClient> = (0..4)
+        .map(|_| builder(&urls).ttl(Duration::from_secs(5)).build().unwrap())
+        .collect();
+    let (cycles, killed, stop) = (
+        AtomicUsize::new(0),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    );
+    thread::scope(|s| {
+        let workers: Vec<_> = clients
+            .iter()
+            .chain(&clients)
+            .map(|client| {
+                let (cycles, killed, stop) = (&cycles, &killed, &stop);
+                s.spawn(move || {
+                    let mut run = Run::default();
+                    while !stop.load(SeqCst) {
+                        let after = killed.load(SeqCst);
+                        let guard = match client.try_lock_for("name", Duration::from_secs(3)) {
+                            Ok(Some(guard)) => guard,
+                            Ok(None) => {
+                                run.waits_out += 1;
+                                continue;
+                            }
+                            Err(_) => {
+                                run.acquire_errors += usize::from(after);
+                                continue;
+                            }
+                        };
+                        // The critical section.
+                        thread::sleep(ms(2));
+                        let (released, took) = timed(|| guard.unlock());
+                        cycles.fetch_add(1, SeqCst);
+                        if !after {
+                            continue;
+                        }
+                        run.after += 1;
+                        run.slowest = run.slowest.max(took);
+                        match released {
+                            Ok(outcome) => run.not_held += usize::from(!outcome.was_held()),
+                            Err(e) => {
+                                run.release_errors += 1;
+                                run.first.get_or_insert_with(|| format!("{e}: {e:?}"));
+                            }
+                        }
+                    }
+                    run
+                })
+            })
+            .collect();
+        let halfway = eventually(Duration::from_secs(8), || cycles.load(SeqCst) >= half);
+        masters.servers[3].kill();
+        masters.servers[4].kill();
+        killed.store(true, SeqCst);
+        let mark = cycles.load(SeqCst);
+        let done = eventually(Duration::from_secs(8), || {
+            cycles.load(SeqCst) >= mark + half
+        });
+        stop.store(true, SeqCst);
+        let mut total = Run::default();
+        for w in workers {
+            let run = w.join().unwrap();
+            total.after += run.after;
+            total.release_errors += run.release_errors;
+            total.not_held += run.not_held;
+            total.acquire_errors += run.acquire_errors;
+            total.waits_out += run.waits_out;
+            total.slowest = total.slowest.max(run.slowest);
+            total.first = total.first.or(run.first);
+        }
+        assert!(halfway && done, "too few cycles: {total:?}");
+        total
+    })
+}
+
+#[test]
+fn releases_on_the_three_masters_left_of_five_all_succeed_under_contention() {
+    let runs = 6 * stress_factor();
+    let mut failed = Vec::new();
+    for run in 0..runs {
+        let seen = four_clients_while_two_of_five_die(60);
+        eprintln!("run {run}: {seen:?}");
+        if seen.release_errors + seen.not_held > 0 {
+            failed.push((run, seen));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {runs} runs: {failed:?}",
+        failed.len()
+    );
 }
 
 #[test]

@@ -201,7 +201,8 @@ impl LockClientBuilder {
     }
     /// Redlock: how long a call waits for each node before counting it as failed.
     /// Keep it small against the TTL: an acquire whose majority answers after the
-    /// lease's validity has ended is refused anyway. Defaults to
+    /// lease's validity has ended is refused anyway. A release, which has no
+    /// validity to race, waits at least the read timeout. Defaults to
     /// [`DEFAULT_NODE_TIMEOUT`] (50 ms), and never more than 1/20 of the lease's
     /// TTL; a value set here is used as is.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {

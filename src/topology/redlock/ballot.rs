@@ -97,6 +97,12 @@ impl Count {
     pub(crate) fn answered_live(&self) -> bool {
         self.yes + self.no >= self.quorum()
     }
+
+    /// The nodes that failed or have not answered are a majority: after a
+    /// delete, our value may still be on a majority of nodes.
+    pub(crate) fn may_hold(&self) -> bool {
+        self.failed + self.pending() >= self.quorum()
+    }
 }
 
 /// One renewal tick of leases held on a quorum, counted as the nodes answer.
@@ -271,6 +277,15 @@ mod tests {
             "the last may say yes"
         );
         assert!(count(5, &[Y, N, N, N]).acquire_settled(), "busy: four live");
+    }
+
+    #[test]
+    fn a_release_may_still_hold_only_while_a_majority_failed_or_is_silent() {
+        // Two masters of five dead, the three live ones answered.
+        assert!(!count(5, &[Y, Y, N, F, F]).may_hold());
+        assert!(!count(5, &[Y, N, N, F, F]).may_hold());
+        assert!(count(5, &[Y, Y, F, F, F]).may_hold(), "three failed");
+        assert!(count(5, &[Y, Y, F, F]).may_hold(), "one not answered");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! [`Redlock`]: every lock on a quorum of N independent Redis masters.
 //!
 //! Each call asks every node at once, through the node's lane (a thread of its own),
-//! waits for each at most the node timeout, and counts the answers by the majority
+//! waits for each at most the node timeout (a release: the read timeout), and
+//! counts the answers by the majority
 //! rule of [`Count`] (`quorum.rs` sends, `ballot.rs` counts). An acquire is one token,
 //! the same `SET NX PX` on every node; it holds when a majority granted it while
 //! its validity (`sent + ttl - drift`) is still ahead; anything else is taken out
@@ -222,7 +223,12 @@ impl Topology for Redlock {
             Err(_) if keep.is_some() => {}
             Err(_) => send(worker, cleanup.clone()),
         };
-        let wait = self.quorum.node_wait(None);
+        // No validity to race: a node that is slow, or whose lane is busy with
+        // this client's other calls, counts as what it says, not as failed.
+        let wait = self
+            .quorum
+            .node_wait(None)
+            .max(self.quorum.node(0).read_timeout());
         let (count, answers) = self.quorum.ask(
             wait,
             op,
@@ -250,9 +256,15 @@ impl Topology for Redlock {
             } else {
                 Release::Expired
             }
-        } else {
+        } else if count.may_hold() {
             let failures = self.quorum.failures(answers, Operation::Release, key, wait);
             return Err(no_quorum(&count, failures));
+        } else {
+            // Fewer than a majority failed: none of ours is left on a majority,
+            // and the failed nodes may have held it with those that released it
+            // (masters that died under a lease, maybe passed on between this
+            // client's callers since): nothing contradicts a lease held to the end.
+            Release::Released
         };
         Ok(Freed {
             outcome,
