@@ -273,6 +273,15 @@ impl Io<'_> {
     /// Writes the session record, through the pool or the thread's own connection
     /// (then within its bound); a failure is logged.
     fn write_session(&mut self, write: &SessionWrite) {
+        if write.ended() {
+            // The client is being dropped, which waits on nothing remote: the
+            // delete is written to an idle connection, its reply never read; without
+            // one, or on a frozen server, the record expires with its TTL.
+            if !self.node.send_unanswered(&write.delete()) {
+                log::debug!("session record `{}` left to expire", write.key);
+            }
+            return;
+        }
         let send = |conn: &mut crate::net::connection::Conn| conn.run(|c| write.send(c));
         let answer = match &mut self.link {
             Some((link, bound)) => link.call(Instant::now() + *bound, *bound, send),
