@@ -183,3 +183,18 @@ fn dropping_a_client_of_a_frozen_server_waits_on_nothing_remote() {
     });
     assert!(gone, "{:?}", threads());
 }
+
+#[test]
+fn dropping_a_client_deletes_its_session_record_at_once() {
+    let server = RedisServer::start();
+    let lc = LockClient::builder(server.url().as_str()).build().unwrap();
+    drop(lc.lock("k").unwrap());
+    let dbsize = || server.query::<i64>(&redis::cmd("DBSIZE"));
+    // Only the session record (and the fence counter if any) is left.
+    let before = dbsize();
+    assert!(before >= 1, "no session record");
+    drop(lc);
+    // Its delete is sent unanswered, and lands: far sooner than its 10 s TTL.
+    let deleted = eventually(Duration::from_secs(2), || dbsize() == before - 1);
+    assert!(deleted, "{} keys left of {before}", dbsize());
+}

@@ -13,6 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::listen::{Event, Listener};
 use super::{Command, Hub, Shared, Wake};
+use crate::net::connection::is_interrupted;
 
 mod subscriptions;
 
@@ -213,7 +214,9 @@ impl Worker {
                         Event::Message(_) | Event::Other => {}
                     }
                 }
-                Err(e) if e.is_timeout() => {}
+                // A signal cut the read short: the connection is fine, and the
+                // parser keeps what it had read; read again.
+                Err(e) if e.is_timeout() || is_interrupted(&e) => {}
                 Err(e) => {
                     log::warn!("pub/sub connection lost ({e}); waiters poll until it is back");
                     return Served::Lost;
