@@ -16,10 +16,10 @@ use support::{RedisServer, eventually};
 /// How late `lost()` may fire after `valid_until()`: the target is 10 ms; a loaded
 /// two-core machine may stall any thread for more than that, so the bound keeps
 /// room for one scheduling stall, and the figure is printed.
-const LOSS_SLACK: Duration = Duration::from_millis(60);
+const LOSS_SLACK: Duration = Duration::from_millis(100);
 /// How long dropping a client may take against a frozen server: the target is
 /// 100 ms of local work, with room for a loaded machine's stall.
-const DROP_BOUND: Duration = Duration::from_millis(250);
+const DROP_BOUND: Duration = Duration::from_millis(300);
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -62,7 +62,10 @@ mod wait_free;
 /// Cheap to clone: clones share one connection pool, one renewal thread and one
 /// waiter thread. The threads stop, and are joined, when the last clone is dropped;
 /// guards that outlive it are no longer renewed and stop reporting
-/// [`is_held`](LockGuard::is_held) once their validity runs out.
+/// [`is_held`](LockGuard::is_held) once their validity runs out. That drop waits
+/// on no reply from Redis (the session record's delete is sent, not waited for),
+/// so it takes local work only, also against a frozen server; use
+/// [`shutdown`](Self::shutdown) first to release what the guards still hold.
 ///
 /// # Examples
 /// ```no_run
