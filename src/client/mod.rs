@@ -109,6 +109,18 @@ pub(crate) struct Inner {
     pub(crate) build_findings: Vec<crate::finding::Finding>,
 }
 
+impl Drop for Inner {
+    /// The waiter threads are told to stop first, and end while the renewal and
+    /// I/O threads are stopped and joined (in field order: the renewal thread's
+    /// last act, the session record's delete, goes to the I/O threads before they
+    /// stop); none of it waits on a reply from Redis.
+    fn drop(&mut self) {
+        if let Some(waiters) = &mut self.waiters {
+            waiters.signal();
+        }
+    }
+}
+
 impl LockClient {
     /// Starts the client's threads over `topology`.
     pub(crate) fn start(

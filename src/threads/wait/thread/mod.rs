@@ -19,6 +19,10 @@ mod subscriptions;
 
 /// How long the thread blocks on the socket before looking at its commands.
 const TICK: Duration = Duration::from_millis(50);
+/// How long the last read of a stopping thread waits: dropping the connection
+/// unsubscribes and reads the replies, which a frozen server never sends, and
+/// which nobody needs once the connection is closed.
+const STOP_READ: Duration = Duration::from_millis(1);
 /// How long a channel stays subscribed after its last waiter left, so a busy key
 /// does not pay `SUBSCRIBE` + `UNSUBSCRIBE` on every wait.
 const LINGER: Duration = Duration::from_secs(2);
@@ -181,7 +185,7 @@ impl Worker {
             // of the flag is visible to the drain below.
             self.shared.kicked.swap(false, Ordering::AcqRel);
             if !self.drain() {
-                return Served::Stop;
+                return stop(&ps);
             }
             // Commands are read again after unsubscribing: a caller that saw the
             // channel subscribed had queued before it left the shared view, so its
@@ -190,7 +194,7 @@ impl Worker {
                 return Served::Lost;
             }
             if !self.drain() {
-                return Served::Stop;
+                return stop(&ps);
             }
             if self.subscribe_pending(&mut ps).is_err() {
                 return Served::Lost;
@@ -201,7 +205,7 @@ impl Worker {
                     // that queued before the release is woken by it, and one that
                     // left is not.
                     if !self.drain() {
-                        return Served::Stop;
+                        return stop(&ps);
                     }
                     match event {
                         Event::Message(channel) if channel != self.kick => {
@@ -349,4 +353,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// The thread stops: the connection's last reads (its unsubscribe, when it is
+/// dropped) wait [`STOP_READ`] at most.
+fn stop(ps: &Listener<'_>) -> Served {
+    let _ = ps.set_read_timeout(STOP_READ);
+    Served::Stop
 }
