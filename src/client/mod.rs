@@ -60,8 +60,9 @@ mod wait_free;
 /// independent masters ([`LockClient::redlock`]).
 ///
 /// Cheap to clone: clones share one connection pool, one renewal thread and one
-/// waiter thread. The threads stop, and are joined, when the last clone is dropped;
-/// guards that outlive it are no longer renewed and stop reporting
+/// waiter thread. The threads stop, and are joined, when the last clone is dropped
+/// (one still in a call to a server that does not answer is left to end when the
+/// call does, within the read timeout); guards that outlive it are no longer renewed and stop reporting
 /// [`is_held`](LockGuard::is_held) once their validity runs out. That drop waits
 /// on no reply from Redis (the session record's delete is sent, not waited for),
 /// so it takes local work only, also against a frozen server; use
