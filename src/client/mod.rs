@@ -60,9 +60,13 @@ mod wait_free;
 /// independent masters ([`LockClient::redlock`]).
 ///
 /// Cheap to clone: clones share one connection pool, one renewal thread and one
-/// waiter thread. The threads stop, and are joined, when the last clone is dropped;
-/// guards that outlive it are no longer renewed and stop reporting
-/// [`is_held`](LockGuard::is_held) once their validity runs out.
+/// waiter thread. The threads stop, and are joined, when the last clone is dropped
+/// (one still in a call to a server that does not answer is left to end when the
+/// call does, within the read timeout); guards that outlive it are no longer renewed and stop reporting
+/// [`is_held`](LockGuard::is_held) once their validity runs out. That drop waits
+/// on no reply from Redis (the session record's delete is sent, not waited for),
+/// so it takes local work only, also against a frozen server; use
+/// [`shutdown`](Self::shutdown) first to release what the guards still hold.
 ///
 /// # Examples
 /// ```no_run
@@ -104,6 +108,18 @@ pub(crate) struct Inner {
     pub(crate) stopped: AtomicBool,
     /// The critical findings of the server check `build()` ran.
     pub(crate) build_findings: Vec<crate::finding::Finding>,
+}
+
+impl Drop for Inner {
+    /// The waiter threads are told to stop first, and end while the renewal and
+    /// I/O threads are stopped and joined (in field order: the renewal thread's
+    /// last act, the session record's delete, goes to the I/O threads before they
+    /// stop); none of it waits on a reply from Redis.
+    fn drop(&mut self) {
+        if let Some(waiters) = &mut self.waiters {
+            waiters.signal();
+        }
+    }
 }
 
 impl LockClient {

@@ -135,6 +135,17 @@ pub(crate) fn is_stale(e: &redis::RedisError) -> bool {
     (e.is_connection_dropped() || e.is_io_error()) && !e.is_timeout()
 }
 
+/// Whether `e` is a read or write cut short by a signal (`EINTR`): nothing was
+/// lost, the same call may be made again on the same connection. A socket with a
+/// read timeout returns `EINTR` to any signal handler, `SA_RESTART` or not.
+pub(crate) fn is_interrupted(e: &redis::RedisError) -> bool {
+    // The `redis` crate keeps the I/O error behind an `Arc`, its `source()`.
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>())
+        .and_then(|inner| inner.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::Interrupted)
+}
+
 impl Manager {
     pub(crate) fn connect_raw(&self) -> RedisResult<redis::Connection> {
         self.connect_within(self.connect_timeout)
@@ -211,5 +222,23 @@ impl fmt::Debug for Manager {
         f.debug_struct("Manager")
             .field("server", &self.target)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+
+    #[test]
+    fn only_an_interrupted_read_is_interrupted() {
+        let io = |kind| redis::RedisError::from(io::Error::from(kind));
+        assert!(is_interrupted(&io(io::ErrorKind::Interrupted)));
+        assert!(!is_interrupted(&io(io::ErrorKind::TimedOut)));
+        assert!(!is_interrupted(&io(io::ErrorKind::ConnectionReset)));
+        assert!(!is_interrupted(&io(io::ErrorKind::UnexpectedEof)));
+        let server = redis::make_extension_error("ERR".into(), Some("x".into()));
+        assert!(!is_interrupted(&server));
     }
 }

@@ -96,14 +96,26 @@ impl SessionWrite {
 
     /// Writes the record on `con` (deletes it once the client [ended](Self::end)).
     pub(crate) fn send(&self, con: &mut redis::Connection) -> redis::RedisResult<()> {
-        if self.ended.load(Ordering::Relaxed) {
-            return redis::cmd("DEL").arg(&self.key).exec(con);
+        if self.ended() {
+            return self.delete().exec(con);
         }
         let written = self.pipe.exec(con);
         if written.is_err() {
             let _ = redis::cmd("DEL").arg(&self.key).exec(con);
         }
         written
+    }
+
+    /// Whether the client stopped: the next write is the record's delete.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
+    }
+
+    /// The record's delete, as a command to send without reading its reply.
+    pub(crate) fn delete(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&self.key);
+        cmd
     }
 
     /// Logs a failed write: a warning the first time (owners of this client's

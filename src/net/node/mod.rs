@@ -61,9 +61,15 @@ impl Node {
         // frozen server (new connections hang in their handshake) costs a call one
         // limit, never the connect timeout on top of the read timeout. A call never
         // waits on a connection the pool is making (`idle.rs`).
+        // No idle timeout and no lifetime: r2d2 then schedules no reaper, whose
+        // job (every 30 s) would keep the pool's three threads alive for up to
+        // 30 s after the client is dropped. Connections idle in `Idle` are out
+        // of the pool's sight anyway, and a dead one is found and replaced on use.
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(1))
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connection_timeout(config.connect_timeout.min(config.read_timeout))
             .test_on_check_out(false)
             .build_unchecked(manager.clone());
@@ -134,15 +140,22 @@ impl Node {
     /// The connection, its reply unread, is discarded. `false` when no connection
     /// was idle, or the write failed.
     pub(crate) fn publish_unanswered(&self, channel: &str) -> bool {
+        self.send_unanswered(redis::cmd("PUBLISH").arg(channel).arg(""))
+    }
+
+    /// Sends `cmd` on an idle connection, its reply never read: the last word of
+    /// a client being dropped (its session record's delete), which must not wait
+    /// on the network. As [`publish_unanswered`](Self::publish_unanswered): never
+    /// makes a connection, and discards the one it used; `false` when none was
+    /// idle, or the write failed.
+    pub(crate) fn send_unanswered(&self, cmd: &redis::Cmd) -> bool {
         let Some(mut conn) = self.idle.try_take(&self.pool) else {
             return false;
         };
         conn.broken = true;
-        let packed = redis::cmd("PUBLISH")
-            .arg(channel)
-            .arg("")
-            .get_packed_command();
-        conn.con.send_packed_command(&packed).is_ok()
+        conn.con
+            .send_packed_command(&cmd.get_packed_command())
+            .is_ok()
     }
 
     /// A new connection outside the pool (the waiter's pub/sub connection).

@@ -37,8 +37,9 @@ impl Refresh {
         }
     }
 
-    /// The client stops: its record is deleted (on the I/O threads, which stop
-    /// after this thread, so the delete is sent before they end).
+    /// The client stops: its record's delete is sent (on the I/O threads, which
+    /// stop after this thread, so it is sent before they end), its reply not
+    /// waited for; where it cannot be sent at once the record expires by itself.
     pub(super) fn end(&self, topology: &dyn Topology) {
         self.write.end();
         topology.write_session(&self.write, None);

@@ -207,12 +207,25 @@ impl Waiters {
     }
 }
 
+impl Waiters {
+    /// Tells every thread to stop, without waiting: the client's drop does it
+    /// first, so the threads end while the rest of the client is taken down.
+    pub(crate) fn signal(&mut self) {
+        for w in &mut self.lanes {
+            if w.stopping.is_none() {
+                let _ = w.tx.send(Command::Shutdown);
+                w.stopping = Some(Instant::now());
+            }
+        }
+    }
+}
+
 impl Drop for Waiters {
     /// Tells every thread to stop, and wakes each out of its socket read at once
     /// (else it sees the command at its next tick): then each lane's drop joins it.
     fn drop(&mut self) {
+        self.signal();
         for w in &self.lanes {
-            let _ = w.tx.send(Command::Shutdown);
             // Only a thread with its connection up reads the socket; one without
             // waits on its commands, and has the shutdown already. The kick's
             // reply is never read: a stopped server leaves the thread to its tick.
@@ -235,13 +248,26 @@ impl std::fmt::Debug for Waiters {
     }
 }
 
-/// One waiter thread's handle; dropping it stops and joins the thread.
+/// One waiter thread's handle; dropping it stops and joins the thread, or,
+/// when the thread is in a call to a server that does not answer, leaves it to
+/// end when the call does (bounded by the read timeout): a client's drop waits
+/// on nothing remote.
 pub(crate) struct Waiter {
     tx: Sender<Command>,
     shared: Arc<Shared>,
     kick: String,
     handle: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends.
+    ended: Receiver<()>,
+    /// When the thread was told to stop (by `Waiters`' drop): the join waits
+    /// until [`JOIN_WAIT`] after it.
+    stopping: Option<Instant>,
 }
+
+/// How long dropping a waiter thread waits for it to end: its tick (a socket
+/// read of 50 ms) and its unsubscribe on a frozen server fit, a call under the
+/// read timeout does not.
+const JOIN_WAIT: Duration = Duration::from_millis(100);
 
 impl Waiter {
     /// A waiter thread; `lane` fixes the subscriber node it listens on (sharded
@@ -254,15 +280,21 @@ impl Waiter {
         }
         let kick = format!("{KICK_PREFIX}{}", uuid::Uuid::new_v4());
         let worker = Worker::new(rx, hub, Arc::clone(&shared), kick.clone(), (lane, ready));
+        let (alive, ended) = crossbeam_channel::bounded::<()>(0);
         let handle = std::thread::Builder::new()
             .name("redlease-wait".into())
-            .spawn(move || worker.run())
+            .spawn(move || {
+                let _alive = alive;
+                worker.run();
+            })
             .map_err(Error::Spawn)?;
         Ok(Self {
             tx,
             shared,
             kick,
             handle: Some(handle),
+            ended,
+            stopping: None,
         })
     }
 }
@@ -270,8 +302,14 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         let _ = self.tx.send(Command::Shutdown);
-        if let Some(handle) = self.handle.take() {
-            let _ = handle.join();
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let by = self.stopping.unwrap_or_else(Instant::now) + JOIN_WAIT;
+        if self.ended.recv_deadline(by).is_err_and(|e| e.is_timeout()) {
+            log::debug!("the waiter thread is left to finish its call");
+            return;
         }
+        let _ = handle.join();
     }
 }

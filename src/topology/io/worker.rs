@@ -32,6 +32,10 @@ const MAX_RETRY: Duration = Duration::from_secs(1);
 /// buffer (of a server that was paused, of the network) lands soon after Redis
 /// answers again, possibly after the answer that found nothing.
 const SETTLE: Duration = Duration::from_secs(1);
+/// What the last attempts at the pending releases get, all together, when the
+/// client is dropped: a drop waits on the network no longer than this (a value
+/// not removed by then expires with its TTL, as it would have).
+const LAST_TRY: Duration = Duration::from_millis(50);
 
 /// Work for a node's I/O thread.
 pub(crate) enum Job {
@@ -80,7 +84,15 @@ pub(crate) struct Worker {
 pub(crate) struct IoThread {
     stop: Box<dyn Fn() + Send + Sync>,
     handle: Option<JoinHandle<()>>,
+    /// Disconnected when the thread ends; with it, a drop waits [`JOIN_WAIT`]
+    /// at most, and leaves a thread still in a network call to end by itself.
+    ended: Option<Receiver<()>>,
 }
+
+/// How long dropping a node thread waits for it to end: local work (its last
+/// releases get [`LAST_TRY`]) fits; a call to a frozen server, bounded by the
+/// read timeout, is not waited for: the thread ends when it returns.
+const JOIN_WAIT: Duration = Duration::from_millis(60);
 
 impl IoThread {
     /// The handle of the thread `handle`, which `stop` tells to end.
@@ -88,6 +100,7 @@ impl IoThread {
         Self {
             stop: Box::new(stop),
             handle: Some(handle),
+            ended: None,
         }
     }
 }
@@ -100,6 +113,7 @@ impl IoThread {
         Self {
             stop: Box::new(stop),
             handle: None,
+            ended: None,
         }
     }
 }
@@ -127,17 +141,20 @@ impl Worker {
         linked: Option<Duration>,
     ) -> Result<(Self, IoThread)> {
         let (tx, rx) = crossbeam_channel::unbounded();
+        let (alive, ended) = crossbeam_channel::bounded::<()>(0);
         let handle = thread::Builder::new()
             .name("redlease-io".into())
             .spawn(move || {
+                let _alive = alive;
                 let link = linked.map(|bound| (Link::new(Arc::clone(&node)), bound));
                 run(&rx, &node, &counters, link);
             })
             .map_err(Error::Spawn)?;
         let stop = tx.clone();
-        let io = IoThread::new(handle, move || {
+        let mut io = IoThread::new(handle, move || {
             let _ = stop.send(Job::Stop);
         });
+        io.ended = Some(ended);
         Ok((Self { tx }, io))
     }
 
@@ -150,9 +167,18 @@ impl Worker {
 impl Drop for IoThread {
     fn drop(&mut self) {
         (self.stop)();
-        if let Some(handle) = self.handle.take() {
-            let _ = handle.join();
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        if let Some(ended) = &self.ended
+            && ended.recv_timeout(JOIN_WAIT).is_err_and(|e| e.is_timeout())
+        {
+            // In a call to a server that does not answer: it ends when the call
+            // does (its timeouts bound it), without the client waiting.
+            log::debug!("an i/o thread is left to finish its call");
+            return;
         }
+        let _ = handle.join();
     }
 }
 
@@ -229,8 +255,14 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
                 }
             }
             Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                let by = Instant::now() + LAST_TRY;
                 for p in pending {
-                    io.release(&p.cleanup);
+                    if io.release_by(&p.cleanup, Some(by)).is_none() {
+                        log::debug!(
+                            "a value of `{}` may be left; it expires with its ttl",
+                            p.cleanup.keys.lock
+                        );
+                    }
                 }
                 return;
             }
@@ -270,9 +302,39 @@ impl Io<'_> {
         }
     }
 
+    /// Runs `f` once on a pooled connection whose replies are waited for until
+    /// `by` at most; the connection keeps its usual timeout afterwards.
+    fn within<T>(
+        &self,
+        by: Instant,
+        f: impl FnOnce(&mut crate::net::connection::Conn) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let left = by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(super::timed_out("no time left to reach the node"));
+        }
+        let mut conn = self.node.get_timeout(left)?;
+        conn.run(|c| c.set_read_timeout(Some(left)))?;
+        let answer = f(&mut conn);
+        let usual = Some(self.node.read_timeout());
+        if conn.run(|c| c.set_read_timeout(usual)).is_err() {
+            conn.broken = true;
+        }
+        Ok(answer?)
+    }
+
     /// Writes the session record, through the pool or the thread's own connection
     /// (then within its bound); a failure is logged.
     fn write_session(&mut self, write: &SessionWrite) {
+        if write.ended() {
+            // The client is being dropped, which waits on nothing remote: the
+            // delete is written to an idle connection, its reply never read; without
+            // one, or on a frozen server, the record expires with its TTL.
+            if !self.node.send_unanswered(&write.delete()) {
+                log::debug!("session record `{}` left to expire", write.key);
+            }
+            return;
+        }
         let send = |conn: &mut crate::net::connection::Conn| conn.run(|c| write.send(c));
         let answer = match &mut self.link {
             Some((link, bound)) => link.call(Instant::now() + *bound, *bound, send),
@@ -287,6 +349,12 @@ impl Io<'_> {
     /// thread's own connection (then within its bound); what Redis answered, if
     /// it did.
     fn release(&mut self, cleanup: &Cleanup) -> Option<Release> {
+        self.release_by(cleanup, None)
+    }
+
+    /// [`release`](Self::release), answered by `by` if given (the connection's
+    /// read timeout is then what is left until it).
+    fn release_by(&mut self, cleanup: &Cleanup, by: Option<Instant>) -> Option<Release> {
         let Cleanup {
             backend,
             keys,
@@ -302,9 +370,14 @@ impl Io<'_> {
                 &[],
             )
         };
-        let answer = match &mut self.link {
-            Some((link, bound)) => link.call(Instant::now() + *bound, *bound, delete),
-            None => self.node.with_retry(delete),
+        let answer = match (&mut self.link, by) {
+            (Some((link, bound)), None) => link.call(Instant::now() + *bound, *bound, delete),
+            (None, None) => self.node.with_retry(delete),
+            (Some((link, _)), Some(by)) => {
+                let left = by.saturating_duration_since(Instant::now());
+                link.call(by, left, delete)
+            }
+            (None, Some(by)) => self.within(by, delete),
         };
         match answer {
             Ok(freed) => {

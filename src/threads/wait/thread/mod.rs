@@ -13,11 +13,16 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::listen::{Event, Listener};
 use super::{Command, Hub, Shared, Wake};
+use crate::net::connection::is_interrupted;
 
 mod subscriptions;
 
 /// How long the thread blocks on the socket before looking at its commands.
 const TICK: Duration = Duration::from_millis(50);
+/// How long the last read of a stopping thread waits: dropping the connection
+/// unsubscribes and reads the replies, which a frozen server never sends, and
+/// which nobody needs once the connection is closed.
+const STOP_READ: Duration = Duration::from_millis(1);
 /// How long a channel stays subscribed after its last waiter left, so a busy key
 /// does not pay `SUBSCRIBE` + `UNSUBSCRIBE` on every wait.
 const LINGER: Duration = Duration::from_secs(2);
@@ -180,7 +185,7 @@ impl Worker {
             // of the flag is visible to the drain below.
             self.shared.kicked.swap(false, Ordering::AcqRel);
             if !self.drain() {
-                return Served::Stop;
+                return stop(&ps);
             }
             // Commands are read again after unsubscribing: a caller that saw the
             // channel subscribed had queued before it left the shared view, so its
@@ -189,7 +194,7 @@ impl Worker {
                 return Served::Lost;
             }
             if !self.drain() {
-                return Served::Stop;
+                return stop(&ps);
             }
             if self.subscribe_pending(&mut ps).is_err() {
                 return Served::Lost;
@@ -200,7 +205,7 @@ impl Worker {
                     // that queued before the release is woken by it, and one that
                     // left is not.
                     if !self.drain() {
-                        return Served::Stop;
+                        return stop(&ps);
                     }
                     match event {
                         Event::Message(channel) if channel != self.kick => {
@@ -213,7 +218,9 @@ impl Worker {
                         Event::Message(_) | Event::Other => {}
                     }
                 }
-                Err(e) if e.is_timeout() => {}
+                // A signal cut the read short: the connection is fine, and the
+                // parser keeps what it had read; read again.
+                Err(e) if e.is_timeout() || is_interrupted(&e) => {}
                 Err(e) => {
                     log::warn!("pub/sub connection lost ({e}); waiters poll until it is back");
                     return Served::Lost;
@@ -346,4 +353,11 @@ impl Worker {
             }
         }
     }
+}
+
+/// The thread stops: the connection's last reads (its unsubscribe, when it is
+/// dropped) wait [`STOP_READ`] at most.
+fn stop(ps: &Listener<'_>) -> Served {
+    let _ = ps.set_read_timeout(STOP_READ);
+    Served::Stop
 }
