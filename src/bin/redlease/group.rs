@@ -72,28 +72,42 @@ fn text(name: &str, s: &GroupStatus) -> String {
         );
     }
     for p in &s.partitions {
-        let _ = match (&p.owner, p.ttl) {
-            (Some(o), Some(t)) => writeln!(
+        let Some(t) = p.ttl else {
+            let _ = writeln!(out, "  partition {}: free", p.partition);
+            continue;
+        };
+        let fence = p.fence.map_or_else(
+            || "fence not yet recorded".to_owned(),
+            |f| format!("fence {f}"),
+        );
+        let _ = match (&p.owner, p.client) {
+            (Some(o), _) => writeln!(
                 out,
-                "  partition {}: {o}, fence {}, {} ms left",
+                "  partition {}: {o}, {fence}, {} ms left",
                 p.partition,
-                p.fence.unwrap_or(0),
                 ms(t)
             ),
-            (None, Some(t)) => writeln!(
+            (None, Some(c)) => writeln!(
                 out,
-                "  partition {}: held by no live member, {} ms left",
+                "  partition {}: held by client {c}, no live member, {} ms left",
                 p.partition,
                 ms(t)
             ),
-            _ => writeln!(out, "  partition {}: free", p.partition),
+            (None, None) => writeln!(
+                out,
+                "  partition {}: held by no redlease client, {} ms left",
+                p.partition,
+                ms(t)
+            ),
         };
     }
     out
 }
 
 /// `{"group", "balanced", "members": [{id, host, pid, program, alive, ttl_ms,
-/// partitions}], "partitions": [{partition, owner, fence, ttl_ms}]}`.
+/// partitions}], "partitions": [{partition, owner, fence, client, ttl_ms}]}`:
+/// `owner` the live member whose client holds the partition's lock, `client`
+/// that client's tag (both `null` when free).
 fn to_json(name: &str, s: &GroupStatus) -> Value {
     let members: Vec<Value> = s
         .members
@@ -111,7 +125,7 @@ fn to_json(name: &str, s: &GroupStatus) -> Value {
         .map(|p| {
             json!({
                 "partition": p.partition, "owner": p.owner, "fence": p.fence,
-                "ttl_ms": p.ttl.map(ms),
+                "client": p.client.map(|c| c.to_string()), "ttl_ms": p.ttl.map(ms),
             })
         })
         .collect();
