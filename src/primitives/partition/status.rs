@@ -156,3 +156,90 @@ fn holder(members: &[Record], p: u32, read: bool, client: Option<ClientTag>) -> 
 fn listed(r: &Record, p: u32) -> Option<u64> {
     r.held.iter().find(|(q, _)| *q == p).map(|(_, f)| *f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(c: char) -> ClientTag {
+        ClientTag::of_hex(&c.to_string().repeat(16)).unwrap()
+    }
+
+    fn record(id: &str, tag: Option<ClientTag>, held: &[(u32, u64)]) -> Record {
+        Record {
+            id: id.into(),
+            ttl: Duration::from_secs(2),
+            host: "h".into(),
+            pid: 1,
+            program: "w".into(),
+            partitions: 4,
+            held: held.to_vec(),
+            tag,
+        }
+    }
+
+    fn held_by(t: ClientTag) -> Lock {
+        Lock::Held {
+            ttl: Some(Duration::from_millis(1968)),
+            value: Some(format!("rl2:{t}:1z")),
+        }
+    }
+
+    #[test]
+    fn a_partition_taken_before_its_holders_record_lists_it_names_the_holder() {
+        // `a` took 1 from `b` a moment ago: neither record says so yet.
+        let view = View {
+            members: vec![
+                record("a", Some(tag('a')), &[(0, 5)]),
+                record("b", Some(tag('b')), &[(1, 3), (2, 4), (3, 6)]),
+            ],
+            partitions: vec![
+                held_by(tag('a')),
+                held_by(tag('a')),
+                held_by(tag('b')),
+                held_by(tag('b')),
+            ],
+            asks: vec![],
+        };
+        let status = status_of(&view);
+        let one = &status.partitions[1];
+        assert_eq!(one.owner.as_deref(), Some("a"));
+        assert_eq!((one.fence, one.client), (None, Some(tag('a'))));
+        assert_eq!(status.partitions[0].fence, Some(5));
+        assert_eq!(status.members[0].partitions, [0, 1]);
+        assert_eq!(status.members[1].partitions, [2, 3]);
+        assert!(status.is_balanced());
+    }
+
+    #[test]
+    fn a_holder_that_is_no_member_shows_its_client_and_an_older_member_its_record() {
+        let view = View {
+            members: vec![
+                // An older version's record names no client.
+                record("old", None, &[(1, 7)]),
+                // Two members of one client, told apart by their records.
+                record("x", Some(tag('c')), &[(2, 8)]),
+                record("y", Some(tag('c')), &[]),
+            ],
+            partitions: vec![
+                held_by(tag('d')),
+                held_by(tag('e')),
+                held_by(tag('c')),
+                Lock::Free,
+            ],
+            asks: vec![],
+        };
+        let status = status_of(&view);
+        let owners: Vec<Option<&str>> = status
+            .partitions
+            .iter()
+            .map(|p| p.owner.as_deref())
+            .collect();
+        // Partition 0: no member's client, and no older member lists it.
+        assert_eq!(owners, [None, Some("old"), Some("x"), None]);
+        assert_eq!(status.partitions[0].client, Some(tag('d')));
+        assert_eq!(status.partitions[1].fence, Some(7));
+        assert_eq!(status.partitions[3].ttl, None);
+        assert!(!status.is_balanced());
+    }
+}
