@@ -190,6 +190,14 @@ pub(crate) fn record_body(
     )
 }
 
+/// A [`ROUND`] reply: records, lock TTLs, asks, lock values.
+type Reply = (
+    Vec<Vec<String>>,
+    Vec<i64>,
+    Vec<Vec<String>>,
+    Vec<Option<String>>,
+);
+
 /// The item of a record's `held` list that gives the member's client tag.
 const TAG: &str = "tag=";
 
@@ -204,12 +212,6 @@ pub(crate) fn read_view(reply: &Value, m: usize) -> RedisResult<View> {
             "unexpected partition round reply",
         ))
     };
-    type Reply = (
-        Vec<Vec<String>>,
-        Vec<i64>,
-        Vec<Vec<String>>,
-        Vec<Option<String>>,
-    );
     let (members, ttls, asks, values): Reply = redis::from_redis_value_ref(reply)?;
     if ttls.len() != m || !(values.is_empty() || values.len() == m) {
         return Err(bad());
