@@ -1,6 +1,6 @@
 //! `redlease group G`: a partition group's members (host, pid,
-//! program, time left on their record), each partition's owner, fence and TTL,
-//! and whether the group is balanced, from the library's
+//! program, time left on their record), each partition's owner, fence, client
+//! tag and TTL, and whether the group is balanced, from the library's
 //! `PartitionGroup::status`.
 
 use std::fmt::Write;
@@ -130,4 +130,58 @@ fn to_json(name: &str, s: &GroupStatus) -> Value {
         })
         .collect();
     json!({"group": name, "balanced": s.is_balanced(), "members": members, "partitions": partitions})
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redlease::{ClientTag, MemberInfo, PartitionInfo};
+
+    use super::*;
+
+    #[test]
+    fn a_partition_shows_its_owner_without_a_fence_or_its_client_without_a_member() {
+        let tag = ClientTag::of_token("rl2:0123456789abcdef:1").unwrap();
+        let partition = |p, owner: Option<&str>, fence| PartitionInfo {
+            partition: p,
+            owner: owner.map(Into::into),
+            fence,
+            client: Some(tag),
+            ttl: Some(Duration::from_millis(1968)),
+        };
+        let status = GroupStatus {
+            members: vec![MemberInfo {
+                id: "a".into(),
+                host: "h".into(),
+                pid: 7,
+                program: "w".into(),
+                ttl: Duration::from_secs(2),
+                partitions: vec![0, 1],
+            }],
+            partitions: vec![
+                partition(0, Some("a"), Some(5)),
+                partition(1, Some("a"), None),
+                partition(2, None, None),
+            ],
+        };
+        let text = text("g", &status);
+        assert!(
+            text.contains("partition 0: a, fence 5, 1968 ms left"),
+            "{text}"
+        );
+        assert!(
+            text.contains("partition 1: a, fence not yet recorded"),
+            "{text}"
+        );
+        assert!(
+            text.contains("partition 2: held by client 0123456789abcdef, no live member"),
+            "{text}"
+        );
+        let json = to_json("g", &status);
+        assert_eq!(json["partitions"][1]["owner"], "a");
+        assert!(json["partitions"][1]["fence"].is_null());
+        assert_eq!(json["partitions"][2]["client"], "0123456789abcdef");
+        assert_eq!(json["balanced"], false);
+    }
 }
