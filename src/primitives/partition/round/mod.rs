@@ -8,7 +8,9 @@
 //! A round that took a partition writes the record again at once, before it
 //! tells [`PartitionEvent::Assigned`]: the record names the partition and its
 //! fence one round trip after the take, not a round later, and a reader that
-//! has seen the event finds both there.
+//! has seen the event finds both there. A release asked for with
+//! [`Member::release`](super::Member::release) writes it too before it returns,
+//! so the record stops listing the partition.
 
 mod act;
 
@@ -87,6 +89,9 @@ impl Worker {
             match rx.recv_deadline(next) {
                 Ok(Command::Release(p, ack)) => {
                     let had = self.release(p);
+                    if had {
+                        self.beat();
+                    }
                     let _ = ack.send(had);
                 }
                 Ok(Command::Leave(ack)) => {
