@@ -22,7 +22,9 @@ const ROOMY: Duration = Duration::from_secs(30);
 
 /// A member of `jobs` (4 partitions) whose commands keep a marker in `dir`
 /// while they run, named for the partition and the member's pid (the parent of
-/// the command's keeper); `ignore_term` makes them ignore SIGTERM.
+/// the command's keeper), written whole under another name and renamed, so a
+/// marker is never read empty, after the SIGTERM trap is set, so a command
+/// stopped as it starts leaves none; `ignore_term` makes them ignore SIGTERM.
 fn member(server: &RedisServer, dir: &Path, ignore_term: bool) -> Command {
     let trap = if ignore_term {
         "trap '' TERM".to_owned()
@@ -30,7 +32,7 @@ fn member(server: &RedisServer, dir: &Path, ignore_term: bool) -> Command {
         "trap 'rm -f \"$m\"; exit 0' TERM".to_owned()
     };
     let script = format!(
-        "m={}/$REDLEASE_PARTITION.$(cut -d' ' -f4 /proc/$PPID/stat); echo \"$REDLEASE_FENCE $REDLEASE_GROUP\" > \"$m\"; {trap}; \
+        "m={}/$REDLEASE_PARTITION.$(cut -d' ' -f4 /proc/$PPID/stat); {trap}; echo \"$REDLEASE_FENCE $REDLEASE_GROUP\" > \"$m.new\"; mv \"$m.new\" \"$m\"; \
          while [ -e \"$m\" ]; do sleep 0.05; done",
         dir.display()
     );
@@ -140,8 +142,24 @@ fn members_share_the_partitions_hand_them_over_and_the_group_shows_it() {
             );
         }
     }
-    assert!(eventually(ROOMY, || group_json(&server)["balanced"] == true));
+    // Read at once, as the handover settles: each partition names the member
+    // whose command runs it, with that command's fence, and the group is
+    // balanced, though the members' records may still be a round behind.
+    let running = markers(&dir);
     let status = group_json(&server);
+    assert_eq!(status["balanced"], true, "{status:#}");
+    for p in status["partitions"].as_array().unwrap() {
+        let owner = status["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["id"] == p["owner"])
+            .unwrap_or_else(|| panic!("no owner: {status:#}"));
+        let (pid, fence) = running[&u32::try_from(p["partition"].as_u64().unwrap()).unwrap()][0];
+        assert_eq!(owner["pid"], u64::from(pid), "{status:#}");
+        assert_eq!(p["fence"], fence, "{status:#}");
+        assert!(p["client"].is_string(), "{status:#}");
+    }
     let pids: Vec<u64> = status["members"]
         .as_array()
         .unwrap()
@@ -170,7 +188,16 @@ fn members_share_the_partitions_hand_them_over_and_the_group_shows_it() {
     assert_eq!(terminate(&mut a), Some(128 + 15));
     assert!(eventually(ROOMY, || spread(&dir, &[b.id()], 4)));
     assert_eq!(terminate(&mut b), Some(128 + 15));
-    assert!(markers(&dir).is_empty());
+    assert!(
+        markers(&dir).is_empty(),
+        "{:?} {:?}",
+        markers(&dir),
+        fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect::<Vec<_>>()
+    );
     // No member left: the size is unknown without --partitions.
     let out = output(redlease(["group", "--url", &server.url(), "jobs"]));
     assert_eq!(out.status.code(), Some(75), "{}", stderr(&out));

@@ -588,3 +588,60 @@ fn moves_per_round_stay_within_max_moves() {
         r.leave();
     }
 }
+
+#[test]
+fn the_status_names_a_joiners_partitions_and_says_balanced_the_moment_it_takes_them() {
+    let server = RedisServer::start();
+    let store = Arc::new(Store::default());
+    let clients: Vec<LockClient> = (0..5).map(|_| client(&server.url())).collect();
+    let m = 12;
+    let running = balanced_on(&clients[..4], m, &store);
+    // The fifth member's events are read here: the status is read the moment
+    // its round tells that it took a partition, before its next round.
+    let joiner = group(&clients[4], m).join().unwrap();
+    let (mut taken, mut unnamed, mut wrong_fence) = (0, 0, 0);
+    let mut last = None;
+    let deadline = Instant::now() + ROOMY;
+    let mut all = members(&running);
+    all.push(&joiner);
+    while balanced(&all, m).is_none() || last.is_none() || !joiner.events().is_empty() {
+        assert!(Instant::now() < deadline, "the join never settled");
+        let Ok(PartitionEvent::Assigned { partition, fence }) =
+            joiner.events().recv_timeout(Duration::from_millis(50))
+        else {
+            continue;
+        };
+        let status = group(&clients[0], m).status().unwrap();
+        taken += 1;
+        let info = &status.partitions[partition as usize];
+        if info.owner.as_deref() != Some(joiner.id()) {
+            unnamed += 1;
+        } else if info.fence != Some(fence) {
+            wrong_fence += 1;
+        }
+        // Every held partition names a live member.
+        unnamed += status
+            .partitions
+            .iter()
+            .filter(|p| p.partition != partition && p.ttl.is_some() && p.owner.is_none())
+            .count();
+        last = Some(status);
+    }
+    let last = last.unwrap();
+    eprintln!(
+        "{taken} takes told: {unnamed} held partitions unnamed, {wrong_fence} wrong fences, \
+         balanced at the last take: {}",
+        last.is_balanced()
+    );
+    assert_eq!((unnamed, wrong_fence), (0, 0), "{last:#?}");
+    assert!(last.is_balanced(), "{last:#?}");
+    for p in &last.partitions {
+        let owner = p.owner.as_deref().unwrap();
+        let member = last.members.iter().find(|mem| mem.id == owner).unwrap();
+        assert!(member.partitions.contains(&p.partition), "{last:#?}");
+    }
+    joiner.leave().unwrap();
+    for r in running {
+        r.leave();
+    }
+}

@@ -103,7 +103,7 @@ impl ClientTag {
     }
 
     /// The tag that is `hex`, exactly 16 lowercase hex digits.
-    fn of_hex(hex: &str) -> Option<Self> {
+    pub(crate) fn of_hex(hex: &str) -> Option<Self> {
         let tag: [u8; 16] = hex.as_bytes().try_into().ok()?;
         is_hex(&tag).then_some(Self(tag))
     }

@@ -123,8 +123,9 @@ impl Member {
 
     /// Releases `partition` (after a [`PartitionEvent::Revoking`], once its work
     /// is done or checkpointed), so that the asker takes it at its next round.
-    /// Waits for the member's thread to release it: at most its round in
-    /// progress and the release, each within the client's network timeouts.
+    /// Waits for the member's thread to release it and to write its record
+    /// without it: at most its round in progress, the release and the record,
+    /// each within the client's network timeouts.
     /// Returns whether this member held it.
     ///
     /// # Errors

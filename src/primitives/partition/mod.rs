@@ -230,7 +230,10 @@ impl PartitionGroup {
     }
 
     /// Reads the group's members and each partition's owner, fence and TTL, in
-    /// one round trip; writes nothing.
+    /// one round trip; writes nothing. The owner is read from the partition's
+    /// lock (its token names the holder's client), so a partition names its
+    /// holder from the moment it is taken; the fence from the holder's record
+    /// (see [`PartitionInfo::fence`]).
     ///
     /// # Errors
     /// [`Error::Redis`] when the read got no answer.

@@ -8,8 +8,11 @@
 //! - `<prefix>redlease:group:{G}:members`: a hash, one field per member id, whose
 //!   value is its record: `<expiry ms>\t<host>\t<pid>\t<program>\t<m>\t<held>`
 //!   (`m` the number of partitions the member works with), `held`
-//!   being `<partition>:<fence>` pairs joined by `,`. The expiry is on the server's
-//!   clock (`TIME`), written and compared only by scripts on that server;
+//!   being `<partition>:<fence>` pairs joined by `,`, then `tag=<client tag>`
+//!   (the tag its partitions' tokens carry; in the list, where older readers,
+//!   which skip an item without `:`, pass over it, and absent from their
+//!   records). The expiry is on the server's clock (`TIME`), written and
+//!   compared only by scripts on that server;
 //! - `<prefix>redlease:group:{G}:asks`: a hash, one field per partition asked for,
 //!   `<member id>\t<deadline ms>` (server clock): the mark its owner sees.
 //!
@@ -24,6 +27,7 @@ mod scripts;
 
 pub(crate) use scripts::{ASK, CLEAR, FORCE, PARTITION_SCRIPTS, ROUND};
 
+use crate::owner::ClientTag;
 use crate::time::ttl_millis;
 
 /// The name (under the client's prefix) of partition `i`'s lock in `group`.
@@ -124,6 +128,8 @@ pub(crate) struct Record {
     pub(crate) partitions: u32,
     /// The partitions it said it held, with their fences.
     pub(crate) held: Vec<(u32, u64)>,
+    /// The tag its partitions' tokens carry (`None` from an older version).
+    pub(crate) tag: Option<ClientTag>,
 }
 
 /// One ask as a round read it.
@@ -135,13 +141,32 @@ pub(crate) struct Ask {
     pub(crate) left: Duration,
 }
 
-/// What one round read: the live records sorted by id, each partition's lock's
-/// remaining TTL (`None` when free; `Duration::MAX` when held with no TTL, or
-/// read by a member's round, which asks only whether it is held), and the asks.
+/// One partition's lock as a round read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Lock {
+    /// No key.
+    Free,
+    /// Held: a member's round reads only that; a reader ([`Beat::Read`]) also
+    /// reads what is left of its TTL (`None` for a key without one) and its
+    /// value (`None` when not a string).
+    Held {
+        ttl: Option<Duration>,
+        value: Option<String>,
+    },
+}
+
+impl Lock {
+    pub(crate) fn is_free(&self) -> bool {
+        matches!(self, Lock::Free)
+    }
+}
+
+/// What one round read: the live records sorted by id, each partition's lock,
+/// and the asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct View {
     pub(crate) members: Vec<Record>,
-    pub(crate) partitions: Vec<Option<Duration>>,
+    pub(crate) partitions: Vec<Lock>,
     pub(crate) asks: Vec<Ask>,
 }
 
@@ -152,9 +177,11 @@ pub(crate) fn record_body(
     program: &str,
     m: u32,
     held: &[(u32, u64)],
+    tag: ClientTag,
 ) -> String {
     let clean = |s: &str| s.replace(['\t', '\n'], " ");
-    let held: Vec<String> = held.iter().map(|(p, f)| format!("{p}:{f}")).collect();
+    let mut held: Vec<String> = held.iter().map(|(p, f)| format!("{p}:{f}")).collect();
+    held.push(format!("{TAG}{tag}"));
     format!(
         "{}\t{pid}\t{}\t{m}\t{}",
         clean(host),
@@ -162,6 +189,17 @@ pub(crate) fn record_body(
         held.join(",")
     )
 }
+
+/// A [`ROUND`] reply: records, lock TTLs, asks, lock values.
+type Reply = (
+    Vec<Vec<String>>,
+    Vec<i64>,
+    Vec<Vec<String>>,
+    Vec<Option<String>>,
+);
+
+/// The item of a record's `held` list that gives the member's client tag.
+const TAG: &str = "tag=";
 
 /// Reads a [`ROUND`] reply for `m` partitions.
 ///
@@ -174,9 +212,8 @@ pub(crate) fn read_view(reply: &Value, m: usize) -> RedisResult<View> {
             "unexpected partition round reply",
         ))
     };
-    let (members, ttls, asks): (Vec<Vec<String>>, Vec<i64>, Vec<Vec<String>>) =
-        redis::from_redis_value_ref(reply)?;
-    if ttls.len() != m {
+    let (members, ttls, asks, values): Reply = redis::from_redis_value_ref(reply)?;
+    if ttls.len() != m || !(values.is_empty() || values.len() == m) {
         return Err(bad());
     }
     let mut records = Vec::with_capacity(members.len());
@@ -187,10 +224,11 @@ pub(crate) fn read_view(reply: &Value, m: usize) -> RedisResult<View> {
         let pid = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
         let program = parts.next().unwrap_or_default().to_owned();
         let partitions = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-        let held = parts
-            .next()
-            .unwrap_or_default()
-            .split(',')
+        let items = parts.next().unwrap_or_default().split(',');
+        let tag = items
+            .clone()
+            .find_map(|item| ClientTag::of_hex(item.strip_prefix(TAG)?));
+        let held = items
             .filter_map(|pair| {
                 let (p, f) = pair.split_once(':')?;
                 Some((p.parse().ok()?, f.parse().ok()?))
@@ -205,16 +243,24 @@ pub(crate) fn read_view(reply: &Value, m: usize) -> RedisResult<View> {
             program,
             partitions,
             held,
+            tag,
         });
     }
     records.sort_by(|a, b| a.id.cmp(&b.id));
+    let mut values = values.into_iter();
     let partitions = ttls
         .into_iter()
-        .map(|t| match t {
-            -2 => None,
-            // A lock without a TTL is held for good.
-            -1 => Some(Duration::MAX),
-            t => Some(Duration::from_millis(u64::try_from(t).unwrap_or(0))),
+        .map(|t| {
+            let value = values.next().flatten();
+            match t {
+                -2 => Lock::Free,
+                // No TTL: a member's round (it reads no TTL), or a lock held for good.
+                -1 => Lock::Held { ttl: None, value },
+                t => Lock::Held {
+                    ttl: Some(Duration::from_millis(u64::try_from(t).unwrap_or(0))),
+                    value,
+                },
+            }
         })
         .collect();
     let mut read = Vec::with_capacity(asks.len());
@@ -245,25 +291,43 @@ mod tests {
         Value::BulkString(s.as_bytes().to_vec())
     }
 
+    fn tag() -> ClientTag {
+        ClientTag::of_hex("0123456789abcdef").unwrap()
+    }
+
     #[test]
     fn a_round_reply_reads_as_records_locks_and_asks() {
-        let body = record_body("h\tost", 42, "w", 2, &[(3, 17), (5, 9)]);
+        let body = record_body("h\tost", 42, "w", 2, &[(3, 17), (5, 9)], tag());
+        let token = "rl2:0123456789abcdef:7";
         let reply = Value::Array(vec![
             Value::Array(vec![
                 Value::Array(vec![bulk("b"), bulk("900"), bulk(&body)]),
+                // An older version's record: no tag.
                 Value::Array(vec![bulk("a"), bulk("100"), bulk("x\t1\ty\t2\t")]),
             ]),
             Value::Array(vec![Value::Int(-2), Value::Int(1500)]),
             Value::Array(vec![Value::Array(vec![bulk("1"), bulk("a"), bulk("-5")])]),
+            Value::Array(vec![Value::Nil, bulk(token)]),
         ]);
         let view = read_view(&reply, 2).unwrap();
         assert_eq!(view.members[0].id, "a");
         assert!(view.members[0].held.is_empty());
+        assert_eq!(view.members[0].tag, None);
         assert_eq!(view.members[1].host, "h ost");
         assert_eq!(view.members[1].pid, 42);
         assert_eq!(view.members[1].partitions, 2);
         assert_eq!(view.members[1].held, [(3, 17), (5, 9)]);
-        assert_eq!(view.partitions, [None, Some(Duration::from_millis(1500))]);
+        assert_eq!(view.members[1].tag, Some(tag()));
+        assert_eq!(
+            view.partitions,
+            [
+                Lock::Free,
+                Lock::Held {
+                    ttl: Some(Duration::from_millis(1500)),
+                    value: Some(token.into())
+                }
+            ]
+        );
         assert_eq!(
             view.asks,
             [Ask {
@@ -273,6 +337,38 @@ mod tests {
             }]
         );
         assert!(read_view(&reply, 3).is_err());
+    }
+
+    #[test]
+    fn a_members_round_reads_held_or_free_and_no_values() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![]),
+            Value::Array(vec![Value::Int(-1), Value::Int(-2)]),
+            Value::Array(vec![]),
+            Value::Array(vec![]),
+        ]);
+        let view = read_view(&reply, 2).unwrap();
+        let held = Lock::Held {
+            ttl: None,
+            value: None,
+        };
+        assert_eq!(view.partitions, [held, Lock::Free]);
+    }
+
+    #[test]
+    fn an_older_reader_skips_the_tag_in_a_records_held_list() {
+        let body = record_body("h", 1, "w", 4, &[(3, 17)], tag());
+        let held = body.rsplit('\t').next().unwrap();
+        // What an older version's `read_view` keeps of the list.
+        let pairs: Vec<(u32, u64)> = held
+            .split(',')
+            .filter_map(|pair| {
+                let (p, f) = pair.split_once(':')?;
+                Some((p.parse().ok()?, f.parse().ok()?))
+            })
+            .collect();
+        assert_eq!(pairs, [(3, 17)]);
+        assert_eq!(held, "3:17,tag=0123456789abcdef");
     }
 
     #[test]

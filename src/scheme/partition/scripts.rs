@@ -24,10 +24,12 @@ local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 /// the asks of members that are gone), `leave` (delete the record and the
 /// member's asks, drop as `beat` does) or `read` (write nothing).
 ///
-/// Returns `{members, ttls, asks}`: each live record as `{id, ms left, body}`;
-/// each partition lock's `PTTL` (-2 free) when reading, or -2 free / -1 held
-/// for a member's round (one `MGET`: a member needs no more); each ask of a live member as
-/// `{partition, id, ms to its deadline}`.
+/// Returns `{members, ttls, asks, values}`: each live record as `{id, ms left,
+/// body}`; each partition lock's `PTTL` (-2 free) when reading, or -2 free / -1
+/// held for a member's round (one `MGET`: a member needs no more); each ask of
+/// a live member as `{partition, id, ms to its deadline}`; when reading, each
+/// partition lock's value (its token, which names the holder's client; nil
+/// when free or not a string), else empty.
 pub(crate) static ROUND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{EFFECTS}{NOW}
@@ -50,9 +52,11 @@ for i = 1, #all, 2 do
     redis.call('HDEL', KEYS[1], all[i])
   end
 end
-local ttls = {{}}
+local ttls, values = {{}}, {{}}
 if mode == 'read' then
   for i = 3, #KEYS do ttls[#ttls + 1] = redis.call('PTTL', KEYS[i]) end
+  -- MGET, not GET: a key of another type reads as nil instead of failing the script.
+  if #KEYS > 2 then values = redis.call('MGET', unpack(KEYS, 3)) end
 elseif #KEYS > 2 then
   -- A member needs only free or held: one MGET, not a PTTL per partition.
   local values = redis.call('MGET', unpack(KEYS, 3))
@@ -73,7 +77,7 @@ for i = 1, #raw, 2 do
     redis.call('HDEL', KEYS[2], raw[i])
   end
 end
-return {{members, ttls, asks}}
+return {{members, ttls, asks, values}}
 "
     ))
 });

@@ -10,17 +10,19 @@ use crate::scheme::partition::{View, ask_cmd, clear_cmd, force_cmd};
 
 impl Worker {
     /// Takes, asks for and gives up what the assignment computed from `view`
-    /// says.
-    pub(super) fn act(&mut self, client: &LockClient, view: &View) {
+    /// says; returns the partitions taken, with their fences, for the round to
+    /// tell once its record names them.
+    pub(super) fn act(&mut self, client: &LockClient, view: &View) -> Vec<(u32, u64)> {
+        let mut taken = Vec::new();
         let ids: Vec<String> = view.members.iter().map(|r| r.id.clone()).collect();
         let Some(me) = ids.iter().position(|i| *i == self.id) else {
-            return;
+            return taken;
         };
         let m = self.names.len();
         let owner: Vec<Option<usize>> = (0..m)
             .map(|i| {
                 let p = part(i);
-                if view.partitions[i].is_none() {
+                if view.partitions[i].is_free() {
                     None
                 } else if self.guards.contains_key(&p) {
                     Some(me)
@@ -54,14 +56,14 @@ impl Worker {
                 .asks
                 .iter()
                 .find(|a| a.partition == p && a.by == self.id);
-            match (view.partitions[i], owner[i], mine) {
-                (None, _, _) if self.take(client, p) && mine.is_some() => clear.push(p),
-                (Some(_), Some(_), None) => ask_for.push(p),
-                (Some(_), Some(_), Some(a)) if a.left.is_zero() => {
+            match (view.partitions[i].is_free(), owner[i], mine) {
+                (true, _, _) if self.take(client, p, &mut taken) && mine.is_some() => clear.push(p),
+                (false, Some(_), None) => ask_for.push(p),
+                (false, Some(_), Some(a)) if a.left.is_zero() => {
                     let forced = self
                         .send(&force_cmd(&self.keys[1], &self.keys[2 + i], &self.id, p))
                         .map(|v| redis::from_redis_value_ref::<i64>(&v).unwrap_or(0));
-                    if matches!(forced, Ok(1)) && self.take(client, p) {
+                    if matches!(forced, Ok(1)) && self.take(client, p, &mut taken) {
                         clear.push(p);
                     }
                 }
@@ -93,10 +95,12 @@ impl Worker {
         {
             log::warn!("member `{}`: ask failed: {e}", self.id);
         }
+        taken
     }
 
-    /// One attempt at partition `p`'s lock; whether it is ours now.
-    fn take(&mut self, client: &LockClient, p: u32) -> bool {
+    /// One attempt at partition `p`'s lock; whether it is ours now (then it
+    /// is added to `taken`, with its fence).
+    fn take(&mut self, client: &LockClient, p: u32, taken: &mut Vec<(u32, u64)>) -> bool {
         let opts = LockOptions::new()
             .ttl(self.settings.ttl)
             .fencing(true)
@@ -105,10 +109,7 @@ impl Worker {
             Ok(Some(guard)) => {
                 let fence = guard.fence().unwrap_or(0);
                 self.guards.insert(p, guard);
-                let _ = self.events.send(PartitionEvent::Assigned {
-                    partition: p,
-                    fence,
-                });
+                taken.push((p, fence));
                 true
             }
             Ok(None) => false,

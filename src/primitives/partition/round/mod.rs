@@ -4,6 +4,13 @@
 //! Layout: this file is the thread, its loop and a round's first half (losses
 //! reported, the record written and the group read); `act.rs` the second half,
 //! what a round does with what it read (takes, asks, forced takes).
+//!
+//! A round that took a partition writes the record again at once, before it
+//! tells [`PartitionEvent::Assigned`]: the record names the partition and its
+//! fence one round trip after the take, not a round later, and a reader that
+//! has seen the event finds both there. A release asked for with
+//! [`Member::release`](super::Member::release) writes it too before it returns,
+//! so the record stops listing the partition.
 
 mod act;
 
@@ -19,7 +26,7 @@ use super::{PartitionGroup, Settings};
 use crate::client::guard::LockGuard;
 use crate::client::{Inner, LockClient};
 use crate::error::Result;
-use crate::owner::{host, program};
+use crate::owner::{ClientTag, host, program};
 use crate::scheme::partition::{Beat, PARTITION_SCRIPTS, View, read_view, record_body, round_cmd};
 use crate::threads::cancel::Watch;
 use crate::threads::wait::Hub;
@@ -36,6 +43,9 @@ pub(crate) struct Worker {
     names: Vec<String>,
     host: String,
     program: String,
+    /// The tag this client's tokens carry, in the record so a reader maps a
+    /// partition's token to its member.
+    tag: ClientTag,
     guards: BTreeMap<u32, LockGuard>,
     /// Partitions whose owner (this member) was told of an ask.
     told: BTreeSet<u32>,
@@ -62,6 +72,7 @@ impl Worker {
             names: group.names(),
             host: host(),
             program: program(),
+            tag: inner.id.tag(),
             guards: BTreeMap::new(),
             told: BTreeSet::new(),
             events,
@@ -78,6 +89,9 @@ impl Worker {
             match rx.recv_deadline(next) {
                 Ok(Command::Release(p, ack)) => {
                     let had = self.release(p);
+                    if had {
+                        self.beat();
+                    }
                     let _ = ack.send(had);
                 }
                 Ok(Command::Leave(ack)) => {
@@ -148,11 +162,20 @@ impl Worker {
             .query(&self.keys[0], &PARTITION_SCRIPTS, cmd)
     }
 
-    /// One round: report losses, beat and read, then act on the assignment.
+    /// One round: report losses, beat and read, then act on the assignment;
+    /// when it took partitions, beat again before telling them.
     fn round(&mut self, client: &LockClient) {
         self.report_losses();
         if let Some(view) = self.beat() {
-            self.act(client, &view);
+            let taken = self.act(client, &view);
+            if !taken.is_empty() {
+                self.beat();
+            }
+            for (partition, fence) in taken {
+                let _ = self
+                    .events
+                    .send(PartitionEvent::Assigned { partition, fence });
+            }
         }
         self.publish();
     }
@@ -191,6 +214,7 @@ impl Worker {
             &self.program,
             part(self.names.len()),
             &held,
+            self.tag,
         );
         self.query_round(Beat::Write, &body)
             .map_err(|e| log::warn!("member `{}`: round failed: {e}", self.id))
