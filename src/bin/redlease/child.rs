@@ -38,7 +38,7 @@ impl Running {
     /// everything it started (`sh -c '…'` and its children), not just its first
     /// process. On Linux, under a keeper that ends what is left of it `grace`
     /// after the command exits, and all of it at once if this process dies.
-    /// With `foreground` (redlease has the terminal: see `terminal.rs`), the
+    /// With `foreground` (redlease has the terminal, Linux only: see `terminal.rs`), the
     /// command's group is made the terminal's foreground group before the command
     /// starts, and it reads the terminal as it would without redlease.
     ///
@@ -62,7 +62,7 @@ impl Running {
         // A process group that is not the terminal's foreground group is stopped
         // (SIGTTIN) when it reads the terminal: it would hang holding the lock.
         // Reading end-of-file fails fast instead.
-        if io::stdin().is_terminal() && !(foreground && cfg!(target_os = "linux")) {
+        if io::stdin().is_terminal() && !foreground {
             cmd.stdin(Stdio::null());
         }
         let name = program.to_string_lossy();

@@ -160,7 +160,8 @@ fn childless() -> bool {
 /// descendant of the keeper, the keeper excepted.
 pub(super) fn kill_all(signal: Signal) {
     let me = getpid();
-    for pid in procs::doomed(me) {
+    let doomed = procs::doomed(me);
+    for &pid in &doomed {
         let _ = kill(pid, signal);
     }
     if signal != Signal::SIGKILL {
@@ -168,7 +169,7 @@ pub(super) fn kill_all(signal: Signal) {
         // from its signalfd and ignored).
         let _ = killpg(me, signal);
         // A stopped process would see the signal only once resumed.
-        for pid in procs::doomed(me) {
+        for pid in doomed {
             let _ = kill(pid, Signal::SIGCONT);
         }
         let _ = killpg(me, Signal::SIGCONT);
