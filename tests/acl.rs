@@ -77,28 +77,41 @@ fn a_user_with_exactly_the_documented_rule_locks_extends_renews_unlocks_and_wake
 
     // A waiter of another client is woken by the release message, not by polling: it
     // waits for the holder's TTL otherwise, far longer than the bound below.
-    guard.extend(Duration::from_secs(30)).unwrap();
-    thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            let g = b.try_lock_for("k", Duration::from_secs(20)).unwrap();
-            (g.map(|g| (g.fence(), g.unlock().unwrap())), Instant::now())
-        });
-        // Subscribed, and past the attempt its subscription's confirmation makes
-        // (which would otherwise race the release for the lock).
-        assert!(eventually(Duration::from_secs(10), || subscribers(
-            &server, "lock:k"
-        ) >= 1
-            && b.metrics().attempts >= 2));
-        let released = Instant::now();
-        assert_eq!(guard.unlock().unwrap(), Release::Released);
-        let (got, at) = waiter.join().unwrap();
-        let (fence, outcome) = got.expect("the waiter got the lock");
-        assert!(fence.unwrap() > first);
-        assert_eq!(outcome, Release::Released);
-        let took = at.duration_since(released);
-        assert!(took < Duration::from_secs(5), "{took:?}");
+    let mut held = Some(guard);
+    let mut last = first;
+    support::assert_woken(|| {
+        let guard = held.take().unwrap_or_else(|| a.lock("k").unwrap());
+        guard.extend(Duration::from_secs(30)).unwrap();
+        let (before, woken) = (b.metrics().attempts, b.metrics().wakeups);
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let g = b.try_lock_for("k", Duration::from_secs(20)).unwrap();
+                let m = b.metrics();
+                let got = g.map(|g| (g.fence(), g.unlock().unwrap()));
+                (got, Instant::now(), m)
+            });
+            // Subscribed, and the attempt its subscription's confirmation makes sent.
+            let queued = support::wait_for(Duration::from_secs(10), || {
+                let attempts = b.metrics().attempts;
+                (subscribers(&server, "lock:k") >= 1 && attempts >= before + 2).then_some(attempts)
+            });
+            let queued = queued.expect("the waiter did not queue");
+            let released = Instant::now();
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
+            let (got, at, m) = waiter.join().unwrap();
+            let (fence, outcome) = got.expect("the waiter got the lock");
+            assert!(fence.unwrap() > last);
+            last = fence.unwrap();
+            assert_eq!(outcome, Release::Released);
+            let took = at.duration_since(released);
+            assert!(took < Duration::from_secs(5), "{took:?}");
+            support::WakeRound {
+                queued,
+                acquired: m.attempts,
+                wakeups: m.wakeups - woken,
+            }
+        })
     });
-    assert!(b.metrics().wakeups >= 1, "{:?}", b.metrics());
     // Shutting down (the waiter's connection leaves pub/sub) is covered too.
     drop((a, b));
     let log = refusals(&server);

@@ -133,39 +133,59 @@ fn follows_a_failover_and_reports_the_leases_it_lost() {
         "the waiter threads did not reconnect to the new master"
     );
 
-    woken_on_the_new_master(&other, fresh, new);
+    woken_on_the_new_master(&client, &other, fresh, new);
 }
 
 /// Waiting works after the failover: `other`'s caller queued on `fresh`'s key is
-/// woken by the release message, published and heard on the new master.
-fn woken_on_the_new_master(other: &LockClient, fresh: LockGuard, new: &support::RedisServer) {
-    let before = other.metrics().attempts;
-    let ready = Barrier::new(2);
-    thread::scope(|s| {
-        let waiter = s.spawn(|| {
-            ready.wait();
-            let got = other
-                .try_lock_for("fresh", Duration::from_secs(20))
-                .unwrap();
-            (got.is_some(), other.metrics().wakeups)
+/// woken by the release message, published and heard on the new master (rounds
+/// after the first take the key again).
+fn woken_on_the_new_master(
+    client: &LockClient,
+    other: &LockClient,
+    fresh: LockGuard,
+    new: &support::RedisServer,
+) {
+    let mut fresh = Some(fresh);
+    support::assert_woken(|| {
+        let held = fresh.take().unwrap_or_else(|| {
+            let again = client.try_lock("fresh").unwrap();
+            again.expect("released by the waiter")
         });
-        ready.wait();
-        // Queued, its key's release channel subscribed on the new master, and past
-        // the attempt the subscription's confirmation makes (which would race the
-        // release for the lock).
-        let queued = eventually(Duration::from_secs(5), || {
-            let cmd = redis::cmd("PUBSUB")
+        let (before, woken) = (other.metrics().attempts, other.metrics().wakeups);
+        let ready = Barrier::new(2);
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                ready.wait();
+                let got = other
+                    .try_lock_for("fresh", Duration::from_secs(20))
+                    .unwrap()
+                    .expect("the waiter did not get the lock");
+                let m = other.metrics();
+                drop(got);
+                (m.attempts, m.wakeups)
+            });
+            ready.wait();
+            // Queued, its key's release channel subscribed on the new master, and
+            // the attempt the subscription's confirmation makes sent.
+            let numsub = redis::cmd("PUBSUB")
                 .arg("NUMSUB")
                 .arg("{fresh}:released")
                 .clone();
-            other.metrics().attempts >= before + 2
-                && try_query::<(String, i64)>(new, &cmd).is_some_and(|(_, n)| n >= 1)
-        });
-        assert!(queued);
-        assert!(fresh.unlock().unwrap().was_held());
-        let (got, wakeups) = waiter.join().unwrap();
-        assert!(got, "the waiter did not get the lock");
-        assert!(wakeups >= 1, "woken by polling, not by the release message");
+            let queued = support::wait_for(Duration::from_secs(5), || {
+                let attempts = other.metrics().attempts;
+                (attempts >= before + 2
+                    && try_query::<(String, i64)>(new, &numsub).is_some_and(|(_, n)| n >= 1))
+                .then_some(attempts)
+            });
+            let queued = queued.expect("the waiter did not queue");
+            assert!(held.unlock().unwrap().was_held());
+            let (acquired, wakeups) = waiter.join().unwrap();
+            support::WakeRound {
+                queued,
+                acquired,
+                wakeups: wakeups - woken,
+            }
+        })
     });
 }
 

@@ -71,45 +71,53 @@ fn lock_renew_wait_and_unlock_over_tls() {
     // A waiter on another client is woken by the release message, heard on its
     // TLS pub/sub connection: it polls only every 10 s, so the wake-up is the message.
     // The holder's lease is long: a waiter polls by a holder's TTL at the latest.
-    let guard = client
-        .lock_with("job", &LockOptions::new().ttl(Duration::from_secs(60)))
-        .unwrap()
-        .unwrap();
     let other = builder(&tls)
         .tls(trusting(&tls.ca))
         .backoff(Duration::from_secs(10), Duration::from_secs(10))
         .build()
         .unwrap();
-    let ready = Barrier::new(2);
-    thread::scope(|s| {
-        let waiter = s.spawn(|| {
+    let long = LockOptions::new().ttl(Duration::from_secs(60));
+    support::assert_woken(|| {
+        let guard = client.lock_with("job", &long).unwrap().unwrap();
+        let (before, woken) = (other.metrics().attempts, other.metrics().wakeups);
+        let ready = Barrier::new(2);
+        thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                ready.wait();
+                let got = other.try_lock_for("job", Duration::from_secs(20)).unwrap();
+                let m = other.metrics();
+                assert!(got.is_some(), "the waiter did not get the lock");
+                (m.attempts, m.wakeups)
+            });
             ready.wait();
-            let got = other.try_lock_for("job", Duration::from_secs(20)).unwrap();
-            (got.is_some(), other.metrics().wakeups)
-        });
-        ready.wait();
-        // Queued, the key's release channel subscribed, and past the attempt the
-        // subscription's confirmation makes (which would race the release).
-        let numsub = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("{job}:released")
-            .clone();
-        // And the holder marked as waited for (`<token>+`): only a marked lock's
-        // release publishes.
-        let marked = || {
-            let v: Option<String> = tls.server.query(redis::cmd("GET").arg("job"));
-            v.is_some_and(|v| v.ends_with('+'))
-        };
-        let queued = eventually(Duration::from_secs(5), || {
-            other.metrics().attempts >= 2
-                && tls.server.query::<(String, i64)>(&numsub).1 >= 1
-                && marked()
-        });
-        assert!(queued);
-        assert!(guard.unlock().unwrap().was_held());
-        let (got, wakeups) = waiter.join().unwrap();
-        assert!(got, "the waiter did not get the lock");
-        assert!(wakeups >= 1, "woken by polling, not by the release message");
+            // Queued, the key's release channel subscribed, and the attempt the
+            // subscription's confirmation makes sent.
+            let numsub = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("{job}:released")
+                .clone();
+            // And the holder marked as waited for (`<token>+`): only a marked lock's
+            // release publishes.
+            let marked = || {
+                let v: Option<String> = tls.server.query(redis::cmd("GET").arg("job"));
+                v.is_some_and(|v| v.ends_with('+'))
+            };
+            let queued = support::wait_for(Duration::from_secs(5), || {
+                let attempts = other.metrics().attempts;
+                (attempts >= before + 2
+                    && tls.server.query::<(String, i64)>(&numsub).1 >= 1
+                    && marked())
+                .then_some(attempts)
+            });
+            let queued = queued.expect("the waiter did not queue");
+            assert!(guard.unlock().unwrap().was_held());
+            let (acquired, wakeups) = waiter.join().unwrap();
+            support::WakeRound {
+                queued,
+                acquired,
+                wakeups: wakeups - woken,
+            }
+        })
     });
 }
 

@@ -237,6 +237,41 @@ impl Masters {
     }
 }
 
+/// What one wake-up round saw of its waiter (see [`assert_woken`]): its attempt
+/// count when it was seen queued, its count when it held the lock, and the
+/// wake-ups by a release message the round added.
+pub struct WakeRound {
+    pub queued: u64,
+    pub acquired: u64,
+    pub wakeups: u64,
+}
+
+/// Asserts that a queued waiter is woken by the release message, not by polling,
+/// playing `round` (queue a waiter, release, let it take the lock) up to three times.
+///
+/// A waiter's attempt counter moves when an attempt is sent, so the attempt its
+/// subscription's confirmation makes may still be on its way when the test sees it
+/// queued and releases: that attempt then takes the lock, no wake-up needed. Such a
+/// round (no attempt after the one seen, no wake-up) proves nothing either way and is
+/// played again; a lock taken by a later attempt with no wake-up fails at once.
+pub fn assert_woken(mut round: impl FnMut() -> WakeRound) {
+    for i in 0..3 {
+        let r = round();
+        if r.wakeups == 0 && r.acquired == r.queued {
+            eprintln!("round {i}: the attempt in flight at the release took the lock");
+            continue;
+        }
+        assert!(
+            r.wakeups >= 1,
+            "woken by polling, not by the release message ({} attempts queued, {} when acquired)",
+            r.queued,
+            r.acquired
+        );
+        return;
+    }
+    panic!("three rounds taken by the attempt in flight at the release");
+}
+
 /// Polls `cond` every ~2 ms until it returns `true` (→ `true`) or `timeout` passes
 /// (→ `false`, after one last check). Use instead of `sleep`.
 pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
