@@ -11,11 +11,12 @@
 mod support;
 
 use std::fs;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{SigHandler, Signal, kill, signal};
 use nix::unistd::Pid;
 use support::cli::{STARTUP, Scratch, exit_within, has_line, redlease, run_sh, stderr};
 use support::{RedisServer, eventually};
@@ -208,6 +209,21 @@ fn signal_reporter(dir: &Scratch) -> Vec<String> {
     vec!["python3".into(), "-c".into(), script]
 }
 
+/// The signals redlease forwards to its command.
+const FORWARDED: [Signal; 4] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+];
+
+/// The test process's ignored signals (`SigIgn` in /proc/self/status).
+fn ignored_here() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find_map(|l| l.strip_prefix("SigIgn:"));
+    u64::from_str_radix(line.unwrap().trim(), 16).unwrap()
+}
+
 /// Starts `redlease SUBCOMMAND` over [`signal_reporter`], sends it `signal` once
 /// the command is ready, and checks that the command's handler ran and that
 /// redlease ended well within the kill grace (60 s here).
@@ -238,11 +254,28 @@ fn signal_reaches(wrapper: Option<&str>, subcommand: &str, signals: &[Signal], i
         execs.stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd = execs;
     }
+    // Started as from a terminal's shell: the signals under test at their default,
+    // whatever the test process inherited (a CI job under `nohup`, or started in
+    // the background of a script, ignores some of them, and so would redlease).
+    // SAFETY: `sigaction` is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            for s in FORWARDED {
+                signal(s, SigHandler::SigDfl).map_err(std::io::Error::from)?;
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd.spawn().unwrap();
     assert!(
         eventually(STARTUP, || has_line(&dir.file("ready"))),
         "the command never started"
     );
+    // What else the test process ignores, redlease inherits (std's `spawn` resets
+    // SIGPIPE alone), and the command with it.
+    let reset =
+        (FORWARDED.iter().chain([&Signal::SIGPIPE])).fold(0u64, |m, s| m | 1 << (*s as i32 - 1));
+    let ignored = ignored | (ignored_here() & 0x7fff_ffff & !reset);
     let report = fs::read_to_string(dir.file("ready")).unwrap();
     let fields: Vec<&str> = report.split_whitespace().collect();
     // As a shell starts it: nothing blocked; the keeper's signalfd not open.
