@@ -134,7 +134,12 @@ impl Cluster {
             read_timeout: config.read_timeout,
         };
         let registry = Arc::clone(&threads);
-        let handle = IoThread::group(move || drop(std::mem::take(&mut *registry.lock())));
+        // Taken out first and dropped with the registry unlocked: the map thread that
+        // is joined may be taking a new master in, which needs the lock.
+        let handle = IoThread::group(move || {
+            let threads = std::mem::take(&mut *registry.lock());
+            drop(threads);
+        });
         // The registry lives as long as the client's handle; the topology holds it
         // weakly (through `Shared`), so guards keep no thread alive.
         drop(threads);
