@@ -77,6 +77,7 @@ pub struct LockClientBuilder {
     pub(super) key_prefix: String,
     pub(super) ttl: Duration,
     pub(super) pool_size: u32,
+    pub(super) conditional_commands: bool,
     pub(super) connect_timeout: Duration,
     pub(super) read_timeout: Duration,
     pub(super) write_timeout: Duration,
@@ -101,6 +102,7 @@ impl LockClientBuilder {
             key_prefix: String::new(),
             ttl: DEFAULT_TTL,
             pool_size: DEFAULT_POOL_SIZE,
+            conditional_commands: true,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             read_timeout: DEFAULT_IO_TIMEOUT,
             write_timeout: DEFAULT_IO_TIMEOUT,
@@ -134,6 +136,24 @@ impl LockClientBuilder {
     /// Largest number of pooled connections. Defaults to 16.
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
+        self
+    }
+    /// Whether the token lock uses the server's conditional commands where it has
+    /// them (`DELIFEQ key token`, `SET key token IFEQ token`: Valkey 9.0 and
+    /// later) instead of its compare-and-delete and compare-and-expire scripts.
+    /// Defaults to `true`.
+    ///
+    /// The commands compare and write the same values on the wire as the
+    /// scripts, so clients on either path, and redis-py, redsync or
+    /// node-redlock holders, share a name. They cost the server about a fifth
+    /// of a script each, and need no scripting permission: on such a server a
+    /// user whose ACL denies `@scripting` can take, renew, wait for and release
+    /// unfenced token locks. Each connection asks its server once (`COMMAND
+    /// INFO DELIFEQ`), so a failover to an older server falls back to the
+    /// scripts. `false` keeps every call on scripts, as on a server without
+    /// the commands (for comparison, or a proxy that refuses `COMMAND`).
+    pub fn conditional_commands(mut self, on: bool) -> Self {
+        self.conditional_commands = on;
         self
     }
     /// Time allowed to open a connection, handshake included, or for a call to get
@@ -288,6 +308,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("ttl", &self.ttl)
             .field("pool_size", &self.pool_size)
+            .field("conditional_commands", &self.conditional_commands)
             .field("connect_timeout", &self.connect_timeout)
             .field("read_timeout", &self.read_timeout)
             .field("write_timeout", &self.write_timeout)

@@ -228,6 +228,7 @@ impl LockClientBuilder {
             connect_timeout: self.connect_timeout,
             read_timeout: self.read_timeout,
             write_timeout: self.write_timeout,
+            scripts_only: !self.conditional_commands,
         };
         // Before any lock: a user who could take locks but not release them is
         // refused, and one who may not subscribe polls.

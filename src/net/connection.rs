@@ -1,8 +1,8 @@
 //! Pooled connections with every network call bounded by a timeout.
 
 use std::fmt;
-#[cfg(feature = "cluster")]
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
@@ -40,6 +40,29 @@ pub(crate) struct Manager {
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) write_timeout: Duration,
+    /// What the node's connections may use of the server's conditional commands.
+    pub(crate) caps: Arc<Caps>,
+}
+
+/// Whether a node's connections use the server's conditional commands (see
+/// [`Conn::conditional`]); shared by them all.
+#[derive(Debug, Default)]
+pub(crate) struct Caps {
+    /// Keep to scripts (`LockClientBuilder::conditional_commands(false)`).
+    pub(crate) scripts_only: bool,
+    /// The user's ACL refused `DELIFEQ`: scripts from then on, so that the
+    /// refusal is made (and logged by the server) once per node.
+    refused: AtomicBool,
+}
+
+impl Caps {
+    /// The node's capabilities: scripts only, or what each connection finds.
+    pub(crate) fn new(scripts_only: bool) -> Arc<Self> {
+        Arc::new(Self {
+            scripts_only,
+            refused: AtomicBool::new(false),
+        })
+    }
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -56,6 +79,12 @@ pub(crate) struct Conn {
     pub(crate) asking: bool,
     /// The buffer a hand-packed command is written into (`resp`), kept for the next.
     pub(crate) packed: Vec<u8>,
+    /// Whether the server has the conditional commands (`DELIFEQ`, `SET … IFEQ`:
+    /// Valkey 9.0 and later), once asked: see [`Conn::conditional`]. Learned per
+    /// connection, so a new one (after a reconnect, a failover to another server)
+    /// learns it again.
+    cond: Option<bool>,
+    caps: Arc<Caps>,
     #[cfg(feature = "cluster")]
     redirects: Option<Arc<Redirects>>,
 }
@@ -68,9 +97,56 @@ impl Conn {
             broken: false,
             asking: false,
             packed: Vec::new(),
+            cond: None,
+            caps: Arc::default(),
             #[cfg(feature = "cluster")]
             redirects: None,
         }
+    }
+
+    /// The connection with its node's capabilities.
+    pub(crate) fn with_caps(mut self, caps: &Arc<Caps>) -> Self {
+        self.caps = Arc::clone(caps);
+        self
+    }
+
+    /// Whether the server takes `DELIFEQ key value` and `SET key value IFEQ
+    /// expected` (Valkey 9.0 and later): the token lock's release, renewal and
+    /// mark then run no script. Asked once per connection with `HELLO` (no
+    /// protocol change; every user may send it, and it is never refused or
+    /// logged), one round trip before its first lock call, so a connection
+    /// made after a failover asks the server it reaches. A server that does not
+    /// say (an older one, a proxy) counts as without them, as does a node whose
+    /// user was refused `DELIFEQ` once ([`refuse_conditional`](Self::refuse_conditional)):
+    /// the scripts serve, as before.
+    pub(crate) fn conditional(&mut self) -> bool {
+        if self.caps.scripts_only || self.caps.refused.load(Ordering::Relaxed) {
+            return false;
+        }
+        if let Some(cond) = self.cond {
+            return cond;
+        }
+        let hello = self.run(|c| redis::cmd("HELLO").query::<redis::Value>(c));
+        let cond = match hello {
+            Ok(reply) => offers_delifeq(reply),
+            Err(e) => {
+                log::debug!("no conditional commands known on this server: {e}");
+                false
+            }
+        };
+        // A failed connection is thrown away: its answer is not kept past it.
+        self.cond = Some(cond);
+        cond
+    }
+
+    /// The user's ACL refused a conditional command: the node's connections keep
+    /// to scripts from now on.
+    pub(crate) fn refuse_conditional(&mut self) {
+        log::info!(
+            "the Redis user may not run DELIFEQ: releases use scripts (grant +delifeq to \
+             run none)"
+        );
+        self.caps.refused.store(true, Ordering::Relaxed);
     }
 
     /// Runs `f`, marking the connection broken when it fails below the protocol level.
@@ -128,6 +204,35 @@ impl Conn {
     }
 }
 
+/// Whether a `HELLO` reply names a server with `DELIFEQ` and `SET … IFEQ`:
+/// Valkey 9.0 or later.
+fn offers_delifeq(reply: redis::Value) -> bool {
+    use redis::Value;
+    let pairs: Vec<(Value, Value)> = match reply {
+        Value::Map(pairs) => pairs,
+        Value::Array(items) => {
+            let mut it = items.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        _ => return false,
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| text(k).as_deref() == Some(name))
+            .and_then(|(_, v)| text(v))
+    };
+    let major = field("version")
+        .and_then(|v| v.split('.').next().and_then(|m| m.parse::<u32>().ok()))
+        .unwrap_or(0);
+    field("server").as_deref() == Some("valkey") && major >= 9
+}
+
 /// Whether `e` says the connection was dead before the command could be answered
 /// (closed or reset by a server that restarted), as opposed to a timeout, after
 /// which the command may still run.
@@ -161,9 +266,9 @@ impl Manager {
             // asked for again.
             let mut conn = Conn::new(con.inspect_err(|e| redirects.note(e))?);
             conn.redirects = Some(Arc::clone(redirects));
-            return Ok(conn);
+            return Ok(conn.with_caps(&self.caps));
         }
-        Ok(Conn::new(con?))
+        Ok(Conn::new(con?).with_caps(&self.caps))
     }
 
     /// A new connection that speaks RESP3 (pub/sub replies are pushes), within
@@ -240,5 +345,23 @@ mod tests {
         assert!(!is_interrupted(&io(io::ErrorKind::UnexpectedEof)));
         let server = redis::make_extension_error("ERR".into(), Some("x".into()));
         assert!(!is_interrupted(&server));
+    }
+
+    #[test]
+    fn delifeq_is_offered_by_valkey_9_and_later_only() {
+        use redis::Value;
+        let hello = |server: &str, version: &str| {
+            Value::Array(
+                ["server", server, "version", version, "proto", "2"]
+                    .iter()
+                    .map(|s| Value::BulkString(s.as_bytes().to_vec()))
+                    .collect(),
+            )
+        };
+        assert!(offers_delifeq(hello("valkey", "9.1.2")));
+        assert!(offers_delifeq(hello("valkey", "10.0.0")));
+        assert!(!offers_delifeq(hello("valkey", "8.1.4")));
+        assert!(!offers_delifeq(hello("redis", "9.0.0")));
+        assert!(!offers_delifeq(Value::Nil));
     }
 }

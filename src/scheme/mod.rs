@@ -188,6 +188,13 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
             always: announce.always || !self.marked(),
             ..announce
         };
+        if self.conditional() && maybe.is_empty() && announce.keep.is_none() && conn.conditional() {
+            match token::cond::release(conn, key, announce, value) {
+                // An ACL without `DELIFEQ` (nothing was deleted): the script.
+                Err(e) if e.code() == Some("NOPERM") => conn.refuse_conditional(),
+                other => return Ok(Freed::from_reply(other?)),
+            }
+        }
         let n = with_scripts(conn, self.scripts(), |c| {
             call::release(c, key, announce, (value, maybe))
         })?;
@@ -203,6 +210,32 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         maybe: &[String],
         ttl: Duration,
     ) -> (redis::Cmd, String);
+    /// Extends on `conn` the lock holding `value` (or one of `maybe`) to `ttl`: the
+    /// reply as [`extend_reply`](Backend::extend_reply) reads it, and the value
+    /// left under the key. The [`extend_cmd`](Backend::extend_cmd) with its
+    /// scripts, or, for a scheme with [`conditional`](Backend::conditional)
+    /// commands on a server that has them, those.
+    fn extend_on(
+        &self,
+        conn: &mut Conn,
+        key: &str,
+        (value, maybe): (&str, &[String]),
+        ttl: Duration,
+    ) -> RedisResult<(Value, String)> {
+        if self.conditional() && maybe.is_empty() && conn.conditional() {
+            let n = token::cond::extend(conn, key, value, crate::time::ttl_millis(ttl))?;
+            return Ok((Value::Int(n), value.to_owned()));
+        }
+        let (cmd, new_value) = self.extend_cmd(key, value, maybe, ttl);
+        let reply = with_scripts(conn, self.scripts(), |c| c.run(|c| cmd.query(c)))?;
+        Ok((reply, new_value))
+    }
+    /// Whether, on a server with conditional commands (`DELIFEQ`, `SET … IFEQ`:
+    /// see `Conn::conditional`), its release and extend run them instead of
+    /// scripts: a scheme whose value is one bare token (the token scheme).
+    fn conditional(&self) -> bool {
+        false
+    }
     /// Reads the reply to an [`extend_cmd`](Backend::extend_cmd): both schemes'
     /// scripts answer 1 extended, 0 gone, -1 someone else's.
     fn extend_reply(&self, reply: &Value) -> RedisResult<Extend> {

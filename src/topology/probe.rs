@@ -14,7 +14,7 @@ use redis::{RedisError, RedisResult, Value};
 
 use crate::error::{Error, Result};
 use crate::net::node::Node;
-use crate::scheme::{Acquire, Announce, Backend, Keys, Request, Waiting, with_scripts};
+use crate::scheme::{Acquire, Announce, Backend, Keys, Request, Waiting};
 
 /// The TTL of the probe's own lock: far longer than the probe, and all that a
 /// probe which could not delete it leaves behind.
@@ -71,9 +71,13 @@ pub(crate) fn probe(
         .unwrap_or(base);
     let keys = Keys::new(prefix, &name, backend)?;
     let mut conn = node.get()?;
-    // Loaded again whenever the server lost them (restart, `SCRIPT FLUSH`).
-    for script in backend.scripts() {
-        check(conn.run(|c| script.load(c)), &LOAD)?;
+    // Loaded again whenever the server lost them (restart, `SCRIPT FLUSH`). A
+    // server with conditional commands runs the token lock without them: none is
+    // loaded until a call that needs one (a fence, a hand-off) loads it.
+    if !(backend.conditional() && conn.conditional()) {
+        for script in backend.scripts() {
+            check(conn.run(|c| script.load(c)), &LOAD)?;
+        }
     }
     let release = |conn: &mut _, value: &str, maybe: &[String]| {
         backend.release(
@@ -96,12 +100,17 @@ pub(crate) fn probe(
     };
     let acquired = check(backend.acquire(&mut conn, &keys, &value, req), &ACQUIRE)?;
     if let Acquire::Acquired { .. } = acquired {
-        let (cmd, extended) = backend.extend_cmd(&keys.lock, &value, &[], PROBE_TTL);
-        let extend = with_scripts(&mut conn, backend.scripts(), |c| {
-            c.run(|c| cmd.query::<Value>(c))
-        });
+        let extend = backend.extend_on(&mut conn, &keys.lock, (&value, &[]), PROBE_TTL);
         // Whatever the extend did, the release deletes either value.
-        let released = release(&mut conn, &extended, &[value]);
+        let extended = match &extend {
+            Ok((_, extended)) => extended.clone(),
+            Err(_) => backend.extend_cmd(&keys.lock, &value, &[], PROBE_TTL).1,
+        };
+        let released = if extended == value {
+            release(&mut conn, &value, &[])
+        } else {
+            release(&mut conn, &extended, &[value])
+        };
         check(extend, &EXTEND)?;
         let _released = check(released, &RELEASE)?;
     }

@@ -151,6 +151,25 @@ fn scripting(r: &Readings, _: &Context) -> Vec<Finding> {
                        cannot be released or renewed safely";
     match &r.scripting {
         Ok(Ok(())) => Vec::new(),
+        Ok(Err(refusal)) if has_delifeq(r) => {
+            const WHY: &str = "this server's conditional commands release and renew an unfenced \
+                               token lock without Lua; everything else is a script";
+            let detail = format!(
+                "scripts refused: {refusal}; this user can take, wait for, renew and release \
+                 unfenced token locks (`lock`, `run`, `wait`), not fenced ones, reentrant, fair, \
+                 read-write, semaphore, election, all-or-none (`--and`) or legacy locks, which \
+                 fail with a permission error naming scripting"
+            );
+            let fix = "grant the user +@scripting (at least +evalsha +script|load) for the \
+                       features that need it, or keep to unfenced token locks";
+            vec![Finding::new(
+                "scripting",
+                Severity::Warning,
+                detail,
+                WHY,
+                fix,
+            )]
+        }
         Ok(Err(refusal)) => {
             let detail = format!("scripts refused: {refusal}");
             let fix = "grant the user +@scripting (at least +evalsha +script|load), restore a \
@@ -408,9 +427,16 @@ fn busy_threshold(r: &Readings, cx: &Context) -> Vec<Finding> {
     )]
 }
 
+/// Whether the server has `DELIFEQ` (Valkey 9.0 and later): redlease's token
+/// lock then runs its release, renewal and mark without scripts.
+fn has_delifeq(r: &Readings) -> bool {
+    let (server, version) = r.server();
+    server == Some("valkey") && version.map(version_of).unwrap_or_default() >= (9, 0)
+}
+
 fn conditional_commands(r: &Readings, _: &Context) -> Vec<Finding> {
-    const WHY: &str = "a compare-and-delete without Lua: a lock could be released where \
-                       scripting is denied";
+    const WHY: &str = "a compare-and-delete without Lua: a lock is released and renewed \
+                       where scripting is denied, at a fraction of a script's cost";
     let (server, version) = r.server();
     let v = version.map(version_of).unwrap_or_default();
     let offered = match server {
@@ -424,7 +450,11 @@ fn conditional_commands(r: &Readings, _: &Context) -> Vec<Finding> {
         server.unwrap_or_default(),
         version.unwrap_or_default()
     );
-    let fix = "nothing to change: redlease uses scripts today";
+    let fix = if has_delifeq(r) {
+        "nothing to change: redlease's token lock uses them (release, renewal, a waiter's mark)"
+    } else {
+        "nothing to change: redlease uses them from Valkey 9.0 (DELIFEQ); scripts here"
+    };
     vec![Finding::new(
         "conditional-commands",
         Severity::Info,

@@ -10,13 +10,14 @@
 mod idle;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::RedisResult;
 
 use crate::error::Result;
 use crate::error::failure::Limits;
-use crate::net::connection::{Conn, Manager, Pool, Target, is_stale};
+use crate::net::connection::{Caps, Conn, Manager, Pool, Target, is_stale};
 use idle::Idle;
 pub(crate) use idle::NodeConn;
 
@@ -35,6 +36,9 @@ pub(crate) struct NodeConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) write_timeout: Duration,
+    /// Whether lock calls keep to scripts where the server has conditional
+    /// commands too (see `Conn::conditional`).
+    pub(crate) scripts_only: bool,
 }
 
 impl Node {
@@ -56,6 +60,7 @@ impl Node {
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
+            caps: Caps::new(config.scripts_only),
         };
         // A caller waits for a connection at most as long as for a reply, so a
         // frozen server (new connections hang in their handshake) costs a call one
@@ -173,6 +178,12 @@ impl Node {
     /// connect timeout), with the node's read and write timeouts.
     pub(crate) fn connect_within(&self, timeout: Duration) -> RedisResult<redis::Connection> {
         self.manager.connect_within(timeout)
+    }
+
+    /// What the node's connections may use of conditional commands (see
+    /// `Conn::conditional`).
+    pub(crate) fn caps(&self) -> &Arc<Caps> {
+        &self.manager.caps
     }
 
     /// The reply timeout of the node's connections.

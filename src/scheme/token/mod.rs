@@ -26,6 +26,7 @@
 
 pub(crate) mod all;
 pub(crate) mod any;
+pub(crate) mod cond;
 pub(crate) mod look;
 pub(crate) mod scripts;
 
@@ -115,7 +116,7 @@ impl Backend for TokenBackend {
         let nx_get = NX_GET.load(Ordering::Relaxed);
         let alone = wait == Waiting::FirstAlone && nx_get;
         let get = wait != Waiting::No && !alone && nx_get;
-        let markable = match set_nx(conn, &keys.lock, value, ms, (get, replicas))? {
+        let holder = match set_nx(conn, &keys.lock, value, ms, (get, replicas))? {
             Set::Won(acked) => return Ok(Acquire::Acquired { fence: None, acked }),
             Set::Busy(_) if wait == Waiting::No => {
                 return Ok(Acquire::Busy {
@@ -123,16 +124,32 @@ impl Backend for TokenBackend {
                     announces: false,
                 });
             }
-            Set::Busy(markable) => markable,
+            Set::Busy(holder) => holder,
         };
+        let markable = holder.as_deref().map(is_unmarked_token);
         // A caller that waits marks a redlease holder's token, once per holder (a
         // marked one shows its mark), learning its `PTTL` in the same round trip;
         // when the holder is unknown (a server without `SET NX GET`, a key of
         // another type) the script looks. Otherwise it asks the `PTTL` only when
         // the holder's TTL is not known yet. Either is a second round trip on this
-        // slow path only.
+        // slow path only. Where the server has conditional commands, a holder
+        // `SET … NX GET` named is marked with one (no script); an unknown one (a
+        // key of another type) is not a token to mark.
         let mark = markable.unwrap_or(wait.first() && !alone);
-        let pttl: i64 = if mark {
+        let pttl: i64 = if mark && conn.conditional() {
+            match holder.as_deref().filter(|h| is_unmarked_token(h)) {
+                Some(holder) => cond::mark(conn, &keys.lock, holder)?,
+                None if wait.first() => {
+                    conn.run(|c| redis::cmd("PTTL").arg(&keys.lock).query(c))?
+                }
+                None => {
+                    return Ok(Acquire::Busy {
+                        remaining: None,
+                        announces: false,
+                    });
+                }
+            }
+        } else if mark {
             with_scripts(conn, &SCRIPTS, |c| {
                 c.run(|c| TOKEN_MARK.key(&keys.lock).invoke(c))
             })?
@@ -171,6 +188,10 @@ impl Backend for TokenBackend {
     }
 
     fn hands_over(&self) -> bool {
+        true
+    }
+
+    fn conditional(&self) -> bool {
         true
     }
 
@@ -234,9 +255,8 @@ static NX_GET: AtomicBool = AtomicBool::new(true);
 enum Set {
     /// The lock is ours (replicas that acknowledged, when asked).
     Won(Option<u32>),
-    /// Someone holds it: whether its value is a redlease token no waiter has
-    /// marked yet, when the server said.
-    Busy(Option<bool>),
+    /// Someone holds it: its value, when the server said.
+    Busy(Option<Vec<u8>>),
 }
 
 /// `SET key value NX PX ms`, with `GET` when `get` asks (the server can): one
@@ -271,7 +291,7 @@ fn set_nx(
     Ok(match reply {
         Value::Nil if get => Set::Won(acked),
         Value::Nil => Set::Busy(None),
-        Value::BulkString(holder) => Set::Busy(Some(is_unmarked_token(&holder))),
+        Value::BulkString(holder) => Set::Busy(Some(holder)),
         _ => Set::Won(acked),
     })
 }

@@ -13,7 +13,7 @@ use redis::Value;
 
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
-use crate::net::connection::{Manager, Target};
+use crate::net::connection::{Caps, Manager, Target};
 use crate::net::node::{Node, NodeConfig};
 use crate::net::slots::{Redirects, SLOTS};
 use crate::topology::io::IoThread;
@@ -303,6 +303,7 @@ pub(super) fn first_map(
             connect_timeout: config.connect_timeout,
             read_timeout: config.read_timeout,
             write_timeout: config.write_timeout,
+            caps: Caps::new(config.scripts_only),
         };
         let answer = seed
             .connect_raw()

@@ -45,7 +45,7 @@ impl Link {
         } else {
             let con = self.node.connect_within(left)?;
             self.timeout = Duration::ZERO;
-            self.conn.insert(Conn::new(con))
+            self.conn.insert(Conn::new(con).with_caps(self.node.caps()))
         };
         if self.timeout != timeout {
             // Marked broken on failure, so it is made again next time.

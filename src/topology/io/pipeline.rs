@@ -20,6 +20,7 @@ use redis::{RedisResult, Script, Value};
 use crate::metrics::{Counters, bump};
 use crate::net::connection::Conn;
 use crate::net::node::Node;
+use crate::scheme::token::cond;
 use crate::scheme::{Backend, bulk_extend_cmd, bulk_replies};
 use crate::time::ttl_millis;
 
@@ -48,6 +49,9 @@ pub(super) struct Item<'a> {
     maybe: &'a [String],
     ttl: Duration,
     cmd: Option<redis::Cmd>,
+    /// Whether its own command is a conditional `SET … IFEQ` (no script): a nil
+    /// reply is then settled by a second look.
+    cond: bool,
     /// The value its own command leaves under the key; `None` while it has none, or
     /// when it went in a bulk call: the value stays as it is.
     pub(super) new_value: Option<String>,
@@ -68,12 +72,20 @@ impl<'a> Item<'a> {
             maybe,
             ttl,
             cmd: None,
+            cond: false,
             new_value: None,
         }
     }
 
-    /// Builds the lease's own command.
-    fn build(&mut self) {
+    /// Builds the lease's own command: a conditional `SET … IFEQ` where its scheme
+    /// and the server (`cond`) have them, else its scheme's script call.
+    fn build(&mut self, cond: bool) {
+        self.cond = cond && self.backend.conditional() && self.maybe.is_empty();
+        if self.cond {
+            self.cmd = Some(cond::extend_cmd(self.key, self.value, ttl_millis(self.ttl)));
+            self.new_value = Some(self.value.to_owned());
+            return;
+        }
         let (cmd, new_value) = self
             .backend
             .extend_cmd(self.key, self.value, self.maybe, self.ttl);
@@ -110,9 +122,18 @@ pub(super) fn exchange(
     slot: fn(&str) -> u16,
 ) -> Vec<Option<Value>> {
     let mut replies = vec![None; items.len()];
-    let units = plan(items, slot, loaded.no_bulk);
-    let first = load_scripts(conn, counters, items.iter().map(|i| i.backend), loaded)
-        .and_then(|()| round_trip(conn, counters, items, &units));
+    let cond = conn.conditional();
+    let mut units = plan(items, slot, loaded.no_bulk, cond);
+    let mut load = load_scripts(conn, counters, scripted(items, &units), loaded);
+    if cond && !loaded.no_bulk && load.as_ref().is_err_and(|e| e.code() == Some("NOPERM")) {
+        // A user without scripting, on a server with conditional commands: every
+        // token lease alone, with no script.
+        log::info!("renewing one conditional command per lease: scripts are refused");
+        loaded.no_bulk = true;
+        units = plan(items, slot, true, cond);
+        load = load_scripts(conn, counters, scripted(items, &units), loaded);
+    }
+    let first = load.and_then(|()| round_trip(conn, counters, items, &units));
     let answers = match first {
         Ok(answers) => answers,
         Err(e) => {
@@ -121,6 +142,7 @@ pub(super) fn exchange(
         }
     };
     let mut again = Vec::new();
+    let mut settle = Vec::new();
     let mut noscript = false;
     for (unit, reply) in units.into_iter().zip(answers) {
         match unit {
@@ -128,6 +150,10 @@ pub(super) fn exchange(
                 noscript = true;
                 again.push(i);
             }
+            Unit::One(i) if items[i].cond => match cond::extend_reply(&reply) {
+                Some(n) => replies[i] = Some(Value::Int(n)),
+                None => settle.push(i),
+            },
             Unit::One(i) => replies[i] = Some(reply),
             Unit::Chunk(_, chunk) => match bulk_replies(reply, chunk.len()) {
                 Ok(each) => {
@@ -147,6 +173,16 @@ pub(super) fn exchange(
             },
         }
     }
+    for i in settle {
+        // Not renewed as it was written: a waiter's mark, someone else's, gone.
+        let item = &items[i];
+        let settled = cond::settle_extend(conn, item.key, item.value, ttl_millis(item.ttl));
+        bump(&counters.renewal_round_trips, 1);
+        match settled {
+            Ok(n) => replies[i] = Some(Value::Int(n)),
+            Err(e) => log::warn!("renewal of `{}` failed: {e}", item.key),
+        }
+    }
     if again.is_empty() {
         return replies;
     }
@@ -156,7 +192,8 @@ pub(super) fn exchange(
     let units: Vec<Unit> = again
         .iter()
         .map(|&i| {
-            items[i].build();
+            // The script call again: a chunk that failed, or a `NOSCRIPT`.
+            items[i].build(false);
             Unit::One(i)
         })
         .collect();
@@ -201,7 +238,7 @@ fn refused(reply: &Value) -> bool {
 /// The pipeline's commands: the leases of each (scheme, TTL, slot) with a bulk
 /// script in chunks of at most [`CHUNK`], a chunk of one and every other lease
 /// alone (its command built here); every lease alone when `no_bulk`.
-fn plan(items: &mut [Item<'_>], slot: fn(&str) -> u16, no_bulk: bool) -> Vec<Unit> {
+fn plan(items: &mut [Item<'_>], slot: fn(&str) -> u16, no_bulk: bool, cond: bool) -> Vec<Unit> {
     type Group = (&'static LazyLock<Script>, Vec<usize>);
     let mut groups: HashMap<(*const (), u64, u16), Group> = HashMap::new();
     let mut units = Vec::new();
@@ -229,10 +266,23 @@ fn plan(items: &mut [Item<'_>], slot: fn(&str) -> u16, no_bulk: bool) -> Vec<Uni
     }
     for unit in &units {
         if let Unit::One(i) = *unit {
-            items[i].build();
+            items[i].build(cond);
         }
     }
     units
+}
+
+/// The schemes of `units` that call a script: those of bulk calls, and of leases
+/// alone whose command is not conditional.
+fn scripted<'i, 'b>(
+    items: &'i [Item<'b>],
+    units: &'i [Unit],
+) -> impl Iterator<Item = &'b Arc<dyn Backend>> + 'i {
+    units.iter().filter_map(|unit| match unit {
+        Unit::One(i) if items[*i].cond => None,
+        Unit::One(i) => Some(items[*i].backend),
+        Unit::Chunk(_, chunk) => Some(items[chunk[0]].backend),
+    })
 }
 
 /// Loads the scripts of each of `backends`' schemes that are not in `loaded` yet:
@@ -328,14 +378,14 @@ mod tests {
             .collect();
         items.push(Item::new(&token, &keys[1201], "v", &[], long));
         items.push(Item::new(&legacy, &keys[1202], "1", &[], short));
-        let units = plan(&mut items, |_| 0, false);
+        let units = plan(&mut items, |_| 0, false, false);
         assert_eq!(sizes(&units), [1, 1, 201, 500, 500]);
         // Alone: a lease with a TTL of its own, and a legacy one (built here).
         assert!(items[1201].cmd.is_some() && items[1202].cmd.is_some());
         assert!(items[..1201].iter().all(|i| i.cmd.is_none()));
         // On a cluster node, one call per slot; refused bulk scripts: all alone.
-        let units = plan(&mut items[..4], |k| u16::from(k == "k0"), false);
+        let units = plan(&mut items[..4], |k| u16::from(k == "k0"), false, false);
         assert_eq!(sizes(&units), [1, 3]);
-        assert_eq!(plan(&mut items[..4], |_| 0, true).len(), 4);
+        assert_eq!(plan(&mut items[..4], |_| 0, true, false).len(), 4);
     }
 }

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use redis::Value;
 
 use self::answers::{RETRY_MAX, busy, jitter, late, remaining};
 use self::ballot::{Ballot, Count, Vote};
@@ -36,7 +35,6 @@ use crate::net::node::{Node, NodeConfig};
 use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, Waiting, new_token,
-    with_scripts,
 };
 use crate::time::in_time;
 use crate::topology::io::batch::{self, Spec};
@@ -286,11 +284,13 @@ impl Topology for Redlock {
         maybe: &[String],
         ttl: Duration,
     ) -> (String, Instant, Result<Extend>) {
-        let (cmd, new_value) = self.quorum.token().extend_cmd(key, value, maybe, ttl);
+        // The token never changes: the value left is the one extended.
+        let new_value = value.to_owned();
         let op = {
             let backend = Arc::clone(self.quorum.token());
+            let (key, value, maybe) = (key.to_owned(), value.to_owned(), maybe.to_vec());
             move |c: &mut Conn| {
-                let reply: Value = with_scripts(c, backend.scripts(), |c| c.run(|c| cmd.query(c)))?;
+                let (reply, _) = backend.extend_on(c, &key, (&value, &maybe), ttl)?;
                 backend.extend_reply(&reply)
             }
         };

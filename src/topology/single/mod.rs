@@ -192,14 +192,23 @@ impl Single {
         ttl: Duration,
         ask: bool,
     ) -> (String, Instant, Result<Extend>) {
-        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
         let sent = Instant::now();
         let reply = self.node.with_retry(|conn| {
             conn.asking = ask;
-            with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
+            backend.extend_on(conn, key, (value, maybe), ttl)
         });
-        let outcome = reply.and_then(|v| Ok(backend.extend_reply(&v)?));
-        (new_value, sent, outcome)
+        match reply {
+            Ok((reply, new_value)) => {
+                let outcome = backend.extend_reply(&reply).map_err(Into::into);
+                (new_value, sent, outcome)
+            }
+            // What the extend would have left: the value it would have written.
+            Err(e) => (
+                backend.extend_cmd(key, value, maybe, ttl).1,
+                sent,
+                Err(e.into()),
+            ),
+        }
     }
 
     /// [`Topology::hand_off`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
