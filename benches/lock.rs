@@ -263,6 +263,7 @@ fn uncontended_rounds(server: &RedisServer, lc: &LockClient, floor: &mut Floor) 
          ({len} bytes), median of {rounds} rounds: {:.3}x",
         long[rounds / 2]
     );
+    commandstats(server, lc, floor);
     let n = f64::from(CYCLES) * rounds as f64;
     for (side, name) in ["redlease", "floor"].iter().enumerate() {
         let [me, redis] = costs[side];
@@ -275,6 +276,49 @@ fn uncontended_rounds(server: &RedisServer, lc: &LockClient, floor: &mut Floor) 
             redis.switches as f64 / n
         );
     }
+}
+
+/// What Redis itself spends per uncontended lock + unlock, by `INFO
+/// commandstats`: the microseconds of the commands a client sends (`SET`,
+/// `EVALSHA`, `DELIFEQ`; a script's own commands are inside its time), for
+/// redlease and for the floor, in alternated blocks; and the scripts each runs
+/// per cycle. On Valkey 9 redlease sends `DELIFEQ` where the floor runs its
+/// compare-and-delete script.
+fn commandstats(server: &RedisServer, lc: &LockClient, floor: &mut Floor) {
+    const CYCLES: u64 = 5000;
+    const SENT: [&str; 4] = ["set", "evalsha", "eval", "delifeq"];
+    let mut spent = [(0u64, 0u64); 2];
+    for _ in 0..3 {
+        for (side, total) in spent.iter_mut().enumerate() {
+            server.reset_stats();
+            for _ in 0..CYCLES {
+                if side == 0 {
+                    assert!(lc.lock("bench:u").unwrap().unlock().unwrap().was_held());
+                } else {
+                    floor.lock_unlock("bench:f");
+                }
+            }
+            for (name, calls, usec) in server.command_usec() {
+                if SENT.contains(&name.as_str()) {
+                    total.0 += usec;
+                }
+                if name.starts_with("eval") {
+                    total.1 += calls;
+                }
+            }
+        }
+    }
+    let n = (3 * CYCLES) as f64;
+    let per = |(usec, _): (u64, u64)| usec as f64 / n;
+    println!(
+        "COMMANDSTATS uncontended lock+unlock: redlease {:.2} us / floor {:.2} us of Redis \
+         per cycle = {:.3}x; scripts per cycle: redlease {:.2}, floor {:.2}",
+        per(spent[0]),
+        per(spent[1]),
+        per(spent[0]) / per(spent[1]),
+        spent[0].1 as f64 / n,
+        spent[1].1 as f64 / n
+    );
 }
 
 fn try_lock_held(c: &mut Criterion) {

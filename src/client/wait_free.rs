@@ -181,6 +181,27 @@ impl LockClient {
         let (mut free, mut failed, mut last_error) = (0, 0, None);
         let mut held = Held::default();
         for node in &nodes {
+            let quick = node
+                .get()
+                .and_then(|mut c| Ok(token_look(&mut c, &keys.lock, mark)?));
+            match quick {
+                Ok(Some(found)) => {
+                    match found {
+                        None => free += 1,
+                        Some(h) => held.merge(h),
+                    }
+                    if free >= majority {
+                        return Ok(None);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failed += 1;
+                    last_error = Some(e.during(Operation::Inspect, &keys.lock, node.limits()));
+                    continue;
+                }
+            }
             let read = node.get().and_then(|mut c| {
                 Ok(c.run(|c| {
                     let info = inspect::snapshot(c, &keys.lock, &fence)?;
@@ -247,6 +268,56 @@ impl Held {
 ///
 /// # Errors
 /// [`Error::WrongFormat`] for a key of no lock format.
+/// A look with no script, on a server with conditional commands (where a user
+/// may have no scripting): `GET` and `PTTL` of the lock key, read as free (no
+/// key) or held by a token (a value that is no number), marked as a waiting
+/// caller marks it. `None` when it cannot tell (another server, another format:
+/// a number, a key of another type): the snapshot script looks then.
+fn token_look(
+    conn: &mut crate::net::connection::Conn,
+    key: &str,
+    mark: bool,
+) -> redis::RedisResult<Option<Option<Held>>> {
+    if !conn.conditional() {
+        return Ok(None);
+    }
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+    let replies = conn.pipeline(&pipe, 2)?;
+    let pttl = match replies[1] {
+        redis::Value::Int(n) => n,
+        _ => return Ok(None),
+    };
+    let value = match &replies[0] {
+        redis::Value::Nil if pttl == KEY_GONE => return Ok(Some(None)),
+        redis::Value::BulkString(v) => String::from_utf8_lossy(v).into_owned(),
+        _ => return Ok(None),
+    };
+    if value.parse::<u64>().is_ok() {
+        return Ok(None);
+    }
+    let ours = ClientTag::of_token(&value).is_some();
+    let mut pttl = pttl;
+    if mark && ours && !value.ends_with('+') {
+        pttl = crate::scheme::token::cond::mark(conn, key, value.as_bytes())?;
+        if pttl == KEY_GONE {
+            return Ok(Some(None));
+        }
+    }
+    Ok(Some(Some(Held {
+        partly_free: false,
+        remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        channels: if ours {
+            vec![companion(key, "released")]
+        } else {
+            Vec::new()
+        },
+        publishes: ours,
+        value: Some(value),
+    })))
+}
+
 fn holder(info: &LockInfo, now_ms: u64) -> Result<Option<Held>> {
     let key = info.key();
     let value = info.value().map(str::to_owned);

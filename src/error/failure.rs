@@ -227,8 +227,13 @@ mod tests {
             e.to_string(),
             r#"releasing lock "k": redis replied ERR: Error running script (call to f_1): boom"#
         );
+        // A refused script is a permission error, naming scripting.
         let e = Error::from(replied(
             "-NOPERM this user has no permissions to run the 'evalsha' command",
+        ));
+        assert_eq!(e.to_string(), "redis user may not run evalsha (scripting)");
+        let e = Error::from(replied(
+            "-NOPERM this user has no permissions to run the 'set' command",
         ));
         assert!(
             e.to_string().starts_with("redis replied NOPERM: this user"),

@@ -184,6 +184,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Self {
+        // A script refused by the ACL: what needs it says so (on a server with
+        // conditional commands an unfenced token lock runs none, and a user
+        // without scripting gets this only from the features that need one).
+        if e.code() == Some("NOPERM")
+            && let Some(command) = ["evalsha", "eval", "script|load"]
+                .into_iter()
+                .find(|c| e.detail().is_some_and(|d| d.contains(&format!("'{c}'"))))
+        {
+            return Error::Permission {
+                command: format!("{command} (scripting)"),
+                on_keys: false,
+                source: Box::new(e),
+            };
+        }
         Error::Redis(Box::new(RedisFailure::redis(e)))
     }
 }

@@ -11,6 +11,20 @@ pub const LOCK_RULE: &str = "~lock:* &{lock:* &redlease:waiter:* \
     +mget +time +pexpireat +exists \
     +publish +subscribe +unsubscribe +punsubscribe +info";
 
+/// What a lock user needs beside [`LOCK_RULE`] on Valkey 9, whose token lock
+/// releases with `DELIFEQ` (without it: the scripts, after one refusal per node).
+pub const VALKEY_RULE: &str = "+delifeq";
+
+/// [`LOCK_RULE`], with [`VALKEY_RULE`] where `server` has the conditional
+/// commands.
+pub fn lock_rule(server: &RedisServer) -> Vec<&'static str> {
+    let mut rule: Vec<&str> = LOCK_RULE.split_whitespace().collect();
+    if server.has_conditional_commands() {
+        rule.push(VALKEY_RULE);
+    }
+    rule
+}
+
 /// What a Redis Cluster user needs beside [`LOCK_RULE`], on every node: the slot
 /// map, keys of a slot mid-migration, and sharded release messages.
 pub const CLUSTER_RULE: &str =

@@ -49,6 +49,21 @@ impl RedisServer {
         self.command_stats().iter().map(|(_, calls)| calls).sum()
     }
 
+    /// Whether the server has `DELIFEQ` and `SET … IFEQ` (Valkey 9.0 and later),
+    /// which redlease's token lock then uses instead of scripts.
+    pub fn has_conditional_commands(&self) -> bool {
+        let info: String = self.query(redis::cmd("INFO").arg("server"));
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        let major = field("valkey_version")
+            .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
+            .unwrap_or(0);
+        field("server_name").as_deref() == Some("valkey") && major >= 9
+    }
+
     /// `CONFIG RESETSTAT`. The reset happens before its own call is recorded, so
     /// afterwards the stats hold `config|resetstat` once.
     pub fn reset_stats(&self) {
@@ -64,6 +79,23 @@ impl RedisServer {
     pub fn evict(&self, policy: &str) {
         self.config_set("maxmemory", "64mb");
         self.config_set("maxmemory-policy", policy);
+    }
+
+    /// `(command, calls, usec)` from `INFO commandstats`.
+    pub fn command_usec(&self) -> Vec<(String, u64, u64)> {
+        let info: String = self.query(redis::cmd("INFO").arg("commandstats"));
+        info.lines()
+            .filter_map(|line| {
+                let (name, rest) = line.trim().strip_prefix("cmdstat_")?.split_once(':')?;
+                let field = |f: &str| {
+                    rest.split(',')
+                        .find_map(|kv| kv.strip_prefix(f))?
+                        .parse::<u64>()
+                        .ok()
+                };
+                Some((name.to_ascii_lowercase(), field("calls=")?, field("usec=")?))
+            })
+            .collect()
     }
 
     /// `(command, calls)` from `INFO commandstats`.

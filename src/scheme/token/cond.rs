@@ -4,12 +4,12 @@
 //!
 //! - Release: `DELIFEQ key token` (1 released, 0 not). When it did not delete,
 //!   the value may carry a waiter's mark: `DELIFEQ key token+`, the release
-//!   message and `EXISTS key` go in one pipeline (a message sent when nothing was
+//!   message and `PTTL key` (-2: gone) go in one pipeline (a message sent when nothing was
 //!   deleted only makes a waiter look once more). The caller whose client has
 //!   waiters sends the message beside the first `DELIFEQ`.
 //! - Renewal: `SET key token IFEQ token PX ttl` (`OK`, or nil when the value
 //!   differs or the key is gone); after a nil, `SET key token+ IFEQ token+ PX
-//!   ttl` and `EXISTS key` tell a marked token (renewed), someone else's value
+//!   ttl` and `PTTL key` tell a marked token (renewed), someone else's value
 //!   and a gone key apart.
 //! - Mark: `SET key holder+ IFEQ holder KEEPTTL` and `PTTL key`, for a holder
 //!   that `SET … NX GET` named.
@@ -58,7 +58,7 @@ pub(crate) fn release(
     // Not deleted: marked by a waiter, gone, or someone else's.
     let marked = format!("{value}+");
     let delete = [Arg::from("DELIFEQ"), key.into(), marked.as_str().into()];
-    let exists = [Arg::from("EXISTS"), key.into()];
+    let exists = [Arg::from("PTTL"), key.into()];
     let commands: &[&[Arg<'_>]] = if published {
         &[&delete, &exists]
     } else {
@@ -68,8 +68,8 @@ pub(crate) fn release(
     match &replies[0] {
         Value::Int(1) if published => Ok(1),
         Value::Int(1) => Ok(1 + heard(&replies[1])),
-        Value::Int(_) if matches!(replies[commands.len() - 1], Value::Int(1)) => Ok(-1),
-        Value::Int(_) => Ok(0),
+        Value::Int(_) if matches!(replies[commands.len() - 1], Value::Int(-2)) => Ok(0),
+        Value::Int(_) => Ok(-1),
         other => other_type(other).map(|()| -1),
     }
 }
@@ -111,10 +111,10 @@ pub(crate) fn settle_extend(conn: &mut Conn, key: &str, value: &str, ms: u64) ->
         "PX".into(),
         ms.into(),
     ];
-    let exists = [Arg::from("EXISTS"), key.into()];
-    let replies = send(conn, &[&set, &exists])?;
+    let pttl = [Arg::from("PTTL"), key.into()];
+    let replies = send(conn, &[&set, &pttl])?;
     Ok(match (&replies[0], &replies[1]) {
-        (Value::Nil, Value::Int(0)) => 0,
+        (Value::Nil, Value::Int(-2)) => 0,
         (Value::Nil | Value::ServerError(_), _) => -1,
         _ => 1,
     })

@@ -124,14 +124,14 @@ pub(super) fn exchange(
     let mut replies = vec![None; items.len()];
     let cond = conn.conditional();
     let mut units = plan(items, slot, loaded.no_bulk, cond);
-    let mut load = load_scripts(conn, counters, scripted(items, &units), loaded);
+    let mut load = load_scripts(conn, counters, scripted(items, &units), loaded, cond);
     if cond && !loaded.no_bulk && load.as_ref().is_err_and(|e| e.code() == Some("NOPERM")) {
         // A user without scripting, on a server with conditional commands: every
         // token lease alone, with no script.
         log::info!("renewing one conditional command per lease: scripts are refused");
         loaded.no_bulk = true;
         units = plan(items, slot, true, cond);
-        load = load_scripts(conn, counters, scripted(items, &units), loaded);
+        load = load_scripts(conn, counters, scripted(items, &units), loaded, cond);
     }
     let first = load.and_then(|()| round_trip(conn, counters, items, &units));
     let answers = match first {
@@ -198,7 +198,7 @@ pub(super) fn exchange(
         })
         .collect();
     let backends = again.iter().map(|&i| items[i].backend);
-    let retried = load_scripts(conn, counters, backends, loaded)
+    let retried = load_scripts(conn, counters, backends, loaded, false)
         .and_then(|()| round_trip(conn, counters, items, &units));
     match retried {
         Ok(retried) => {
@@ -292,6 +292,7 @@ fn load_scripts<'b>(
     counters: &Counters,
     backends: impl Iterator<Item = &'b Arc<dyn Backend>>,
     loaded: &mut Loaded,
+    cond: bool,
 ) -> RedisResult<()> {
     let mut last: Option<&Arc<dyn Backend>> = None;
     for backend in backends {
@@ -299,7 +300,16 @@ fn load_scripts<'b>(
             continue;
         }
         last = Some(backend);
-        for script in backend.scripts() {
+        // With conditional commands a scheme that has them calls its bulk
+        // script only: the others are loaded when first needed.
+        let bulk = backend
+            .bulk_extend()
+            .filter(|_| cond && backend.conditional());
+        let scripts: &[&LazyLock<Script>] = match &bulk {
+            Some(bulk) => std::slice::from_ref(bulk),
+            None => backend.scripts(),
+        };
+        for script in scripts {
             if !loaded.scripts.contains(script.get_hash()) {
                 bump(&counters.renewal_round_trips, 1);
                 conn.run(|c| script.load(c))?;
