@@ -43,7 +43,9 @@
 //!   `on_lost` callback, over the client's defaults; [`CancelToken`] stops a wait;
 //!   [`Metrics`], the client's counters.
 //! - [`Scheme`]: [`Scheme::Token`] (the default; redis-py's, redsync's,
-//!   node-redlock's format), [`Scheme::Reentrant`] (Redisson's `RLock`),
+//!   node-redlock's format; on Valkey 9 released and renewed with `DELIFEQ` and
+//!   `SET … IFEQ`, no script: [deployments](guide::deployments#valkey-9-no-scripts-on-the-hot-path)),
+//!   [`Scheme::Reentrant`] (Redisson's `RLock`),
 //!   [`Scheme::LegacyTimestamp`] ([`LegacyTimestamp`]; [migrating](guide::migrating)).
 //! - Redisson's primitives ([guide](guide::redisson)): [`FairLock`], [`ReadWriteLock`]
 //!   ([`ReadGuard`], [`WriteGuard`]), [`Semaphore`] ([`PermitGuard`]), each with the

@@ -347,7 +347,9 @@ fn redlock_refuses_a_fair_lock_and_options_it_has_none_of() {
 fn a_user_with_exactly_the_documented_rule_queues_and_is_woken() {
     let server = RedisServer::start();
     // The guide's lock rule, and its fair lock additions.
-    acl::set_user(&server, "fair", "pw", &[acl::LOCK_RULE, acl::FAIR_RULE]);
+    let mut rule = acl::lock_rule(&server);
+    rule.push(acl::FAIR_RULE);
+    acl::set_user(&server, "fair", "pw", &rule);
     let url = format!("redis://fair:pw@127.0.0.1:{}/", server.port());
     let lock = |url: &str| {
         LockClient::builder(url)

@@ -379,7 +379,7 @@ fn a_lock_all_whose_reply_is_lost_leaves_none_of_its_names_held() {
 #[test]
 fn a_lock_user_takes_waits_and_reads_lock_all_names_without_type_and_without_exists_takes_nothing()
 {
-    use support::acl::{LOCK_RULE, set_user, without};
+    use support::acl::{LOCK_RULE, VALKEY_RULE, lock_rule, set_user, without};
     let server = RedisServer::start();
     let user = |name: &str| {
         let url = format!("redis://{name}:pw-lock-all@127.0.0.1:{}/", server.port());
@@ -391,7 +391,7 @@ fn a_lock_user_takes_waits_and_reads_lock_all_names_without_type_and_without_exi
     };
     // The documented rule, which has no `+type`: free names are counted by one
     // `EXISTS`, a busy one read with `GET`.
-    set_user(&server, "plain", "pw-lock-all", &[LOCK_RULE]);
+    set_user(&server, "plain", "pw-lock-all", &lock_rule(&server));
     let plain = user("plain");
     let guard = plain.try_lock_all(&["a", "b"]).unwrap().unwrap();
     assert_eq!(guard.fences().unwrap().len(), 2);
@@ -420,7 +420,15 @@ fn a_lock_user_takes_waits_and_reads_lock_all_names_without_type_and_without_exi
         &server,
         "no-exists",
         "pw-lock-all",
-        &without(LOCK_RULE, &["+exists"]),
+        &[
+            &without(LOCK_RULE, &["+exists"])[..],
+            if server.has_conditional_commands() {
+                &[VALKEY_RULE][..]
+            } else {
+                &[][..]
+            },
+        ]
+        .concat(),
     );
     let blind = user("no-exists");
     assert!(matches!(

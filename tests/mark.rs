@@ -76,7 +76,7 @@ fn a_release_nobody_waits_for_publishes_nothing() {
     }
     assert_eq!(value(&server), None);
     assert_eq!(server.command_calls("publish"), 0);
-    assert_eq!(server.command_calls("del"), 100);
+    assert_eq!(server.deletes(), 100);
 }
 
 #[test]

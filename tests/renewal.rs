@@ -281,7 +281,11 @@ fn max_renewals_stops_renewing_after_that_many() {
     assert!(freed >= ms(350), "free after {freed:?}: not renewed");
     assert!(freed <= ms(500) + SLACK, "free only after {freed:?}");
     assert_eq!(holder.metrics().renewals, 2);
-    assert_eq!(server.command_calls("evalsha"), 2);
+    if !server.has_conditional_commands() {
+        // Two extend scripts (on Valkey 9 two `SET … IFEQ`, which the acquires'
+        // `SET`s make uncountable here: the metrics above count them).
+        assert_eq!(server.command_calls("evalsha"), 2);
+    }
     let lost = guard.lost().recv_timeout(Duration::from_secs(1)).unwrap();
     assert_eq!(lost.reason, LossReason::MaxHold);
     assert!(!guard.is_held());
@@ -671,7 +675,12 @@ fn renewals_keep_working_after_script_flush() {
     let m = lc.metrics();
     assert!(m.renewals >= renewals + 5, "{m:?}");
     assert_eq!(m.leases_lost, 0);
-    assert!(server.command_calls("script|load") >= 1);
+    if server.has_conditional_commands() {
+        // Valkey 9: a lease renewed alone runs `SET … IFEQ`, no script to reload.
+        assert_eq!(server.command_calls("script|load"), 0);
+    } else {
+        assert!(server.command_calls("script|load") >= 1);
+    }
     assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
 

@@ -459,7 +459,9 @@ fn redlock_refuses_a_read_write_lock() {
 fn a_user_with_exactly_the_documented_rule_reads_writes_and_is_woken() {
     let server = RedisServer::start();
     // The guide's lock rule, and its read-write lock additions.
-    acl::set_user(&server, "rw", "pw", &[acl::LOCK_RULE, acl::RWLOCK_RULE]);
+    let mut rule = acl::lock_rule(&server);
+    rule.push(acl::RWLOCK_RULE);
+    acl::set_user(&server, "rw", "pw", &rule);
     let url = format!("redis://rw:pw@127.0.0.1:{}/", server.port());
     let slow = |url: &str| {
         LockClient::builder(url)

@@ -419,12 +419,9 @@ fn redlock_refuses_a_semaphore() {
 fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
     let server = RedisServer::start();
     // The guide's lock rule, then what a semaphore adds.
-    acl::set_user(
-        &server,
-        "worker",
-        "pw",
-        &[acl::LOCK_RULE, acl::SEMAPHORE_RULE],
-    );
+    let mut rule = acl::lock_rule(&server);
+    rule.push(acl::SEMAPHORE_RULE);
+    acl::set_user(&server, "worker", "pw", &rule);
     let url = format!("redis://worker:pw@127.0.0.1:{}/", server.port());
     let worker = LockClient::builder(url.as_str())
         .key_prefix("lock:")

@@ -830,7 +830,7 @@ fn drop_after_unlock_does_not_release_again() {
     let m = client.metrics();
     assert_eq!((m.acquired, m.released, m.release_errors), (7, 7, 0));
     // Each release is one compare-and-delete; the query itself adds nothing to evalsha.
-    assert_eq!(server.command_calls("evalsha"), 6);
+    assert_eq!(server.compare_and_deletes(), 6);
     for i in 0..6 {
         assert!(!server.exists(&format!("lock:k{i}")));
     }

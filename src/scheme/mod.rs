@@ -69,7 +69,9 @@ pub(crate) use token::{TokenBackend, new_token};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Scheme {
-    /// `SET key token NX PX ttl`, released and renewed by compare-on-token scripts.
+    /// `SET key token NX PX ttl`, released and renewed by compare-on-token scripts,
+    /// or, on a server with conditional commands (Valkey 9), by `DELIFEQ` and
+    /// `SET … IFEQ` (see [`LockClientBuilder::conditional_commands`](crate::LockClientBuilder::conditional_commands)).
     /// The wire format of redis-py's `Lock`, redsync, node-redlock and redlock-rs.
     #[default]
     Token,
@@ -210,26 +212,6 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         maybe: &[String],
         ttl: Duration,
     ) -> (redis::Cmd, String);
-    /// Extends on `conn` the lock holding `value` (or one of `maybe`) to `ttl`: the
-    /// reply as [`extend_reply`](Backend::extend_reply) reads it, and the value
-    /// left under the key. The [`extend_cmd`](Backend::extend_cmd) with its
-    /// scripts, or, for a scheme with [`conditional`](Backend::conditional)
-    /// commands on a server that has them, those.
-    fn extend_on(
-        &self,
-        conn: &mut Conn,
-        key: &str,
-        (value, maybe): (&str, &[String]),
-        ttl: Duration,
-    ) -> RedisResult<(Value, String)> {
-        if self.conditional() && maybe.is_empty() && conn.conditional() {
-            let n = token::cond::extend(conn, key, value, crate::time::ttl_millis(ttl))?;
-            return Ok((Value::Int(n), value.to_owned()));
-        }
-        let (cmd, new_value) = self.extend_cmd(key, value, maybe, ttl);
-        let reply = with_scripts(conn, self.scripts(), |c| c.run(|c| cmd.query(c)))?;
-        Ok((reply, new_value))
-    }
     /// Whether, on a server with conditional commands (`DELIFEQ`, `SET … IFEQ`:
     /// see `Conn::conditional`), its release and extend run them instead of
     /// scripts: a scheme whose value is one bare token (the token scheme).
@@ -319,6 +301,26 @@ pub(crate) fn tri_state(reply: &Value) -> RedisResult<Extend> {
         0 => Ok(Extend::Gone),
         _ => Ok(Extend::Taken),
     }
+}
+
+/// Sends an extend on `conn`: `cmd`, the [`Backend::extend_cmd`] of `value` (or
+/// one of `maybe`) built once by the caller (a legacy value depends on the time it
+/// was built, and a retry must send the same), with its scripts; or, for a
+/// scheme with [`conditional`](Backend::conditional) commands on a server that has
+/// them, those (the token never changes: the value left is `value`). The reply
+/// reads as [`Backend::extend_reply`] reads it.
+pub(crate) fn extend_on(
+    backend: &dyn Backend,
+    conn: &mut Conn,
+    (key, value, maybe): (&str, &str, &[String]),
+    ttl: Duration,
+    cmd: &redis::Cmd,
+) -> RedisResult<Value> {
+    if backend.conditional() && maybe.is_empty() && conn.conditional() {
+        let n = token::cond::extend(conn, key, value, crate::time::ttl_millis(ttl))?;
+        return Ok(Value::Int(n));
+    }
+    with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
 }
 
 /// Runs `f`; if the server lost the scripts (restart, `SCRIPT FLUSH`), loads `scripts`

@@ -14,7 +14,7 @@ use redis::{RedisError, RedisResult, Value};
 
 use crate::error::{Error, Result};
 use crate::net::node::Node;
-use crate::scheme::{Acquire, Announce, Backend, Keys, Request, Waiting};
+use crate::scheme::{Acquire, Announce, Backend, Keys, Request, Waiting, extend_on};
 
 /// The TTL of the probe's own lock: far longer than the probe, and all that a
 /// probe which could not delete it leaves behind.
@@ -100,12 +100,15 @@ pub(crate) fn probe(
     };
     let acquired = check(backend.acquire(&mut conn, &keys, &value, req), &ACQUIRE)?;
     if let Acquire::Acquired { .. } = acquired {
-        let extend = backend.extend_on(&mut conn, &keys.lock, (&value, &[]), PROBE_TTL);
+        let (cmd, extended) = backend.extend_cmd(&keys.lock, &value, &[], PROBE_TTL);
+        let extend = extend_on(
+            backend,
+            &mut conn,
+            (&keys.lock, &value, &[]),
+            PROBE_TTL,
+            &cmd,
+        );
         // Whatever the extend did, the release deletes either value.
-        let extended = match &extend {
-            Ok((_, extended)) => extended.clone(),
-            Err(_) => backend.extend_cmd(&keys.lock, &value, &[], PROBE_TTL).1,
-        };
         let released = if extended == value {
             release(&mut conn, &value, &[])
         } else {

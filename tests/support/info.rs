@@ -64,6 +64,18 @@ impl RedisServer {
         field("server_name").as_deref() == Some("valkey") && major >= 9
     }
 
+    /// The token lock's compare-and-deletes the server ran: `EVALSHA` (the release
+    /// script) and `DELIFEQ` (Valkey 9's, no script).
+    pub fn compare_and_deletes(&self) -> u64 {
+        self.command_calls("evalsha") + self.command_calls("delifeq")
+    }
+
+    /// Keys deleted by `DEL` (a release script's) or `DELIFEQ` (Valkey 9's
+    /// release, no script).
+    pub fn deletes(&self) -> u64 {
+        self.command_calls("del") + self.command_calls("delifeq")
+    }
+
     /// `CONFIG RESETSTAT`. The reset happens before its own call is recorded, so
     /// afterwards the stats hold `config|resetstat` once.
     pub fn reset_stats(&self) {

@@ -151,6 +151,7 @@ pub(crate) fn mark(conn: &mut Conn, key: &str, holder: &[u8]) -> RedisResult<i64
     let replies = send(conn, &[&set, &pttl])?;
     match &replies[1] {
         Value::Int(n) => Ok(*n),
+        Value::ServerError(e) => Err(e.clone().into()),
         other => Err(redis::RedisError::from((
             redis::ErrorKind::UnexpectedReturnType,
             "PTTL",
@@ -193,17 +194,45 @@ fn other_type(reply: &Value) -> RedisResult<()> {
     }
 }
 
-/// Sends `commands` as one pipeline and reads their replies (errors kept as
-/// replies; a cluster's redirection among them is noted).
+/// Sends `commands` as one pipeline and reads their replies: errors kept as
+/// replies, but for the first command's, which decides the call: an error there
+/// (a redirection, `READONLY` after a failover, an ACL refusal) is the call's, as
+/// from a single command, but for `WRONGTYPE` (a key of another type: someone
+/// else's lock). On a cluster node importing the key's slot, each command is
+/// preceded by `ASKING`.
 fn send(conn: &mut Conn, commands: &[&[Arg<'_>]]) -> RedisResult<Vec<Value>> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for args in commands {
+    let asking = conn.asking;
+    for (i, args) in commands.iter().enumerate() {
+        // `Conn::run` sends the first `ASKING` itself.
+        if asking && i > 0 {
+            pipe.cmd("ASKING");
+        }
         pipe.add_command(resp::cmd(args));
     }
-    let replies = conn.pipeline(&pipe, commands.len())?;
+    let sent = if asking {
+        2 * commands.len() - 1
+    } else {
+        commands.len()
+    };
+    let replies = conn.pipeline(&pipe, sent)?;
+    let replies: Vec<Value> = if asking {
+        replies.into_iter().step_by(2).collect()
+    } else {
+        replies
+    };
     for reply in &replies {
         conn.note_reply(reply);
+    }
+    if let Some(Value::ServerError(e)) = replies.first()
+        && e.code() != "WRONGTYPE"
+    {
+        if e.code() == "READONLY" {
+            // A demoted master: a new connection finds the new one.
+            conn.broken = true;
+        }
+        return Err(e.clone().into());
     }
     Ok(replies)
 }

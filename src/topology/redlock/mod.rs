@@ -34,7 +34,8 @@ use crate::net::connection::{Conn, Target};
 use crate::net::node::{Node, NodeConfig};
 use crate::owner::{ClientTag, SessionWrite};
 use crate::scheme::{
-    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, Waiting, new_token,
+    Acquire, Announce, Backend, Extend, Freed, Keys, Release, Request, Scheme, Waiting, extend_on,
+    new_token,
 };
 use crate::time::in_time;
 use crate::topology::io::batch::{self, Spec};
@@ -284,13 +285,12 @@ impl Topology for Redlock {
         maybe: &[String],
         ttl: Duration,
     ) -> (String, Instant, Result<Extend>) {
-        // The token never changes: the value left is the one extended.
-        let new_value = value.to_owned();
+        let (cmd, new_value) = self.quorum.token().extend_cmd(key, value, maybe, ttl);
         let op = {
             let backend = Arc::clone(self.quorum.token());
             let (key, value, maybe) = (key.to_owned(), value.to_owned(), maybe.to_vec());
             move |c: &mut Conn| {
-                let (reply, _) = backend.extend_on(c, &key, (&value, &maybe), ttl)?;
+                let reply = extend_on(&*backend, c, (&key, &value, &maybe), ttl, &cmd)?;
                 backend.extend_reply(&reply)
             }
         };

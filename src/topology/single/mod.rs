@@ -13,7 +13,7 @@ use crate::owner::SessionWrite;
 use crate::scheme::token::scripts::TOKEN_HANDOFF;
 use crate::scheme::{
     Acquire, Announce, Backend, Extend, Freed, Keys, REPLY_FLOOR, Release, Request, Unreplicated,
-    acquire_confirmed, with_scripts,
+    acquire_confirmed, extend_on, with_scripts,
 };
 use crate::time::ttl_millis;
 use crate::topology::io::{Cleanup, IoThread, Job, Worker};
@@ -192,23 +192,14 @@ impl Single {
         ttl: Duration,
         ask: bool,
     ) -> (String, Instant, Result<Extend>) {
+        let (cmd, new_value) = backend.extend_cmd(key, value, maybe, ttl);
         let sent = Instant::now();
         let reply = self.node.with_retry(|conn| {
             conn.asking = ask;
-            backend.extend_on(conn, key, (value, maybe), ttl)
+            extend_on(backend, conn, (key, value, maybe), ttl, &cmd)
         });
-        match reply {
-            Ok((reply, new_value)) => {
-                let outcome = backend.extend_reply(&reply).map_err(Into::into);
-                (new_value, sent, outcome)
-            }
-            // What the extend would have left: the value it would have written.
-            Err(e) => (
-                backend.extend_cmd(key, value, maybe, ttl).1,
-                sent,
-                Err(e.into()),
-            ),
-        }
+        let outcome = reply.and_then(|v| Ok(backend.extend_reply(&v)?));
+        (new_value, sent, outcome)
     }
 
     /// [`Topology::hand_off`], with `ask` as for [`acquire_asking`](Self::acquire_asking).
