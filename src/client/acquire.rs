@@ -151,6 +151,10 @@ impl LockClient {
                 return_by,
                 began,
             };
+            // A release of the key this client queued lands first (see
+            // `LockClientBuilder::release_in_background`): no busy answer for it.
+            hub.queued
+                .settle(&keys.lock, Instant::now() + hub.topology.read_timeout());
             let (remaining, announces) = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who
                 // holds the key now is unknown, so the wait polls.

@@ -12,7 +12,7 @@ use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
 use crate::metrics::export::Hold;
 use crate::scheme::{Extend, Release};
-use crate::threads::wait::{Hub, release};
+use crate::threads::wait::{Hub, release, release_queued};
 
 /// A held lock. Releases it when dropped (also while unwinding from a panic).
 ///
@@ -211,7 +211,7 @@ impl LockGuard {
     /// nothing is sent then. Not `Ok(Release::Released)`: the work done under the
     /// guard did not run under the lock to its end.
     pub fn unlock(mut self) -> Result<Release> {
-        self.release().unwrap_or(Ok(Release::Released))
+        self.release(false).unwrap_or(Ok(Release::Released))
     }
 
     /// Releases the lock after a closure under it returned `out` (the `with_*`
@@ -226,13 +226,18 @@ impl LockGuard {
         }
     }
 
-    /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
-    fn release(&mut self) -> Option<Result<Release>> {
+    /// Shared by `unlock` and `Drop`: runs once, `None` on later calls (and for a
+    /// drop whose release was queued for the I/O thread, which counts it).
+    fn release(&mut self, dropped: bool) -> Option<Result<Release>> {
         let hub = self.hub.take()?;
         self.hold.end();
         // A caller of this client waiting for the key takes the lease, or the lock,
-        // over directly; otherwise compare-and-delete.
-        let outcome = release(&hub, &self.state);
+        // over directly; otherwise compare-and-delete, now or in the background.
+        let outcome = if dropped && hub.background {
+            release_queued(&hub, &self.state)?
+        } else {
+            release(&hub, &self.state)
+        };
         match &outcome {
             Ok(Release::Released) => bump(&hub.counters.released, 1),
             // The client's shutdown released it (and counted it): nothing sent.
@@ -250,7 +255,7 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        match self.release() {
+        match self.release(true) {
             // The client's shutdown ended the lease and reported it.
             Some(Err(Error::Shutdown)) => {}
             // The error names the call and the key.

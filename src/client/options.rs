@@ -229,6 +229,8 @@ pub(crate) struct Settings {
     pub(crate) pubsub: bool,
     pub(crate) scheme: Scheme,
     pub(crate) replicas: Option<Replicas>,
+    /// Whether a dropped guard's release is queued for the I/O thread.
+    pub(crate) background: bool,
 }
 
 /// Checks a TTL against what Redis `PX` accepts, and against the drift allowance:

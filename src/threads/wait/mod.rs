@@ -33,8 +33,9 @@ use crate::lease::LeaseState;
 use crate::metrics::Counters;
 use crate::owner::ClientTag;
 use crate::threads::cancel::CancelToken;
-use crate::topology::Topology;
+use crate::topology::{Queued, Topology};
 
+mod background;
 mod backoff;
 mod handoff;
 mod line;
@@ -48,6 +49,7 @@ mod watcher;
 use shared::Shared;
 use thread::Worker;
 
+pub(crate) use background::release_queued;
 pub(crate) use handoff::{Offers, Want, abandon, release, release_for_shutdown, release_later};
 use line::Lines;
 pub(crate) use release_all::release_all;
@@ -69,6 +71,11 @@ pub(crate) struct Hub {
     pub(crate) backoff: (Duration, Duration),
     /// The client's tag, which the tokens of its waiting callers' offers carry.
     pub(crate) tag: ClientTag,
+    /// Whether a dropped guard queues its release for the I/O thread
+    /// (`LockClientBuilder::release_in_background`).
+    pub(crate) background: bool,
+    /// The names whose queued release has not been answered yet.
+    pub(crate) queued: Arc<Queued>,
 }
 
 impl Hub {
@@ -77,9 +84,12 @@ impl Hub {
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
         tag: ClientTag,
+        background: bool,
     ) -> Self {
         Self {
             tag,
+            background,
+            queued: Arc::default(),
             topology,
             counters,
             shutdown: CancelToken::new(),

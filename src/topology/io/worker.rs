@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::Link;
+use super::background::{self, Free};
 use super::batch::{self, Reply, Spec};
 use super::pipeline::Loaded;
 use crate::error::{Error, Result};
@@ -54,6 +55,9 @@ pub(crate) enum Job {
     },
     /// Delete `value` if it is still under the key.
     Release(Cleanup),
+    /// A guard's release that its caller does not wait for: sent with the others
+    /// queued meanwhile, in one write.
+    Free(Free),
     /// Write the client's session record; then send `()` on `done`.
     Session {
         write: Arc<SessionWrite>,
@@ -208,13 +212,30 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
     let mut io = Io { node, link };
     let mut loaded = Loaded::default();
     let mut pending: Vec<Pending> = Vec::new();
+    // A job met while collecting a batch of releases, run next.
+    let mut carried: Option<Job> = None;
     loop {
         let next = pending.iter().map(|p| p.next).min();
-        let job = match next {
-            Some(at) => rx.recv_deadline(at),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        let job = match (carried.take(), next) {
+            (Some(job), _) => Ok(job),
+            (None, Some(at)) => rx.recv_deadline(at),
+            (None, None) => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match job {
+            Ok(Job::Free(first)) => {
+                let (batch, other) = background::collect(first, rx);
+                carried = other;
+                for cleanup in background::send(node, counters, batch) {
+                    // Retried as any cleanup, until the value expires by itself.
+                    let p = Pending {
+                        next: Instant::now() + FIRST_RETRY,
+                        cleanup,
+                        pause: FIRST_RETRY,
+                        settle: None,
+                    };
+                    pending.push(p);
+                }
+            }
             Ok(Job::Renew { batch, done }) => {
                 let answers = batch::renew(node, counters, batch, &mut loaded);
                 // The renewal thread may be gone (client dropped): nobody to tell.
