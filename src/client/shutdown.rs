@@ -103,14 +103,14 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn shutdown(&self, deadline: Instant) -> ShutdownReport {
-        // Seen by an acquire that registers its lease after the renewal thread
-        // answers below: it gives its lease back itself (see `acquire`).
-        self.inner.stopped.store(true, Ordering::SeqCst);
-        self.close();
         let hub = &self.inner.hub;
         // Releases dropped guards queued (`release_in_background`): what they
         // found from here on is this shutdown's to report.
         let before = hub.queued.tally();
+        // Seen by an acquire that registers its lease after the renewal thread
+        // answers below: it gives its lease back itself (see `acquire`).
+        self.inner.stopped.store(true, Ordering::SeqCst);
+        self.close();
         let leases = self.inner.renewer.unreleased();
         let (done_tx, done) = crossbeam_channel::unbounded();
         for group in by_node(hub, &leases) {
