@@ -155,7 +155,7 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// others queued meanwhile, in one write; never blocks. Gives `free` back when
     /// this topology cannot (a quorum, whose release counts each node's answer)
     /// or its thread is gone: the caller then releases as usual.
-    fn release_queued(&self, free: Free) -> std::result::Result<(), Free> {
+    fn release_queued(&self, free: Box<Free>) -> std::result::Result<(), Box<Free>> {
         Err(free)
     }
 

@@ -39,7 +39,7 @@ pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Resul
         // compared, as a guard's own release does.
         return Some(release_for_real(hub, state, &value, &maybe));
     }
-    let free = Free {
+    let free = Box::new(Free {
         name: state.key.clone(),
         cleanup: Cleanup {
             backend: Arc::clone(&state.backend),
@@ -50,7 +50,7 @@ pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Resul
         },
         always: false,
         queued: Arc::clone(&hub.queued),
-    };
+    });
     // Recorded before it is sent, so an acquire of the name that follows waits
     // for its answer.
     hub.queued.add(&free.name);

@@ -249,7 +249,7 @@ impl Topology for Cluster {
         }
     }
 
-    fn release_queued(&self, mut free: Free) -> std::result::Result<(), Free> {
+    fn release_queued(&self, mut free: Box<Free>) -> std::result::Result<(), Box<Free>> {
         match self
             .shared
             .master(slot(free.cleanup.keys.lock.as_bytes()), &self.nudge)

@@ -161,7 +161,7 @@ pub(super) fn collect(first: Free, rx: &Receiver<Job>) -> (Vec<Free>, Option<Job
     let mut batch = vec![first];
     while batch.len() < MAX_BATCH {
         match rx.try_recv() {
-            Ok(Job::Free(free)) => batch.push(free),
+            Ok(Job::Free(free)) => batch.push(*free),
             Ok(other) => return (batch, Some(other)),
             Err(_) => break,
         }
@@ -184,20 +184,17 @@ pub(super) fn send(node: &Node, counters: &Counters, batch: Vec<Free>) -> Vec<Cl
     let mut failed = Vec::new();
     for (i, free) in batch.into_iter().enumerate() {
         let answer = answers.as_ref().and_then(|a| a.get(i)).and_then(read);
-        match answer {
-            Some(outcome) => {
-                if outcome == Release::Released {
-                    bump(&counters.released, 1);
-                } else {
-                    log::debug!("background release of `{}`: {outcome:?}", free.name);
-                }
-                free.queued.done(&free.name, Some(outcome));
+        if let Some(outcome) = answer {
+            if outcome == Release::Released {
+                bump(&counters.released, 1);
+            } else {
+                log::debug!("background release of `{}`: {outcome:?}", free.name);
             }
-            None => {
-                bump(&counters.release_errors, 1);
-                free.queued.done(&free.name, None);
-                failed.push(free.cleanup);
-            }
+            free.queued.done(&free.name, Some(outcome));
+        } else {
+            bump(&counters.release_errors, 1);
+            free.queued.done(&free.name, None);
+            failed.push(free.cleanup);
         }
     }
     failed

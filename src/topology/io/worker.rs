@@ -57,7 +57,7 @@ pub(crate) enum Job {
     Release(Cleanup),
     /// A guard's release that its caller does not wait for: sent with the others
     /// queued meanwhile, in one write.
-    Free(Free),
+    Free(Box<Free>),
     /// Write the client's session record; then send `()` on `done`.
     Session {
         write: Arc<SessionWrite>,
@@ -223,7 +223,7 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
         };
         match job {
             Ok(Job::Free(first)) => {
-                let (batch, other) = background::collect(first, rx);
+                let (batch, other) = background::collect(*first, rx);
                 carried = other;
                 for cleanup in background::send(node, counters, batch) {
                     // Retried as any cleanup, until the value expires by itself.

@@ -253,7 +253,7 @@ impl Topology for Single {
         });
     }
 
-    fn release_queued(&self, free: Free) -> std::result::Result<(), Free> {
+    fn release_queued(&self, free: Box<Free>) -> std::result::Result<(), Box<Free>> {
         self.worker.send(Job::Free(free)).map_err(|job| match job {
             Job::Free(free) => free,
             _ => unreachable!("the job sent is given back"),
