@@ -16,7 +16,8 @@
 //! between callers and the thread; `thread/` the thread itself (`subscriptions.rs` its
 //! channels); `listen.rs` its pub/sub connection; `slot/` one caller's side of a
 //! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
-//! hand-off; `release_all.rs` the release of several leases in one call (a guard
+//! hand-off; `background.rs` a dropped guard's release queued for the I/O thread
+//! (`release_in_background`); `release_all.rs` the release of several leases in one call (a guard
 //! of several names); `backoff.rs` the polling step; `shared.rs` what callers read from the
 //! thread; `watcher.rs` a caller that hears every release message of some channels
 //! and never acquires (`wait_free`).

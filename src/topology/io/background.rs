@@ -1,7 +1,7 @@
 //! Releases a caller does not wait for: a guard dropped by a client built with
 //! `release_in_background(true)` queues its release ([`Free`]) for its node's
 //! I/O thread and returns. The thread takes every release queued meanwhile
-//! ([`collect`]) and sends them in one write, pipelined ([`send`]): one round
+//! (`worker::collect`) and sends them in one write, pipelined ([`send`]): one round
 //! trip, and one read of the replies, for many releases.
 //!
 //! [`Queued`] is the client's record of the names whose release is queued and
@@ -17,20 +17,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use crossbeam_channel::Receiver;
 use parking_lot::{Condvar, Mutex};
 use redis::{RedisResult, Value};
 
-use super::worker::{Cleanup, Job};
 use crate::metrics::{Counters, bump};
 use crate::net::connection::Conn;
 use crate::net::node::Node;
 use crate::scheme::token::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
-use crate::scheme::{Freed, Release, with_scripts};
+use crate::scheme::{Backend, Freed, Keys, Release, with_scripts};
 
-/// The most releases one write carries: a few hundred microseconds of Redis's
-/// time, so no batch holds up other clients long.
-const MAX_BATCH: usize = 512;
+/// A value to take out of Redis, tried until it expires by itself at `until`.
+#[derive(Clone)]
+pub(crate) struct Cleanup {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) keys: Keys,
+    pub(crate) value: String,
+    pub(crate) until: Instant,
+}
 
 /// A guard's release, queued for its node's I/O thread.
 pub(crate) struct Free {
@@ -153,20 +156,6 @@ impl std::ops::Sub for Tally {
             failed: self.failed.saturating_sub(earlier.failed),
         }
     }
-}
-
-/// `first` and every release queued behind it, up to [`MAX_BATCH`]; another
-/// job found on the way is returned to run after the batch.
-pub(super) fn collect(first: Free, rx: &Receiver<Job>) -> (Vec<Free>, Option<Job>) {
-    let mut batch = vec![first];
-    while batch.len() < MAX_BATCH {
-        match rx.try_recv() {
-            Ok(Job::Free(free)) => batch.push(*free),
-            Ok(other) => return (batch, Some(other)),
-            Err(_) => break,
-        }
-    }
-    (batch, None)
 }
 
 /// Sends `batch` in one pipelined write on a pooled connection of `node`, and

@@ -9,20 +9,21 @@
 //! so a dead node answers at once and the majority decides without waiting for it.
 
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::Link;
-use super::background::{self, Free};
+use super::background::{self, Cleanup, Free};
 use super::batch::{self, Reply, Spec};
+use super::handle::IoThread;
 use super::pipeline::Loaded;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::net::node::Node;
 use crate::owner::SessionWrite;
-use crate::scheme::{Announce, Backend, Keys, Release};
+use crate::scheme::{Announce, Release};
 use crate::topology::{Renew, Renewed};
 
 /// The first pause before a failed release is tried again; it doubles up to
@@ -67,59 +68,11 @@ pub(crate) enum Job {
     Stop,
 }
 
-/// A value to take out of Redis, tried until it expires by itself at `until`.
-#[derive(Clone)]
-pub(crate) struct Cleanup {
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) keys: Keys,
-    pub(crate) value: String,
-    pub(crate) until: Instant,
-}
-
 /// The sending end of a node's I/O thread, kept by the topology (which guards
 /// share): it never keeps the thread alive.
 #[derive(Clone)]
 pub(crate) struct Worker {
     tx: Sender<Job>,
-}
-
-/// A node thread, kept by the client: dropping it stops the thread (an I/O thread
-/// first makes one last attempt at every release still pending) and joins it.
-pub(crate) struct IoThread {
-    stop: Box<dyn Fn() + Send + Sync>,
-    handle: Option<JoinHandle<()>>,
-    /// Disconnected when the thread ends; with it, a drop waits [`JOIN_WAIT`]
-    /// at most, and leaves a thread still in a network call to end by itself.
-    ended: Option<Receiver<()>>,
-}
-
-/// How long dropping a node thread waits for it to end: local work (its last
-/// releases get [`LAST_TRY`]) fits; a call to a frozen server, bounded by the
-/// read timeout, is not waited for: the thread ends when it returns.
-const JOIN_WAIT: Duration = Duration::from_millis(60);
-
-impl IoThread {
-    /// The handle of the thread `handle`, which `stop` tells to end.
-    pub(crate) fn new(handle: JoinHandle<()>, stop: impl Fn() + Send + Sync + 'static) -> Self {
-        Self {
-            stop: Box::new(stop),
-            handle: Some(handle),
-            ended: None,
-        }
-    }
-}
-
-#[cfg(feature = "cluster")]
-impl IoThread {
-    /// A handle with no thread of its own whose drop runs `stop` (which drops
-    /// the handles of a group of threads).
-    pub(crate) fn group(stop: impl Fn() + Send + Sync + 'static) -> Self {
-        Self {
-            stop: Box::new(stop),
-            handle: None,
-            ended: None,
-        }
-    }
 }
 
 impl Worker {
@@ -155,10 +108,10 @@ impl Worker {
             })
             .map_err(Error::Spawn)?;
         let stop = tx.clone();
-        let mut io = IoThread::new(handle, move || {
+        let io = IoThread::new(handle, move || {
             let _ = stop.send(Job::Stop);
-        });
-        io.ended = Some(ended);
+        })
+        .ending(ended);
         Ok((Self { tx }, io))
     }
 
@@ -168,28 +121,22 @@ impl Worker {
     }
 }
 
-impl Drop for IoThread {
-    fn drop(&mut self) {
-        (self.stop)();
-        let Some(handle) = self.handle.take() else {
-            return;
-        };
-        if let Some(ended) = &self.ended
-            && ended.recv_timeout(JOIN_WAIT).is_err_and(|e| e.is_timeout())
-        {
-            // In a call to a server that does not answer: it ends when the call
-            // does (its timeouts bound it), without the client waiting.
-            log::debug!("an i/o thread is left to finish its call");
-            return;
-        }
-        let _ = handle.join();
-    }
-}
+/// The most releases one write carries: a few hundred microseconds of Redis's
+/// time, so no batch holds up other clients long.
+const MAX_BATCH: usize = 512;
 
-impl std::fmt::Debug for IoThread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IoThread").finish_non_exhaustive()
+/// `first` and every release queued behind it, up to [`MAX_BATCH`]; another
+/// job found on the way is returned to run after the batch.
+pub(super) fn collect(first: Free, rx: &Receiver<Job>) -> (Vec<Free>, Option<Job>) {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(Job::Free(free)) => batch.push(*free),
+            Ok(other) => return (batch, Some(other)),
+            Err(_) => break,
+        }
     }
+    (batch, None)
 }
 
 /// A pending release and when to try it next.
@@ -223,7 +170,7 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
         };
         match job {
             Ok(Job::Free(first)) => {
-                let (batch, other) = background::collect(*first, rx);
+                let (batch, other) = collect(*first, rx);
                 carried = other;
                 for cleanup in background::send(node, counters, batch) {
                     // Retried as any cleanup, until the value expires by itself.
