@@ -65,7 +65,10 @@ mod wait_free;
 /// call does, within the read timeout); guards that outlive it are no longer renewed and stop reporting
 /// [`is_held`](LockGuard::is_held) once their validity runs out. That drop waits
 /// on no reply from Redis (the session record's delete is sent, not waited for),
-/// so it takes local work only, also against a frozen server; use
+/// so it takes local work only, also against a frozen server (except the
+/// releases dropped guards queued with
+/// [`release_in_background`](crate::LockClientBuilder::release_in_background), waited
+/// for up to the read timeout); use
 /// [`shutdown`](Self::shutdown) first to release what the guards still hold.
 ///
 /// # Examples
