@@ -39,6 +39,10 @@ pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Resul
         // compared, as a guard's own release does.
         return Some(release_for_real(hub, state, &value, &maybe));
     }
+    // Recorded before it is sent, so an acquire of the name that follows waits
+    // for its answer; a caller that arrived meanwhile, and may not have seen the
+    // record, is woken by the release message.
+    hub.queued.add(&state.key);
     let free = Box::new(Free {
         name: state.key.clone(),
         cleanup: Cleanup {
@@ -48,12 +52,9 @@ pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Resul
             // The value expires by itself a TTL after its last renewal at most.
             until: now + state.ttl(),
         },
-        always: false,
+        always: hub.lines.busy(&state.channel),
         queued: Arc::clone(&hub.queued),
     });
-    // Recorded before it is sent, so an acquire of the name that follows waits
-    // for its answer.
-    hub.queued.add(&free.name);
     match hub.topology.release_queued(free) {
         Ok(()) => None,
         Err(free) => {
