@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redlease::{Error, LockClient, LockClientBuilder, Release};
+use redlease::{Error, LockClient, LockClientBuilder, LockOptions, Release};
 use support::{RedisServer, eventually};
 
 /// Room for a 200 ms stall of a loaded 2-core machine, several times over.
@@ -280,4 +280,26 @@ fn unlock_in_background_mode_still_answers_what_redis_found() {
     let guard = client.lock("typed").unwrap();
     let () = server.query(redis::cmd("DEL").arg("lock:typed"));
     assert_eq!(guard.unlock().unwrap(), Release::Expired);
+}
+
+#[test]
+fn a_lock_asks_for_a_background_release_on_its_own() {
+    let server = RedisServer::start();
+    // Without the client-wide option; a release waited for on a stopped server
+    // would take the read timeout, 20 s.
+    let client = LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .read_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let opts = LockOptions::new().release_in_background(true);
+    let guard = client.lock_with("own", &opts).unwrap().unwrap();
+    server.pause();
+    let dropped = Instant::now();
+    drop(guard);
+    let took = dropped.elapsed();
+    server.resume();
+    assert!(took < SLACK, "the drop waited {took:?}");
+    assert!(eventually(SLACK, || keys(&server, "lock:own").is_empty()));
+    assert!(eventually(SLACK, || client.metrics().released == 1));
 }

@@ -45,7 +45,10 @@ impl LockClient {
                 .label(),
         };
         let out = plan
-            .and_then(|plan| self.acquire_loop(key, &plan, opts, wait))
+            .and_then(|plan| {
+                let guard = self.acquire_loop(key, &plan, opts, wait)?;
+                Ok(guard.map(|g| g.release_in_background(plan.background)))
+            })
             .and_then(|guard| self.unless_stopped(guard))
             .map_err(|e| {
                 let key = format!("{}{key}", self.inner.settings.key_prefix);
@@ -298,6 +301,7 @@ impl LockClient {
                 None => s.replicas,
             },
             min_hold,
+            background: opts.background.unwrap_or(s.background),
             terms: None,
         }
         .with_terms())

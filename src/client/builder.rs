@@ -220,7 +220,8 @@ impl LockClientBuilder {
     ///
     /// It applies to the token scheme on one server, a Sentinel's master or a
     /// cluster; a lock inside its minimum hold, another scheme or a Redlock quorum
-    /// releases on the dropping thread as before.
+    /// releases on the dropping thread as before. One lock call can ask for it, or
+    /// against it, with [`LockOptions::release_in_background`](crate::LockOptions::release_in_background).
     /// Defaults to `false`.
     ///
     /// # Examples

@@ -35,6 +35,8 @@ pub struct LockGuard {
     fence: Option<u64>,
     lost: OnceLock<Receiver<LeaseLost>>,
     hold: Hold,
+    /// Whether a drop queues the release for the I/O thread.
+    background: bool,
 }
 
 impl LockGuard {
@@ -42,10 +44,17 @@ impl LockGuard {
         Self {
             hold: Hold::start(state.backend.label()),
             state,
+            background: hub.background,
             hub: Some(hub),
             fence,
             lost: OnceLock::new(),
         }
+    }
+
+    /// The same guard, whose drop queues its release for the I/O thread when `on`.
+    pub(crate) fn release_in_background(mut self, on: bool) -> Self {
+        self.background = on;
+        self
     }
 
     /// The value stored for this lease (a token, a permit id).
@@ -233,7 +242,7 @@ impl LockGuard {
         self.hold.end();
         // A caller of this client waiting for the key takes the lease, or the lock,
         // over directly; otherwise compare-and-delete, now or in the background.
-        let outcome = if dropped && hub.background {
+        let outcome = if dropped && self.background {
             release_queued(&hub, &self.state)?
         } else {
             release(&hub, &self.state)
