@@ -303,3 +303,28 @@ fn a_lock_asks_for_a_background_release_on_its_own() {
     assert!(eventually(SLACK, || keys(&server, "lock:own").is_empty()));
     assert!(eventually(SLACK, || client.metrics().released == 1));
 }
+
+#[cfg(feature = "cluster")]
+#[test]
+fn a_cluster_client_releases_in_the_background_on_each_master() {
+    let cluster = support::cluster::Cluster::start(3, 0);
+    let client = LockClient::cluster(cluster.urls())
+        .key_prefix("lock:")
+        .release_in_background(true)
+        .build()
+        .unwrap();
+    for round in 0..200 {
+        let guard = client.try_lock("again").unwrap();
+        assert!(guard.is_some(), "reported busy in round {round}");
+    }
+    let guards: Vec<_> = (0..300)
+        .map(|i| client.try_lock(&format!("c{i}")).unwrap().unwrap())
+        .collect();
+    drop(guards);
+    assert!(eventually(SLACK, || client.metrics().released == 500));
+    drop(client);
+    for node in &cluster.nodes {
+        assert!(keys(node, "lock:c*").is_empty());
+        assert!(keys(node, "lock:again").is_empty());
+    }
+}
