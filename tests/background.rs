@@ -328,3 +328,33 @@ fn a_cluster_client_releases_in_the_background_on_each_master() {
         assert!(keys(node, "lock:again").is_empty());
     }
 }
+
+#[test]
+fn a_redlock_client_releases_on_the_dropping_thread() {
+    let masters = support::Masters::start(3);
+    let urls = masters.urls();
+    let client = LockClient::redlock(urls.iter().map(String::as_str))
+        .key_prefix("lock:")
+        .release_in_background(true)
+        .build()
+        .unwrap();
+    for round in 0..50 {
+        let guard = client.try_lock("quorum").unwrap();
+        assert!(guard.is_some(), "reported busy in round {round}");
+        drop(guard);
+        // The quorum's release was waited for, up to a majority's answers.
+        let freed = masters
+            .servers
+            .iter()
+            .filter(|s| keys(s, "lock:quorum").is_empty())
+            .count();
+        assert!(freed >= 2, "round {round}: {freed} nodes freed");
+    }
+    let freed = || {
+        masters
+            .servers
+            .iter()
+            .all(|s| keys(s, "lock:quorum").is_empty())
+    };
+    assert!(eventually(SLACK, freed));
+}
