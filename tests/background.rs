@@ -213,12 +213,22 @@ fn a_dropped_guard_reports_no_loss() {
     let client = builder(&server.url()).build().unwrap();
     let guard = client.lock("quiet").unwrap();
     let lost = guard.lost().clone();
+    let called = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&called);
+    let opts = LockOptions::new().on_lost(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let with_callback = client.lock_with("called", &opts).unwrap().unwrap();
     drop(guard);
-    // The same name again: after the queued release's answer.
+    drop(with_callback);
+    // The same names again: after the queued releases' answers.
     drop(client.try_lock("quiet").unwrap().expect("not busy"));
+    drop(client.try_lock("called").unwrap().expect("not busy"));
     let client_gone = Instant::now();
+    // Joins the thread that runs the callbacks.
     drop(client);
     assert!(client_gone.elapsed() < SLACK);
+    assert_eq!(called.load(Ordering::SeqCst), 0, "a loss was reported");
     // Disconnected once the lease is dropped, never a loss message.
     assert!(matches!(
         lost.recv_timeout(SLACK),
