@@ -368,3 +368,15 @@ fn a_redlock_client_releases_on_the_dropping_thread() {
     };
     assert!(eventually(SLACK, freed));
 }
+
+#[test]
+fn a_guard_dropped_after_its_client_still_releases() {
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    let guard = client.lock("late").unwrap();
+    drop(client);
+    let dropped = Instant::now();
+    drop(guard);
+    assert!(dropped.elapsed() < SLACK);
+    assert!(eventually(SLACK, || keys(&server, "lock:late").is_empty()));
+}

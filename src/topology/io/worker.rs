@@ -224,11 +224,20 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
             }
             Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 let by = Instant::now() + LAST_TRY;
-                for p in pending {
-                    if io.release_by(&p.cleanup, Some(by)).is_none() {
+                let mut last: Vec<Cleanup> = pending.into_iter().map(|p| p.cleanup).collect();
+                // Releases of guards dropped as the client went, queued behind
+                // the stop, get the last try too.
+                for job in rx.try_iter() {
+                    if let Job::Free(free) = job {
+                        free.queued.cancel(&free.name);
+                        last.push(free.cleanup);
+                    }
+                }
+                for cleanup in last {
+                    if io.release_by(&cleanup, Some(by)).is_none() {
                         log::debug!(
                             "a value of `{}` may be left; it expires with its ttl",
-                            p.cleanup.keys.lock
+                            cleanup.keys.lock
                         );
                     }
                 }
