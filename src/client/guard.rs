@@ -14,7 +14,10 @@ use crate::metrics::export::Hold;
 use crate::scheme::{Extend, Release};
 use crate::threads::wait::{Hub, release, release_queued};
 
-/// A held lock. Releases it when dropped (also while unwinding from a panic).
+/// A held lock. Releases it when dropped (also while unwinding from a panic):
+/// on the dropping thread, or, with
+/// [`release_in_background`](crate::LockClientBuilder::release_in_background), on
+/// the node's I/O thread while the drop returns at once.
 ///
 /// Made by [`LockClient::lock`](crate::LockClient::lock),
 /// [`try_lock`](crate::LockClient::try_lock),
