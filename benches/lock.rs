@@ -20,7 +20,10 @@
 //!   (`REDLEASE_FLEET_MONITOR=1`: also the order the processes subscribed in);
 //! - `reentrant`: `Scheme::Reentrant` lock + unlock, and a nested lock + unlock
 //!   under a held one, vs Redisson's own scripts (`EVALSHA` tryLock + unlock) on
-//!   one raw connection; the token scheme's lock + unlock beside them.
+//!   one raw connection; the token scheme's lock + unlock beside them;
+//! - `background`: lock + a dropped guard whose release the I/O thread sends
+//!   (`release_in_background`) vs the floor's lock + unlock: p50 of one thread,
+//!   and 8 threads each cycling over 8 keys of its own.
 //!
 //! Run: `cargo bench --bench lock` (needs `redis-server` on PATH);
 //! `REDLEASE_BENCH=contention,parallel_8_keys` runs only those groups;
@@ -32,6 +35,8 @@
     reason = "counts shown as rates stay far below 2^52"
 )]
 
+#[path = "lock/background.rs"]
+mod background;
 #[path = "lock/cost.rs"]
 mod cost;
 #[path = "lock/fleet.rs"]
@@ -829,6 +834,10 @@ fn redlock(c: &mut Criterion) {
     );
 }
 
+fn background_group(_c: &mut Criterion) {
+    background::bench();
+}
+
 fn fleet_group(_c: &mut Criterion) {
     if wanted("fleet") {
         fleet::bench();
@@ -838,7 +847,7 @@ fn fleet_group(_c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = support::bench::criterion();
-    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant, fleet_group
+    targets = uncontended, try_lock_held, parallel_8_keys, renewal, contention, redlock, reentrant, background_group, fleet_group
 }
 
 fn main() {

@@ -81,6 +81,10 @@ fn worker(url: &str, name: &str) -> Result<(), Box<dyn Error>> {
     let client = LockClient::builder(url)
         .key_prefix("fleet:lock:")
         .ttl(Duration::from_secs(10))
+        // A guard dropped (a job found done) has its release sent by the I/O
+        // thread: the worker goes on to the next job without waiting for it. The
+        // client is dropped when the worker returns, which sends what is queued.
+        .release_in_background(true)
         .build()?;
     let store = redis::Script::new(FENCED_WRITE);
     let mut con = redis::Client::open(url)?.get_connection()?;
@@ -94,22 +98,25 @@ fn worker(url: &str, name: &str) -> Result<(), Box<dyn Error>> {
         let done: bool = redis::cmd("EXISTS")
             .arg(format!("fleet:done:{job}"))
             .query(&mut con)?;
-        if !done {
-            let fence = guard.fence().ok_or("fencing was asked for")?;
-            // The work, then the write: the store refuses a stale fence.
-            let result = format!("{}", job * job);
-            let written: i64 = store
-                .key(format!("fleet:result:{job}"))
-                .arg(fence)
+        if done {
+            // Nothing to report: the release goes in the background.
+            drop(guard);
+            continue;
+        }
+        let fence = guard.fence().ok_or("fencing was asked for")?;
+        // The work, then the write: the store refuses a stale fence.
+        let result = format!("{}", job * job);
+        let written: i64 = store
+            .key(format!("fleet:result:{job}"))
+            .arg(fence)
+            .arg(name)
+            .arg(result)
+            .invoke(&mut con)?;
+        if written == 1 {
+            let () = redis::cmd("SET")
+                .arg(format!("fleet:done:{job}"))
                 .arg(name)
-                .arg(result)
-                .invoke(&mut con)?;
-            if written == 1 {
-                let () = redis::cmd("SET")
-                    .arg(format!("fleet:done:{job}"))
-                    .arg(name)
-                    .query(&mut con)?;
-            }
+                .query(&mut con)?;
         }
         if !guard.unlock()?.was_held() {
             // The lease ended before the release: the store's fence check is what

@@ -45,7 +45,10 @@ impl LockClient {
                 .label(),
         };
         let out = plan
-            .and_then(|plan| self.acquire_loop(key, &plan, opts, wait))
+            .and_then(|plan| {
+                let guard = self.acquire_loop(key, &plan, opts, wait)?;
+                Ok(guard.map(|g| g.release_in_background(plan.background)))
+            })
             .and_then(|guard| self.unless_stopped(guard))
             .map_err(|e| {
                 let key = format!("{}{key}", self.inner.settings.key_prefix);
@@ -151,6 +154,10 @@ impl LockClient {
                 return_by,
                 began,
             };
+            // A release of the key this client queued lands first (see
+            // `LockClientBuilder::release_in_background`): no busy answer for it.
+            hub.queued
+                .settle(&keys.lock, Instant::now() + hub.topology.read_timeout());
             let (remaining, announces) = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who
                 // holds the key now is unknown, so the wait polls.
@@ -294,6 +301,7 @@ impl LockClient {
                 None => s.replicas,
             },
             min_hold,
+            background: opts.background.unwrap_or(s.background),
             terms: None,
         }
         .with_terms())

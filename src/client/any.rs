@@ -195,6 +195,12 @@ impl LockClient {
     /// topology runs scripts, else one quorum attempt per key.
     fn try_any(&self, plan: &Plan, keys: &[Keys], start: usize, mark: bool) -> Result<Found> {
         let topology = &self.inner.hub.topology;
+        // Releases of these names this client queued land first (see
+        // `LockClientBuilder::release_in_background`).
+        let by = Instant::now() + topology.read_timeout();
+        for k in keys {
+            self.inner.hub.queued.settle(&k.lock, by);
+        }
         let n = keys.len();
         let order = (start..n).chain(0..start);
         let mut soonest: Option<Duration> = None;

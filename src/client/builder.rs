@@ -88,6 +88,7 @@ pub struct LockClientBuilder {
     pub(super) max_hold: Option<Duration>,
     pub(super) fencing: bool,
     pub(super) pubsub: bool,
+    pub(super) background: bool,
     pub(super) scheme: Scheme,
     pub(super) replicas: Option<(u32, Duration)>,
     pub(super) node_timeout: Option<Duration>,
@@ -113,6 +114,7 @@ impl LockClientBuilder {
             max_hold: None,
             fencing: false,
             pubsub: true,
+            background: false,
             scheme: Scheme::Token,
             replicas: None,
             node_timeout: None,
@@ -203,6 +205,59 @@ impl LockClientBuilder {
     /// Wake waiters by pub/sub (`true`) or only poll (`false`). Defaults to `true`.
     pub fn pubsub(mut self, on: bool) -> Self {
         self.pubsub = on;
+        self
+    }
+    /// Release a dropped guard's lock in the background: the drop queues the
+    /// release for the node's I/O thread and returns at once, and that thread
+    /// sends every release queued meanwhile in one pipelined write. A batch worker
+    /// that locks one name per item then waits on one round trip per item, not two.
+    ///
+    /// What it promises:
+    /// - **The release still happens, and wakes waiters.** It is the same
+    ///   owner-checked compare-and-delete, publishing the release message as a
+    ///   release does (waiters of other clients are woken when it lands). One
+    ///   that fails is retried until the lease would have expired anyway. It is
+    ///   counted in [`Metrics`](crate::Metrics) as a release when Redis answers.
+    /// - **A later lock of the same name in this client is not held up or
+    ///   misled by it.** A caller of this client already acquiring or waiting
+    ///   for the name is handed the lock, or woken, by a release on the dropping
+    ///   thread, as without this option. A lock call that comes after the drop
+    ///   first waits for the queued release's answer (one round trip of the I/O
+    ///   thread, bounded by the read timeout), so it is never reported busy only
+    ///   because this client's own release had not landed yet. The order is
+    ///   about that answer only: the release compares the token, so it can never
+    ///   remove the lock taken after it.
+    /// - **[`unlock`](crate::LockGuard::unlock) is unchanged**: it waits for
+    ///   Redis and returns what it found.
+    /// - **Dropping the client, and [`shutdown`](crate::LockClient::shutdown),
+    ///   send what is queued** (the drop waits for it up to the read timeout; a
+    ///   shutdown until its deadline, and counts the queued releases in its
+    ///   [report](crate::ShutdownReport)).
+    ///
+    /// **A process that exits without dropping its client** (`std::process::exit`,
+    /// a signal, a panic that aborts) leaves its queued releases unsent: those
+    /// locks stay held until their TTL runs out.
+    ///
+    /// It applies to the token scheme on one server, a Sentinel's master or a
+    /// cluster; a lock inside its minimum hold, another scheme or a Redlock quorum
+    /// releases on the dropping thread as before. One lock call can ask for it, or
+    /// against it, with [`LockOptions::release_in_background`](crate::LockOptions::release_in_background).
+    /// Defaults to `false`.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// let client = redlease::LockClient::builder("redis://127.0.0.1/")
+    ///     .release_in_background(true)
+    ///     .build()?;
+    /// for item in ["a", "b", "c"] {
+    ///     let _guard = client.lock(item)?;
+    ///     // ... process the item ...
+    /// } // each drop queues its release and returns at once
+    /// # Ok(()) }
+    /// ```
+    pub fn release_in_background(mut self, on: bool) -> Self {
+        self.background = on;
         self
     }
     /// Default storage scheme. Defaults to [`Scheme::Token`].
@@ -318,6 +373,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("max_hold", &self.max_hold)
             .field("fencing", &self.fencing)
             .field("pubsub", &self.pubsub)
+            .field("release_in_background", &self.background)
             .field("scheme", &self.scheme)
             .field("replicas", &self.replicas)
             .field("node_timeout", &self.node_timeout)

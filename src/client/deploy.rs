@@ -306,6 +306,7 @@ impl LockClientBuilder {
             max_hold: self.max_hold,
             fencing: self.fencing,
             pubsub: self.pubsub && subscribe,
+            background: self.background,
             scheme: self.scheme,
             replicas: self
                 .replicas

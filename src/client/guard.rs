@@ -12,9 +12,12 @@ use crate::lease::{LeaseLost, LeaseState, LossReason};
 use crate::metrics::bump;
 use crate::metrics::export::Hold;
 use crate::scheme::{Extend, Release};
-use crate::threads::wait::{Hub, release};
+use crate::threads::wait::{Hub, release, release_queued};
 
-/// A held lock. Releases it when dropped (also while unwinding from a panic).
+/// A held lock. Releases it when dropped (also while unwinding from a panic):
+/// on the dropping thread, or, with
+/// [`release_in_background`](crate::LockClientBuilder::release_in_background), on
+/// the node's I/O thread while the drop returns at once.
 ///
 /// Made by [`LockClient::lock`](crate::LockClient::lock),
 /// [`try_lock`](crate::LockClient::try_lock),
@@ -35,6 +38,8 @@ pub struct LockGuard {
     fence: Option<u64>,
     lost: OnceLock<Receiver<LeaseLost>>,
     hold: Hold,
+    /// Whether a drop queues the release for the I/O thread.
+    background: bool,
 }
 
 impl LockGuard {
@@ -42,10 +47,17 @@ impl LockGuard {
         Self {
             hold: Hold::start(state.backend.label()),
             state,
+            background: hub.background,
             hub: Some(hub),
             fence,
             lost: OnceLock::new(),
         }
+    }
+
+    /// The same guard, whose drop queues its release for the I/O thread when `on`.
+    pub(crate) fn release_in_background(mut self, on: bool) -> Self {
+        self.background = on;
+        self
     }
 
     /// The value stored for this lease (a token, a permit id).
@@ -211,7 +223,7 @@ impl LockGuard {
     /// nothing is sent then. Not `Ok(Release::Released)`: the work done under the
     /// guard did not run under the lock to its end.
     pub fn unlock(mut self) -> Result<Release> {
-        self.release().unwrap_or(Ok(Release::Released))
+        self.release(false).unwrap_or(Ok(Release::Released))
     }
 
     /// Releases the lock after a closure under it returned `out` (the `with_*`
@@ -226,13 +238,18 @@ impl LockGuard {
         }
     }
 
-    /// Shared by `unlock` and `Drop`: runs once, `None` on later calls.
-    fn release(&mut self) -> Option<Result<Release>> {
+    /// Shared by `unlock` and `Drop`: runs once, `None` on later calls (and for a
+    /// drop whose release was queued for the I/O thread, which counts it).
+    fn release(&mut self, dropped: bool) -> Option<Result<Release>> {
         let hub = self.hub.take()?;
         self.hold.end();
         // A caller of this client waiting for the key takes the lease, or the lock,
-        // over directly; otherwise compare-and-delete.
-        let outcome = release(&hub, &self.state);
+        // over directly; otherwise compare-and-delete, now or in the background.
+        let outcome = if dropped && self.background {
+            release_queued(&hub, &self.state)?
+        } else {
+            release(&hub, &self.state)
+        };
         match &outcome {
             Ok(Release::Released) => bump(&hub.counters.released, 1),
             // The client's shutdown released it (and counted it): nothing sent.
@@ -250,7 +267,7 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        match self.release() {
+        match self.release(true) {
             // The client's shutdown ended the lease and reported it.
             Some(Err(Error::Shutdown)) => {}
             // The error names the call and the key.

@@ -65,7 +65,10 @@ mod wait_free;
 /// call does, within the read timeout); guards that outlive it are no longer renewed and stop reporting
 /// [`is_held`](LockGuard::is_held) once their validity runs out. That drop waits
 /// on no reply from Redis (the session record's delete is sent, not waited for),
-/// so it takes local work only, also against a frozen server; use
+/// so it takes local work only, also against a frozen server (except the
+/// releases dropped guards queued with
+/// [`release_in_background`](crate::LockClientBuilder::release_in_background), waited
+/// for up to the read timeout); use
 /// [`shutdown`](Self::shutdown) first to release what the guards still hold.
 ///
 /// # Examples
@@ -114,8 +117,13 @@ impl Drop for Inner {
     /// The waiter threads are told to stop first, and end while the renewal and
     /// I/O threads are stopped and joined (in field order: the renewal thread's
     /// last act, the session record's delete, goes to the I/O threads before they
-    /// stop); none of it waits on a reply from Redis.
+    /// stop); none of it waits on a reply from Redis, except the releases dropped
+    /// guards queued (`release_in_background`), waited for up to the read timeout.
     fn drop(&mut self) {
+        let by = Instant::now() + self.hub.topology.read_timeout();
+        if self.hub.queued.drain(by) > 0 {
+            log::warn!("dropped client: queued releases left to their i/o threads");
+        }
         if let Some(waiters) = &mut self.waiters {
             waiters.signal();
         }
@@ -138,6 +146,7 @@ impl LockClient {
             Arc::clone(&counters),
             backoff,
             id.tag(),
+            settings.background,
         ));
         let notifier = Notifier::spawn()?;
         let session = SessionWrite::new(&settings.key_prefix, &id);

@@ -170,6 +170,12 @@ impl LockClient {
                 });
             }
             let will_wait = !once && deadline.is_none_or(|d| d > Instant::now());
+            // Releases of these names this client queued land first (see
+            // `LockClientBuilder::release_in_background`).
+            let by = Instant::now() + hub.topology.read_timeout();
+            for k in &keys {
+                hub.queued.settle(&k.lock, by);
+            }
             let tried = if one_step {
                 self.try_at_once(&plan, &keys, will_wait)
             } else {

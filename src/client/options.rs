@@ -56,6 +56,7 @@ pub struct LockOptions {
     pub(crate) replicas: Option<(u32, Duration)>,
     /// See [`LockOptions::min_hold`] (in `min_hold.rs`).
     pub(crate) min_hold: Option<Duration>,
+    pub(crate) background: Option<bool>,
     /// Set by a named primitive (a fair lock, read-write lock or semaphore, through
     /// its handle): its format.
     pub(crate) backend: Option<Arc<dyn Backend>>,
@@ -144,6 +145,15 @@ impl LockOptions {
         self.replicas = Some((count, timeout));
         self
     }
+    /// Whether dropping the guard queues its release for the I/O thread instead
+    /// of waiting for it; see
+    /// [`LockClientBuilder::release_in_background`](crate::LockClientBuilder::release_in_background)
+    /// for what it promises (and that a process exiting without dropping its
+    /// client leaves queued releases to the TTL). Defaults to the client's.
+    pub fn release_in_background(mut self, on: bool) -> Self {
+        self.background = Some(on);
+        self
+    }
     /// The TTL set here, if any.
     pub fn get_ttl(&self) -> Option<Duration> {
         self.ttl
@@ -212,6 +222,7 @@ impl fmt::Debug for LockOptions {
             .field("on_lost", &self.on_lost.as_ref().map(|_| "Fn"))
             .field("replicas", &self.replicas)
             .field("min_hold", &self.min_hold)
+            .field("release_in_background", &self.background)
             .field("backend", &self.backend)
             .finish()
     }
@@ -229,6 +240,8 @@ pub(crate) struct Settings {
     pub(crate) pubsub: bool,
     pub(crate) scheme: Scheme,
     pub(crate) replicas: Option<Replicas>,
+    /// Whether a dropped guard's release is queued for the I/O thread.
+    pub(crate) background: bool,
 }
 
 /// Checks a TTL against what Redis `PX` accepts, and against the drift allowance:

@@ -20,6 +20,8 @@ pub(super) struct Plan {
     pub(super) replicas: Option<Replicas>,
     /// The minimum hold (checked against the scheme and `max_hold`).
     pub(super) min_hold: Option<Duration>,
+    /// Whether its guard's drop queues the release for the I/O thread.
+    pub(super) background: bool,
     /// Computed once by [`Plan::with_terms`].
     pub(super) terms: Option<Terms>,
 }

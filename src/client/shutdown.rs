@@ -80,6 +80,11 @@ impl LockClient {
     /// the hold ends, as its `unlock` would keep it, and counts as released. A
     /// guard released by its holder while the shutdown ran is not counted.
     ///
+    /// Releases that guards dropped before it queued for the I/O threads
+    /// ([`release_in_background`](crate::LockClientBuilder::release_in_background))
+    /// are waited for until `deadline` too, and counted in the report as the
+    /// others are (one still unanswered then counts as failed).
+    ///
     /// Returns by `deadline` (plus the time to spawn the release threads); a
     /// release not answered by then counts as [`failed`](ShutdownReport::failed),
     /// and may still land afterwards. Calling it again returns an empty report.
@@ -98,12 +103,15 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub fn shutdown(&self, deadline: Instant) -> ShutdownReport {
+        let hub = &self.inner.hub;
+        // Releases dropped guards queued (`release_in_background`): what they
+        // found from here on is this shutdown's to report.
+        let before = hub.queued.tally();
         // Seen by an acquire that registers its lease after the renewal thread
         // answers below: it gives its lease back itself (see `acquire`).
         self.inner.stopped.store(true, Ordering::SeqCst);
         self.close();
         let leases = self.inner.renewer.unreleased();
-        let hub = &self.inner.hub;
         let (done_tx, done) = crossbeam_channel::unbounded();
         for group in by_node(hub, &leases) {
             start(hub, group, deadline, &done_tx);
@@ -124,6 +132,11 @@ impl LockClient {
             state.notify_lost(LossReason::Released, &hub.counters);
             report.failed += 1;
         }
+        let unanswered = hub.queued.drain(deadline);
+        let queued = hub.queued.tally() - before;
+        report.released += queued.released;
+        report.already_gone += queued.gone;
+        report.failed += queued.failed + unanswered;
         if report.total() > 0 {
             log::info!("shutdown: {report:?}");
         }

@@ -34,7 +34,7 @@ mod single;
 pub(crate) use cluster::Cluster;
 #[cfg(feature = "cluster")]
 pub(crate) use cluster::Opener;
-pub(crate) use io::IoThread;
+pub(crate) use io::{Cleanup, Free, IoThread, Queued};
 pub(crate) use probe::probe;
 pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;
@@ -150,6 +150,14 @@ pub(crate) trait Topology: Send + Sync + fmt::Debug {
     /// The same, off the caller's time: for a value nobody will use (a hand-off
     /// that came too late), retried until `until`, when it expires anyway.
     fn release_later(&self, backend: Arc<dyn Backend>, keys: Keys, value: String, until: Instant);
+
+    /// Queues a guard's release for its node's I/O thread, which sends it with the
+    /// others queued meanwhile, in one write; never blocks. Gives `free` back when
+    /// this topology cannot (a quorum, whose release counts each node's answer)
+    /// or its thread is gone: the caller then releases as usual.
+    fn release_queued(&self, free: Box<Free>) -> std::result::Result<(), Box<Free>> {
+        Err(free)
+    }
 
     /// Sets the TTL of the lock holding `value` (or one of `maybe`) to `ttl`.
     /// Returns the value the extend leaves under the key, when it was sent, and

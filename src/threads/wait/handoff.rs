@@ -253,7 +253,7 @@ pub(super) fn take_value(state: &LeaseState) -> Option<(String, Vec<String>)> {
 /// one: that is what makes the bound of [`STREAK`] a turn-taking. Inside the
 /// lease's minimum hold it keeps the key instead (compare, then a relative `PX`
 /// of what is left), and wakes nobody.
-fn release_for_real(
+pub(super) fn release_for_real(
     hub: &Hub,
     state: &LeaseState,
     value: &str,

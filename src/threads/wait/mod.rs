@@ -16,7 +16,8 @@
 //! between callers and the thread; `thread/` the thread itself (`subscriptions.rs` its
 //! channels); `listen.rs` its pub/sub connection; `slot/` one caller's side of a
 //! wait; `line.rs` the callers of this client waiting for each key; `handoff.rs` local
-//! hand-off; `release_all.rs` the release of several leases in one call (a guard
+//! hand-off; `background.rs` a dropped guard's release queued for the I/O thread
+//! (`release_in_background`); `release_all.rs` the release of several leases in one call (a guard
 //! of several names); `backoff.rs` the polling step; `shared.rs` what callers read from the
 //! thread; `watcher.rs` a caller that hears every release message of some channels
 //! and never acquires (`wait_free`).
@@ -33,8 +34,9 @@ use crate::lease::LeaseState;
 use crate::metrics::Counters;
 use crate::owner::ClientTag;
 use crate::threads::cancel::CancelToken;
-use crate::topology::Topology;
+use crate::topology::{Queued, Topology};
 
+mod background;
 mod backoff;
 mod handoff;
 mod line;
@@ -48,6 +50,7 @@ mod watcher;
 use shared::Shared;
 use thread::Worker;
 
+pub(crate) use background::release_queued;
 pub(crate) use handoff::{Offers, Want, abandon, release, release_for_shutdown, release_later};
 use line::Lines;
 pub(crate) use release_all::release_all;
@@ -69,6 +72,11 @@ pub(crate) struct Hub {
     pub(crate) backoff: (Duration, Duration),
     /// The client's tag, which the tokens of its waiting callers' offers carry.
     pub(crate) tag: ClientTag,
+    /// Whether a dropped guard queues its release for the I/O thread
+    /// (`LockClientBuilder::release_in_background`).
+    pub(crate) background: bool,
+    /// The names whose queued release has not been answered yet.
+    pub(crate) queued: Arc<Queued>,
 }
 
 impl Hub {
@@ -77,9 +85,12 @@ impl Hub {
         counters: Arc<Counters>,
         backoff: (Duration, Duration),
         tag: ClientTag,
+        background: bool,
     ) -> Self {
         Self {
             tag,
+            background,
+            queued: Arc::default(),
             topology,
             counters,
             shutdown: CancelToken::new(),

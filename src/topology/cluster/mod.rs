@@ -58,7 +58,7 @@ use crate::net::node::{Node, NodeConfig};
 use crate::net::slots::slot;
 use crate::owner::SessionWrite;
 use crate::scheme::{Announce, Backend, Extend, Freed, Keys, Request, Waiting};
-use crate::topology::io::IoThread;
+use crate::topology::io::{Free, IoThread};
 use crate::topology::single::Single;
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
 
@@ -246,6 +246,19 @@ impl Topology for Cluster {
         match self.shared.master(slot(keys.lock.as_bytes()), &self.nudge) {
             Ok(single) => single.release_later(backend, keys.in_cluster(), value, until),
             Err(e) => log::warn!("value of `{}` left to expire: {e}", keys.lock),
+        }
+    }
+
+    fn release_queued(&self, mut free: Box<Free>) -> std::result::Result<(), Box<Free>> {
+        match self
+            .shared
+            .master(slot(free.cleanup.keys.lock.as_bytes()), &self.nudge)
+        {
+            Ok(single) => {
+                free.cleanup.keys = free.cleanup.keys.in_cluster();
+                single.release_queued(free)
+            }
+            Err(_) => Err(free),
         }
     }
 

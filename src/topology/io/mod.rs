@@ -2,14 +2,20 @@
 //! ([`Worker`], kept alive by an [`IoThread`]), the pipelined renewal batch it
 //! sends, and a thread's own connection to a node ([`Link`]).
 //!
-//! Layout: `worker.rs` a node's I/O thread; `batch.rs` a node's share of a renewal
+//! Layout: `worker.rs` a node's I/O thread; `handle.rs` the client's handle of
+//! it; `background.rs` the releases it takes off the caller's time, and how it
+//! sends those that guards queue together; `batch.rs` a node's share of a renewal
 //! tick; `pipeline.rs` how that share goes on the wire; `link.rs` a thread's own
 //! connection to a node.
 
+mod background;
 pub(crate) mod batch;
+mod handle;
 mod link;
 mod pipeline;
 mod worker;
 
+pub(crate) use background::{Cleanup, Free, Queued};
+pub(crate) use handle::IoThread;
 pub(crate) use link::{Link, timed_out};
-pub(crate) use worker::{Cleanup, IoThread, Job, Worker};
+pub(crate) use worker::{Job, Worker};

@@ -9,19 +9,21 @@
 //! so a dead node answers at once and the majority decides without waiting for it.
 
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::Link;
+use super::background::{self, Cleanup, Free};
 use super::batch::{self, Reply, Spec};
+use super::handle::IoThread;
 use super::pipeline::Loaded;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::net::node::Node;
 use crate::owner::SessionWrite;
-use crate::scheme::{Announce, Backend, Keys, Release};
+use crate::scheme::{Announce, Release};
 use crate::topology::{Renew, Renewed};
 
 /// The first pause before a failed release is tried again; it doubles up to
@@ -54,6 +56,9 @@ pub(crate) enum Job {
     },
     /// Delete `value` if it is still under the key.
     Release(Cleanup),
+    /// A guard's release that its caller does not wait for: sent with the others
+    /// queued meanwhile, in one write.
+    Free(Box<Free>),
     /// Write the client's session record; then send `()` on `done`.
     Session {
         write: Arc<SessionWrite>,
@@ -63,59 +68,11 @@ pub(crate) enum Job {
     Stop,
 }
 
-/// A value to take out of Redis, tried until it expires by itself at `until`.
-#[derive(Clone)]
-pub(crate) struct Cleanup {
-    pub(crate) backend: Arc<dyn Backend>,
-    pub(crate) keys: Keys,
-    pub(crate) value: String,
-    pub(crate) until: Instant,
-}
-
 /// The sending end of a node's I/O thread, kept by the topology (which guards
 /// share): it never keeps the thread alive.
 #[derive(Clone)]
 pub(crate) struct Worker {
     tx: Sender<Job>,
-}
-
-/// A node thread, kept by the client: dropping it stops the thread (an I/O thread
-/// first makes one last attempt at every release still pending) and joins it.
-pub(crate) struct IoThread {
-    stop: Box<dyn Fn() + Send + Sync>,
-    handle: Option<JoinHandle<()>>,
-    /// Disconnected when the thread ends; with it, a drop waits [`JOIN_WAIT`]
-    /// at most, and leaves a thread still in a network call to end by itself.
-    ended: Option<Receiver<()>>,
-}
-
-/// How long dropping a node thread waits for it to end: local work (its last
-/// releases get [`LAST_TRY`]) fits; a call to a frozen server, bounded by the
-/// read timeout, is not waited for: the thread ends when it returns.
-const JOIN_WAIT: Duration = Duration::from_millis(60);
-
-impl IoThread {
-    /// The handle of the thread `handle`, which `stop` tells to end.
-    pub(crate) fn new(handle: JoinHandle<()>, stop: impl Fn() + Send + Sync + 'static) -> Self {
-        Self {
-            stop: Box::new(stop),
-            handle: Some(handle),
-            ended: None,
-        }
-    }
-}
-
-#[cfg(feature = "cluster")]
-impl IoThread {
-    /// A handle with no thread of its own whose drop runs `stop` (which drops
-    /// the handles of a group of threads).
-    pub(crate) fn group(stop: impl Fn() + Send + Sync + 'static) -> Self {
-        Self {
-            stop: Box::new(stop),
-            handle: None,
-            ended: None,
-        }
-    }
 }
 
 impl Worker {
@@ -151,10 +108,10 @@ impl Worker {
             })
             .map_err(Error::Spawn)?;
         let stop = tx.clone();
-        let mut io = IoThread::new(handle, move || {
+        let io = IoThread::new(handle, move || {
             let _ = stop.send(Job::Stop);
-        });
-        io.ended = Some(ended);
+        })
+        .ending(ended);
         Ok((Self { tx }, io))
     }
 
@@ -164,28 +121,22 @@ impl Worker {
     }
 }
 
-impl Drop for IoThread {
-    fn drop(&mut self) {
-        (self.stop)();
-        let Some(handle) = self.handle.take() else {
-            return;
-        };
-        if let Some(ended) = &self.ended
-            && ended.recv_timeout(JOIN_WAIT).is_err_and(|e| e.is_timeout())
-        {
-            // In a call to a server that does not answer: it ends when the call
-            // does (its timeouts bound it), without the client waiting.
-            log::debug!("an i/o thread is left to finish its call");
-            return;
-        }
-        let _ = handle.join();
-    }
-}
+/// The most releases one write carries: a few hundred microseconds of Redis's
+/// time, so no batch holds up other clients long.
+const MAX_BATCH: usize = 512;
 
-impl std::fmt::Debug for IoThread {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IoThread").finish_non_exhaustive()
+/// `first` and every release queued behind it, up to [`MAX_BATCH`]; another
+/// job found on the way is returned to run after the batch.
+pub(super) fn collect(first: Free, rx: &Receiver<Job>) -> (Vec<Free>, Option<Job>) {
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(Job::Free(free)) => batch.push(*free),
+            Ok(other) => return (batch, Some(other)),
+            Err(_) => break,
+        }
     }
+    (batch, None)
 }
 
 /// A pending release and when to try it next.
@@ -208,13 +159,30 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
     let mut io = Io { node, link };
     let mut loaded = Loaded::default();
     let mut pending: Vec<Pending> = Vec::new();
+    // A job met while collecting a batch of releases, run next.
+    let mut carried: Option<Job> = None;
     loop {
         let next = pending.iter().map(|p| p.next).min();
-        let job = match next {
-            Some(at) => rx.recv_deadline(at),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        let job = match (carried.take(), next) {
+            (Some(job), _) => Ok(job),
+            (None, Some(at)) => rx.recv_deadline(at),
+            (None, None) => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
         };
         match job {
+            Ok(Job::Free(first)) => {
+                let (batch, other) = collect(*first, rx);
+                carried = other;
+                for cleanup in background::send(node, counters, batch) {
+                    // Retried as any cleanup, until the value expires by itself.
+                    let p = Pending {
+                        next: Instant::now() + FIRST_RETRY,
+                        cleanup,
+                        pause: FIRST_RETRY,
+                        settle: None,
+                    };
+                    pending.push(p);
+                }
+            }
             Ok(Job::Renew { batch, done }) => {
                 let answers = batch::renew(node, counters, batch, &mut loaded);
                 // The renewal thread may be gone (client dropped): nobody to tell.
@@ -256,11 +224,20 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
             }
             Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 let by = Instant::now() + LAST_TRY;
-                for p in pending {
-                    if io.release_by(&p.cleanup, Some(by)).is_none() {
+                let mut last: Vec<Cleanup> = pending.into_iter().map(|p| p.cleanup).collect();
+                // Releases of guards dropped as the client went, queued behind
+                // the stop, get the last try too.
+                for job in rx.try_iter() {
+                    if let Job::Free(free) = job {
+                        free.queued.cancel(&free.name);
+                        last.push(free.cleanup);
+                    }
+                }
+                for cleanup in last {
+                    if io.release_by(&cleanup, Some(by)).is_none() {
                         log::debug!(
                             "a value of `{}` may be left; it expires with its ttl",
-                            p.cleanup.keys.lock
+                            cleanup.keys.lock
                         );
                     }
                 }

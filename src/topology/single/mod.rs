@@ -16,7 +16,7 @@ use crate::scheme::{
     acquire_confirmed, extend_on, with_scripts,
 };
 use crate::time::ttl_millis;
-use crate::topology::io::{Cleanup, IoThread, Job, Worker};
+use crate::topology::io::{Cleanup, Free, IoThread, Job, Worker};
 use crate::topology::{Attempt, HandOff, Handed, Renew, Renewed, Scripts, Topology};
 
 /// One Redis server holds every lock: each call is one command or script on it.
@@ -251,6 +251,13 @@ impl Topology for Single {
             value,
             until,
         });
+    }
+
+    fn release_queued(&self, free: Box<Free>) -> std::result::Result<(), Box<Free>> {
+        self.worker.send(Job::Free(free)).map_err(|job| match job {
+            Job::Free(free) => free,
+            _ => unreachable!("the job sent is given back"),
+        })
     }
 
     fn extend(

@@ -1,0 +1,65 @@
+//! A guard's release that its caller does not wait for
+//! (`LockClientBuilder::release_in_background`): queued for the key's node's I/O
+//! thread, which sends it with the others queued meanwhile, in one write.
+//!
+//! Only where nothing else needs the caller: a token lock (the others' values
+//! name a thread or change as they are renewed), outside a minimum hold, with no
+//! caller of this client acquiring or waiting for the key (they are handed the
+//! lock, or woken, by the release as usual), on a topology whose release is one
+//! node's (not a quorum's). Otherwise the release runs as usual, on the caller's
+//! time.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Hub;
+use super::handoff::{release, release_for_real, take_value};
+use crate::error::{Error, Result};
+use crate::lease::LeaseState;
+use crate::scheme::Release;
+use crate::topology::{Cleanup, Free};
+
+/// Releases `state` in the background where it can: `None` once queued (the
+/// I/O thread counts it when answered), else what the usual release said.
+pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Result<Release>> {
+    let now = Instant::now();
+    let plain = state.backend.hands_over()
+        && state.min_hold_left(now).is_none()
+        && !hub.shutdown.is_cancelled()
+        && !hub.lines.busy(&state.channel);
+    if !plain {
+        return Some(release(hub, state));
+    }
+    let Some((value, maybe)) = take_value(state) else {
+        // The client's shutdown released it.
+        return Some(Err(Error::Shutdown));
+    };
+    if !maybe.is_empty() {
+        // An unanswered extend may have rewritten the value: every candidate is
+        // compared, as a guard's own release does.
+        return Some(release_for_real(hub, state, &value, &maybe));
+    }
+    // Recorded before it is sent, so an acquire of the name that follows waits
+    // for its answer; a caller that arrived meanwhile, and may not have seen the
+    // record, is woken by the release message.
+    hub.queued.add(&state.key);
+    let free = Box::new(Free {
+        name: state.key.clone(),
+        cleanup: Cleanup {
+            backend: Arc::clone(&state.backend),
+            keys: state.keys(),
+            value,
+            // The value expires by itself a TTL after its last renewal at most.
+            until: now + state.ttl(),
+        },
+        always: hub.lines.busy(&state.channel),
+        queued: Arc::clone(&hub.queued),
+    });
+    match hub.topology.release_queued(free) {
+        Ok(()) => None,
+        Err(free) => {
+            hub.queued.cancel(&free.name);
+            Some(release_for_real(hub, state, &free.cleanup.value, &[]))
+        }
+    }
+}
