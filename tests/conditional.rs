@@ -22,6 +22,8 @@ use support::{RedisServer, eventually};
 
 const PASSWORD: &str = "cond-s3cret";
 const BOUND: Duration = Duration::from_secs(10);
+/// Sections each side of the mixed fleet runs.
+const EACH: u64 = 150;
 
 /// Whether `server` has `DELIFEQ` (Valkey 9.0 and later).
 fn has_commands(server: &RedisServer) -> bool {
@@ -241,7 +243,6 @@ fn clients_on_commands_on_scripts_and_redis_py_share_one_name() {
         sections.fetch_add(1, Ordering::SeqCst);
         inside.store(false, Ordering::SeqCst);
     };
-    const EACH: u64 = 150;
     thread::scope(|s| {
         for client in [&commands, &scripts] {
             let (inside, sections) = (&inside, &sections);
@@ -328,4 +329,38 @@ fn a_user_without_scripting_runs_waits_and_queues_with_the_cli() {
     assert!(log.is_empty(), "refused: {log:?}");
     let exists: i64 = server.query(redis::cmd("EXISTS").arg("job"));
     assert_eq!(exists, 0);
+}
+
+#[test]
+fn releases_in_the_background_run_no_script_where_the_server_has_the_commands() {
+    let server = RedisServer::start();
+    set_user(&server, "noscript", PASSWORD, &["~* &* +@all -@scripting"]);
+    let commands = has_commands(&server);
+    // Without the commands this user cannot build (see above): the default user.
+    let url = if commands {
+        user_url(&server, "noscript")
+    } else {
+        server.url()
+    };
+    let client = builder(&url).release_in_background(true).build().unwrap();
+    server.reset_stats();
+    for i in 0..500 {
+        drop(client.lock(&format!("bg{}", i % 50)).unwrap());
+    }
+    drop(client);
+    let left: Vec<String> = server.query(redis::cmd("KEYS").arg("lock:bg*"));
+    assert!(left.is_empty(), "{left:?}");
+    if commands {
+        assert_eq!(
+            script_calls(&server),
+            0,
+            "{:?}",
+            server.client_command_stats()
+        );
+        assert!(server.command_calls("delifeq") >= 500);
+        let log = refusals(&server);
+        assert!(log.is_empty(), "refused: {log:?}");
+    } else {
+        assert!(server.command_calls("evalsha") >= 500);
+    }
 }

@@ -72,6 +72,10 @@ pub(super) enum Servers {
 /// Setters never fail; [`build`](Self::build) checks every value and returns
 /// [`Error::Config`] for one out of range.
 #[must_use]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each is one setting of the builder, set on its own"
+)]
 pub struct LockClientBuilder {
     pub(super) servers: Servers,
     pub(super) key_prefix: String,

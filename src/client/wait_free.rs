@@ -187,8 +187,8 @@ impl LockClient {
             match quick {
                 Ok(Some(found)) => {
                     match found {
-                        None => free += 1,
-                        Some(h) => held.merge(h),
+                        Quick::Free => free += 1,
+                        Quick::Held(h) => held.merge(h),
                     }
                     if free >= majority {
                         return Ok(None);
@@ -268,6 +268,12 @@ impl Held {
 ///
 /// # Errors
 /// [`Error::WrongFormat`] for a key of no lock format.
+/// What a look with no script found.
+enum Quick {
+    Free,
+    Held(Held),
+}
+
 /// A look with no script, on a server with conditional commands (where a user
 /// may have no scripting): `GET` and `PTTL` of the lock key, read as free (no
 /// key) or held by a token (a value that is no number), marked as a waiting
@@ -277,7 +283,7 @@ fn token_look(
     conn: &mut crate::net::connection::Conn,
     key: &str,
     mark: bool,
-) -> redis::RedisResult<Option<Option<Held>>> {
+) -> redis::RedisResult<Option<Quick>> {
     if !conn.conditional() {
         return Ok(None);
     }
@@ -285,12 +291,11 @@ fn token_look(
     pipe.ignore_errors();
     pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
     let replies = conn.pipeline(&pipe, 2)?;
-    let pttl = match replies[1] {
-        redis::Value::Int(n) => n,
-        _ => return Ok(None),
+    let redis::Value::Int(pttl) = replies[1] else {
+        return Ok(None);
     };
     let value = match &replies[0] {
-        redis::Value::Nil if pttl == KEY_GONE => return Ok(Some(None)),
+        redis::Value::Nil if pttl == KEY_GONE => return Ok(Some(Quick::Free)),
         redis::Value::BulkString(v) => String::from_utf8_lossy(v).into_owned(),
         _ => return Ok(None),
     };
@@ -302,10 +307,10 @@ fn token_look(
     if mark && ours && !value.ends_with('+') {
         pttl = crate::scheme::token::cond::mark(conn, key, value.as_bytes())?;
         if pttl == KEY_GONE {
-            return Ok(Some(None));
+            return Ok(Some(Quick::Free));
         }
     }
-    Ok(Some(Some(Held {
+    Ok(Some(Quick::Held(Held {
         partly_free: false,
         remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
         channels: if ours {

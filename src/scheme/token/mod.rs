@@ -22,7 +22,9 @@
 //! scripts (mark, fenced acquire, release, extend) and the hand-off's; `all.rs` the
 //! acquire and the release of several keys in one script each (`lock_all` on one
 //! node); `look.rs` the look a caller polling a quorum takes before it tries;
-//! `any.rs` the acquire of the first free key of several (`lock_any` on one node).
+//! `any.rs` the acquire of the first free key of several (`lock_any` on one node);
+//! `cond.rs` release, renewal and mark with a server's conditional commands
+//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script.
 
 pub(crate) mod all;
 pub(crate) mod any;

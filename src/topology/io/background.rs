@@ -23,8 +23,9 @@ use redis::{RedisResult, Value};
 use crate::metrics::{Counters, bump};
 use crate::net::connection::Conn;
 use crate::net::node::Node;
+use crate::scheme::token::cond;
 use crate::scheme::token::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
-use crate::scheme::{Backend, Freed, Keys, Release, with_scripts};
+use crate::scheme::{Announce, Backend, Freed, Keys, Release, with_scripts};
 
 /// A value to take out of Redis, tried until it expires by itself at `until`.
 #[derive(Clone)]
@@ -195,6 +196,9 @@ pub(super) fn send(node: &Node, counters: &Counters, batch: Vec<Free>) -> Vec<Cl
 /// is sent again (see [`with_scripts`]): the releases it ran found their key
 /// gone the second time, which only their count in a report shows.
 fn pipelined(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
+    if conn.conditional() {
+        return conditional(conn, batch);
+    }
     let script = if conn.sharded() {
         &TOKEN_RELEASE_SHARDED
     } else {
@@ -228,6 +232,63 @@ fn pipelined(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
         conn.note_reply(r);
     }
     Ok(replies)
+}
+
+/// The releases of `batch` on a server with conditional commands (Valkey 9): one
+/// `DELIFEQ key token` each (and the release message beside it where `always`
+/// asks), in one pipeline; a release that deleted nothing (a value a waiter
+/// marked, a key gone or someone else's) is then told apart as a guard's release
+/// tells it (`token::cond::release`). Answers as the release script would; an
+/// error reply is kept, and an ACL that refuses `DELIFEQ` turns the node's
+/// connections to scripts (the failed ones retry as cleanups).
+fn conditional(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
+    let publish = if conn.sharded() {
+        "SPUBLISH"
+    } else {
+        "PUBLISH"
+    };
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    let mut at = Vec::with_capacity(batch.len());
+    let mut sent = 0;
+    for free in batch {
+        let keys = &free.cleanup.keys;
+        at.push(sent);
+        pipe.cmd("DELIFEQ").arg(&keys.lock).arg(&free.cleanup.value);
+        sent += 1;
+        if free.always {
+            pipe.cmd(publish).arg(&keys.channel).arg("released");
+            sent += 1;
+        }
+    }
+    let replies = conn.pipeline(&pipe, sent);
+    conn.broken |= replies.is_err();
+    let replies = replies?;
+    for r in &replies {
+        conn.note_reply(r);
+    }
+    let mut answers = Vec::with_capacity(batch.len());
+    for (free, &i) in batch.iter().zip(&at) {
+        let answer = match &replies[i] {
+            Value::Int(1) => Value::Int(1),
+            Value::Int(_) => {
+                let announce = Announce {
+                    channel: &free.cleanup.keys.channel,
+                    always: false,
+                    keep: None,
+                };
+                let (key, value) = (&free.cleanup.keys.lock, &free.cleanup.value);
+                Value::Int(cond::release(conn, key, announce, value)?)
+            }
+            Value::ServerError(e) if e.code() == "NOPERM" => {
+                conn.refuse_conditional();
+                replies[i].clone()
+            }
+            other => other.clone(),
+        };
+        answers.push(answer);
+    }
+    Ok(answers)
 }
 
 /// A release script's reply, if it is one.

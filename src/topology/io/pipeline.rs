@@ -122,16 +122,16 @@ pub(super) fn exchange(
     slot: fn(&str) -> u16,
 ) -> Vec<Option<Value>> {
     let mut replies = vec![None; items.len()];
-    let cond = conn.conditional();
-    let mut units = plan(items, slot, loaded.no_bulk, cond);
-    let mut load = load_scripts(conn, counters, scripted(items, &units), loaded, cond);
-    if cond && !loaded.no_bulk && load.as_ref().is_err_and(|e| e.code() == Some("NOPERM")) {
+    let conditional = conn.conditional();
+    let mut units = plan(items, slot, loaded.no_bulk, conditional);
+    let mut load = load_scripts(conn, counters, scripted(items, &units), loaded, conditional);
+    if conditional && !loaded.no_bulk && load.as_ref().is_err_and(|e| e.code() == Some("NOPERM")) {
         // A user without scripting, on a server with conditional commands: every
         // token lease alone, with no script.
         log::info!("renewing one conditional command per lease: scripts are refused");
         loaded.no_bulk = true;
-        units = plan(items, slot, true, cond);
-        load = load_scripts(conn, counters, scripted(items, &units), loaded, cond);
+        units = plan(items, slot, true, conditional);
+        load = load_scripts(conn, counters, scripted(items, &units), loaded, conditional);
     }
     let first = load.and_then(|()| round_trip(conn, counters, items, &units));
     let answers = match first {
@@ -292,7 +292,7 @@ fn load_scripts<'b>(
     counters: &Counters,
     backends: impl Iterator<Item = &'b Arc<dyn Backend>>,
     loaded: &mut Loaded,
-    cond: bool,
+    conditional: bool,
 ) -> RedisResult<()> {
     let mut last: Option<&Arc<dyn Backend>> = None;
     for backend in backends {
@@ -304,7 +304,7 @@ fn load_scripts<'b>(
         // script only: the others are loaded when first needed.
         let bulk = backend
             .bulk_extend()
-            .filter(|_| cond && backend.conditional());
+            .filter(|_| conditional && backend.conditional());
         let scripts: &[&LazyLock<Script>] = match &bulk {
             Some(bulk) => std::slice::from_ref(bulk),
             None => backend.scripts(),
