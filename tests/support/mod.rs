@@ -182,6 +182,25 @@ impl RedisServer {
         panic!("could not restart redis-server on port {}", self.port);
     }
 
+    /// [`restart`](Self::restart) with another server binary (`bin`: a path, or
+    /// a name on `PATH`) on the same port: the clients of the old one meet another
+    /// kind of server where they reconnect.
+    ///
+    /// # Panics
+    /// If the server does not come up.
+    pub fn restart_as(&self, bin: &str) {
+        self.kill();
+        for _ in 0..PORT_ATTEMPTS {
+            if let Some(child) = launch_with(bin, &self.dir.0, self.port, &self.extra_args) {
+                self.pid.store(child.id(), Ordering::SeqCst);
+                *self.child.lock() = Some(child);
+                return;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not start {bin} on port {}", self.port);
+    }
+
     /// Whether the child process is alive (paused counts as alive).
     pub fn is_running(&self) -> bool {
         self.child
@@ -349,12 +368,16 @@ impl Drop for TempDir {
 /// Spawns the server on `port` and waits for it to answer `PING` with its own pid; `None`
 /// if the port was taken.
 fn launch(dir: &Path, port: u16, extra_args: &[String]) -> Option<Child> {
+    launch_with(&binary(), dir, port, extra_args)
+}
+
+/// [`launch`] with the server binary `bin`.
+fn launch_with(bin: &str, dir: &Path, port: u16, extra_args: &[String]) -> Option<Child> {
     let log = dir.join("redis.log");
     let stdio = dir.join("stdio.log");
     let _ = fs::remove_file(&log);
     let out = File::create(&stdio).unwrap();
-    let bin = binary();
-    let mut child = Command::new(&bin)
+    let mut child = Command::new(bin)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .arg("--logfile")

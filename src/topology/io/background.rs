@@ -86,16 +86,7 @@ impl Queued {
             None => &self.failed,
         };
         counter.fetch_add(1, Ordering::SeqCst);
-        let mut names = self.names.lock();
-        if let Some(n) = names.get_mut(name) {
-            *n -= 1;
-            if *n == 0 {
-                names.remove(name);
-            }
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-        }
-        drop(names);
-        self.answered.notify_all();
+        self.cancel(name);
     }
 
     /// Takes `name` out of the record without counting it (its release went
