@@ -380,3 +380,49 @@ fn a_guard_dropped_after_its_client_still_releases() {
     assert!(dropped.elapsed() < SLACK);
     assert!(eventually(SLACK, || keys(&server, "lock:late").is_empty()));
 }
+
+#[test]
+fn a_lock_of_a_name_whose_release_is_still_queued_takes_the_lease_back_with_no_round_trip() {
+    let server = RedisServer::start();
+    let client = builder(&server.url())
+        .read_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    // A round is conclusive when the I/O thread took `other`'s release alone and
+    // is waiting on the paused server while `k`'s is queued behind it; otherwise
+    // (both taken in one write, a stall) it is played again.
+    let took_back = (0..8).any(|round| {
+        let (k, o) = (format!("k{round}"), format!("o{round}"));
+        let guard = client.lock(&k).unwrap();
+        let token = server.value(&format!("lock:{k}")).unwrap();
+        let other = client.lock(&o).unwrap();
+        let (handoffs, released) = (client.metrics().handoffs, client.metrics().released);
+        server.pause();
+        drop(other);
+        drop(guard);
+        // Taken back, it answers while the server is paused: nothing was sent.
+        let again = client.try_lock(&k);
+        let back = client.metrics().handoffs == handoffs + 1;
+        server.resume();
+        let again = match again {
+            Ok(Some(again)) if back => again,
+            // Its release was on the wire already: the lock waited for it.
+            Ok(other) => {
+                drop(other);
+                return false;
+            }
+            Err(_) => return false,
+        };
+        assert!(again.is_held());
+        // `other`'s release is answered; `k`'s was never sent: its token stays.
+        assert!(eventually(SLACK, || client.metrics().released > released + 1));
+        assert_eq!(server.value(&format!("lock:{k}")), Some(token));
+        assert_eq!(again.unlock().unwrap(), Release::Released);
+        assert!(server.value(&format!("lock:{k}")).is_none());
+        true
+    });
+    assert!(
+        took_back,
+        "no lock took a queued release's lease back in 8 rounds"
+    );
+}

@@ -154,8 +154,20 @@ impl LockClient {
                 return_by,
                 began,
             };
-            // A release of the key this client queued lands first (see
+            // A lease of the key whose release this client queued and has not
+            // sent yet is taken back as it is (no round trip, nothing sent); one
+            // sent already lands first (see
             // `LockClientBuilder::release_in_background`): no busy answer for it.
+            let parked = plan
+                .terms
+                .filter(|_| plan.takes_hand_off())
+                .and_then(|terms| hub.queued.take_back(&keys.lock, terms));
+            if let Some(guard) = parked.and_then(|state| self.take_over(state)) {
+                // The dropped guard's hold ended here, as by a hand-off.
+                bump(&hub.counters.released, 1);
+                bump(&hub.counters.handoffs, 1);
+                return Ok(Some(guard));
+            }
             hub.queued
                 .settle(&keys.lock, Instant::now() + hub.topology.read_timeout());
             let (remaining, announces) = match hub.topology.acquire(&plan.backend, &keys, req)? {

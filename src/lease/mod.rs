@@ -284,6 +284,22 @@ impl LeaseState {
         self.lost.load(Ordering::Acquire)
     }
 
+    /// Marks the lease released and takes the values it may be stored under;
+    /// `None` when released already. Under the lease's mutex: no renewal is sent
+    /// once this returns.
+    pub(crate) fn take_value(&self) -> Option<(String, Vec<String>)> {
+        let mut held = self.held.lock();
+        if held.released {
+            return None;
+        }
+        held.released = true;
+        // Nothing reads the values once `released` is set.
+        Some((
+            std::mem::take(&mut held.value),
+            std::mem::take(&mut held.maybe),
+        ))
+    }
+
     /// Held: not lost, not released, and within local validity.
     pub(crate) fn is_held(&self) -> bool {
         !self.is_lost() && Instant::now() < self.valid_until()

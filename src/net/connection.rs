@@ -2,11 +2,12 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::{ConnectionAddr, ConnectionInfo, ConnectionLike, RedisResult};
 
+pub(crate) use crate::net::caps::Caps;
+use crate::net::caps::offers_delifeq;
 #[cfg(feature = "cluster")]
 use crate::net::slots::Redirects;
 pub(crate) use crate::net::target::{Redacted, Target};
@@ -42,27 +43,6 @@ pub(crate) struct Manager {
     pub(crate) write_timeout: Duration,
     /// What the node's connections may use of the server's conditional commands.
     pub(crate) caps: Arc<Caps>,
-}
-
-/// Whether a node's connections use the server's conditional commands (see
-/// [`Conn::conditional`]); shared by them all.
-#[derive(Debug, Default)]
-pub(crate) struct Caps {
-    /// Keep to scripts (`LockClientBuilder::conditional_commands(false)`).
-    pub(crate) scripts_only: bool,
-    /// The user's ACL refused `DELIFEQ`: scripts from then on, so that the
-    /// refusal is made (and logged by the server) once per node.
-    refused: AtomicBool,
-}
-
-impl Caps {
-    /// The node's capabilities: scripts only, or what each connection finds.
-    pub(crate) fn new(scripts_only: bool) -> Arc<Self> {
-        Arc::new(Self {
-            scripts_only,
-            refused: AtomicBool::new(false),
-        })
-    }
 }
 
 /// A pooled connection that remembers when it can no longer be trusted.
@@ -120,7 +100,7 @@ impl Conn {
     /// user was refused `DELIFEQ` once ([`refuse_conditional`](Self::refuse_conditional)):
     /// the scripts serve, as before.
     pub(crate) fn conditional(&mut self) -> bool {
-        if self.caps.scripts_only || self.caps.refused.load(Ordering::Relaxed) {
+        if self.caps.scripts_only || self.caps.refused() {
             return false;
         }
         if let Some(cond) = self.cond {
@@ -146,7 +126,7 @@ impl Conn {
             "the Redis user may not run DELIFEQ: releases use scripts (grant +delifeq to \
              run none)"
         );
-        self.caps.refused.store(true, Ordering::Relaxed);
+        self.caps.refuse();
     }
 
     /// Runs `f`, marking the connection broken when it fails below the protocol level.
@@ -202,35 +182,6 @@ impl Conn {
             r.moved(e.details().unwrap_or_default());
         }
     }
-}
-
-/// Whether a `HELLO` reply names a server with `DELIFEQ` and `SET … IFEQ`:
-/// Valkey 9.0 or later.
-fn offers_delifeq(reply: redis::Value) -> bool {
-    use redis::Value;
-    let pairs: Vec<(Value, Value)> = match reply {
-        Value::Map(pairs) => pairs,
-        Value::Array(items) => {
-            let mut it = items.into_iter();
-            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
-        }
-        _ => return false,
-    };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| text(k).as_deref() == Some(name))
-            .and_then(|(_, v)| text(v))
-    };
-    let major = field("version")
-        .and_then(|v| v.split('.').next().and_then(|m| m.parse::<u32>().ok()))
-        .unwrap_or(0);
-    field("server").as_deref() == Some("valkey") && major >= 9
 }
 
 /// Whether `e` says the connection was dead before the command could be answered
@@ -345,23 +296,5 @@ mod tests {
         assert!(!is_interrupted(&io(io::ErrorKind::UnexpectedEof)));
         let server = redis::make_extension_error("ERR".into(), Some("x".into()));
         assert!(!is_interrupted(&server));
-    }
-
-    #[test]
-    fn delifeq_is_offered_by_valkey_9_and_later_only() {
-        use redis::Value;
-        let hello = |server: &str, version: &str| {
-            Value::Array(
-                ["server", server, "version", version, "proto", "2"]
-                    .iter()
-                    .map(|s| Value::BulkString(s.as_bytes().to_vec()))
-                    .collect(),
-            )
-        };
-        assert!(offers_delifeq(hello("valkey", "9.1.2")));
-        assert!(offers_delifeq(hello("valkey", "10.0.0")));
-        assert!(!offers_delifeq(hello("valkey", "8.1.4")));
-        assert!(!offers_delifeq(hello("redis", "9.0.0")));
-        assert!(!offers_delifeq(Value::Nil));
     }
 }

@@ -120,3 +120,47 @@ impl Freed {
         }
     }
 }
+
+/// Sends an extend on `conn`: `cmd`, the [`Backend::extend_cmd`](super::Backend::extend_cmd) of `value` (or
+/// one of `maybe`) built once by the caller (a legacy value depends on the time it
+/// was built, and a retry must send the same), with its scripts; or, for a
+/// scheme with [`conditional`](super::Backend::conditional) commands on a server that has
+/// them, those (the token never changes: the value left is `value`). The reply
+/// reads as [`Backend::extend_reply`](super::Backend::extend_reply) reads it.
+pub(crate) fn extend_on(
+    backend: &dyn super::Backend,
+    conn: &mut Conn,
+    (key, value, maybe): (&str, &str, &[String]),
+    ttl: Duration,
+    cmd: &redis::Cmd,
+) -> RedisResult<Value> {
+    if backend.conditional() && maybe.is_empty() && conn.conditional() {
+        let n = super::token::cond::extend(conn, key, value, ttl_millis(ttl))?;
+        return Ok(Value::Int(n));
+    }
+    with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
+}
+
+/// Runs `f`; if the server lost the scripts (restart, `SCRIPT FLUSH`), loads `scripts`
+/// and runs `f` once more.
+pub(crate) fn with_scripts<T>(
+    conn: &mut Conn,
+    scripts: &[&std::sync::LazyLock<redis::Script>],
+    mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
+) -> RedisResult<T> {
+    match f(conn) {
+        Err(e) if is_noscript(&e) => {
+            for s in scripts {
+                conn.run(|c| s.load(c))?;
+            }
+            f(conn)
+        }
+        other => other,
+    }
+}
+
+/// Whether a reply says the server does not know the script (after a restart or
+/// `SCRIPT FLUSH`), so it must be loaded and the call repeated.
+fn is_noscript(err: &redis::RedisError) -> bool {
+    err.code() == Some("NOSCRIPT")
+}

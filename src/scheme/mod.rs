@@ -46,7 +46,7 @@ mod semaphore;
 pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
-pub(crate) use call::{acquired, fixed_extend_cmd};
+pub(crate) use call::{acquired, extend_on, fixed_extend_cmd, with_scripts};
 pub(crate) use election::{
     ELECTION_SCRIPTS, ElectionBackend, LEADER, elected_channel, term_key, term_of,
 };
@@ -301,48 +301,4 @@ pub(crate) fn tri_state(reply: &Value) -> RedisResult<Extend> {
         0 => Ok(Extend::Gone),
         _ => Ok(Extend::Taken),
     }
-}
-
-/// Sends an extend on `conn`: `cmd`, the [`Backend::extend_cmd`] of `value` (or
-/// one of `maybe`) built once by the caller (a legacy value depends on the time it
-/// was built, and a retry must send the same), with its scripts; or, for a
-/// scheme with [`conditional`](Backend::conditional) commands on a server that has
-/// them, those (the token never changes: the value left is `value`). The reply
-/// reads as [`Backend::extend_reply`] reads it.
-pub(crate) fn extend_on(
-    backend: &dyn Backend,
-    conn: &mut Conn,
-    (key, value, maybe): (&str, &str, &[String]),
-    ttl: Duration,
-    cmd: &redis::Cmd,
-) -> RedisResult<Value> {
-    if backend.conditional() && maybe.is_empty() && conn.conditional() {
-        let n = token::cond::extend(conn, key, value, crate::time::ttl_millis(ttl))?;
-        return Ok(Value::Int(n));
-    }
-    with_scripts(conn, backend.scripts(), |c| c.run(|c| cmd.query(c)))
-}
-
-/// Runs `f`; if the server lost the scripts (restart, `SCRIPT FLUSH`), loads `scripts`
-/// and runs `f` once more.
-pub(crate) fn with_scripts<T>(
-    conn: &mut Conn,
-    scripts: &[&std::sync::LazyLock<redis::Script>],
-    mut f: impl FnMut(&mut Conn) -> RedisResult<T>,
-) -> RedisResult<T> {
-    match f(conn) {
-        Err(e) if is_noscript(&e) => {
-            for s in scripts {
-                conn.run(|c| s.load(c))?;
-            }
-            f(conn)
-        }
-        other => other,
-    }
-}
-
-/// Whether a reply says the server does not know the script (after a restart or
-/// `SCRIPT FLUSH`), so it must be loaded and the call repeated.
-fn is_noscript(err: &redis::RedisError) -> bool {
-    err.code() == Some("NOSCRIPT")
 }

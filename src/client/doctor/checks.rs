@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::commands::{has_delifeq, offered};
 use super::read::{Read, Readings};
 use super::{Finding, Severity};
 use crate::time::drift;
@@ -427,47 +428,8 @@ fn busy_threshold(r: &Readings, cx: &Context) -> Vec<Finding> {
     )]
 }
 
-/// Whether the server has `DELIFEQ` (Valkey 9.0 and later): redlease's token
-/// lock then runs its release, renewal and mark without scripts.
-fn has_delifeq(r: &Readings) -> bool {
-    let (server, version) = r.server();
-    server == Some("valkey") && version.map(version_of).unwrap_or_default() >= (9, 0)
-}
-
 fn conditional_commands(r: &Readings, _: &Context) -> Vec<Finding> {
-    const WHY: &str = "a compare-and-delete without Lua: a lock is released and renewed \
-                       where scripting is denied, at a fraction of a script's cost";
-    let (server, version) = r.server();
-    let v = version.map(version_of).unwrap_or_default();
-    let offered = match server {
-        Some("valkey") if v >= (9, 0) => "SET ... IFEQ and DELIFEQ",
-        Some("valkey") if v >= (8, 1) => "SET ... IFEQ",
-        Some("redis") if v >= (8, 4) => "SET ... IFEQ and DELEX",
-        _ => return Vec::new(),
-    };
-    let detail = format!(
-        "{} {} offers {offered}",
-        server.unwrap_or_default(),
-        version.unwrap_or_default()
-    );
-    let fix = if has_delifeq(r) {
-        "nothing to change: redlease's token lock uses them (release, renewal, a waiter's mark)"
-    } else {
-        "nothing to change: redlease uses them from Valkey 9.0 (DELIFEQ); scripts here"
-    };
-    vec![Finding::new(
-        "conditional-commands",
-        Severity::Info,
-        detail,
-        WHY,
-        fix,
-    )]
-}
-
-/// `major.minor` of a version string.
-fn version_of(text: &str) -> (u32, u32) {
-    let mut parts = text.split('.').map(|p| p.parse().unwrap_or(0));
-    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    offered(r)
 }
 
 #[cfg(test)]

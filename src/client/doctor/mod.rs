@@ -7,10 +7,11 @@
 //!
 //! Layout: this file is the report's types, [`ServerReport::read`] over any
 //! connection and [`LockClient::doctor`]; `read.rs` what is read; `checks.rs` the
-//! checks, one function each; `reach.rs` which servers a deployment has (every
+//! checks, one function each (`commands.rs` the conditional commands' own); `reach.rs` which servers a deployment has (every
 //! master, the replicas they list, Sentinel's view) and the check `build()` runs.
 
 mod checks;
+mod commands;
 mod reach;
 mod read;
 

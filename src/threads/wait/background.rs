@@ -17,7 +17,7 @@ use super::handoff::{release, release_for_real, take_value};
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::scheme::Release;
-use crate::topology::{Cleanup, Free};
+use crate::topology::{Cleanup, Free, Parked};
 
 /// Releases `state` in the background where it can: `None` once queued (the
 /// I/O thread counts it when answered), else what the usual release said.
@@ -30,36 +30,53 @@ pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Resul
     if !plain {
         return Some(release(hub, state));
     }
-    let Some((value, maybe)) = take_value(state) else {
-        // The client's shutdown released it.
-        return Some(Err(Error::Shutdown));
+    // A lease that can pass to another holder as it is stays whole until the
+    // I/O thread sends its release: a caller of this client that locks the name
+    // first takes it back (`Queued::take_back`) and nothing is sent. Any other
+    // gives up its values now, as a release does.
+    let taken = if state.terms().is_some() {
+        None
+    } else {
+        let Some((value, maybe)) = take_value(state) else {
+            // The client's shutdown released it.
+            return Some(Err(Error::Shutdown));
+        };
+        if !maybe.is_empty() {
+            // An unanswered extend may have rewritten the value: every candidate
+            // is compared, as a guard's own release does.
+            return Some(release_for_real(hub, state, &value, &maybe));
+        }
+        Some((value, maybe))
     };
-    if !maybe.is_empty() {
-        // An unanswered extend may have rewritten the value: every candidate is
-        // compared, as a guard's own release does.
-        return Some(release_for_real(hub, state, &value, &maybe));
-    }
-    // Recorded before it is sent, so an acquire of the name that follows waits
-    // for its answer; a caller that arrived meanwhile, and may not have seen the
-    // record, is woken by the release message.
-    hub.queued.add(&state.key);
+    let parked = Parked::new(Arc::clone(state), taken);
+    // Recorded before it is sent, so an acquire of the name that follows takes
+    // the lease back or waits for the answer; a caller that arrived meanwhile,
+    // and may not have seen the record, is woken by the release message.
+    hub.queued.add(&state.key, &parked);
     let free = Box::new(Free {
         name: state.key.clone(),
         cleanup: Cleanup {
             backend: Arc::clone(&state.backend),
             keys: state.keys(),
-            value,
+            // Filled in when the release is sent (`Free::take`).
+            value: String::new(),
             // The value expires by itself a TTL after its last renewal at most.
             until: now + state.ttl(),
         },
+        parked,
         always: hub.lines.busy(&state.channel),
         queued: Arc::clone(&hub.queued),
     });
     match hub.topology.release_queued(free) {
         Ok(()) => None,
-        Err(free) => {
-            hub.queued.cancel(&free.name);
-            Some(release_for_real(hub, state, &free.cleanup.value, &[]))
-        }
+        // Not queued (the node's thread is gone, a cluster slot unknown): here.
+        Err(free) => match free.take() {
+            Some((free, others)) => {
+                free.queued.cancel(&free.name, &free.parked);
+                let maybe: Vec<String> = others.into_iter().map(|c| c.value).collect();
+                Some(release_for_real(hub, state, &free.cleanup.value, &maybe))
+            }
+            None => Some(Err(Error::Shutdown)),
+        },
     }
 }

@@ -234,16 +234,7 @@ pub(crate) fn release_later(hub: &Hub, state: &LeaseState) {
 /// holder release). Under the lease's mutex: waits for a renewal in flight, and
 /// keeps the renewal thread from sending another once this returns.
 pub(super) fn take_value(state: &LeaseState) -> Option<(String, Vec<String>)> {
-    let mut held = state.held.lock();
-    if held.released {
-        return None;
-    }
-    held.released = true;
-    // Nothing reads the values once `released` is set.
-    Some((
-        std::mem::take(&mut held.value),
-        std::mem::take(&mut held.maybe),
-    ))
+    state.take_value()
 }
 
 /// Releases the lock in Redis. When the release message reached other clients'

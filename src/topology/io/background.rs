@@ -1,7 +1,7 @@
 //! Releases a caller does not wait for: a guard dropped by a client built with
 //! `release_in_background(true)` queues its release ([`Free`]) for its node's
 //! I/O thread and returns. The thread takes every release queued meanwhile
-//! (`worker::collect`) and sends them in one write, pipelined ([`send`]): one round
+//! (`worker::collect`) and sends them in one write, pipelined (`wire::send`): one round
 //! trip, and one read of the replies, for many releases.
 //!
 //! [`Queued`] is the client's record of the names whose release is queued and
@@ -14,18 +14,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
-use redis::{RedisResult, Value};
 
-use crate::metrics::{Counters, bump};
-use crate::net::connection::Conn;
-use crate::net::node::Node;
-use crate::scheme::token::cond;
-use crate::scheme::token::scripts::{TOKEN_RELEASE, TOKEN_RELEASE_SHARDED};
-use crate::scheme::{Announce, Backend, Freed, Keys, Release, with_scripts};
+use crate::lease::{LeaseState, Terms};
+use crate::scheme::{Backend, Keys, Release};
 
 /// A value to take out of Redis, tried until it expires by itself at `until`.
 #[derive(Clone)]
@@ -36,22 +31,96 @@ pub(crate) struct Cleanup {
     pub(crate) until: Instant,
 }
 
+/// A lease whose release is queued: its values are taken by the I/O thread when
+/// it sends the release, or the lease itself is taken back, as it is, by a caller
+/// of this client that locks the name before that ([`Queued::take_back`]).
+pub(crate) struct Parked {
+    pub(crate) state: Arc<LeaseState>,
+    /// The values, taken at the drop from a lease that cannot pass to another
+    /// holder as it is (a callback, a hold bound); else taken when sent.
+    taken: Mutex<Option<(String, Vec<String>)>>,
+    /// [`OPEN`], [`SENT`] or [`TAKEN`]: whoever moves it from [`OPEN`] first has
+    /// the lease, the I/O thread to release it or a caller to hold it.
+    claim: AtomicU8,
+}
+
+impl std::fmt::Debug for Parked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parked")
+            .field("key", &self.state.key)
+            .field("claim", &self.claim.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A [`Parked`] lease nobody has claimed yet.
+const OPEN: u8 = 0;
+/// The I/O thread took its values to release them.
+const SENT: u8 = 1;
+/// A caller of this client took the lease back: nothing is sent.
+const TAKEN: u8 = 2;
+
+impl Parked {
+    /// `state` parked, with its values if they were `taken` already.
+    pub(crate) fn new(state: Arc<LeaseState>, taken: Option<(String, Vec<String>)>) -> Arc<Self> {
+        Arc::new(Self {
+            state,
+            taken: Mutex::new(taken),
+            claim: AtomicU8::new(OPEN),
+        })
+    }
+
+    /// The values to release, once: `None` when a caller took the lease back, or
+    /// when the client's shutdown released it first.
+    pub(crate) fn take(&self) -> Option<(String, Vec<String>)> {
+        self.claim
+            .compare_exchange(OPEN, SENT, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        let taken = self.taken.lock().take();
+        taken.or_else(|| self.state.take_value())
+    }
+}
+
 /// A guard's release, queued for its node's I/O thread.
 pub(crate) struct Free {
     /// The name as the client's record knows it: the lock key with its prefix.
     pub(crate) name: String,
+    /// The value to take out: empty until [`Free::take`] fills it in.
     pub(crate) cleanup: Cleanup,
+    pub(crate) parked: Arc<Parked>,
     /// Publish the release message whoever waits (this client has callers of
     /// the key); otherwise only for a value a waiter marked, as a release does.
     pub(crate) always: bool,
     pub(crate) queued: Arc<Queued>,
 }
 
+impl Free {
+    /// The release to send, with its value filled in, and the other values an
+    /// unanswered renewal may have left (each taken out as a cleanup); `None` when
+    /// there is nothing to send: a caller took the lease back (and settled the
+    /// record), or the client's shutdown released it (the record is settled here).
+    pub(crate) fn take(mut self) -> Option<(Free, Vec<Cleanup>)> {
+        let Some((value, maybe)) = self.parked.take() else {
+            self.queued.cancel(&self.name, &self.parked);
+            return None;
+        };
+        self.cleanup.value = value;
+        let others = maybe
+            .into_iter()
+            .map(|value| Cleanup {
+                value,
+                ..self.cleanup.clone()
+            })
+            .collect();
+        Some((self, others))
+    }
+}
+
 /// A client's releases queued and not yet answered, by name; and what the
 /// answered ones found, for a shutdown's report.
 #[derive(Debug, Default)]
 pub(crate) struct Queued {
-    names: Mutex<HashMap<String, usize>>,
+    names: Mutex<HashMap<String, Vec<Arc<Parked>>>>,
     answered: Condvar,
     /// The releases queued now: an acquire reads it, one atomic load, and looks
     /// no further while it is zero.
@@ -70,38 +139,81 @@ pub(crate) struct Tally {
 }
 
 impl Queued {
-    /// Records `name`'s release as queued; before it is sent.
-    pub(crate) fn add(&self, name: &str) {
+    /// Records the release of `parked` under `name` as queued; before it is sent.
+    pub(crate) fn add(&self, name: &str, parked: &Arc<Parked>) {
         let mut names = self.names.lock();
-        *names.entry(name.to_owned()).or_default() += 1;
+        names
+            .entry(name.to_owned())
+            .or_default()
+            .push(Arc::clone(parked));
         self.pending.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Records `name`'s release as answered (`Some`) or failed (`None`), and wakes
-    /// the callers waiting for it.
-    pub(crate) fn done(&self, name: &str, outcome: Option<Release>) {
+    /// Records the release of `parked` as answered (`Some`) or failed (`None`),
+    /// and wakes the callers waiting for it.
+    pub(crate) fn done(&self, name: &str, parked: &Arc<Parked>, outcome: Option<Release>) {
         let counter = match outcome {
             Some(Release::Released) => &self.released,
             Some(_) => &self.gone,
             None => &self.failed,
         };
         counter.fetch_add(1, Ordering::SeqCst);
-        self.cancel(name);
+        self.cancel(name, parked);
     }
 
-    /// Takes `name` out of the record without counting it (its release went
-    /// another way).
-    pub(crate) fn cancel(&self, name: &str) {
+    /// Takes the release of `parked` out of the record without counting it (its
+    /// release went another way).
+    pub(crate) fn cancel(&self, name: &str, parked: &Arc<Parked>) {
         let mut names = self.names.lock();
-        if let Some(n) = names.get_mut(name) {
-            *n -= 1;
-            if *n == 0 {
-                names.remove(name);
-            }
+        let removed = Self::remove(&mut names, name, parked);
+        drop(names);
+        if removed {
             self.pending.fetch_sub(1, Ordering::SeqCst);
+            self.answered.notify_all();
         }
+    }
+
+    /// Takes `parked` out of `names`; whether it was there.
+    fn remove(
+        names: &mut HashMap<String, Vec<Arc<Parked>>>,
+        name: &str,
+        parked: &Arc<Parked>,
+    ) -> bool {
+        let Some(list) = names.get_mut(name) else {
+            return false;
+        };
+        let Some(at) = list.iter().position(|p| Arc::ptr_eq(p, parked)) else {
+            return false;
+        };
+        list.swap_remove(at);
+        if list.is_empty() {
+            names.remove(name);
+        }
+        true
+    }
+
+    /// A lease of `name` whose release is queued and not sent yet, taken back as
+    /// it is (same token, validity and renewal: no round trip) for a caller that
+    /// would hold it on the same `terms`; its release is then never sent. `None`
+    /// when there is none (nothing queued, sent already, other terms).
+    pub(crate) fn take_back(&self, name: &str, terms: Terms) -> Option<Arc<LeaseState>> {
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let mut names = self.names.lock();
+        let found = names.get(name)?.iter().find_map(|p| {
+            let fits = p.taken.lock().is_none() && p.state.terms() == Some(terms);
+            let won = fits
+                && p.claim
+                    .compare_exchange(OPEN, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+            won.then(|| Arc::clone(p))
+        })?;
+        Self::remove(&mut names, name, &found);
+        self.pending.fetch_sub(1, Ordering::SeqCst);
         drop(names);
         self.answered.notify_all();
+        Some(Arc::clone(&found.state))
     }
 
     /// Waits until no release of `name` is queued, or until `by`: an acquire of
@@ -148,142 +260,4 @@ impl std::ops::Sub for Tally {
             failed: self.failed.saturating_sub(earlier.failed),
         }
     }
-}
-
-/// Sends `batch` in one pipelined write on a pooled connection of `node`, and
-/// records each answer. Returns the releases that got none (the node failed or
-/// did not answer in time), for the caller to retry as cleanups.
-pub(super) fn send(node: &Node, counters: &Counters, batch: Vec<Free>) -> Vec<Cleanup> {
-    let answers = node
-        .with_retry(|conn| {
-            with_scripts(conn, &[&TOKEN_RELEASE, &TOKEN_RELEASE_SHARDED], |c| {
-                pipelined(c, &batch)
-            })
-        })
-        .inspect_err(|e| log::debug!("background releases failed: {e}"))
-        .ok();
-    let mut failed = Vec::new();
-    for (i, free) in batch.into_iter().enumerate() {
-        let answer = answers.as_ref().and_then(|a| a.get(i)).and_then(read);
-        if let Some(outcome) = answer {
-            if outcome == Release::Released {
-                bump(&counters.released, 1);
-            } else {
-                log::debug!("background release of `{}`: {outcome:?}", free.name);
-            }
-            free.queued.done(&free.name, Some(outcome));
-        } else {
-            bump(&counters.release_errors, 1);
-            free.queued.done(&free.name, None);
-            failed.push(free.cleanup);
-        }
-    }
-    failed
-}
-
-/// The token release of each of `batch`, as a guard's release sends it
-/// (`EVALSHA <sha> 1 key value [channel]`), in one pipeline; errors kept as
-/// replies. A `NOSCRIPT` fails the whole call, so the scripts are loaded and it
-/// is sent again (see [`with_scripts`]): the releases it ran found their key
-/// gone the second time, which only their count in a report shows.
-fn pipelined(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
-    if conn.conditional() {
-        return conditional(conn, batch);
-    }
-    let script = if conn.sharded() {
-        &TOKEN_RELEASE_SHARDED
-    } else {
-        &TOKEN_RELEASE
-    };
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for free in batch {
-        let cmd = pipe
-            .cmd("EVALSHA")
-            .arg(script.get_hash())
-            .arg(1)
-            .arg(&free.cleanup.keys.lock)
-            .arg(&free.cleanup.value);
-        if free.always {
-            cmd.arg(&free.cleanup.keys.channel);
-        }
-    }
-    // Replies read one at a time, stopping at the first that fails (as a renewal
-    // batch reads them); any error left means the reply stream is unknown.
-    let replies = conn.pipeline(&pipe, batch.len());
-    conn.broken |= replies.is_err();
-    let replies = replies?;
-    if let Some(Value::ServerError(e)) = replies
-        .iter()
-        .find(|r| matches!(r, Value::ServerError(e) if e.code() == "NOSCRIPT"))
-    {
-        return Err(e.clone().into());
-    }
-    for r in &replies {
-        conn.note_reply(r);
-    }
-    Ok(replies)
-}
-
-/// The releases of `batch` on a server with conditional commands (Valkey 9): one
-/// `DELIFEQ key token` each (and the release message beside it where `always`
-/// asks), in one pipeline; a release that deleted nothing (a value a waiter
-/// marked, a key gone or someone else's) is then told apart as a guard's release
-/// tells it (`token::cond::release`). Answers as the release script would; an
-/// error reply is kept, and an ACL that refuses `DELIFEQ` turns the node's
-/// connections to scripts (the failed ones retry as cleanups).
-fn conditional(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
-    let publish = if conn.sharded() {
-        "SPUBLISH"
-    } else {
-        "PUBLISH"
-    };
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    let mut at = Vec::with_capacity(batch.len());
-    let mut sent = 0;
-    for free in batch {
-        let keys = &free.cleanup.keys;
-        at.push(sent);
-        pipe.cmd("DELIFEQ").arg(&keys.lock).arg(&free.cleanup.value);
-        sent += 1;
-        if free.always {
-            pipe.cmd(publish).arg(&keys.channel).arg("released");
-            sent += 1;
-        }
-    }
-    let replies = conn.pipeline(&pipe, sent);
-    conn.broken |= replies.is_err();
-    let replies = replies?;
-    for r in &replies {
-        conn.note_reply(r);
-    }
-    let mut answers = Vec::with_capacity(batch.len());
-    for (free, &i) in batch.iter().zip(&at) {
-        let answer = match &replies[i] {
-            Value::Int(1) => Value::Int(1),
-            Value::Int(_) => {
-                let announce = Announce {
-                    channel: &free.cleanup.keys.channel,
-                    always: false,
-                    keep: None,
-                };
-                let (key, value) = (&free.cleanup.keys.lock, &free.cleanup.value);
-                Value::Int(cond::release(conn, key, announce, value)?)
-            }
-            Value::ServerError(e) if e.code() == "NOPERM" => {
-                conn.refuse_conditional();
-                replies[i].clone()
-            }
-            other => other.clone(),
-        };
-        answers.push(answer);
-    }
-    Ok(answers)
-}
-
-/// A release script's reply, if it is one.
-fn read(reply: &Value) -> Option<Release> {
-    let n: i64 = redis::from_redis_value_ref(reply).ok()?;
-    Some(Freed::from_reply(n).outcome)
 }

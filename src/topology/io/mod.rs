@@ -3,8 +3,9 @@
 //! sends, and a thread's own connection to a node ([`Link`]).
 //!
 //! Layout: `worker.rs` a node's I/O thread; `handle.rs` the client's handle of
-//! it; `background.rs` the releases it takes off the caller's time, and how it
-//! sends those that guards queue together; `batch.rs` a node's share of a renewal
+//! it; `background.rs` the releases it takes off the caller's time (guards'
+//! queued releases, and the record of them); `wire.rs` how it sends those
+//! together; `batch.rs` a node's share of a renewal
 //! tick; `pipeline.rs` how that share goes on the wire; `link.rs` a thread's own
 //! connection to a node.
 
@@ -13,9 +14,10 @@ pub(crate) mod batch;
 mod handle;
 mod link;
 mod pipeline;
+mod wire;
 mod worker;
 
-pub(crate) use background::{Cleanup, Free, Queued};
+pub(crate) use background::{Cleanup, Free, Parked, Queued};
 pub(crate) use handle::IoThread;
 pub(crate) use link::{Link, timed_out};
 pub(crate) use worker::{Job, Worker};

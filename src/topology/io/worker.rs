@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 use super::Link;
-use super::background::{self, Cleanup, Free};
+use super::background::{Cleanup, Free};
 use super::batch::{self, Reply, Spec};
 use super::handle::IoThread;
 use super::pipeline::Loaded;
+use super::wire;
 use crate::error::{Error, Result};
 use crate::metrics::Counters;
 use crate::net::node::Node;
@@ -172,7 +173,7 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
             Ok(Job::Free(first)) => {
                 let (batch, other) = collect(*first, rx);
                 carried = other;
-                for cleanup in background::send(node, counters, batch) {
+                for cleanup in wire::send(node, counters, batch) {
                     // Retried as any cleanup, until the value expires by itself.
                     let p = Pending {
                         next: Instant::now() + FIRST_RETRY,
@@ -228,9 +229,12 @@ fn run(rx: &Receiver<Job>, node: &Arc<Node>, counters: &Counters, link: Option<(
                 // Releases of guards dropped as the client went, queued behind
                 // the stop, get the last try too.
                 for job in rx.try_iter() {
-                    if let Job::Free(free) = job {
-                        free.queued.cancel(&free.name);
+                    if let Job::Free(free) = job
+                        && let Some((free, others)) = free.take()
+                    {
+                        free.queued.cancel(&free.name, &free.parked);
                         last.push(free.cleanup);
+                        last.extend(others);
                     }
                 }
                 for cleanup in last {
