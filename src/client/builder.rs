@@ -225,12 +225,15 @@ impl LockClientBuilder {
     /// - **A later lock of the same name in this client is not held up or
     ///   misled by it.** A caller of this client already acquiring or waiting
     ///   for the name is handed the lock, or woken, by a release on the dropping
-    ///   thread, as without this option. A lock call that comes after the drop
-    ///   first waits for the queued release's answer (one round trip of the I/O
-    ///   thread, bounded by the read timeout), so it is never reported busy only
-    ///   because this client's own release had not landed yet. The order is
-    ///   about that answer only: the release compares the token, so it can never
-    ///   remove the lock taken after it.
+    ///   thread, as without this option. A lock call that comes after the drop,
+    ///   on the same terms (TTL, renewal, no fence), while the release is still
+    ///   queued takes the lease back as it is: same token and validity, nothing
+    ///   sent, no round trip, and the queued release is dropped. One whose
+    ///   release is on the wire already (or on other terms) waits for its answer
+    ///   (one round trip of the I/O thread, bounded by the read timeout), so it
+    ///   is never reported busy only because this client's own release had not
+    ///   landed yet. The order is about that answer only: the release compares
+    ///   the token, so it can never remove the lock taken after it.
     /// - **[`unlock`](crate::LockGuard::unlock) is unchanged**: it waits for
     ///   Redis and returns what it found.
     /// - **Dropping the client, and [`shutdown`](crate::LockClient::shutdown),
