@@ -4,9 +4,10 @@
 //!
 //! - Release: `DELIFEQ key token` (1 released, 0 not). When it did not delete,
 //!   the value may carry a waiter's mark: `DELIFEQ key token+`, the release
-//!   message and `PTTL key` (-2: gone) go in one pipeline (a message sent when nothing was
-//!   deleted only makes a waiter look once more). The caller whose client has
-//!   waiters sends the message beside the first `DELIFEQ`.
+//!   message and `PTTL key` (-2: gone) go in one pipeline (a message sent when
+//!   nothing was deleted only makes a waiter look once more). A caller whose
+//!   client has waiters sends both `DELIFEQ`s, then the message, in one
+//!   pipeline: the message never precedes the delete.
 //! - Renewal: `SET key token IFEQ token PX ttl` (`OK`, or nil when the value
 //!   differs or the key is gone); after a nil, `SET key token+ IFEQ token+ PX
 //!   ttl` and `PTTL key` tell a marked token (renewed), someone else's value
@@ -39,36 +40,35 @@ pub(crate) fn release(
         announce.channel.into(),
         "released".into(),
     ];
-    let published = if announce.always {
-        let replies = send(conn, &[&delete, &message])?;
-        match replies[0] {
-            Value::Int(1) => return Ok(1 + heard(&replies[1])),
-            ref other => other_type(other)?,
-        }
-        true
-    } else {
-        match conn.request(&delete) {
-            Ok(Value::Int(1)) => return Ok(1),
-            Ok(_) => {}
-            Err(e) if e.code() == Some("WRONGTYPE") => return Ok(-1),
-            Err(e) => return Err(e),
-        }
-        false
-    };
-    // Not deleted: marked by a waiter, gone, or someone else's.
     let marked = format!("{value}+");
-    let delete = [Arg::from("DELIFEQ"), key.into(), marked.as_str().into()];
-    let exists = [Arg::from("PTTL"), key.into()];
-    let commands: &[&[Arg<'_>]] = if published {
-        &[&delete, &exists]
-    } else {
-        &[&delete, &message, &exists]
-    };
-    let replies = send(conn, commands)?;
+    let delete_marked = [Arg::from("DELIFEQ"), key.into(), marked.as_str().into()];
+    let pttl = [Arg::from("PTTL"), key.into()];
+    if announce.always {
+        // Callers of this client wait: both values are tried and the message
+        // goes after them, in one pipeline, so no waiter hears it before the
+        // key is gone (it would find the lock busy and wait a polling step).
+        let replies = send(conn, &[&delete, &delete_marked, &message, &pttl])?;
+        other_type(&replies[1])?;
+        return Ok(match (&replies[0], &replies[1]) {
+            (Value::Int(1), _) | (_, Value::Int(1)) => 1 + heard(&replies[2]),
+            (Value::ServerError(_), _) => -1,
+            _ if matches!(replies[3], Value::Int(-2)) => 0,
+            _ => -1,
+        });
+    }
+    match conn.request(&delete) {
+        Ok(Value::Int(1)) => return Ok(1),
+        Ok(_) => {}
+        Err(e) if e.code() == Some("WRONGTYPE") => return Ok(-1),
+        Err(e) => return Err(e),
+    }
+    // Not deleted: marked by a waiter, gone, or someone else's. The message
+    // follows the delete in the pipeline (sent for nothing when the key was
+    // gone or taken: a waiter then only looks once more).
+    let replies = send(conn, &[&delete_marked, &message, &pttl])?;
     match &replies[0] {
-        Value::Int(1) if published => Ok(1),
         Value::Int(1) => Ok(1 + heard(&replies[1])),
-        Value::Int(_) if matches!(replies[commands.len() - 1], Value::Int(-2)) => Ok(0),
+        Value::Int(_) if matches!(replies[2], Value::Int(-2)) => Ok(0),
         Value::Int(_) => Ok(-1),
         other => other_type(other).map(|()| -1),
     }

@@ -106,49 +106,47 @@ fn pipelined(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
 /// error reply is kept, and an ACL that refuses `DELIFEQ` turns the node's
 /// connections to scripts (the failed ones retry as cleanups).
 fn conditional(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
-    let publish = if conn.sharded() {
-        "SPUBLISH"
-    } else {
-        "PUBLISH"
-    };
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
+    // A release this client's callers wait for goes alone (`cond::release`,
+    // its message after its deletes); it is rare: such a drop is not queued.
     let mut at = Vec::with_capacity(batch.len());
     let mut sent = 0;
     for free in batch {
-        let keys = &free.cleanup.keys;
-        at.push(sent);
-        pipe.cmd("DELIFEQ").arg(&keys.lock).arg(&free.cleanup.value);
-        sent += 1;
-        if free.always {
-            pipe.cmd(publish).arg(&keys.channel).arg("released");
+        at.push((!free.always).then_some(sent));
+        if !free.always {
+            let keys = &free.cleanup.keys;
+            pipe.cmd("DELIFEQ").arg(&keys.lock).arg(&free.cleanup.value);
             sent += 1;
         }
     }
-    let replies = conn.pipeline(&pipe, sent);
-    conn.broken |= replies.is_err();
-    let replies = replies?;
+    let replies = if sent == 0 {
+        Vec::new()
+    } else {
+        let replies = conn.pipeline(&pipe, sent);
+        conn.broken |= replies.is_err();
+        replies?
+    };
     for r in &replies {
         conn.note_reply(r);
     }
     let mut answers = Vec::with_capacity(batch.len());
-    for (free, &i) in batch.iter().zip(&at) {
-        let answer = match &replies[i] {
-            Value::Int(1) => Value::Int(1),
-            Value::Int(_) => {
-                let announce = Announce {
-                    channel: &free.cleanup.keys.channel,
-                    always: false,
-                    keep: None,
-                };
-                let (key, value) = (&free.cleanup.keys.lock, &free.cleanup.value);
-                Value::Int(cond::release(conn, key, announce, value)?)
-            }
-            Value::ServerError(e) if e.code() == "NOPERM" => {
+    for (free, at) in batch.iter().zip(at) {
+        let announce = Announce {
+            channel: &free.cleanup.keys.channel,
+            always: free.always,
+            keep: None,
+        };
+        let (key, value) = (&free.cleanup.keys.lock, &free.cleanup.value);
+        let answer = match at.map(|i| &replies[i]) {
+            Some(Value::Int(1)) => Value::Int(1),
+            // Not deleted (a waiter's mark, gone, taken), or sent alone.
+            Some(Value::Int(_)) | None => Value::Int(cond::release(conn, key, announce, value)?),
+            Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
                 conn.refuse_conditional();
-                replies[i].clone()
+                Value::ServerError(e.clone())
             }
-            other => other.clone(),
+            Some(other) => other.clone(),
         };
         answers.push(answer);
     }
