@@ -151,20 +151,24 @@ fn what_a_finished_command_left_running_is_stopped_before_the_release() {
     let script = format!(
         "sleep 300 & echo $! > {a}; (trap '' TERM; exec sleep 300) & echo $! > {b}; \
          setsid sh -c 'echo $$ > {c}; exec sleep 300' & \
-         while [ ! -s {c} ]; do sleep 0.01; done; echo ok > {ready}; exit 3",
+         while [ ! -s {c} ]; do sleep 0.01; done; echo ok > {ready}; \
+         while [ ! -e {go} ]; do sleep 0.01; done; exit 3",
         a = f("a"),
         b = f("b"),
         c = f("c"),
         ready = f("ready"),
+        go = f("go"),
     );
     let mut child = run_sh(&server, &["--kill-grace", "1s"], "job", &script)
         .spawn()
         .unwrap();
     assert!(eventually(STARTUP, || has_line(&dir.file("ready"))));
+    // Read while the command still runs: once it exits, the keeper stops them.
     let seen: Vec<Seen> = ["a", "b", "c"]
         .iter()
         .map(|n| Seen::read(&dir.file(n)))
         .collect();
+    fs::write(dir.file("go"), "go").unwrap();
     let status = exit_within(&mut child, Duration::from_secs(20));
     let left: Vec<&Seen> = seen.iter().filter(|s| s.alive()).collect();
     for s in &left {
