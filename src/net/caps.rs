@@ -2,6 +2,7 @@
 //! (`DELIFEQ`, `SET … IFEQ`: Valkey 9.0 and later), which the token lock then
 //! runs instead of scripts (see `Conn::conditional`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -38,32 +39,38 @@ impl Caps {
     }
 }
 
-/// Whether a `HELLO` reply names a server with `DELIFEQ` and `SET … IFEQ`:
-/// Valkey 9.0 or later.
-pub(crate) fn offers_delifeq(reply: Value) -> bool {
+/// A `HELLO` reply's fields as text (a RESP3 map or a RESP2 flat array; fields
+/// whose value is no string or number, such as `modules`, left out).
+pub(crate) fn hello_fields(reply: Value) -> HashMap<String, String> {
     let pairs: Vec<(Value, Value)> = match reply {
         Value::Map(pairs) => pairs,
         Value::Array(items) => {
             let mut it = items.into_iter();
             std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
         }
-        _ => return false,
+        _ => Vec::new(),
     };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
+    let text = |v: Value| match v {
+        Value::BulkString(b) => String::from_utf8(b).ok(),
+        Value::SimpleString(s) => Some(s),
+        Value::Int(n) => Some(n.to_string()),
         _ => None,
     };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| text(k).as_deref() == Some(name))
-            .and_then(|(_, v)| text(v))
-    };
-    let major = field("version")
-        .and_then(|v| v.split('.').next().and_then(|m| m.parse::<u32>().ok()))
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| Some((text(k)?, text(v)?)))
+        .collect()
+}
+
+/// Whether a `HELLO` reply names a server with `DELIFEQ` and `SET … IFEQ`:
+/// Valkey 9.0 or later.
+pub(crate) fn offers_delifeq(reply: Value) -> bool {
+    let fields = hello_fields(reply);
+    let major = fields
+        .get("version")
+        .and_then(|v| v.split('.').next()?.parse::<u32>().ok())
         .unwrap_or(0);
-    field("server").as_deref() == Some("valkey") && major >= 9
+    fields.get("server").map(String::as_str) == Some("valkey") && major >= 9
 }
 
 #[cfg(test)]

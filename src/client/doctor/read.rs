@@ -10,6 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{ConnectionLike, RedisError, RedisResult, Value};
 
+use crate::net::caps::hello_fields;
+
 /// A read, or why it could not be made (a refusal, as the server worded it).
 pub(crate) type Read<T> = Result<T, String>;
 
@@ -206,26 +208,7 @@ fn hello(conn: &mut dyn ConnectionLike) -> RedisResult<HashMap<String, String>> 
         Ok(Value::ServerError(_)) | Err(_) => return Ok(HashMap::new()),
         Ok(v) => v,
     };
-    let pairs: Vec<(Value, Value)> = match reply {
-        Value::Map(pairs) => pairs,
-        Value::Array(items) => {
-            let mut it = items.into_iter();
-            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
-        }
-        _ => Vec::new(),
-    };
-    Ok(pairs
-        .into_iter()
-        .filter_map(|(k, v)| {
-            let text = |v: Value| match v {
-                Value::BulkString(b) => String::from_utf8(b).ok(),
-                Value::SimpleString(s) => Some(s),
-                Value::Int(n) => Some(n.to_string()),
-                _ => None,
-            };
-            Some((text(k)?, text(v)?))
-        })
-        .collect())
+    Ok(hello_fields(reply))
 }
 
 /// `INFO`'s text, field by field (section headers and blank lines left out).
