@@ -765,6 +765,49 @@ fn assert_fence_counter(node: &RedisServer, slot: u16, prefix: &str) {
 /// for one read timeout, then gets it quoted; one that waits waits it out as for a
 /// busy lock, up to its deadline; an unfenced lock (one key) is taken through
 /// `ASK` at once.
+/// A release on the source of a slot mid-migration while a caller of the same
+/// client waits for the key (so the release also sends the release message):
+/// `Released`, each time. On Valkey 9 that release is both deletes in one
+/// pipeline; the source answers the second, its key deleted by the first, with
+/// `ASK`, which must not send the release to the importing master (where the key
+/// never was: `Expired`).
+#[test]
+fn a_release_mid_migration_with_a_caller_waiting_says_released() {
+    let cluster = Cluster::start(3, 0);
+    let client = client(&cluster);
+    let fenced = LockOptions::new()
+        .fencing(true)
+        .wait(Duration::from_secs(30));
+    for round in 0..3 {
+        let key = format!("{{mig{round}}}:held");
+        let slot = cluster.slot(&format!("lock:{key}"));
+        let (from, to) = (cluster.owner(slot), (cluster.owner(slot) + 1) % 3);
+        let held = client.lock(&key).unwrap();
+        cluster.begin_migration(slot, from, to);
+        let refused = cluster.nodes[from].error_replies("TRYAGAIN");
+        thread::scope(|s| {
+            let waiter = s.spawn(|| client.lock_with(&key, &fenced));
+            // Its fenced attempt names the lock key, there, and the fence counter,
+            // not yet made: the source refuses it, so it is in line.
+            assert!(
+                eventually(Duration::from_secs(10), || {
+                    cluster.nodes[from].error_replies("TRYAGAIN") > refused
+                }),
+                "round {round}: the waiter never tried"
+            );
+            assert_eq!(
+                held.unlock().unwrap(),
+                Release::Released,
+                "round {round}: a release of a lock held on the source"
+            );
+            cluster.move_keys(slot, from, to);
+            cluster.finish_migration(slot, from, to);
+            let guard = waiter.join().unwrap().unwrap().expect("taken once moved");
+            assert_eq!(guard.unlock().unwrap(), Release::Released);
+        });
+    }
+}
+
 #[test]
 fn a_fenced_acquire_mid_migration_waits_and_a_try_says_tryagain() {
     let cluster = Cluster::start(3, 0);

@@ -344,6 +344,9 @@ fn releases_in_the_background_run_no_script_where_the_server_has_the_commands() 
     for i in 0..500 {
         drop(client.lock(&format!("bg{}", i % 50)).unwrap());
     }
+    // A lock of a name whose release was still queued took the lease back:
+    // that release was never sent.
+    let taken_back = client.metrics().handoffs;
     drop(client);
     let left: Vec<String> = server.query(redis::cmd("KEYS").arg("lock:bg*"));
     assert!(left.is_empty(), "{left:?}");
@@ -354,11 +357,11 @@ fn releases_in_the_background_run_no_script_where_the_server_has_the_commands() 
             "{:?}",
             server.client_command_stats()
         );
-        assert!(server.command_calls("delifeq") >= 500);
+        assert!(server.command_calls("delifeq") + taken_back >= 500);
         let log = refusals(&server);
         assert!(log.is_empty(), "refused: {log:?}");
     } else {
-        assert!(server.command_calls("evalsha") >= 500);
+        assert!(server.command_calls("evalsha") + taken_back >= 500);
     }
 }
 

@@ -43,6 +43,18 @@ impl RedisServer {
             .map_or(0, |(_, calls)| calls)
     }
 
+    /// Error replies of `code` (`"TRYAGAIN"`, `"NOPERM"` …) the server sent, from
+    /// `INFO errorstats`; 0 if none.
+    pub fn error_replies(&self, code: &str) -> u64 {
+        let info: String = self.query(redis::cmd("INFO").arg("errorstats"));
+        info.lines()
+            .find_map(|l| {
+                let rest = l.trim().strip_prefix("errorstat_")?.strip_prefix(code)?;
+                rest.strip_prefix(":count=")?.parse().ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// Sum of `calls` over all commands; counts this query's own `info` and
     /// `client|setinfo` as [`RedisServer::command_calls`] does.
     pub fn total_commands(&self) -> u64 {

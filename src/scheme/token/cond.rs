@@ -15,6 +15,10 @@
 //! - Mark: `SET key holder+ IFEQ holder KEEPTTL` and `PTTL key`, for a holder
 //!   that `SET … NX GET` named.
 //!
+//! In each pipeline the first reply decides and the others count only where it
+//! changed nothing: on a cluster node migrating the slot, a command after a
+//! delete finds no key and is answered `ASK` (the scripts did it in one step).
+//!
 //! Each answers as the script it stands for (`scripts.rs`): a release 1 + the
 //! clients its message reached, 0 gone, -1 someone else's; an extend 1, 0, -1.
 //! The values on the wire are the scripts' own, so clients on either path share
@@ -47,14 +51,20 @@ pub(crate) fn release(
         // Callers of this client wait: both values are tried and the message
         // goes after them, in one pipeline, so no waiter hears it before the
         // key is gone (it would find the lock busy and wait a polling step).
+        // The first reply decides; the next ones count only when it deleted
+        // nothing. (Once it deleted the key, a cluster node migrating the slot
+        // answers the commands after it with `ASK`: the key is no longer there.)
         let replies = send(conn, &[&delete, &delete_marked, &message, &pttl])?;
-        other_type(&replies[1])?;
-        return Ok(match (&replies[0], &replies[1]) {
-            (Value::Int(1), _) | (_, Value::Int(1)) => 1 + heard(&replies[2]),
-            (Value::ServerError(_), _) => -1,
-            _ if matches!(replies[3], Value::Int(-2)) => 0,
-            _ => -1,
-        });
+        return match &replies[0] {
+            Value::Int(1) => Ok(1 + heard(&replies[2])),
+            Value::Int(_) => Ok(match &replies[1] {
+                Value::Int(1) => 1 + heard(&replies[2]),
+                Value::Int(_) if matches!(replies[3], Value::Int(-2)) => 0,
+                other => other_type(other).map(|()| -1)?,
+            }),
+            // `WRONGTYPE` (`send` returns any other error).
+            _ => Ok(-1),
+        };
     }
     match conn.request(&delete) {
         Ok(Value::Int(1)) => return Ok(1),
@@ -64,7 +74,8 @@ pub(crate) fn release(
     }
     // Not deleted: marked by a waiter, gone, or someone else's. The message
     // follows the delete in the pipeline (sent for nothing when the key was
-    // gone or taken: a waiter then only looks once more).
+    // gone or taken: a waiter then only looks once more). Its `PTTL` counts
+    // only when that delete deleted nothing (see above: `ASK` after a delete).
     let replies = send(conn, &[&delete_marked, &message, &pttl])?;
     match &replies[0] {
         Value::Int(1) => Ok(1 + heard(&replies[1])),

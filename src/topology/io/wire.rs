@@ -141,7 +141,13 @@ fn conditional(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
         let answer = match at.map(|i| &replies[i]) {
             Some(Value::Int(1)) => Value::Int(1),
             // Not deleted (a waiter's mark, gone, taken), or sent alone.
-            Some(Value::Int(_)) | None => Value::Int(cond::release(conn, key, announce, value)?),
+            Some(Value::Int(_)) | None => match cond::release(conn, key, announce, value) {
+                Ok(n) => Value::Int(n),
+                // A redirection (a slot moving) fails this release alone: it
+                // is retried as a cleanup, which follows it.
+                Err(e) if e.code().is_some() && !conn.broken => Value::Nil,
+                Err(e) => return Err(e),
+            },
             Some(Value::ServerError(e)) if e.code() == "NOPERM" => {
                 conn.refuse_conditional();
                 Value::ServerError(e.clone())
