@@ -426,3 +426,43 @@ fn a_lock_of_a_name_whose_release_is_still_queued_takes_the_lease_back_with_no_r
         "no lock took a queued release's lease back in 8 rounds"
     );
 }
+
+/// A thread that takes and drops one name in a tight loop leaves another
+/// client's waiter its turn: the lease is taken back a few times in a row at
+/// most (as a streak of local hand-offs is), then released for real.
+#[test]
+fn a_tight_loop_of_dropped_guards_leaves_another_clients_waiter_its_turn() {
+    let server = RedisServer::start();
+    let looping = builder(&server.url()).build().unwrap();
+    let waiter = LockClient::builder(server.url())
+        .key_prefix("lock:")
+        .build()
+        .unwrap();
+    for round in 0..3 {
+        let stop = AtomicBool::new(false);
+        let acquired = looping.metrics().acquired;
+        thread::scope(|s| {
+            let looper = s.spawn(|| {
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) && n < 50_000_000 {
+                    drop(looping.lock("k").unwrap());
+                    n += 1;
+                }
+            });
+            assert!(eventually(SLACK, || looping.metrics().acquired > acquired + 100));
+            let at = Instant::now();
+            let got = waiter.try_lock_for("k", Duration::from_secs(10)).unwrap();
+            let took = at.elapsed();
+            stop.store(true, Ordering::SeqCst);
+            let had = got.map(|g| g.unlock().unwrap());
+            looper.join().unwrap();
+            assert_eq!(
+                had,
+                Some(Release::Released),
+                "round {round}: no turn in {took:?}"
+            );
+        });
+    }
+    // The loop took leases back (what could have kept the waiter out).
+    assert!(looping.metrics().handoffs > 0, "{:?}", looping.metrics());
+}

@@ -884,6 +884,8 @@ fn renewal_chunks_survive_script_flush_between_ticks() {
     assert!(pexpires >= 3 * N as u64, "{pexpires} expiries");
     assert!(
         calls * 10 <= pexpires,
-        "{calls} calls for {pexpires} renewals"
+        "{calls} calls for {pexpires} renewals; {:?}; {:?}",
+        lc.metrics(),
+        server.command_stats()
     );
 }
