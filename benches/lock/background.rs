@@ -1,8 +1,11 @@
 //! `background`: lock + a dropped guard whose release is queued for the I/O
 //! thread (`release_in_background`), vs the floor's lock + unlock (raw `SET NX
 //! PX` + `EVALSHA` compare-and-delete, both waited for): p50 of one thread, and
-//! the throughput of 8 threads each cycling over 8 keys of its own (a batch
-//! worker locks one name per item: a name comes back once its release landed).
+//! the throughput of 8 threads each cycling over 8 keys of its own (a name
+//! comes back while its release may still be queued: the next lock then takes
+//! the lease back, with no round trip), and over 256 keys of its own (a name
+//! comes back long after its release was sent: the batching alone). Each line
+//! says the share of our locks that were taken back.
 
 use std::sync::Arc;
 
@@ -14,6 +17,9 @@ use super::{Floor, Lent};
 
 /// Keys each side cycles over on one thread.
 const KEYS: usize = 8;
+/// Keys each thread cycles over in the batching figure: a name comes back only
+/// after 255 others, its release long sent.
+const SPREAD: usize = 256;
 /// Paired rounds of each figure.
 const ROUNDS: usize = 9;
 
@@ -31,6 +37,7 @@ pub(crate) fn bench() {
     let names: Vec<String> = (0..KEYS).map(|k| format!("bench:bg{k}")).collect();
     let floors_names: Vec<String> = (0..KEYS).map(|k| format!("bench:bf{k}")).collect();
     let (mut i, mut j) = (0, 0);
+    let before = lc.metrics();
     let mut ratios = Vec::new();
     let mut p50s = Vec::new();
     for _ in 0..ROUNDS {
@@ -61,22 +68,32 @@ pub(crate) fn bench() {
     ratios.sort_by(f64::total_cmp);
     println!(
         "RATIO lock + dropped guard (background release) p50, median of {ROUNDS} rounds: \
-         {:.3}x (rounds {:.3}x to {:.3}x)",
+         {:.3}x (rounds {:.3}x to {:.3}x; {:.1}% of ours taken back)",
         ratios[mid],
         ratios[0],
-        ratios[ROUNDS - 1]
+        ratios[ROUNDS - 1],
+        taken_back(&before, &lc.metrics())
     );
-    parallel(&server, &lc);
+    parallel(&server, &lc, KEYS);
+    parallel(&server, &lc, SPREAD);
 }
 
-/// 8 threads × 8 keys each: redlease's lock + dropped guard vs the floor's lock
-/// + unlock, in paired rounds (each side first in every other one).
-fn parallel(server: &RedisServer, lc: &LockClient) {
+/// The share of the locks between `before` and `after` that took back a lease
+/// whose release was still queued, in percent.
+fn taken_back(before: &redlease::Metrics, after: &redlease::Metrics) -> f64 {
+    let locks = after.acquired.saturating_sub(before.acquired).max(1);
+    100.0 * after.handoffs.saturating_sub(before.handoffs) as f64 / locks as f64
+}
+
+/// 8 threads × `keys_each` keys each: redlease's lock + dropped guard vs the floor's
+/// lock + unlock, in paired rounds (each side first in every other one).
+fn parallel(server: &RedisServer, lc: &LockClient, keys_each: usize) {
+    let before = lc.metrics();
     let ours = || {
         eight_threads(1000, |t| {
             let lc = lc.clone();
-            let keys: Vec<String> = (0..KEYS).map(|k| format!("bench:bp{t}:{k}")).collect();
-            Box::new(move |i| drop(lc.lock(&keys[i % KEYS]).unwrap()))
+            let keys: Vec<String> = (0..keys_each).map(|k| format!("bench:bp{t}:{k}")).collect();
+            Box::new(move |i| drop(lc.lock(&keys[i % keys_each]).unwrap()))
         })
     };
     let floors: Arc<parking_lot::Mutex<Vec<Floor>>> = Arc::new(parking_lot::Mutex::new(
@@ -88,12 +105,12 @@ fn parallel(server: &RedisServer, lc: &LockClient) {
                 floor: floors.lock().pop(),
                 home: Arc::clone(&floors),
             };
-            let keys: Vec<String> = (0..KEYS).map(|k| format!("bench:bq{t}:{k}")).collect();
+            let keys: Vec<String> = (0..keys_each).map(|k| format!("bench:bq{t}:{k}")).collect();
             Box::new(move |i| {
                 lent.floor
                     .as_mut()
                     .expect("8 floors")
-                    .lock_unlock(&keys[i % KEYS]);
+                    .lock_unlock(&keys[i % keys_each]);
             })
         })
     };
@@ -115,13 +132,14 @@ fn parallel(server: &RedisServer, lc: &LockClient) {
     }
     let mid = ROUNDS / 2;
     println!(
-        "RATIO lock + dropped guard (background release), 8 threads x 8 keys each: \
+        "RATIO lock + dropped guard (background release), 8 threads x {keys_each} keys each: \
          redlease {:.0} ops/s / floor lock+unlock {:.0} ops/s = {:.3}x (median of {ROUNDS} \
-         paired rounds; rounds {:.3}x to {:.3}x)",
+         paired rounds; rounds {:.3}x to {:.3}x; {:.1}% of ours taken back)",
         o[mid],
         b[mid],
         ratios[mid],
         ratios[0],
-        ratios[ROUNDS - 1]
+        ratios[ROUNDS - 1],
+        taken_back(&before, &lc.metrics())
     );
 }
