@@ -143,8 +143,9 @@ fn conditional(conn: &mut Conn, batch: &[Free]) -> RedisResult<Vec<Value>> {
             // Not deleted (a waiter's mark, gone, taken), or sent alone.
             Some(Value::Int(_)) | None => match cond::release(conn, key, announce, value) {
                 Ok(n) => Value::Int(n),
-                // A redirection (a slot moving) fails this release alone: it
-                // is retried as a cleanup, which follows it.
+                // An error reply (a slot moving: `ASK`, `MOVED`) fails this
+                // release alone: it is retried as a cleanup on this node until
+                // its value would expire by itself.
                 Err(e) if e.code().is_some() && !conn.broken => Value::Nil,
                 Err(e) => return Err(e),
             },
