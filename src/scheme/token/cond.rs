@@ -57,11 +57,7 @@ pub(crate) fn release(
         let replies = send(conn, &[&delete, &delete_marked, &message, &pttl])?;
         return match &replies[0] {
             Value::Int(1) => Ok(1 + heard(&replies[2])),
-            Value::Int(_) => Ok(match &replies[1] {
-                Value::Int(1) => 1 + heard(&replies[2]),
-                Value::Int(_) if matches!(replies[3], Value::Int(-2)) => 0,
-                other => other_type(other).map(|()| -1)?,
-            }),
+            Value::Int(_) => settle_release(&replies[1], &replies[2], &replies[3]),
             // `WRONGTYPE` (`send` returns any other error).
             _ => Ok(-1),
         };
@@ -77,9 +73,17 @@ pub(crate) fn release(
     // gone or taken: a waiter then only looks once more). Its `PTTL` counts
     // only when that delete deleted nothing (see above: `ASK` after a delete).
     let replies = send(conn, &[&delete_marked, &message, &pttl])?;
-    match &replies[0] {
-        Value::Int(1) => Ok(1 + heard(&replies[1])),
-        Value::Int(_) if matches!(replies[2], Value::Int(-2)) => Ok(0),
+    settle_release(&replies[0], &replies[1], &replies[2])
+}
+
+/// The release's answer from the replies of `DELIFEQ key token+`, the release
+/// message and `PTTL key`, sent once the unmarked token was not there: released
+/// (1 + the clients the message reached), gone (0: `PTTL` -2) or someone
+/// else's (-1).
+fn settle_release(delete: &Value, message: &Value, pttl: &Value) -> RedisResult<i64> {
+    match delete {
+        Value::Int(1) => Ok(1 + heard(message)),
+        Value::Int(_) if matches!(pttl, Value::Int(-2)) => Ok(0),
         Value::Int(_) => Ok(-1),
         other => other_type(other).map(|()| -1),
     }
