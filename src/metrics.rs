@@ -48,6 +48,10 @@ pub struct Metrics {
     /// Real releases whose message other clients' waiters heard, after which this
     /// client's own waiters held off so that another process takes the key.
     pub yields: u64,
+    /// Locks this client's waiters broke because their holder's liveness
+    /// session had ended (see
+    /// [`LockClientBuilder::liveness`](crate::LockClientBuilder::liveness)).
+    pub dead_holders_broken: u64,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +95,7 @@ impl Counters {
             wakeups: get(&self.wakeups),
             handoffs: get(&self.handoffs),
             yields: get(&self.yields),
+            dead_holders_broken: 0,
         }
     }
 }
@@ -102,7 +107,8 @@ impl Counters {
 /// Labels never name a lock (their number would grow without bound):
 /// `redlease_acquisitions_total{outcome, scheme}`, `redlease_wait_seconds{scheme}`,
 /// `redlease_hold_seconds{scheme}`, `redlease_leases_held{scheme}`,
-/// `redlease_leases_lost_total{reason}`, `redlease_renewals_total{outcome}`.
+/// `redlease_leases_lost_total{reason}`, `redlease_renewals_total{outcome}`,
+/// `redlease_dead_holders_broken_total`.
 /// `scheme` is what the lease holds, its backend's
 /// `Backend::label`: `token`, `legacy`, `reentrant`,
 /// `fair`, `rwlock_read`, `rwlock_write` or `semaphore`.
@@ -191,6 +197,12 @@ pub(crate) mod export {
     pub(crate) fn lost(reason: &'static str) {
         #[cfg(feature = "metrics")]
         ::metrics::counter!("redlease_leases_lost_total", "reason" => reason).increment(1);
+    }
+
+    /// A waiter broke the lock of a holder whose liveness session had ended.
+    pub(crate) fn broken() {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!("redlease_dead_holders_broken_total").increment(1);
     }
 
     /// A renewal was answered: `extended`, `lost` or `failed`.

@@ -264,7 +264,8 @@ impl LockClient {
                 on_lost,
             )
             .with_terms(plan.terms.filter(|_| fence.is_none()))
-            .with_min_hold(hold_end(plan.min_hold)),
+            .with_min_hold(hold_end(plan.min_hold))
+            .with_session(self.inner.liveness.as_ref().map(|l| l.hold(sent))),
         );
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(

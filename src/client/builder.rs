@@ -14,6 +14,8 @@ use crate::net::tls::Tls;
 use crate::scheme::{Replicas, Scheme};
 use crate::topology::redlock;
 
+/// The shortest liveness accepted: 100 milliseconds.
+const MIN_LIVENESS: Duration = Duration::from_millis(100);
 /// Default lease time to live: 30 seconds.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// Default number of pooled connections: 16.
@@ -98,6 +100,7 @@ pub struct LockClientBuilder {
     pub(super) node_timeout: Option<Duration>,
     pub(super) tls: Tls,
     pub(super) server_check: ServerCheck,
+    pub(super) liveness: Option<Duration>,
 }
 
 impl LockClientBuilder {
@@ -124,6 +127,7 @@ impl LockClientBuilder {
             node_timeout: None,
             tls: Tls::default(),
             server_check: ServerCheck::Warn,
+            liveness: None,
         }
     }
     /// Prepended to every lock key. redlease's own keys live under it too (the fence
@@ -267,6 +271,66 @@ impl LockClientBuilder {
         self.background = on;
         self
     }
+    /// Ties every lock of the client to the client's own liveness: a crashed
+    /// holder's locks are free `liveness` after its last sign of life, not after
+    /// their TTL.
+    ///
+    /// The client's session record (`<prefix>redlease:session:<tag>`) becomes a
+    /// lease of its own, with `liveness` as its TTL: written once, then extended
+    /// (`PEXPIRE`, one command for the whole client however many locks it holds)
+    /// every third of it by the renewal thread, and never written again while
+    /// it lives. Then:
+    /// - **A holder always knows first.** Every lease's validity is the earlier
+    ///   of its own and the session's, both counted from the send time of the
+    ///   last confirmed write, less the drift allowance. A holder paused or cut
+    ///   off for longer than `liveness` sees [`is_held`](crate::LockGuard::is_held)
+    ///   turn false and gets [`LossReason::SessionEnded`](crate::LossReason::SessionEnded)
+    ///   before anyone may break its locks. An extend that finds the record gone
+    ///   ends the session the same way; later locks go under a new record.
+    /// - **Waiters break a dead holder's lock.** A redlease client (with or
+    ///   without liveness itself) waiting for a token lock whose value names a
+    ///   session that declared liveness, and whose record is gone, removes exactly
+    ///   that value and takes the lock (one script: compare, check the record,
+    ///   delete), so the wait ends `liveness` after the holder's last refresh.
+    ///   Values of writers that declared no liveness (clients without this
+    ///   option, older versions, Redisson, redis-py, legacy timestamps) are never
+    ///   broken: they stay bound by their TTL.
+    /// - **The lock keys keep their own TTL** (30 s by default), so clients that
+    ///   know nothing of sessions see the same locks as before.
+    ///
+    /// What it trades: a pause or a network cut longer than `liveness` loses
+    /// every lock of the client, as a TTL that short would, but for one command
+    /// per client per third of it instead of one per lock. A record that
+    /// vanishes early (eviction, a `DEL` by hand, a write lost in a failover)
+    /// exposes the locks as an evicted lock key would: keep the prefix's keys
+    /// out of eviction and see [`replicas`](Self::replicas). Fence what the
+    /// lock protects ([`fencing`](Self::fencing)): a holder that learns of its
+    /// loss late (a stop between two checks) is refused by the fence.
+    ///
+    /// Waiters break token locks (fenced or not) on one server or a Sentinel's
+    /// master; in a Redis Cluster the lock key and the session record sit on
+    /// different nodes, and the lock stays TTL-bound there. A Redlock quorum
+    /// keeps no session on each node: [`build`](Self::build) refuses liveness
+    /// with it.
+    ///
+    /// Must be at least 100 ms. Defaults to off.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlease::LockClient::builder("redis://127.0.0.1/")
+    ///     .liveness(Duration::from_secs(2))
+    ///     .build()?;
+    /// let guard = client.lock("nightly-report")?;
+    /// // If this process is SIGKILLed now, another client's `lock("nightly-report")`
+    /// // returns about 2 s later, not after the 30 s TTL.
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub fn liveness(mut self, liveness: Duration) -> Self {
+        self.liveness = Some(liveness);
+        self
+    }
     /// Default storage scheme. Defaults to [`Scheme::Token`].
     pub fn scheme(mut self, scheme: Scheme) -> Self {
         self.scheme = scheme;
@@ -333,6 +397,19 @@ impl LockClientBuilder {
         if self.node_timeout.is_some_and(|d| d.is_zero()) {
             return Err(Error::config("node_timeout", "must be above zero"));
         }
+        if let Some(live) = self.liveness {
+            check_ttl("liveness", live)?;
+            if live < MIN_LIVENESS {
+                return Err(Error::config("liveness", "must be at least 100 ms"));
+            }
+            if matches!(self.servers, Servers::Quorum(_)) {
+                return Err(Error::config(
+                    "liveness",
+                    "a Redlock quorum keeps no session record on each master: its locks \
+                     stay bound by their TTL",
+                ));
+            }
+        }
         if let Servers::Quorum(urls) = &self.servers {
             check_quorum(urls, &self.scheme, self.fencing)?;
             if self.replicas.is_some_and(|(count, _)| count > 0) {
@@ -381,6 +458,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("pubsub", &self.pubsub)
             .field("release_in_background", &self.background)
+            .field("liveness", &self.liveness)
             .field("scheme", &self.scheme)
             .field("replicas", &self.replicas)
             .field("node_timeout", &self.node_timeout)

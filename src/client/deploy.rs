@@ -233,7 +233,11 @@ impl LockClientBuilder {
         // Before any lock: a user who could take locks but not release them is
         // refused, and one who may not subscribe polls.
         let kick = format!("{KICK_PREFIX}probe");
-        let id = ClientId::new();
+        let id = if self.liveness.is_some() {
+            ClientId::new_live()
+        } else {
+            ClientId::new()
+        };
         let backend = scheme::backend(&self.scheme, &id);
         let check = |node: &Node| {
             let kick = self.pubsub.then_some(kick.as_str());
@@ -307,6 +311,7 @@ impl LockClientBuilder {
             fencing: self.fencing,
             pubsub: self.pubsub && subscribe,
             background: self.background,
+            liveness: self.liveness,
             scheme: self.scheme,
             replicas: self
                 .replicas

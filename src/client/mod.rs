@@ -22,7 +22,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Receiver;
@@ -30,6 +30,7 @@ use crossbeam_channel::Receiver;
 use crate::client::guard::LockGuard;
 use crate::client::options::{LockOptions, Settings, Wait};
 use crate::error::{Error, Result};
+use crate::lease::Liveness;
 use crate::metrics::{Counters, Metrics};
 use crate::owner::{ClientId, SessionWrite};
 use crate::scheme::{self, Backend, Scheme};
@@ -95,6 +96,8 @@ pub(crate) struct Inner {
     pub(crate) settings: Settings,
     /// The client's UUID and tag, which its values carry.
     pub(crate) id: ClientId,
+    /// The client's liveness session, when it keeps one: every lease is tied to it.
+    pub(crate) liveness: Option<Arc<Liveness>>,
     default_backend: Arc<dyn Backend>,
     /// The reentrant scheme's backend: one client id in its owner fields, and one
     /// memory of outermost fences, for every call of this client.
@@ -149,7 +152,8 @@ impl LockClient {
             settings.background,
         ));
         let notifier = Notifier::spawn()?;
-        let session = SessionWrite::new(&settings.key_prefix, &id);
+        let liveness = settings.liveness.map(|l| Arc::new(Liveness::new(l)));
+        let session = SessionWrite::new(&settings.key_prefix, &id, liveness.clone());
         let renewer = Renewer::spawn(topology, counters, session)?;
         let waiters = if settings.pubsub {
             Some(Waiters::spawn(&hub)?)
@@ -165,6 +169,7 @@ impl LockClient {
                     scheme::backend(&settings.scheme, &id)
                 },
                 id,
+                liveness,
                 reentrant,
                 settings,
                 hub,
@@ -256,7 +261,9 @@ impl LockClient {
 
     /// A snapshot of this client's counters.
     pub fn metrics(&self) -> Metrics {
-        self.inner.hub.counters.snapshot()
+        let mut m = self.inner.hub.counters.snapshot();
+        m.dead_holders_broken = self.inner.id.broken().load(Ordering::Relaxed);
+        m
     }
 
     /// Stops new lock calls and wakes every waiting call with [`Error::Shutdown`].

@@ -242,6 +242,8 @@ pub(crate) struct Settings {
     pub(crate) replicas: Option<Replicas>,
     /// Whether a dropped guard's release is queued for the I/O thread.
     pub(crate) background: bool,
+    /// The client's liveness, when it keeps one.
+    pub(crate) liveness: Option<Duration>,
 }
 
 /// Checks a TTL against what Redis `PX` accepts, and against the drift allowance:

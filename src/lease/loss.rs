@@ -51,6 +51,12 @@ pub enum LossReason {
     /// before the shutdown's deadline, left to expire with its TTL (no longer
     /// renewed either way). Not counted as a loss in the metrics.
     Released,
+    /// The client's liveness session ended
+    /// ([`LockClientBuilder::liveness`](crate::LockClientBuilder::liveness)): its
+    /// session record was found gone (expired while the client was paused or cut
+    /// off, evicted, deleted by hand), or could not be extended before the
+    /// liveness ran out. Another client may break the lock from then on.
+    SessionEnded,
 }
 
 impl LossReason {
@@ -64,6 +70,7 @@ impl LossReason {
             LossReason::TtlElapsed => "ttl_elapsed",
             LossReason::Shutdown => "shutdown",
             LossReason::Released => "released",
+            LossReason::SessionEnded => "session_ended",
         }
     }
 }

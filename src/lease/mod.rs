@@ -15,8 +15,10 @@ use crate::metrics::{Counters, bump, export};
 use crate::scheme::{Backend, Keys};
 use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
 
+mod liveness;
 mod loss;
 
+pub(crate) use liveness::{Liveness, SESSION_WAKE, SessionHold};
 pub use loss::{LeaseLost, LossReason};
 pub(crate) use loss::{LostCallback, Notice};
 
@@ -94,6 +96,9 @@ pub(crate) struct LeaseState {
     /// The end of its minimum hold, on the local monotonic clock: a release
     /// before it keeps the key until then.
     min_hold_until: Option<Instant>,
+    /// The client's liveness session the lease was taken under, if it keeps one:
+    /// the lease is valid no longer than the session.
+    session: Option<SessionHold>,
 }
 
 impl LeaseState {
@@ -131,7 +136,19 @@ impl LeaseState {
             reschedule: OnceLock::new(),
             terms: None,
             min_hold_until: None,
+            session: None,
         }
+    }
+
+    /// Ties the lease to the client's liveness session (see [`Liveness`]).
+    pub(crate) fn with_session(mut self, session: Option<SessionHold>) -> Self {
+        self.session = session;
+        self
+    }
+
+    /// Whether the lease was taken under a liveness session that has ended since.
+    pub(crate) fn session_ended(&self) -> bool {
+        self.session.as_ref().is_some_and(SessionHold::ended)
     }
 
     /// Marks the lease lost (for every reason but [`LossReason::Shutdown`], which
@@ -236,12 +253,18 @@ impl LeaseState {
         }
     }
 
-    /// The local deadline after which the lease must be presumed expired.
+    /// The local deadline after which the lease must be presumed expired: its
+    /// own validity, or its liveness session's when that ends first.
     pub(crate) fn valid_until(&self) -> Instant {
-        from_nanos(self.valid_until.load(Ordering::Acquire))
+        let own = self.valid_until.load(Ordering::Acquire);
+        match &self.session {
+            Some(s) => from_nanos(own.min(s.valid_until_nanos())),
+            None => from_nanos(own),
+        }
     }
 
-    /// [`valid_until`](Self::valid_until) on the lease clock, in nanoseconds.
+    /// The lease's own validity on the lease clock, in nanoseconds, without its
+    /// session's: what its renewals are scheduled by.
     pub(crate) fn valid_until_nanos(&self) -> u64 {
         self.valid_until.load(Ordering::Acquire)
     }

@@ -20,7 +20,7 @@ mod record;
 mod write;
 
 pub use record::Session;
-pub(crate) use write::{ClientId, SESSION_REFRESH, SessionWrite, host, program};
+pub(crate) use write::{ClientId, SessionWrite, host, program};
 
 /// The prefix of a redlease token, `rl2:<tag>:<counter>`: the client's tag (16
 /// lowercase hex digits) and a counter in base 36 (`0-9a-z`) that never repeats in
@@ -117,6 +117,26 @@ impl ClientTag {
         Self(tag)
     }
 
+    /// Whether the client declared liveness
+    /// ([`LockClientBuilder::liveness`](crate::LockClientBuilder::liveness)): its
+    /// locks live only while its session record does, and another redlease client
+    /// may break them once the record is gone. Such a client's UUID is a version 8
+    /// UUID (RFC 9562), so its tag's 13th digit is `8`; every other writer's is
+    /// not: older redlease versions and Redisson's Java clients use version 4
+    /// UUIDs, and other clients' values carry no tag at all.
+    ///
+    /// # Examples
+    /// ```
+    /// use redlease::ClientTag;
+    /// let live = ClientTag::of_token("rl2:0123456789ab8def:1z").unwrap();
+    /// assert!(live.declares_liveness());
+    /// let plain = ClientTag::of_token("rl2:0123456789ab4def:1z").unwrap();
+    /// assert!(!plain.declares_liveness());
+    /// ```
+    pub fn declares_liveness(&self) -> bool {
+        self.0[12] == LIVENESS_VERSION
+    }
+
     /// The 16 lowercase hex digits.
     pub fn as_str(&self) -> &str {
         // Only ever built from lowercase hex digits.
@@ -141,6 +161,10 @@ impl fmt::Display for ClientTag {
         f.write_str(self.as_str())
     }
 }
+
+/// The UUID version digit of a client that declared liveness (see
+/// [`ClientTag::declares_liveness`]).
+pub(crate) const LIVENESS_VERSION: u8 = b'8';
 
 /// Whether `bytes` are lowercase hex digits.
 fn is_hex(bytes: &[u8]) -> bool {

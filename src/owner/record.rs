@@ -24,6 +24,7 @@ pub struct Session {
     client_id: String,
     started: SystemTime,
     version: String,
+    liveness: Option<Duration>,
 }
 
 impl Session {
@@ -55,6 +56,13 @@ impl Session {
     pub fn version(&self) -> &str {
         &self.version
     }
+    /// The liveness the client declared
+    /// ([`LockClientBuilder::liveness`](crate::LockClientBuilder::liveness)):
+    /// its locks may be broken once this record is gone. `None` for a client
+    /// without liveness, whose locks stay until their own TTL.
+    pub fn liveness(&self) -> Option<Duration> {
+        self.liveness
+    }
 
     /// The session `fields` describe, if they are a whole record of this format
     /// for `tag`.
@@ -75,6 +83,10 @@ impl Session {
             client_id: id.hyphenated().to_string(),
             started: UNIX_EPOCH.checked_add(Duration::from_millis(started))?,
             version: version.to_owned(),
+            liveness: match field("liveness") {
+                Some(ms) => Some(Duration::from_millis(ms.parse().ok()?)),
+                None => None,
+            },
         })
     }
 }

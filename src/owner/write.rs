@@ -2,11 +2,13 @@
 //! that keeps its record ([`SessionWrite`]), at `build()` and then every
 //! [`SESSION_REFRESH`] with a [`SESSION_TTL`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use super::ClientTag;
 use super::record::FORMAT;
+use super::{ClientTag, LIVENESS_VERSION};
+use crate::lease::Liveness;
 
 /// How long a record outlives its last refresh.
 pub(crate) const SESSION_TTL: Duration = Duration::from_secs(10);
@@ -19,6 +21,8 @@ pub(crate) const SESSION_REFRESH: Duration = Duration::from_secs(3);
 pub(crate) struct ClientId {
     id: uuid::Uuid,
     tag: ClientTag,
+    /// Locks of dead liveness sessions this client's waiters broke.
+    broken: Arc<AtomicU64>,
 }
 
 impl ClientId {
@@ -28,8 +32,27 @@ impl ClientId {
         Self {
             tag: ClientTag::of_uuid(&id),
             id,
+            broken: Arc::default(),
         }
     }
+    /// A new identity for a client that declares liveness: a random UUID of
+    /// version 8, whose tag says so ([`ClientTag::declares_liveness`]).
+    pub(crate) fn new_live() -> Self {
+        let id = uuid::Uuid::new_v8(uuid::Uuid::new_v4().into_bytes());
+        let tag = ClientTag::of_uuid(&id);
+        debug_assert_eq!(tag.0[12], LIVENESS_VERSION);
+        Self {
+            tag,
+            id,
+            broken: Arc::default(),
+        }
+    }
+
+    /// The count of locks of dead liveness sessions this client's waiters broke.
+    pub(crate) fn broken(&self) -> &Arc<AtomicU64> {
+        &self.broken
+    }
+
     /// The tag.
     pub(crate) fn tag(&self) -> ClientTag {
         self.tag
@@ -55,16 +78,24 @@ pub(crate) struct SessionWrite {
     warned: AtomicBool,
     /// Set when the client stops: the next write deletes the record instead.
     ended: AtomicBool,
+    /// The liveness session, when the client keeps one: the record is then
+    /// written once per epoch and only extended after (see [`Liveness`]).
+    live: Option<Arc<Liveness>>,
+    /// The epoch whose record was written (0: none yet).
+    written: AtomicU64,
+    /// The record's fields, for a liveness session's writes.
+    fields: Vec<(&'static str, String)>,
 }
 
 impl SessionWrite {
-    /// The record of the client `id`, under `prefix`, started now.
-    pub(crate) fn new(prefix: &str, id: &ClientId) -> Self {
+    /// The record of the client `id`, under `prefix`, started now; with `live`,
+    /// a liveness session's record.
+    pub(crate) fn new(prefix: &str, id: &ClientId, live: Option<Arc<Liveness>>) -> Self {
         let key = id.tag.session_key(prefix);
         let started = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        let fields = [
+        let mut fields = vec![
             ("host", host()),
             ("pid", std::process::id().to_string()),
             ("program", program()),
@@ -72,20 +103,35 @@ impl SessionWrite {
             ("version", format!("{FORMAT}{}", env!("CARGO_PKG_VERSION"))),
             ("client_id", id.hyphenated()),
         ];
-        let mut pipe = redis::pipe();
-        let hset = pipe.cmd("HSET").arg(&key);
-        for (name, value) in fields {
-            hset.arg(name).arg(value);
-        }
-        pipe.cmd("PEXPIRE")
-            .arg(&key)
-            .arg(SESSION_TTL.as_millis().to_string());
+        let ttl = match &live {
+            Some(live) => {
+                fields.push(("liveness", live.ttl().as_millis().to_string()));
+                live.ttl()
+            }
+            None => SESSION_TTL,
+        };
+        let pipe = record_pipe(&key, &fields, ttl);
         Self {
             key,
             pipe,
             warned: AtomicBool::new(false),
             ended: AtomicBool::new(false),
+            live,
+            written: AtomicU64::new(0),
+            fields,
         }
+    }
+
+    /// The liveness session, if the client keeps one.
+    pub(crate) fn liveness(&self) -> Option<&Arc<Liveness>> {
+        self.live.as_ref()
+    }
+
+    /// How often the record is written (a liveness session's: extended).
+    pub(crate) fn refresh_every(&self) -> Duration {
+        self.live
+            .as_ref()
+            .map_or(SESSION_REFRESH, |l| l.refresh_every())
     }
 
     /// The client stops: from now on a write deletes the record, so its locks'
@@ -99,11 +145,42 @@ impl SessionWrite {
         if self.ended() {
             return self.delete().exec(con);
         }
+        if let Some(live) = &self.live {
+            return self.keep(live, con);
+        }
         let written = self.pipe.exec(con);
         if written.is_err() {
             let _ = redis::cmd("DEL").arg(&self.key).exec(con);
         }
         written
+    }
+
+    /// A liveness session's write: the record once per epoch, with every field
+    /// and the liveness as its TTL; then only `PEXPIRE`, which never creates the
+    /// key, so that a record found gone stays gone (the epoch is over).
+    fn keep(&self, live: &Liveness, con: &mut redis::Connection) -> redis::RedisResult<()> {
+        let epoch = live.epoch();
+        let sent = Instant::now();
+        if self.written.load(Ordering::SeqCst) != epoch {
+            let pipe = record_pipe(&self.key, &self.fields, live.ttl());
+            if let Err(e) = pipe.exec(con) {
+                let _ = redis::cmd("DEL").arg(&self.key).exec(con);
+                return Err(e);
+            }
+            self.written.store(epoch, Ordering::SeqCst);
+            live.confirmed(epoch, sent);
+            return Ok(());
+        }
+        let extended: i64 = redis::cmd("PEXPIRE")
+            .arg(&self.key)
+            .arg(live.ttl().as_millis().to_string())
+            .query(con)?;
+        if extended == 1 {
+            live.confirmed(epoch, sent);
+        } else {
+            live.found_gone(epoch);
+        }
+        Ok(())
     }
 
     /// Whether the client stopped: the next write is the record's delete.
@@ -131,6 +208,17 @@ impl SessionWrite {
             );
         }
     }
+}
+
+/// `HSET` of every field of the record `key` and its `PEXPIRE` of `ttl`.
+fn record_pipe(key: &str, fields: &[(&'static str, String)], ttl: Duration) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    let hset = pipe.cmd("HSET").arg(key);
+    for (name, value) in fields {
+        hset.arg(*name).arg(value);
+    }
+    pipe.cmd("PEXPIRE").arg(key).arg(ttl.as_millis().to_string());
+    pipe
 }
 
 /// This machine's host name, as Linux keeps it; `$HOSTNAME` elsewhere.

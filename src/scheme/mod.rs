@@ -288,7 +288,7 @@ impl Scheme {
 /// (a token carries its tag, an owner field its UUID).
 pub(crate) fn backend(scheme: &Scheme, id: &ClientId) -> Arc<dyn Backend> {
     match scheme {
-        Scheme::Token => Arc::new(TokenBackend::new(id.tag())),
+        Scheme::Token => Arc::new(TokenBackend::new(id.tag()).counting(id.broken())),
         Scheme::LegacyTimestamp(opts) => Arc::new(LegacyBackend::new(opts.clone())),
         Scheme::Reentrant => Arc::new(ReentrantBackend::new(id)),
     }

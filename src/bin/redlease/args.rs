@@ -353,6 +353,6 @@ fn permits(text: &str) -> Result<u32, String> {
 }
 
 /// Parses a human duration (`30s`, `5m`, `1500ms`, `1h 30m`, `0`).
-fn duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 30s, 5m, 1500ms)"))
 }

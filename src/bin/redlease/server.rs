@@ -40,6 +40,15 @@ pub(crate) struct ServerArgs {
     #[arg(help_heading = CONNECTION)]
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub(crate) prefix: String,
+    /// Tie the locks taken to this process's liveness: if it dies, they are free this long after
+    ///
+    /// The client's session record is extended every third of DURATION; once it is
+    /// gone, any redlease client waiting for a token lock it held takes it (on one
+    /// server or a Sentinel's master), without waiting for the lock's TTL. A stop or
+    /// network cut longer than DURATION loses the locks (the command is then stopped).
+    #[arg(help_heading = CONNECTION)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
+    pub(crate) liveness: Option<std::time::Duration>,
 }
 
 /// The servers `--url` names.
@@ -81,6 +90,10 @@ impl ServerArgs {
                 let first = urls.first().cloned().unwrap_or_default();
                 (LockClient::cluster(urls.iter().map(String::as_str)), first)
             }
+        };
+        let builder = match self.liveness {
+            Some(liveness) => builder.liveness(liveness),
+            None => builder,
         };
         (builder, url)
     }

@@ -29,11 +29,12 @@
 pub(crate) mod all;
 pub(crate) mod any;
 pub(crate) mod cond;
+mod live;
 pub(crate) mod look;
 pub(crate) mod scripts;
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
@@ -48,7 +49,7 @@ use crate::net::resp::Arg;
 use crate::owner::{ClientTag, KEPT_MARK, TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
 use crate::time::ttl_millis;
 use scripts::{
-    TOKEN_ACQUIRE_FENCED, TOKEN_EXTEND, TOKEN_KEEP, TOKEN_MARK, TOKEN_RELEASE,
+    TOKEN_ACQUIRE_FENCED, TOKEN_BREAK, TOKEN_EXTEND, TOKEN_KEEP, TOKEN_MARK, TOKEN_RELEASE,
     TOKEN_RELEASE_SHARDED,
 };
 
@@ -56,16 +57,25 @@ use scripts::{
 #[derive(Debug)]
 pub(crate) struct TokenBackend {
     tag: ClientTag,
+    /// Where to count the locks of dead liveness sessions its waiters broke.
+    broken: Option<Arc<AtomicU64>>,
 }
 
 impl TokenBackend {
     /// The token scheme of the client tagged `tag`.
     pub(crate) fn new(tag: ClientTag) -> Self {
-        Self { tag }
+        Self { tag, broken: None }
+    }
+
+    /// Counts the locks of dead liveness sessions it breaks in `broken`.
+    pub(crate) fn counting(mut self, broken: &Arc<AtomicU64>) -> Self {
+        self.broken = Some(Arc::clone(broken));
+        self
     }
 }
 
-static SCRIPTS: [&LazyLock<Script>; 7] = [
+static SCRIPTS: [&LazyLock<Script>; 8] = [
+    &TOKEN_BREAK,
     &TOKEN_ACQUIRE_FENCED,
     &TOKEN_KEEP,
     &TOKEN_MARK,
@@ -74,6 +84,12 @@ static SCRIPTS: [&LazyLock<Script>; 7] = [
     &TOKEN_EXTEND,
     &TOKEN_BULK_EXTEND,
 ];
+
+impl TokenBackend {
+    fn counter(&self) -> Option<&AtomicU64> {
+        self.broken.as_deref()
+    }
+}
 
 impl Backend for TokenBackend {
     fn new_value(&self, _conn: &mut Conn, _ttl: Duration) -> RedisResult<String> {
@@ -107,7 +123,15 @@ impl Backend for TokenBackend {
                 ms.into(),
                 (if wait == Waiting::No { "0" } else { "1" }).into(),
             ];
-            let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, replicas)?;
+            let (mut reply, acked) = send_acquire(conn, &SCRIPTS, &args, replicas)?;
+            // A waiter is told a holder that declared liveness (marked already).
+            if let Value::Array(items) = &mut reply
+                && items.len() == 3
+                && let Some(Value::BulkString(holder)) = items.pop()
+                && let Some(busy) = live::look(conn, keys, &holder, false, self.counter())?
+            {
+                return Ok(busy);
+            }
             return Ok(acquired(reply, true, acked)?.unwrap_or_else(busy));
         }
         // Without a fence no script is needed: a plain `SET NX PX`, the same one
@@ -129,6 +153,13 @@ impl Backend for TokenBackend {
             Set::Busy(holder) => holder,
         };
         let markable = holder.as_deref().map(is_unmarked_token);
+        // A holder that declared liveness: its session is looked at (and the
+        // holder marked) in one script, which breaks the lock of a dead one.
+        if let Some(h) = holder.as_deref()
+            && let Some(busy) = live::look(conn, keys, h, markable == Some(true), self.counter())?
+        {
+            return Ok(busy);
+        }
         // A caller that waits marks a redlease holder's token, once per holder (a
         // marked one shows its mark), learning its `PTTL` in the same round trip;
         // when the holder is unknown (a server without `SET NX GET`, a key of

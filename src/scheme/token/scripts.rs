@@ -121,12 +121,60 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 end
 if ARGV[3] == '1' then
 {mark}
+  local h = redis.pcall('GET', KEYS[1])
+  if type(h) == 'string' and string.find(h, '{live}') then return {{0, t, h}} end
   return {{0, t}}
 end
 return {{0, redis.call('PTTL', KEYS[1])}}
 ",
-        mark = *MARK
+        mark = *MARK,
+        live = *LIVE_TOKEN
     ))
+});
+
+/// A Lua pattern for a redlease token whose client declared liveness: `rl2:`
+/// and a tag whose 13th hex digit is `8` (see
+/// [`ClientTag::declares_liveness`](crate::ClientTag::declares_liveness)),
+/// with or without a waiter's mark; never a value kept for its minimum hold.
+pub(crate) static LIVE_TOKEN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "^{TOKEN_PREFIX}{hex}8[0-9a-f][0-9a-f][0-9a-f]:[0-9a-z]+%+?$",
+        hex = "[0-9a-f]".repeat(12)
+    )
+});
+
+/// Breaks the lock of a holder whose liveness session ended, or marks it.
+///
+/// KEYS[1] lock key, KEYS[2] the holder's session record. ARGV[1] the holder's
+/// token as the caller read it (without a waiter's `+`), ARGV[2] `1` to mark it.
+/// Only for a token of a client that declared liveness
+/// ([`LIVE_TOKEN`]); the caller checks that, and the script checks that the
+/// key still holds that token (marked or not).
+/// Returns `{-2, 0}` the key is gone, `{-3, 0}` another value is there now
+/// (retry either at once), `{-4, 0}` the record was gone: the holder's value is
+/// deleted (the session promised never to come back, so its holder knows it
+/// lost), and `{pttl, session_pttl}` while the record lives: the holder's
+/// token is marked (ARGV[2]) as [`TOKEN_MARK`] does, and the caller looks again
+/// when the session would end. A record without a TTL is not one a liveness
+/// session writes: it counts as alive. Compare, look and delete are one step.
+pub(crate) static TOKEN_BREAK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local v = redis.pcall('GET', KEYS[1])
+if v == false then return {-2, 0} end
+if type(v) ~= 'string' or (v ~= ARGV[1] and v ~= ARGV[1] .. '+') then return {-3, 0} end
+local s = redis.call('PTTL', KEYS[2])
+if s == -2 then
+  redis.call('DEL', KEYS[1])
+  return {-4, 0}
+end
+local t = redis.call('PTTL', KEYS[1])
+if ARGV[2] == '1' and v == ARGV[1] and t > 0 then
+  redis.call('SET', KEYS[1], v .. '+', 'PX', t)
+end
+return {t, s}
+",
+    )
 });
 
 /// Token release: compare-and-delete, then wake one waiter per client if any waits.

@@ -27,7 +27,7 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::lease::{LeaseState, LossReason};
+use crate::lease::{LeaseState, LossReason, SESSION_WAKE};
 use crate::metrics::Counters;
 use crate::owner::SessionWrite;
 use crate::time::to_nanos;
@@ -95,6 +95,9 @@ struct Thread {
     /// Leases handed to the topology, by id, with whether it is their last renewal
     /// (clipped to the hold bound).
     in_flight: HashMap<u64, (Lease, bool)>,
+    /// The end of the liveness session's validity whose lapse was last reported
+    /// (lease-clock nanos).
+    lapse_told: Option<u64>,
 }
 
 impl Renewer {
@@ -109,6 +112,9 @@ impl Renewer {
         let (reschedule, reschedule_rx) = crossbeam_channel::unbounded();
         let (answers_tx, answers) = crossbeam_channel::unbounded();
         let wake_at = Arc::new(AtomicU64::new(0));
+        if let Some(live) = session.liveness() {
+            live.wake_with(reschedule.clone());
+        }
         let mut thread = Thread {
             rx,
             inbox: Arc::clone(&inbox),
@@ -123,7 +129,15 @@ impl Renewer {
             queue: Queue::new(),
             dropped_due: None,
             in_flight: HashMap::new(),
+            lapse_told: None,
         };
+        if thread.session.live().is_some_and(|l| !l.ready()) {
+            return Err(Error::config(
+                "liveness",
+                "the session record could not be written (the redis user needs HSET, \
+                 PEXPIRE and DEL on `<prefix>redlease:session:*`)",
+            ));
+        }
         let handle = thread::Builder::new()
             .name("redlease-renew".into())
             .spawn(move || thread.run())
@@ -237,6 +251,7 @@ impl Thread {
             self.take_inbox();
             self.take_answers();
             self.report_ended();
+            let session_end = self.check_session();
             let next = self.queue.heap.peek().map(|d| d.0.due);
             if next.is_some_and(|due| due <= Instant::now()) {
                 // Take what is queued first, but no more, so a stream of commands
@@ -254,7 +269,7 @@ impl Thread {
             let dropped = self.dropped_due.take().filter(|d| *d > now);
             self.dropped_due = dropped;
             let session = self.session.due(&*self.topology);
-            let wake = [next, self.next_end(), dropped, Some(session)];
+            let wake = [next, self.next_end(), dropped, Some(session), session_end];
             let wake = wake.into_iter().flatten().min();
             self.wake_at
                 .store(wake.map_or(u64::MAX, to_nanos), AtomicOrdering::SeqCst);
@@ -314,7 +329,10 @@ impl Thread {
             i if i == reschedules => {
                 if let Ok(id) = oper.recv(&self.reschedule) {
                     self.take_inbox();
-                    self.queue.reschedule(id);
+                    // The session is looked at on every turn of the loop.
+                    if id != SESSION_WAKE {
+                        self.queue.reschedule(id);
+                    }
                 }
                 true
             }
@@ -328,7 +346,11 @@ impl Thread {
     fn take_inbox(&mut self) {
         std::mem::swap(&mut *self.inbox.lock(), &mut self.spare);
         for lease in self.spare.drain(..) {
-            if lease.state.held.try_lock().is_none_or(|h| !h.released) {
+            if lease.state.session_ended() {
+                lease
+                    .state
+                    .notify_lost(LossReason::SessionEnded, &self.counters);
+            } else if lease.state.held.try_lock().is_none_or(|h| !h.released) {
                 self.queue.push(lease);
             } else if self.dropped_due.is_none_or(|d| lease.due < d) {
                 self.dropped_due = Some(lease.due);
@@ -353,6 +375,50 @@ impl Thread {
             .filter(|(l, _)| !l.state.is_lost())
             .map(|(l, _)| l.state.valid_until())
             .min()
+    }
+
+    /// Looks at the client's liveness session: a record found gone ends its epoch
+    /// (every lease of it is lost; the next epoch's record is written), and a
+    /// session not confirmed before its validity ended loses every lease held
+    /// (the holder must know before anyone may break them). Returns when to look
+    /// again: the end of the session's validity, while leases are held.
+    fn check_session(&mut self) -> Option<Instant> {
+        let live = Arc::clone(self.session.live()?);
+        if live.take_gone() {
+            log::warn!("liveness session record found gone: every lease of it is lost");
+            live.next_epoch();
+            self.session.restart(&*self.topology);
+            self.lose_leases(|state| state.session_ended());
+        }
+        if self.queue.heap.is_empty() && self.in_flight.is_empty() {
+            return None;
+        }
+        let end = live.valid_until();
+        if Instant::now() < end {
+            return Some(end);
+        }
+        if self.lapse_told != Some(to_nanos(end)) {
+            self.lapse_told = Some(to_nanos(end));
+            log::warn!(
+                "liveness session not confirmed within its liveness: every lease held is lost"
+            );
+            self.lose_leases(|_| true);
+        }
+        None
+    }
+
+    /// Reports every queued or in-flight lease that `which` picks lost, as its
+    /// session ended.
+    fn lose_leases(&self, which: impl Fn(&LeaseState) -> bool) {
+        let queued = self.queue.heap.iter().map(|d| &d.0);
+        let leases = queued.chain(self.in_flight.values().map(|(l, _)| l));
+        for lease in leases {
+            if !lease.state.is_lost() && !lease.released() && which(&lease.state) {
+                lease
+                    .state
+                    .notify_lost(LossReason::SessionEnded, &self.counters);
+            }
+        }
     }
 
     /// Reports every in-flight lease whose validity has ended: its answer may come

@@ -1,0 +1,101 @@
+//! The token lock of a holder whose liveness session ended: a caller that found
+//! the lock busy and will wait looks at the holder's session record in the same
+//! script that marks the holder, and removes the holder's value once the record
+//! is gone (see [`TOKEN_BREAK`]).
+//!
+//! Only a value whose writer declared liveness is ever looked at
+//! ([`ClientTag::declares_liveness`]): a redlease client's values without it,
+//! older versions', Redisson's, redis-py's and legacy timestamps stay bound by
+//! their TTL. The record must sit on the lock's node: in a Redis Cluster the two
+//! are in different slots, and the lock is left to its TTL.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use super::scripts::TOKEN_BREAK;
+use super::{SCRIPTS, remaining};
+use crate::net::connection::Conn;
+use crate::owner::{ClientTag, KEPT_MARK};
+use crate::scheme::{Acquire, Keys, with_scripts};
+
+/// Set once a server refused the look (a user without `EVALSHA`): later looks
+/// are skipped, and the locks of dead sessions wait for their TTL.
+static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// After a busy attempt that named `holder`: when `holder` is the token of a
+/// client that declared liveness, and its session record shares the lock's
+/// node, the break script's answer as a busy reply. `None` for any other
+/// holder (the caller goes on as before). `mark`: the holder's token is not
+/// marked yet and the caller will wait. `broken` counts a break.
+pub(super) fn look(
+    conn: &mut Conn,
+    keys: &Keys,
+    holder: &[u8],
+    mark: bool,
+    broken: Option<&AtomicU64>,
+) -> RedisResult<Option<Acquire>> {
+    if keys.slot_tag.is_some() || REFUSED.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let Ok(holder) = std::str::from_utf8(holder) else {
+        return Ok(None);
+    };
+    if holder.ends_with(KEPT_MARK) {
+        return Ok(None);
+    }
+    let token = holder.strip_suffix('+').unwrap_or(holder);
+    let Some(tag) = ClientTag::of_token(token).filter(ClientTag::declares_liveness) else {
+        return Ok(None);
+    };
+    let session = tag.session_key(&keys.lock[..keys.prefix]);
+    let reply = with_scripts(conn, &SCRIPTS, |c| {
+        c.run(|c| {
+            TOKEN_BREAK
+                .key(&keys.lock)
+                .key(&session)
+                .arg(token)
+                .arg(if mark { "1" } else { "0" })
+                .invoke::<(i64, i64)>(c)
+        })
+    });
+    let (pttl, session_pttl) = match reply {
+        Err(e) if e.code() == Some("NOPERM") => {
+            log::warn!(
+                "the redis user may not run scripts: locks of dead liveness sessions wait \
+                 for their TTL ({e})"
+            );
+            REFUSED.store(true, Ordering::Relaxed);
+            return Ok(None);
+        }
+        other => other?,
+    };
+    let now = || Acquire::Busy {
+        remaining: Some(Duration::ZERO),
+        announces: false,
+    };
+    Ok(Some(match (pttl, session_pttl) {
+        (-2 | -3, _) => now(),
+        (-4, _) => {
+            log::info!(
+                "`{}`: broke the lock of `{token}`, whose liveness session had ended",
+                keys.lock
+            );
+            if let Some(count) = broken {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            crate::metrics::export::broken();
+            now()
+        }
+        (pttl, session_pttl) => Acquire::Busy {
+            // Look again when the session would end, unless the lock ends first.
+            remaining: match (remaining(pttl), u64::try_from(session_pttl)) {
+                (Some(lock), Ok(s)) => Some(lock.min(Duration::from_millis(s + 1))),
+                (None, Ok(s)) => Some(Duration::from_millis(s + 1)),
+                (lock, Err(_)) => lock,
+            },
+            announces: false,
+        },
+    }))
+}
