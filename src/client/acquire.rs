@@ -170,6 +170,9 @@ impl LockClient {
             }
             hub.queued
                 .settle(&keys.lock, Instant::now() + hub.topology.read_timeout());
+            if let Some(live) = &self.inner.liveness {
+                live.wait_ready(Instant::now() + 2 * hub.topology.read_timeout());
+            }
             let (remaining, announces) = match hub.topology.acquire(&plan.backend, &keys, req)? {
                 // Granted after its validity ended: not ours to hand over. Who
                 // holds the key now is unknown, so the wait polls.

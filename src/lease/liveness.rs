@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
 
 use crate::time::{from_nanos, to_nanos, validity_end};
 
@@ -42,6 +43,9 @@ pub(crate) struct Liveness {
     gone: AtomicBool,
     /// The renewal thread's reschedule channel, woken with [`SESSION_WAKE`].
     wake: OnceLock<Sender<u64>>,
+    /// Where lock calls wait for a new epoch's record (see [`Self::wait_ready`]).
+    ready_lock: Mutex<()>,
+    ready_cv: Condvar,
 }
 
 /// The session a lease was taken under.
@@ -64,6 +68,8 @@ impl Liveness {
             valid_until: AtomicU64::new(0),
             gone: AtomicBool::new(false),
             wake: OnceLock::new(),
+            ready_lock: Mutex::new(()),
+            ready_cv: Condvar::new(),
         }
     }
 
@@ -93,10 +99,29 @@ impl Liveness {
             return;
         }
         let end = to_nanos(validity_end(sent, self.ttl));
+        let _ready = self.ready_lock.lock();
         self.valid_until.fetch_max(end, Ordering::SeqCst);
         if self.ready_at.load(Ordering::SeqCst) == u64::MAX {
-            self.ready_at.store(to_nanos(Instant::now()), Ordering::SeqCst);
+            self.ready_at
+                .store(to_nanos(Instant::now()), Ordering::SeqCst);
         }
+        self.ready_cv.notify_all();
+    }
+
+    /// Waits, at most until `by`, until the session vouches for a lock taken
+    /// now: its epoch's record confirmed, and its validity not over. A lock
+    /// taken before a new epoch's record is there could be stored while no
+    /// record vouched for it, and one taken while the session is past its
+    /// validity (a pause, a cut) would be lost when the record is found gone:
+    /// neither would ever count as held. Two atomic loads and a clock read when
+    /// the session vouches (always, but after a pause or a lost record).
+    pub(crate) fn wait_ready(&self, by: Instant) {
+        let vouches = || self.ready() && Instant::now() < self.valid_until();
+        if vouches() {
+            return;
+        }
+        let mut ready = self.ready_lock.lock();
+        while !vouches() && !self.ready_cv.wait_until(&mut ready, by).timed_out() {}
     }
 
     /// An extend of epoch `epoch`'s record found it gone: the renewal thread is

@@ -217,7 +217,9 @@ fn record_pipe(key: &str, fields: &[(&'static str, String)], ttl: Duration) -> r
     for (name, value) in fields {
         hset.arg(*name).arg(value);
     }
-    pipe.cmd("PEXPIRE").arg(key).arg(ttl.as_millis().to_string());
+    pipe.cmd("PEXPIRE")
+        .arg(key)
+        .arg(ttl.as_millis().to_string());
     pipe
 }
 

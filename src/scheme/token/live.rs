@@ -9,9 +9,12 @@
 //! their TTL. The record must sit on the lock's node: in a Redis Cluster the two
 //! are in different slots, and the lock is left to its TTL.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use redis::RedisResult;
 
 use super::scripts::TOKEN_BREAK;
@@ -23,6 +26,33 @@ use crate::scheme::{Acquire, Keys, with_scripts};
 /// Set once a server refused the look (a user without `EVALSHA`): later looks
 /// are skipped, and the locks of dead sessions wait for their TTL.
 static REFUSED: AtomicBool = AtomicBool::new(false);
+
+/// The sessions a look found alive, and until when they surely are (their
+/// record's `PTTL` then): a caller polling a busy lock looks at its holder's
+/// session once per session period, whatever its polling interval, and the
+/// process's callers share the answer. Expired entries go when it grows.
+static ALIVE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::default);
+
+/// Entries [`ALIVE`] holds before it drops the expired ones.
+const ALIVE_KEPT: usize = 1024;
+
+/// Whether a look found the session `key` alive until after now.
+fn known_alive(key: &str) -> bool {
+    ALIVE
+        .lock()
+        .get(key)
+        .is_some_and(|until| *until > Instant::now())
+}
+
+/// Notes that the session `key` lives at least until `until`.
+fn alive_until(key: String, until: Instant) {
+    let mut alive = ALIVE.lock();
+    if alive.len() >= ALIVE_KEPT {
+        let now = Instant::now();
+        alive.retain(|_, t| *t > now);
+    }
+    alive.insert(key, until);
+}
 
 /// After a busy attempt that named `holder`: when `holder` is the token of a
 /// client that declared liveness, and its session record shares the lock's
@@ -50,6 +80,10 @@ pub(super) fn look(
         return Ok(None);
     };
     let session = tag.session_key(&keys.lock[..keys.prefix]);
+    if known_alive(&session) {
+        return Ok(None);
+    }
+    let sent = Instant::now();
     let reply = with_scripts(conn, &SCRIPTS, |c| {
         c.run(|c| {
             TOKEN_BREAK
@@ -88,14 +122,22 @@ pub(super) fn look(
             crate::metrics::export::broken();
             now()
         }
-        (pttl, session_pttl) => Acquire::Busy {
-            // Look again when the session would end, unless the lock ends first.
-            remaining: match (remaining(pttl), u64::try_from(session_pttl)) {
-                (Some(lock), Ok(s)) => Some(lock.min(Duration::from_millis(s + 1))),
-                (None, Ok(s)) => Some(Duration::from_millis(s + 1)),
-                (lock, Err(_)) => lock,
-            },
-            announces: false,
-        },
+        (pttl, session_pttl) => {
+            let lock = remaining(pttl);
+            let Ok(s) = u64::try_from(session_pttl) else {
+                return Ok(Some(Acquire::Busy {
+                    remaining: lock,
+                    announces: false,
+                }));
+            };
+            // The record lives at least `s` from when the look was sent; look
+            // again when it would end, unless the lock ends first.
+            let session = Duration::from_millis(s + 1);
+            alive_until(tag.session_key(&keys.lock[..keys.prefix]), sent + session);
+            Acquire::Busy {
+                remaining: Some(lock.map_or(session, |l| l.min(session))),
+                announces: false,
+            }
+        }
     }))
 }

@@ -1,0 +1,376 @@
+//! Liveness: a client's locks live only while the client does. A holder killed
+//! without a word (SIGKILL of a separate process) has its locks taken by waiters
+//! about one liveness after its last refresh, not after their TTL; a holder cut
+//! off for longer knows it lost before any waiter holds; nothing breaks a value
+//! whose writer declared no liveness.
+//!
+//! The holders that die are separate processes: this test binary run again as
+//! `child_holds_locks` (ignored when run by itself), which takes its locks,
+//! prints their fences and waits to be killed.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redlease::{
+    ClientTag, Error, LegacyTimestamp, LockClient, LockOptions, LossReason, Owner, Release, Scheme,
+};
+use support::proxy::Proxy;
+use support::{RedisServer, eventually};
+
+/// The liveness the holders declare in these tests.
+const LIVENESS: Duration = Duration::from_secs(1);
+/// The lock keys' own TTL: far longer than any wait here.
+const TTL: Duration = Duration::from_secs(30);
+/// How long after a holder's death its locks may still be held: the liveness
+/// (the record expires at most that long after the last refresh), then one look
+/// and one acquire, with room for a 200 ms stall of a loaded machine and more.
+const TAKEN_WITHIN: Duration = Duration::from_millis(1000 + 1200);
+
+/// The environment variables that make this binary a holder.
+const CHILD_URL: &str = "LIVENESS_CHILD_URL";
+const CHILD_ARGS: &str = "LIVENESS_CHILD_ARGS";
+
+/// A holder process: takes `count` locks `prefix0..` (the first one fenced),
+/// with liveness unless `live` is false; prints `fence <n>` then `ready`.
+fn holder(server: &RedisServer, prefix: &str, count: usize, live: bool) -> (Child, u64) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args(["--exact", "child_holds_locks", "--ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(CHILD_URL, server.url())
+        .env(CHILD_ARGS, format!("{prefix} {count} {live}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut fence = 0;
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(f) = line.strip_prefix("fence ") {
+            fence = f.parse().unwrap();
+        }
+        if line == "ready" {
+            // Read on, so the child never blocks on a full pipe.
+            std::thread::spawn(move || lines.for_each(drop));
+            return (child, fence);
+        }
+    }
+    let _ = child.kill();
+    panic!("the holder process ended before it held its locks");
+}
+
+/// Run as a separate process by [`holder`]: holds its locks until killed (or
+/// for at most two minutes).
+#[test]
+#[ignore = "a holder process of the other tests"]
+fn child_holds_locks() {
+    let (Ok(url), Ok(args)) = (std::env::var(CHILD_URL), std::env::var(CHILD_ARGS)) else {
+        return;
+    };
+    let mut args = args.split(' ');
+    let prefix = args.next().unwrap();
+    let count: usize = args.next().unwrap().parse().unwrap();
+    let live = args.next() == Some("true");
+    let mut builder = LockClient::builder(url.as_str()).ttl(TTL);
+    if live {
+        builder = builder.liveness(LIVENESS);
+    }
+    let client = builder.build().unwrap();
+    let fenced = client
+        .lock_with(&format!("{prefix}0"), &LockOptions::new().fencing(true))
+        .unwrap()
+        .unwrap();
+    println!("fence {}", fenced.fence().unwrap());
+    let guards: Vec<_> = (1..count)
+        .map(|i| client.lock(&format!("{prefix}{i}")).unwrap())
+        .collect();
+    println!("ready");
+    std::thread::sleep(Duration::from_secs(120));
+    drop((guards, fenced));
+}
+
+fn waiter(server: &RedisServer) -> LockClient {
+    LockClient::builder(server.url()).ttl(TTL).build().unwrap()
+}
+
+#[test]
+fn a_killed_holders_locks_are_taken_within_its_liveness_fenced_or_not() {
+    let server = RedisServer::start();
+    let client = waiter(&server);
+    for (run, count) in [(0, 2), (1, 1000)] {
+        let prefix = format!("crash{run}:");
+        let (mut child, fence) = holder(&server, &prefix, count, true);
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        let wait = Duration::from_secs(10);
+        let opts = LockOptions::new().fencing(true).wait(wait);
+        let first = client
+            .lock_with(&format!("{prefix}0"), &opts)
+            .unwrap()
+            .unwrap();
+        let took = killed.elapsed();
+        assert!(
+            took <= TAKEN_WITHIN,
+            "{count} leases: the fenced lock was taken {took:?} after the kill"
+        );
+        assert!(first.fence().unwrap() > fence, "fences keep rising");
+        let last = format!("{prefix}{}", count - 1);
+        let other = client.try_lock_for(&last, wait).unwrap().unwrap();
+        let took = killed.elapsed();
+        assert!(
+            took <= TAKEN_WITHIN,
+            "{count} leases: the last lock was taken {took:?} after the kill"
+        );
+        assert!(first.is_held() && other.is_held());
+    }
+    assert!(client.metrics().dead_holders_broken >= 2);
+}
+
+#[test]
+fn a_holder_without_liveness_foreign_values_and_older_tokens_stay_bound_by_their_ttl() {
+    let server = RedisServer::start();
+    let (mut child, _) = holder(&server, "plain:", 1, false);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut conn = server.conn();
+    let set = |conn: &mut redis::Connection, key: &str, value: &str| {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(30_000)
+            .exec(conn)
+            .unwrap();
+    };
+    // redis-py's token, an older redlease version's (a version 4 tag), with its
+    // waiter's mark, and a value kept for a minimum hold by a liveness client.
+    set(&mut conn, "redispy", "0123456789abcdef0123456789abcdef");
+    set(&mut conn, "older", "rl2:0123456789ab4def:1");
+    set(
+        &mut conn,
+        "older-marked",
+        "rl1:0123456789ab4def0123456789abcdef+",
+    );
+    set(&mut conn, "kept", "rl2:0123456789ab8def:1~");
+    // A Redisson lock (its owner field names a version 4 UUID) and a legacy
+    // timestamp far in the future.
+    redis::cmd("HSET")
+        .arg("redisson")
+        .arg("6f1c4a2e-9b7d-4c3e-8a5f-0d2b1e7c9a4b:1")
+        .arg(1)
+        .exec(&mut conn)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("redisson")
+        .arg(30_000)
+        .exec(&mut conn)
+        .unwrap();
+    let far = (std::time::SystemTime::now() + Duration::from_secs(600))
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        .to_string();
+    set(&mut conn, "legacy", &far);
+    let before: Vec<(String, String)> = ["plain:0", "redispy", "older", "older-marked", "kept"]
+        .iter()
+        .map(|k| {
+            let v: String = redis::cmd("GET").arg(*k).query(&mut conn).unwrap();
+            ((*k).to_owned(), v)
+        })
+        .collect();
+    let waiters = [
+        LockClient::builder(server.url()).build().unwrap(),
+        LockClient::builder(server.url())
+            .liveness(LIVENESS)
+            .build()
+            .unwrap(),
+    ];
+    // Twice the liveness: a session that had declared one would be over.
+    let wait = 2 * LIVENESS + Duration::from_millis(500);
+    for client in &waiters {
+        let keys = [
+            "plain:0",
+            "redispy",
+            "older",
+            "older-marked",
+            "kept",
+            "redisson",
+        ];
+        std::thread::scope(|s| {
+            for key in keys {
+                s.spawn(move || {
+                    let got = client.try_lock_for(key, wait).unwrap();
+                    assert!(got.is_none(), "{key} was taken");
+                });
+            }
+        });
+        let legacy = LockClient::builder(server.url())
+            .scheme(Scheme::LegacyTimestamp(LegacyTimestamp::new()))
+            .build()
+            .unwrap();
+        assert!(legacy.try_lock_for("legacy", wait).unwrap().is_none());
+        assert_eq!(client.metrics().dead_holders_broken, 0);
+    }
+    for (key, value) in before {
+        let now: String = redis::cmd("GET").arg(&key).query(&mut conn).unwrap();
+        let unmarked = now.strip_suffix('+').unwrap_or(&now);
+        assert_eq!(unmarked, value.strip_suffix('+').unwrap_or(&value), "{key}");
+    }
+}
+
+/// A client over `proxy` with the test's liveness (or `liveness`).
+fn proxied(proxy: &Proxy, liveness: Duration) -> LockClient {
+    LockClient::builder(proxy.url())
+        .ttl(TTL)
+        .liveness(liveness)
+        .read_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_holder_cut_off_for_twice_its_liveness_knows_it_lost_before_a_waiter_holds() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let holder = proxied(&proxy, LIVENESS);
+    let client = waiter(&server);
+    for round in 0..2 {
+        let fenced = LockOptions::new().fencing(true);
+        let held: Vec<_> = (0..5)
+            .map(|i| {
+                holder
+                    .lock_with(&format!("cut{round}:{i}"), &fenced)
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        let losses: Vec<_> = held.iter().map(|g| g.lost()).collect();
+        proxy.blackhole(true);
+        let cut = Instant::now();
+        let wait = LockOptions::new()
+            .fencing(true)
+            .wait(Duration::from_secs(10));
+        let taken = client
+            .lock_with(&format!("cut{round}:0"), &wait)
+            .unwrap()
+            .unwrap();
+        let taken_after = cut.elapsed();
+        // Every lease was reported lost, and not held, before the waiter held.
+        for (guard, lost) in held.iter().zip(&losses) {
+            let msg = lost
+                .try_recv()
+                .expect("the loss was told before the waiter held");
+            assert_eq!(msg.reason, LossReason::SessionEnded);
+            assert!(!guard.is_held());
+        }
+        assert!(
+            taken_after >= LIVENESS / 2 && taken_after <= TAKEN_WITHIN + LIVENESS,
+            "taken {taken_after:?} after the cut"
+        );
+        assert!(taken.fence().unwrap() > held[0].fence().unwrap());
+        // Twice the liveness, then the holder is back: its leases stay lost, and
+        // it can lock again under a new session.
+        let until = cut + 2 * LIVENESS;
+        std::thread::sleep(until.saturating_duration_since(Instant::now()));
+        proxy.blackhole(false);
+        assert!(held.iter().all(|g| !g.is_held()));
+        // The taken one is not released; the others, still stored, may be.
+        let mut held = held.into_iter();
+        let first = held.next().unwrap().unlock();
+        assert_ne!(first.ok(), Some(Release::Released));
+        drop(held);
+        let again = holder
+            .try_lock_for(&format!("again{round}"), Duration::from_secs(5))
+            .unwrap()
+            .expect("locks after the session's end");
+        assert!(eventually(Duration::from_secs(5), || again.is_held()));
+        drop((taken, again));
+    }
+}
+
+#[test]
+fn a_holder_stalled_for_half_its_liveness_loses_nothing() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let liveness = Duration::from_secs(3);
+    let holder = proxied(&proxy, liveness);
+    let client = waiter(&server);
+    let held: Vec<_> = (0..5)
+        .map(|i| holder.lock(&format!("stall:{i}")).unwrap())
+        .collect();
+    for _ in 0..2 {
+        proxy.blackhole(true);
+        let busy = client.try_lock_for("stall:0", liveness / 2).unwrap();
+        proxy.blackhole(false);
+        assert!(
+            busy.is_none(),
+            "taken from a holder stalled for half its liveness"
+        );
+        assert!(held.iter().all(|g| g.is_held()), "a lease was lost");
+        // The next refreshes are answered before the next stall.
+        std::thread::sleep(liveness / 2);
+    }
+    for guard in held {
+        assert!(guard.lost().try_recv().is_err());
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    }
+}
+
+#[test]
+fn a_session_record_deleted_by_hand_ends_every_lease_and_the_next_lock_starts_a_new_one() {
+    let server = RedisServer::start();
+    let holder = LockClient::builder(server.url())
+        .ttl(TTL)
+        .liveness(LIVENESS)
+        .build()
+        .unwrap();
+    let guard = holder.lock("record").unwrap();
+    let mut conn = server.conn();
+    let token: String = redis::cmd("GET").arg("record").query(&mut conn).unwrap();
+    let tag = ClientTag::of_token(&token).unwrap();
+    assert!(tag.declares_liveness());
+    let owner = Owner::lookup(&mut conn, "", tag).unwrap();
+    assert_eq!(owner.session().unwrap().liveness(), Some(LIVENESS));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(tag.session_key(""))
+        .query(&mut conn)
+        .unwrap();
+    assert!(
+        pttl > 0 && pttl <= 1000,
+        "the record's TTL is the liveness: {pttl}"
+    );
+    redis::cmd("DEL")
+        .arg(tag.session_key(""))
+        .exec(&mut conn)
+        .unwrap();
+    let lost = guard
+        .lost()
+        .recv_timeout(LIVENESS + Duration::from_secs(1))
+        .expect("the holder learns at its next refresh");
+    assert_eq!(lost.reason, LossReason::SessionEnded);
+    assert!(!guard.is_held());
+    let next = holder.lock("record-2").unwrap();
+    assert!(eventually(Duration::from_secs(3), || next.is_held()));
+    let owner = Owner::lookup(&mut conn, "", tag).unwrap();
+    assert!(owner.is_alive(), "a new record for the next locks");
+    assert!(next.lost().try_recv().is_err());
+}
+
+#[test]
+fn liveness_is_checked_and_refused_with_a_redlock_quorum() {
+    let server = RedisServer::start();
+    let short = LockClient::builder(server.url())
+        .liveness(Duration::from_millis(50))
+        .build();
+    assert!(matches!(short, Err(Error::Config { .. })), "{short:?}");
+    let urls = [server.url(), server.url()];
+    let quorum = LockClient::redlock(urls.iter().map(String::as_str))
+        .liveness(LIVENESS)
+        .build();
+    assert!(matches!(quorum, Err(Error::Config { .. })), "{quorum:?}");
+}
