@@ -17,9 +17,10 @@ use redis::{RedisResult, Script};
 
 use super::bulk::TOKEN_BULK_EXTEND;
 use super::token::scripts::{
-    EFFECTS, FENCE, MARK, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE, TOKEN_RELEASE_SHARDED, UNDO_SET,
+    EFFECTS, FENCE, LIVE_TOKEN, MARK, TOKEN_EXTEND, TOKEN_MARK, TOKEN_RELEASE,
+    TOKEN_RELEASE_SHARDED, UNDO_SET,
 };
-use super::token::{busy, remaining};
+use super::token::{busy, live, remaining};
 use super::{
     Acquire, Backend, Keys, Request, TokenBackend, Waiting, acquired, companion, send_acquire,
 };
@@ -80,11 +81,13 @@ if ARGV[3] == '1' then
     local space = string.find(record, ' ', 1, true)
     if space and string.sub(record, space + 1) .. '+' == held then led = 1 end
   end
+  if type(held) == 'string' and string.find(held, '{live}') then return {{0, t, led, held}} end
   return {{0, t, led}}
 end
 return {{0, redis.call('PTTL', KEYS[1])}}
 ",
-        mark = *MARK
+        mark = *MARK,
+        live = *LIVE_TOKEN
     ))
 });
 
@@ -126,10 +129,14 @@ pub(crate) struct ElectionBackend {
 }
 
 impl ElectionBackend {
-    /// The election leases of the client tagged `tag`.
-    pub(crate) fn new(tag: ClientTag) -> Self {
+    /// The election leases of the client tagged `tag`, counting the leaderships
+    /// of dead liveness sessions its candidates broke in `broken`.
+    pub(crate) fn new(
+        tag: ClientTag,
+        broken: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
         Self {
-            token: TokenBackend::new(tag),
+            token: TokenBackend::new(tag).counting(broken),
         }
     }
 }
@@ -167,7 +174,16 @@ impl Backend for ElectionBackend {
             })
             .into(),
         ];
-        let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
+        let (mut reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
+        // A holder that declared liveness is named to a waiting caller (marked
+        // already): a dead one's leadership is broken (see `token::live`).
+        if let redis::Value::Array(items) = &mut reply
+            && items.len() == 4
+            && let Some(redis::Value::BulkString(holder)) = items.pop()
+            && let Some(busy) = live::look(conn, keys, &holder, false, self.token.counter())?
+        {
+            return Ok(busy);
+        }
         // A waiting caller's busy reply also says whether a leader holds the name.
         if let Ok((0, pttl, led)) = redis::from_redis_value_ref::<(i64, i64, i64)>(&reply) {
             return Ok(Acquire::Busy {

@@ -68,7 +68,10 @@ impl LockClient {
         }
         Ok(Election {
             handle: Handle::new(self, name, LockFormat::Token)?,
-            backend: Arc::new(ElectionBackend::new(self.inner.id.tag())),
+            backend: Arc::new(ElectionBackend::new(
+                self.inner.id.tag(),
+                self.inner.id.broken(),
+            )),
         })
     }
 }

@@ -36,12 +36,11 @@ static ALIVE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::d
 /// Entries [`ALIVE`] holds before it drops the expired ones.
 const ALIVE_KEPT: usize = 1024;
 
-/// Whether a look found the session `key` alive until after now.
-fn known_alive(key: &str) -> bool {
-    ALIVE
-        .lock()
-        .get(key)
-        .is_some_and(|until| *until > Instant::now())
+/// How long a look found the session `key` still alive for, from now.
+fn known_alive(key: &str) -> Option<Duration> {
+    let until = *ALIVE.lock().get(key)?;
+    let left = until.saturating_duration_since(Instant::now());
+    (!left.is_zero()).then_some(left)
 }
 
 /// Notes that the session `key` lives at least until `until`.
@@ -59,7 +58,7 @@ fn alive_until(key: String, until: Instant) {
 /// node, the break script's answer as a busy reply. `None` for any other
 /// holder (the caller goes on as before). `mark`: the holder's token is not
 /// marked yet and the caller will wait. `broken` counts a break.
-pub(super) fn look(
+pub(crate) fn look(
     conn: &mut Conn,
     keys: &Keys,
     holder: &[u8],
@@ -80,8 +79,12 @@ pub(super) fn look(
         return Ok(None);
     };
     let session = tag.session_key(&keys.lock[..keys.prefix]);
-    if known_alive(&session) {
-        return Ok(None);
+    // A holder to mark is looked at in any case: the script marks it.
+    if let Some(left) = known_alive(&session).filter(|_| !mark) {
+        return Ok(Some(Acquire::Busy {
+            remaining: Some(left),
+            announces: false,
+        }));
     }
     let sent = Instant::now();
     let reply = with_scripts(conn, &SCRIPTS, |c| {

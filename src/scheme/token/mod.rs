@@ -29,7 +29,7 @@
 pub(crate) mod all;
 pub(crate) mod any;
 pub(crate) mod cond;
-mod live;
+pub(crate) mod live;
 pub(crate) mod look;
 pub(crate) mod scripts;
 
@@ -86,7 +86,8 @@ static SCRIPTS: [&LazyLock<Script>; 8] = [
 ];
 
 impl TokenBackend {
-    fn counter(&self) -> Option<&AtomicU64> {
+    /// Where it counts the locks of dead liveness sessions it broke.
+    pub(crate) fn counter(&self) -> Option<&AtomicU64> {
         self.broken.as_deref()
     }
 }
