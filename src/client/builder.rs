@@ -245,9 +245,21 @@ impl LockClientBuilder {
     ///   shutdown until its deadline, and counts the queued releases in its
     ///   [report](crate::ShutdownReport)).
     ///
-    /// **A process that exits without dropping its client** (`std::process::exit`,
-    /// a signal, a panic that aborts) leaves its queued releases unsent: those
-    /// locks stay held until their TTL runs out.
+    /// **A process that ends without dropping its client sends them as it exits.**
+    /// A client kept in a `static` (`LazyLock`, `OnceLock`) is never dropped, nor
+    /// is one when `main` calls `std::process::exit`: an exit hook, registered once
+    /// per process and armed by the first release a client queues, waits for every
+    /// live client's queue, each up to its read timeout (as the client's drop
+    /// would), and does nothing when nothing is queued. It holds no client alive,
+    /// runs no user code (no logging, no callback) and waits on no lock without a
+    /// bound, so an `exit` called from a lock's closure, a callback or while the
+    /// I/O threads are busy still returns within the read timeout. It runs only
+    /// when the process goes through `exit` (returning from `main` does):
+    /// `SIGKILL`, `abort`, a panic with `panic = "abort"`, a signal's default
+    /// action (an unhandled `SIGTERM` or `SIGINT`) and `_exit` leave the queued
+    /// releases unsent and those locks held until their TTL runs out, as they
+    /// leave every lock still held; a guard alive at the exit is not released
+    /// either (handle the signal and call [`shutdown`](crate::LockClient::shutdown)).
     ///
     /// It applies to the token scheme on one server, a Sentinel's master or a
     /// cluster; a lock inside its minimum hold, another scheme or a Redlock quorum

@@ -34,7 +34,7 @@ mod single;
 pub(crate) use cluster::Cluster;
 #[cfg(feature = "cluster")]
 pub(crate) use cluster::Opener;
-pub(crate) use io::{Cleanup, Free, IoThread, Parked, Queued};
+pub(crate) use io::{Cleanup, Free, IoThread, Parked, Queued, watch_at_exit};
 pub(crate) use probe::probe;
 pub(crate) use redlock::{Redlock, Wait};
 pub(crate) use single::Single;

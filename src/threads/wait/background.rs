@@ -17,7 +17,7 @@ use super::handoff::{release, release_for_real, take_value};
 use crate::error::{Error, Result};
 use crate::lease::LeaseState;
 use crate::scheme::Release;
-use crate::topology::{Cleanup, Free, Parked};
+use crate::topology::{Cleanup, Free, Parked, watch_at_exit};
 
 /// Releases `state` in the background where it can: `None` once queued (the
 /// I/O thread counts it when answered), else what the usual release said.
@@ -49,6 +49,9 @@ pub(crate) fn release_queued(hub: &Hub, state: &Arc<LeaseState>) -> Option<Resul
         Some((value, maybe))
     };
     let parked = Parked::new(Arc::clone(state), taken);
+    // A client kept in a `static`, or one `exit` leaves undropped, never drops:
+    // the process's exit hook sends its queue then (once per client).
+    watch_at_exit(&hub.queued, hub.topology.read_timeout());
     // Recorded before it is sent, so an acquire of the name that follows takes
     // the lease back or waits for the answer; a caller that arrived meanwhile,
     // and may not have seen the record, is woken by the release message.

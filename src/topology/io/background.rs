@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
@@ -128,6 +128,8 @@ pub(crate) struct Queued {
     released: AtomicUsize,
     gone: AtomicUsize,
     failed: AtomicUsize,
+    /// The process's exit hook knows this queue (`exit::watch`).
+    pub(super) watched: AtomicBool,
 }
 
 /// What the answered background releases found, counted since the client began.
@@ -231,8 +233,15 @@ impl Queued {
     }
 
     /// Waits until no release is queued, or until `by`; how many still are.
+    /// Returns at once when none is; never waits past `by`, not even for the
+    /// record's lock (the exit hook calls it from wherever `exit` was called).
     pub(crate) fn drain(&self, by: Instant) -> usize {
-        let mut names = self.names.lock();
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            return 0;
+        }
+        let Some(mut names) = self.names.try_lock_until(by) else {
+            return self.pending.load(Ordering::SeqCst);
+        };
         while !names.is_empty() {
             if self.answered.wait_until(&mut names, by).timed_out() {
                 break;
