@@ -43,7 +43,7 @@ pub(crate) struct ServerArgs {
 }
 
 /// The servers `--url` names.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Servers {
     /// One Redis server.
     One(String),
@@ -51,6 +51,24 @@ pub(crate) enum Servers {
     Quorum(Vec<String>),
     /// Seed nodes of a Redis Cluster.
     Cluster(Vec<String>),
+}
+
+impl Servers {
+    /// A client builder for these servers, and the first server's URL (for
+    /// messages: [`server_name`] of it, which prints no password).
+    pub(crate) fn builder(&self) -> (LockClientBuilder, String) {
+        match self {
+            Servers::One(url) => (LockClient::builder(url.as_str()), url.clone()),
+            Servers::Quorum(urls) => {
+                let first = urls.first().cloned().unwrap_or_default();
+                (LockClient::redlock(urls.iter().map(String::as_str)), first)
+            }
+            Servers::Cluster(urls) => {
+                let first = urls.first().cloned().unwrap_or_default();
+                (LockClient::cluster(urls.iter().map(String::as_str)), first)
+            }
+        }
+    }
 }
 
 impl ServerArgs {
@@ -71,18 +89,7 @@ impl ServerArgs {
     /// Redlock quorum or a cluster's seeds), and the first server's URL (for
     /// messages: [`server_name`] of it, which prints no password).
     pub(crate) fn builder(&self) -> (LockClientBuilder, String) {
-        let (builder, url) = match self.servers() {
-            Servers::One(url) => (LockClient::builder(url.as_str()), url),
-            Servers::Quorum(urls) => {
-                let first = urls[0].clone();
-                (LockClient::redlock(urls.iter().map(String::as_str)), first)
-            }
-            Servers::Cluster(urls) => {
-                let first = urls.first().cloned().unwrap_or_default();
-                (LockClient::cluster(urls.iter().map(String::as_str)), first)
-            }
-        };
-        (builder, url)
+        self.servers().builder()
     }
 
     /// A client of these servers under `--prefix`, with what `configure` adds
