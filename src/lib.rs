@@ -55,7 +55,8 @@
 //!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::lock_any`] →
 //!   [`AnyGuard`], one of several names; [`LockClient::partitions`] →
 //!   [`PartitionGroup`] → [`Member`] ([`PartitionEvent`], [`GroupStatus`]), work shared
-//!   by a fleet; [`LockClient::wait_free`]; [`LockClient::shutdown`] → [`ShutdownReport`].
+//!   by a fleet; [`LockClient::wait_free`]; [`LockClient::shutdown`] → [`ShutdownReport`];
+//!   [`LockGuard::ticket`] → [`Ticket`], for [`LockClient::release_ticket`] when the holder dies.
 //! - Is the server safe for locks? [`LockClient::doctor`] → a [`Report`] of [`Finding`]s
 //!   ([`Severity`]; [`ServerReport`], [`Checkup`], [`ServerCheck`]; [operations](guide::operations)).
 //!
@@ -128,6 +129,7 @@ pub use client::inspect::{HeldLock, Holder, LockFormat, LockInfo, MAX_PERMITS, W
 pub use client::multi_guard::MultiGuard;
 pub use client::options::{LockOptions, Renewal};
 pub use client::shutdown::ShutdownReport;
+pub use client::ticket::Ticket;
 pub use error::{Error, NodeFailure, Operation, RedisFailure, Result};
 pub use finding::{Finding, Severity};
 pub use lease::{LeaseLost, LossReason};

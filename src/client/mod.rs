@@ -17,7 +17,8 @@
 //! redirections that reads sent straight to a node (`inspect`, `wait_free`) follow;
 //! `shutdown.rs` [`LockClient::shutdown`], which releases every lease the client's
 //! guards hold; `wait_free.rs` [`LockClient::wait_free`], which waits until nobody
-//! holds a name; `doctor/` [`LockClient::doctor`] and the server check `build()`
+//! holds a name; `ticket.rs` [`Ticket`](crate::Ticket), a lease's identity, and
+//! [`LockClient::release_ticket`], its release from another process; `doctor/` [`LockClient::doctor`] and the server check `build()`
 //! runs: is the server configured so that locks hold?
 
 use std::fmt;
@@ -55,6 +56,7 @@ pub(crate) mod options;
 mod owners;
 mod plan;
 pub(crate) mod shutdown;
+pub(crate) mod ticket;
 mod wait_free;
 
 /// A client for distributed locks on one Redis server, or on a Redlock quorum of

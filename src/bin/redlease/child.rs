@@ -9,6 +9,7 @@
 
 use std::ffi::OsString;
 use std::io::{self, IsTerminal};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
@@ -19,8 +20,10 @@ use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
+use redlease::Ticket;
 
 use crate::exit::{CANNOT_EXECUTE, Failure, NOT_FOUND, OS_ERROR};
+use crate::server::Servers;
 
 /// A started command.
 #[derive(Debug)]
@@ -40,7 +43,9 @@ impl Running {
     /// after the command exits, and all of it at once if this process dies.
     /// With `foreground` (redlease has the terminal, Linux only: see `terminal.rs`), the
     /// command's group is made the terminal's foreground group before the command
-    /// starts, and it reads the terminal as it would without redlease.
+    /// starts, and it reads the terminal as it would without redlease. With
+    /// `lease` (Linux), the keeper is handed the servers and the lease's ticket
+    /// through a pipe, to release the lease itself if this process dies.
     ///
     /// Must be called on the main thread: the kernel's parent-death signal
     /// fires when the thread that started the keeper ends.
@@ -53,11 +58,14 @@ impl Running {
         env: &[(&str, String)],
         grace: Duration,
         foreground: bool,
+        lease: Option<Lease<'_>>,
     ) -> Result<Self, Failure> {
         let (program, args) = command
             .split_first()
             .ok_or_else(|| Failure::usage("no command given"))?;
-        let mut cmd = started(program, args, grace, foreground);
+        // The pipe's end the keeper inherits: this process's copy is closed once
+        // the keeper has started.
+        let (mut cmd, lease_pipe) = started(program, args, grace, foreground, lease);
         cmd.envs(env.iter().map(|(k, v)| (k, v))).process_group(0);
         // A process group that is not the terminal's foreground group is stopped
         // (SIGTTIN) when it reads the terminal: it would hang holding the lock.
@@ -66,7 +74,10 @@ impl Running {
             cmd.stdin(Stdio::null());
         }
         let name = program.to_string_lossy();
-        let child = cmd.spawn().map_err(|e| match e.kind() {
+        let child = cmd.spawn();
+        // Inheritable until now: nothing else starts from redlease meanwhile.
+        drop(lease_pipe);
+        let child = child.map_err(|e| match e.kind() {
             // The keeper reports the command's own failure to start as a shell
             // would (127, 126); this one is the keeper's.
             _ if cfg!(target_os = "linux") => {
@@ -138,9 +149,29 @@ impl Running {
     }
 }
 
-/// What is started for `program`: on Linux, this binary as a keeper of it.
+/// The lease a keeper is to release if the supervisor dies: the servers it is
+/// held on, and its ticket.
+pub(crate) type Lease<'a> = (&'a Servers, Ticket);
+
+/// What is started for `program`: on Linux, this binary as a keeper of it, and
+/// the pipe it inherits with `lease` in it (`None` without one, or when the
+/// pipe cannot be made: the lease then ends with its TTL if redlease is killed).
 #[cfg(target_os = "linux")]
-fn started(program: &OsString, args: &[OsString], grace: Duration, tty: bool) -> Command {
+fn started(
+    program: &OsString,
+    args: &[OsString],
+    grace: Duration,
+    tty: bool,
+    lease: Option<Lease<'_>>,
+) -> (Command, Option<OwnedFd>) {
+    use crate::keeper::{Handover, lease_number};
+    let pipe = lease.and_then(|(servers, ticket)| {
+        let servers = servers.clone();
+        Handover { servers, ticket }
+            .pipe()
+            .map_err(|e| eprintln!("redlease: warning: cannot hand the lease to the keeper: {e}"))
+            .ok()
+    });
     // /proc/self/exe, read by the new process, is this very binary even if the
     // file was replaced or removed since.
     let mut cmd = Command::new("/proc/self/exe");
@@ -150,16 +181,24 @@ fn started(program: &OsString, args: &[OsString], grace: Duration, tty: bool) ->
         .arg(std::process::id().to_string())
         .arg(grace_ms.to_string())
         .arg(if tty { crate::keeper::TTY } else { "-" })
+        .arg(pipe.as_ref().map_or_else(|| "-".to_owned(), lease_number))
         .arg(program)
         .args(args);
     crate::keeper::as_a_shell_starts_it(&mut cmd);
-    cmd
+    (cmd, pipe)
 }
 
-/// What is started for `program`: elsewhere, the program itself.
+/// What is started for `program`: elsewhere, the program itself (no keeper: a
+/// killed redlease leaves its lease to its TTL).
 #[cfg(not(target_os = "linux"))]
-fn started(program: &OsString, args: &[OsString], _grace: Duration, _tty: bool) -> Command {
+fn started(
+    program: &OsString,
+    args: &[OsString],
+    _grace: Duration,
+    _tty: bool,
+    _lease: Option<Lease<'_>>,
+) -> (Command, Option<OwnedFd>) {
     let mut cmd = Command::new(program);
     cmd.args(args);
-    cmd
+    (cmd, None)
 }

@@ -36,5 +36,13 @@ pub(crate) fn elect(args: &ElectArgs) -> Result<u8, Failure> {
         Err(e) => return Err(Failure::from_lib(&e, &server)),
     };
     let held = Held::Leader(leadership);
-    run_command(held, &args.command, &signals, args.kill_grace, &key)
+    let servers = args.server.servers();
+    run_command(
+        held,
+        &servers,
+        &args.command,
+        &signals,
+        args.kill_grace,
+        &key,
+    )
 }

@@ -5,7 +5,7 @@
 use crossbeam_channel::Receiver;
 use redlease::{
     AnyGuard, Error, Leadership, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard,
-    PermitGuard, ReadGuard, Release, Result, WriteGuard,
+    PermitGuard, ReadGuard, Release, Result, Ticket, WriteGuard,
 };
 
 use crate::exit::Failure;
@@ -166,6 +166,18 @@ impl Held {
                 ("REDLEASE_KEY", l.key().to_owned()),
                 ("REDLEASE_TERM", l.term().to_string()),
             ],
+        }
+    }
+
+    /// The ticket a keeper releases if redlease dies: a lock's (token and
+    /// reentrant schemes) or a leadership's. `None` for the rest, left to their
+    /// TTL: several leases, a permit, a read-write or fair lock, a legacy
+    /// timestamp (its value changes with every renewal), a minimum hold.
+    pub(crate) fn ticket(&self) -> Option<Ticket> {
+        match self {
+            Held::Lock(g) => g.ticket(),
+            Held::Leader(l) => l.ticket(),
+            _ => None,
         }
     }
 

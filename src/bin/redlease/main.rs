@@ -105,10 +105,14 @@ terminal, the command's stdin is /dev/null.
 
 On Linux a keeper process leads the command's group: if redlease is killed
 (SIGKILL, the OOM killer), the keeper kills the command and everything it started,
-setsid children and double forks included, long before the lease expires. What
-the command leaves running when it exits gets SIGTERM, then SIGKILL after
---kill-grace, before the release. Other systems have no keeper: a killed redlease
-leaves its command running while the lease expires.
+setsid children and double forks included, long before the lease expires; once
+nothing of it is left, the keeper releases the lock (a token or reentrant lock
+held alone, without --min-hold; others run out with their --ttl), only if it
+still holds redlease's value. The keeper gets the servers and the lease through
+a pipe, never its command line or environment. What the command leaves running
+when it exits gets SIGTERM, then SIGKILL after --kill-grace, before the release.
+Other systems have no keeper: a killed redlease leaves its command running while
+the lease expires.
 
 With --min-hold D the lock is kept until D after the acquisition even when the
 command ends sooner. A cron line on every host, `redlease run --wait 0 --min-hold
@@ -127,7 +131,8 @@ group gets SIGTERM, then SIGKILL after --kill-grace, and elect exits 79. When th
 command exits, elect resigns (the next candidate leads at once) and exits with its
 status. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command; while
 campaigning they stop
-the campaign. If elect is killed, the command goes with it, as under `run` (Linux).";
+the campaign. If elect is killed, the command goes with it and its keeper resigns
+once it is gone, as under `run` (Linux).";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]

@@ -74,7 +74,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         select! {
             recv(events) -> event => match event {
                 Ok(PartitionEvent::Assigned { partition, fence }) if signal.is_none() => {
-                    match Running::spawn(&command, &env(partition, fence), grace, false) {
+                    match Running::spawn(&command, &env(partition, fence), grace, false, None) {
                         Ok(child) => {
                             tasks.insert(partition, Task { child, fence, stopping: None });
                         }

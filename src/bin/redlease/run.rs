@@ -37,19 +37,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     }
     let key = args.server.full_key(&name);
 
-    let mut opts = LockOptions::new().fencing(args.fence).cancel(cancel);
-    if let Some(ttl) = args.ttl {
-        opts = opts.ttl(ttl);
-    }
-    if let Some(wait) = args.wait {
-        opts = opts.wait(wait);
-    }
-    if let Some(max_hold) = args.max_hold {
-        opts = opts.max_hold(max_hold);
-    }
-    if let Some(min_hold) = args.min_hold {
-        opts = opts.min_hold(min_hold);
-    }
+    let opts = options(args, cancel);
     let status = (args.wait != Some(Duration::ZERO))
         .then(|| Status::start(&url, &args.server.prefix, &name))
         .flatten();
@@ -119,7 +107,34 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         Err(Error::Cancelled { .. }) => return Ok(cancelled(&signals, &key)),
         Err(e) => return Err(Failure::from_lib(&e, &server)),
     };
-    run_command(guard, &args.command, &signals, args.kill_grace, &key)
+    let servers = args.server.servers();
+    run_command(
+        guard,
+        &servers,
+        &args.command,
+        &signals,
+        args.kill_grace,
+        &key,
+    )
+}
+
+/// The lock call's options: `--fence`, `--ttl`, `--wait`, `--max-hold` and
+/// `--min-hold`, and `cancel` (a signal stops the wait).
+fn options(args: &RunArgs, cancel: CancelToken) -> LockOptions {
+    let mut opts = LockOptions::new().fencing(args.fence).cancel(cancel);
+    if let Some(ttl) = args.ttl {
+        opts = opts.ttl(ttl);
+    }
+    if let Some(wait) = args.wait {
+        opts = opts.wait(wait);
+    }
+    if let Some(max_hold) = args.max_hold {
+        opts = opts.max_hold(max_hold);
+    }
+    if let Some(min_hold) = args.min_hold {
+        opts = opts.min_hold(min_hold);
+    }
+    opts
 }
 
 /// How long the lock `name` is still held, and by whom when its holder lives:

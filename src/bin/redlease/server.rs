@@ -52,7 +52,7 @@ pub(crate) struct ServerArgs {
 }
 
 /// The servers `--url` names.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Servers {
     /// One Redis server.
     One(String),
@@ -60,6 +60,24 @@ pub(crate) enum Servers {
     Quorum(Vec<String>),
     /// Seed nodes of a Redis Cluster.
     Cluster(Vec<String>),
+}
+
+impl Servers {
+    /// A client builder for these servers, and the first server's URL (for
+    /// messages: [`server_name`] of it, which prints no password).
+    pub(crate) fn builder(&self) -> (LockClientBuilder, String) {
+        match self {
+            Servers::One(url) => (LockClient::builder(url.as_str()), url.clone()),
+            Servers::Quorum(urls) => {
+                let first = urls.first().cloned().unwrap_or_default();
+                (LockClient::redlock(urls.iter().map(String::as_str)), first)
+            }
+            Servers::Cluster(urls) => {
+                let first = urls.first().cloned().unwrap_or_default();
+                (LockClient::cluster(urls.iter().map(String::as_str)), first)
+            }
+        }
+    }
 }
 
 impl ServerArgs {
@@ -80,17 +98,7 @@ impl ServerArgs {
     /// Redlock quorum or a cluster's seeds), and the first server's URL (for
     /// messages: [`server_name`] of it, which prints no password).
     pub(crate) fn builder(&self) -> (LockClientBuilder, String) {
-        let (builder, url) = match self.servers() {
-            Servers::One(url) => (LockClient::builder(url.as_str()), url),
-            Servers::Quorum(urls) => {
-                let first = urls[0].clone();
-                (LockClient::redlock(urls.iter().map(String::as_str)), first)
-            }
-            Servers::Cluster(urls) => {
-                let first = urls.first().cloned().unwrap_or_default();
-                (LockClient::cluster(urls.iter().map(String::as_str)), first)
-            }
-        };
+        let (builder, url) = self.servers().builder();
         let builder = match self.liveness {
             Some(liveness) => builder.liveness(liveness),
             None => builder,

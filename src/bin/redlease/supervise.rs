@@ -17,14 +17,17 @@ use signal_hook::iterator::Signals;
 use crate::child::Running;
 use crate::exit::{self, Failure, LOST, OS_ERROR, SIGNAL_BASE};
 use crate::held::Held;
+use crate::server::Servers;
 use crate::terminal::Terminal;
 
 /// Runs `command` while `held` (a lock, locks, a permit or a leadership) is held:
 /// supervised (see [`supervise`]), then released; the exit code is picked by
 /// [`finish`]. A signal that raced the acquire stops it before the command starts.
-/// Shared by `run` and `elect`.
+/// The keeper (Linux) gets the lease's ticket and `servers`, to release it if
+/// redlease is killed. Shared by `run` and `elect`.
 pub(crate) fn run_command(
     held: Held,
+    servers: &Servers,
     command: &[OsString],
     signals: &Receiver<i32>,
     grace: Duration,
@@ -41,7 +44,8 @@ pub(crate) fn run_command(
     } else {
         None
     };
-    let child = match Running::spawn(command, &env, grace, terminal.is_some()) {
+    let lease = held.ticket().map(|ticket| (servers, ticket));
+    let child = match Running::spawn(command, &env, grace, terminal.is_some(), lease) {
         Ok(child) => child,
         Err(failure) => {
             let _ = held.unlock();

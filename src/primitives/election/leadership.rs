@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::client::guard::LockGuard;
+use crate::client::ticket::Ticket;
 use crate::error::Result;
 use crate::lease::LeaseLost;
 use crate::owner::Owner;
@@ -103,6 +104,14 @@ impl Leadership {
     /// the lease then ends with its TTL.
     pub fn resign(self) -> Result<Release> {
         self.guard.unlock()
+    }
+
+    /// The leadership's [`Ticket`], for a process that is to resign it if this
+    /// one dies ([`LockClient::release_ticket`](crate::LockClient::release_ticket)
+    /// resigns it: its release is a token lock's). `None` once resigned.
+    /// Sends nothing.
+    pub fn ticket(&self) -> Option<Ticket> {
+        self.guard.ticket()
     }
 }
 

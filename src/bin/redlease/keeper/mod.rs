@@ -4,10 +4,13 @@
 //! can expire.
 //!
 //! The supervisor re-executes its own binary (`/proc/self/exe`, which works even
-//! if the file was replaced since) as `redlease __keep PARENT GRACE_MS TTY
+//! if the file was replaced since) as `redlease __keep PARENT GRACE_MS TTY LEASE
 //! COMMAND…` (`TTY` is `tty` when the supervisor runs in its terminal's
-//! foreground group, `-` otherwise), in a process group of its own. The keeper:
+//! foreground group, `-` otherwise; `LEASE` the number of an inherited pipe that
+//! holds the lease to release, see `lease.rs`, or `-`), in a process group of
+//! its own. The keeper:
 //!
+//! - reads the lease from `LEASE` and closes it, before anything starts;
 //! - blocks every signal a group signal may carry and reads them from a
 //!   `signalfd` (close-on-exec; it also names the sender), so that what is sent
 //!   to the command's group (the supervisor's forwarded SIGINT / SIGTERM /
@@ -29,7 +32,9 @@
 //!   signal reaches it, as a shell's `kill` resumes a stopped job;
 //! - on SIGUSR1 from its parent (the supervisor's "kill now") or on its parent's
 //!   death: SIGKILL to every process of the group and every descendant, again
-//!   until none is left;
+//!   until none is left; once none is, if its parent is gone (it died without
+//!   releasing), releases the lease: a compare-and-delete of exactly its value,
+//!   so a lease that ended and went to someone else is left alone;
 //! - when the command exits: SIGTERM to whatever it left running, SIGKILL after
 //!   `GRACE_MS`; once nothing is left, exits as the command did (its code, or the
 //!   signal that ended it, raised again on itself), so the supervisor reads the
@@ -37,7 +42,7 @@
 //!
 //! Layout: this file is the keeper's process; `watch.rs` its watch over what it
 //! started (reaping, resuming, killing); `procs.rs` reads `/proc` for what is
-//! left to end.
+//! left to end; `lease.rs` the lease handed over, and its release.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -54,8 +59,11 @@ use signal_hook::low_level::emulate_default_handler;
 
 use crate::exit::{CANNOT_EXECUTE, NOT_FOUND, OS_ERROR, SIGNAL_BASE};
 
+mod lease;
 mod procs;
 mod watch;
+
+pub(crate) use lease::{Handover, number as lease_number};
 
 use watch::{child_wait_all, kill_all, reap, watch};
 
@@ -102,17 +110,38 @@ pub(crate) fn dispatch() -> Option<ExitCode> {
         "-" => Some(false),
         _ => None,
     });
+    let lease = args.next().and_then(|a| match a.to_str()? {
+        "-" => Some(None),
+        n => n.parse::<i32>().ok().map(Some),
+    });
     let command: Vec<OsString> = args.collect();
-    let (Some(parent), Some(grace), Some(tty), false) = (parent, grace, tty, command.is_empty())
+    let (Some(parent), Some(grace), Some(tty), Some(lease), false) =
+        (parent, grace, tty, lease, command.is_empty())
     else {
-        eprintln!("redlease: {KEEP} is redlease's own: `{KEEP} PARENT GRACE_MS TTY COMMAND...`");
+        eprintln!(
+            "redlease: {KEEP} is redlease's own: `{KEEP} PARENT GRACE_MS TTY LEASE COMMAND...`"
+        );
         return Some(ExitCode::from(crate::exit::USAGE));
     };
-    Some(keep(Pid::from_raw(parent), grace, tty, &command))
+    // Read and closed first: the command must not inherit it.
+    let lease = lease.and_then(Handover::read);
+    Some(keep(
+        Pid::from_raw(parent),
+        grace,
+        tty,
+        lease.as_ref(),
+        &command,
+    ))
 }
 
 /// Runs `command` under the keeper's watch (see the module's documentation).
-fn keep(parent: Pid, grace: Duration, tty: bool, command: &[OsString]) -> ExitCode {
+fn keep(
+    parent: Pid,
+    grace: Duration,
+    tty: bool,
+    lease: Option<&Handover>,
+    command: &[OsString],
+) -> ExitCode {
     let os_error = |what: &str, e: &dyn std::fmt::Display| {
         eprintln!("redlease: keeper: {what}: {e}");
         ExitCode::from(OS_ERROR)
@@ -180,10 +209,25 @@ fn keep(parent: Pid, grace: Duration, tty: bool, command: &[OsString]) -> ExitCo
         (Err(e), _) | (_, Err(e)) => {
             kill_all(Signal::SIGKILL);
             let _ = child_wait_all();
+            release_orphaned(parent, lease);
             return os_error("cannot watch the command", &e);
         }
     };
+    // Nothing of the command is left (the watch returns only then).
+    release_orphaned(parent, lease);
     exit_as(status)
+}
+
+/// Releases `lease` if the supervisor `parent` is gone: it died without a word
+/// and will not release. A supervisor alive releases after it has reaped the
+/// keeper, so the lease is never released twice by this pair; and the release
+/// compares the exact value, so it never deletes a later holder's lock.
+fn release_orphaned(parent: Pid, lease: Option<&Handover>) {
+    if let Some(lease) = lease
+        && getppid() != parent
+    {
+        lease.release();
+    }
 }
 
 /// The command as it is started: with the empty signal mask a shell gives it, not
