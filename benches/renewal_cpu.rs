@@ -66,14 +66,17 @@ fn measure(server: &RedisServer, secs: u64, during: impl FnOnce(Instant)) -> Cpu
     }
 }
 
-/// Ours: `n` leases of one client, renewed by its renewal thread.
-fn ours(server: &RedisServer, n: usize, secs: u64) -> Cpu {
-    let lc = LockClient::builder(server.url())
+/// Ours: `n` leases of one client, renewed by its renewal thread; with
+/// `liveness`, the client's session record extended every third of it besides.
+fn ours(server: &RedisServer, n: usize, secs: u64, liveness: Option<Duration>) -> Cpu {
+    let mut builder = LockClient::builder(server.url())
         .ttl(TTL)
         .renew_interval(EVERY)
-        .pool_size(8)
-        .build()
-        .unwrap();
+        .pool_size(8);
+    if let Some(liveness) = liveness {
+        builder = builder.liveness(liveness);
+    }
+    let lc = builder.build().unwrap();
     let guards = taken(&lc, "ours:", n, 4);
     lc.flush();
     // Let the leases' first renewals fall due together, as in a steady fleet.
@@ -186,8 +189,20 @@ fn main() {
     let server = RedisServer::start();
     pin([&server]);
     let (mut us, mut base, mut before) = (Vec::new(), Vec::new(), Vec::new());
+    let mut live = Vec::new();
+    let liveness = Duration::from_millis(env("REDLEASE_BENCH_LIVENESS_MS", 2000));
     for round in 1..=rounds {
-        let a = ours(&server, n, secs);
+        let a = ours(&server, n, secs, None);
+        let l = ours(&server, n, secs, Some(liveness));
+        println!(
+            "RENEWAL_CPU round {round}, with liveness {liveness:?}: Redis {:.2} % ({:.3}x of \
+             without), client {:.2} % ({:.3}x)",
+            l.redis,
+            l.redis / a.redis,
+            l.client,
+            l.client / a.client
+        );
+        live.push(l);
         let b = floor(&server, n, secs);
         let c = per_lease(&server, n, secs);
         println!(
@@ -214,6 +229,13 @@ fn main() {
         m(&before, |c| c.redis),
     );
     let (c, cf) = (m(&us, |c| c.client), m(&base, |c| c.client));
+    let (rl, cl) = (m(&live, |c| c.redis), m(&live, |c| c.client));
+    println!(
+        "RATIO renewal CPU with liveness {liveness:?}, {n} leases, median of {rounds}: \
+         Redis {rl:.2} % ({:.3}x of without), client {cl:.2} % ({:.3}x)",
+        rl / r,
+        cl / c
+    );
     println!(
         "RATIO renewal CPU, {n} leases, median of {rounds}: Redis {r:.2} % vs floor \
          {rf:.2} % ({:.2}x; one script per lease {rb:.2} %, {:.2}x of it); \
