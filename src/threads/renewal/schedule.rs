@@ -3,7 +3,10 @@
 //!
 //! A lease falls due on a grid of its interval (multiples of it since the lease
 //! clock's epoch), so after their first renewal all leases with one interval are
-//! renewed in the same tick, however their acquisitions were spread.
+//! renewed in the same tick, however their acquisitions were spread. The epoch is
+//! the process's, so where a lock falls between two ticks depends on what the
+//! process did before: a lease is due on the first tick at least half an interval
+//! after its acquisition (or renewal), never on one that follows it closely.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
@@ -79,9 +82,9 @@ impl Lease {
     }
 
     /// When to look at the lease next, after a renewal (or acquire) sent at `sent`: on
-    /// the interval's grid, but never past 3/4 of the way to the end of the validity,
-    /// so an interval close to the TTL, or an `extend` to a shorter TTL, still renews
-    /// in time. A lease no longer renewed is looked at when its validity ends.
+    /// the interval's grid ([`grid_due`]), but never past 3/4 of the way to the end of
+    /// the validity, so an interval close to the TTL, or an `extend` to a shorter TTL,
+    /// still renews in time. A lease no longer renewed is looked at when its validity ends.
     pub(super) fn schedule(&self, sent: Instant) -> Instant {
         let end = self.state.valid_until_nanos();
         if !self.renew {
@@ -94,10 +97,12 @@ impl Lease {
         if let Ok(step) = u64::try_from(self.interval.as_nanos())
             && at > 0
             && step > 0
-            && let Some(next) = at.checked_add(step)
+            && let Some(due) = at
+                .checked_add(step.div_ceil(2))
+                .and_then(|half| half.div_ceil(step).checked_mul(step))
         {
             let latest = at + end.saturating_sub(at) / 4 * 3;
-            return from_nanos((next - next % step).min(latest));
+            return from_nanos(due.min(latest));
         }
         let end = from_nanos(end);
         let latest = sent + end.saturating_duration_since(sent) / 4 * 3;
@@ -129,29 +134,26 @@ impl Lease {
     }
 }
 
-/// The latest multiple of `interval` (counted from the lease clock's epoch) that is at
-/// most `interval` after `after`. Always later than `after`, and the same instant for
-/// every lease with this interval renewed within one grid step, so they stay together.
+/// The first multiple of `interval` (counted from the lease clock's epoch) at least
+/// half an interval after `after`: between half an interval and one and a half
+/// after it, and the same instant for every lease with this interval renewed within
+/// half a grid step of a tick, so they stay together. Never the tick right after
+/// `after`: a lease taken just before a tick would be renewed at once, its validity
+/// moved before anything could need it (a loss told later than the validity its
+/// lock gave, by an amount that depends on the process's past).
 pub(super) fn grid_due(after: Instant, interval: Duration) -> Instant {
     let step = interval.as_nanos();
     if step == 0 {
         return after;
     }
-    // In u64 when it fits (every interval under 584 years): a u128 division costs
-    // several times more, and this runs on every acquire.
-    let due = match (u64::try_from(step), to_nanos(after)) {
-        (Ok(step), at) if at.checked_add(step).is_some() => {
-            let end = at + step;
-            from_nanos(end - end % step)
-        }
-        (_, at) => {
-            let end = u128::from(at) + step;
-            u64::try_from(end - end % step).map_or_else(|_| from_nanos(u64::MAX), from_nanos)
-        }
-    };
+    // In u128: no interval overflows it, and `schedule` keeps a u64 path of its
+    // own for the instants of every acquire.
+    let half = u128::from(to_nanos(after)) + step.div_ceil(2);
+    let due = half.div_ceil(step) * step;
+    let due = u64::try_from(due).map_or_else(|_| from_nanos(u64::MAX), from_nanos);
     // Only differs for an `after` before the epoch, which `to_nanos` reads as 0.
     after
-        .checked_add(interval)
+        .checked_add(interval + interval / 2)
         .map_or(due, |limit| due.min(limit))
 }
 
@@ -332,10 +334,24 @@ mod tests {
     }
 
     #[test]
-    fn the_first_renewal_is_due_within_one_interval() {
+    fn the_first_renewal_is_due_half_an_interval_to_one_and_a_half_after_the_lock() {
         let now = Instant::now();
         let l = lease(now, ms(100), None, None);
-        assert!(l.due > now && l.due <= now + ms(100));
+        assert!(l.due >= now + ms(50) && l.due < now + ms(150));
+    }
+
+    #[test]
+    fn a_lease_taken_just_before_a_tick_is_renewed_on_the_next_one() {
+        let step = ms(400);
+        // A tick, and instants `d` milliseconds after it (negative: before).
+        let at = |d: i64| from_nanos((400_000 + d).unsigned_abs() * 1_000_000);
+        let l = Lease::new(state(at(-70), ms(1200)), true, step, None, None, at(-70));
+        assert_eq!(l.due, at(400));
+        assert_eq!(grid_due(at(-70), step), at(400));
+        // Taken up to half an interval early with the tick's leases, or late by as
+        // much: the next renewal is the next tick's.
+        assert_eq!(grid_due(at(-199), step), at(400));
+        assert_eq!(grid_due(at(199), step), at(400));
     }
 
     #[test]
@@ -348,14 +364,14 @@ mod tests {
 
     proptest! {
         #[test]
-        fn grid_due_is_within_one_interval(
+        fn grid_due_is_half_an_interval_to_one_and_a_half_after(
             after in 0u64..1_000_000_000_000_000,
             interval in 1u64..100_000_000_000,
         ) {
             let (after, interval) = (from_nanos(after), Duration::from_nanos(interval));
             let due = grid_due(after, interval);
-            prop_assert!(due > after);
-            prop_assert!(due <= after + interval);
+            prop_assert!(due >= after + interval / 2);
+            prop_assert!(due <= after + interval + interval / 2);
         }
 
         #[test]
@@ -366,9 +382,12 @@ mod tests {
         ) {
             let step = Duration::from_nanos(interval);
             let due = grid_due(from_nanos(after), step);
-            // A tick that runs late by less than an interval keeps the grid.
-            let late = Duration::from_nanos(late % interval);
+            // A tick that runs late, or takes a lease early, by up to half an
+            // interval keeps the grid.
+            let late = Duration::from_nanos(late % interval.div_ceil(2));
             prop_assert_eq!(grid_due(due + late, step), due + step);
+            let early = from_nanos(to_nanos(due) - u64::try_from(late.as_nanos()).unwrap());
+            prop_assert_eq!(grid_due(early, step), due + step);
         }
 
         #[test]
