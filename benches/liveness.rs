@@ -7,9 +7,10 @@
 //!   waiting) times from the kill to holding the lock. The floor is `L`: the
 //!   session record expires at most `L` after the holder's last refresh, which
 //!   nothing can learn sooner (without liveness it is the TTL, 29–30 s).
-//! - **Commands while waiting on a live holder**: Redis's commands over a
-//!   window with a holder alone, then with the holder and one waiter; the
-//!   waiter's share is the difference. With the holder's liveness on and off
+//! - **Commands while waiting on a live holder**: the commands a waiter sends
+//!   (`SET`, `EVALSHA`, as Redis counts them) over a window with a holder
+//!   alone, then with the holder and one waiter; the waiter's share is the
+//!   difference. With the holder's liveness on and off
 //!   (today's), so the figure is the extra a look at the session costs.
 //!
 //! Run: `cargo bench --bench liveness` (needs `redis-server` on PATH, Linux);
@@ -66,13 +67,17 @@ fn holder(server: &RedisServer, prefix: &str, count: usize, liveness: Duration) 
     panic!("the holder ended before it held its locks");
 }
 
-/// Commands Redis has processed so far.
+/// The calls of what a waiter sends (`SET … NX GET`, `EVALSHA`; `PTTL` on its
+/// first try) Redis has counted so far. `INFO commandstats` counts a script's
+/// own calls too (the look's `GET` and `PTTL`s), so the scripts are counted by
+/// their `EVALSHA`, and `PTTL` and `GET` not at all; the holder sends none of
+/// these in a window but one renewal (TTL 30 s), in both windows alike.
 fn commands(server: &RedisServer) -> u64 {
-    let info: String = server.query(redis::cmd("INFO").arg("stats"));
+    let info: String = server.query(redis::cmd("INFO").arg("commandstats"));
     info.lines()
-        .find_map(|l| l.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap()
+        .filter(|l| l.starts_with("cmdstat_set:") || l.starts_with("cmdstat_evalsha:"))
+        .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The waiter's commands per second while a holder (with `liveness`, or none)
