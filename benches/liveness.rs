@@ -76,7 +76,14 @@ fn commands(server: &RedisServer) -> u64 {
     let info: String = server.query(redis::cmd("INFO").arg("commandstats"));
     info.lines()
         .filter(|l| l.starts_with("cmdstat_set:") || l.starts_with("cmdstat_evalsha:"))
-        .filter_map(|l| l.split_once("calls=")?.1.split(',').next()?.parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split_once("calls=")?
+                .1
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
         .sum()
 }
 
@@ -110,7 +117,9 @@ fn main() {
     if filter.is_some_and(|f| !"liveness".contains(&f)) {
         return;
     }
-    let rounds = usize::try_from(env("REDLEASE_BENCH_ROUNDS", 10)).unwrap().max(1);
+    let rounds = usize::try_from(env("REDLEASE_BENCH_ROUNDS", 10))
+        .unwrap()
+        .max(1);
     let liveness = Duration::from_millis(env("REDLEASE_BENCH_LIVENESS_MS", 2000));
     let secs = env("REDLEASE_BENCH_SECS", 10);
     let server = RedisServer::start();
