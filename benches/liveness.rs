@@ -3,7 +3,7 @@
 //!
 //! - **Crash to free**: a holder process (this benchmark run again) with
 //!   liveness `L` (default 2 s) and a 30 s TTL takes 1 or 1,000 locks, then is
-//!   SIGKILLed; this process's waiter (a client without liveness, already
+//!   killed (`SIGKILL`); this process's waiter (a client without liveness, already
 //!   waiting) times from the kill to holding the lock. The floor is `L`: the
 //!   session record expires at most `L` after the holder's last refresh, which
 //!   nothing can learn sooner (without liveness it is the TTL, 29–30 s).
@@ -64,6 +64,8 @@ fn holder(server: &RedisServer, prefix: &str, count: usize, liveness: Duration) 
             return child;
         }
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("the holder ended before it held its locks");
 }
 
@@ -133,7 +135,7 @@ fn main() {
             // The waiter waits already, as a standby does, when the holder dies.
             let (killed_tx, killed_rx) = crossbeam_channel::bounded(1);
             let name = format!("{prefix}{}", count - 1);
-            let waited = std::thread::scope(|s| {
+            let held = std::thread::scope(|s| {
                 let w = s.spawn(|| {
                     let got = waiter.try_lock_for(&name, Duration::from_secs(60));
                     (got.unwrap().expect("taken within a minute"), Instant::now())
@@ -145,7 +147,7 @@ fn main() {
             });
             child.wait().unwrap();
             let killed = killed_rx.recv().unwrap();
-            took.push(waited.1 - killed);
+            took.push(held.1 - killed);
         }
         let (p50, p99) = (percentile(&mut took, 50), percentile(&mut took, 99));
         println!(

@@ -193,16 +193,16 @@ fn main() {
     let liveness = Duration::from_millis(env("REDLEASE_BENCH_LIVENESS_MS", 2000));
     for round in 1..=rounds {
         let a = ours(&server, n, secs, None);
-        let l = ours(&server, n, secs, Some(liveness));
+        let with = ours(&server, n, secs, Some(liveness));
         println!(
             "RENEWAL_CPU round {round}, with liveness {liveness:?}: Redis {:.2} % ({:.3}x of \
              without), client {:.2} % ({:.3}x)",
-            l.redis,
-            l.redis / a.redis,
-            l.client,
-            l.client / a.client
+            with.redis,
+            with.redis / a.redis,
+            with.client,
+            with.client / a.client
         );
-        live.push(l);
+        live.push(with);
         let b = floor(&server, n, secs);
         let c = per_lease(&server, n, secs);
         println!(

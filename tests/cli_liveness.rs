@@ -1,6 +1,6 @@
 #![cfg(all(feature = "cli", target_os = "linux"))]
 //! `--liveness` as a user meets it: a `redlease run` whose every process is
-//! SIGKILLed (a lost machine) leaves its lock to the next `run` about one
+//! killed with SIGKILL (a lost machine) leaves its lock to the next `run` about one
 //! liveness later, not after the 30 s TTL; one whose supervisor is stopped for
 //! longer than its liveness loses the lock to another `run`, and once resumed
 //! stops its command and exits non-zero; `elect` the same for a leadership.
@@ -23,7 +23,7 @@ use support::{RedisServer, eventually};
 const LIVENESS: &str = "1s";
 /// From the kill (or the stop) to the next holder's exit: the liveness, the
 /// next `redlease`'s start and one look, with room for a loaded machine.
-const NEXT_WITHIN: Duration = Duration::from_millis(1000 + 2000);
+const NEXT_WITHIN: Duration = Duration::from_secs(3);
 
 fn pid_of(child: &Child) -> Pid {
     Pid::from_raw(i32::try_from(child.id()).unwrap())

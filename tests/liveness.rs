@@ -48,18 +48,19 @@ fn holder(server: &RedisServer, prefix: &str, count: usize, live: bool) -> (Chil
         .unwrap();
     let mut fence = 0;
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for line in lines.by_ref() {
-        let line = line.unwrap();
-        if let Some(f) = line.strip_prefix("fence ") {
+    for read in lines.by_ref() {
+        let text = read.unwrap();
+        if let Some(f) = text.strip_prefix("fence ") {
             fence = f.parse().unwrap();
         }
-        if line == "ready" {
+        if text == "ready" {
             // Read on, so the child never blocks on a full pipe.
             std::thread::spawn(move || lines.for_each(drop));
             return (child, fence);
         }
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("the holder process ended before it held its locks");
 }
 
@@ -249,7 +250,7 @@ fn a_holder_cut_off_for_twice_its_liveness_knows_it_lost_before_a_waiter_holds()
                     .unwrap()
             })
             .collect();
-        let losses: Vec<_> = held.iter().map(|g| g.lost()).collect();
+        let losses: Vec<_> = held.iter().map(redlease::LockGuard::lost).collect();
         proxy.blackhole(true);
         let cut = Instant::now();
         let wait = LockOptions::new()
@@ -311,7 +312,10 @@ fn a_holder_stalled_for_half_its_liveness_loses_nothing() {
             busy.is_none(),
             "taken from a holder stalled for half its liveness"
         );
-        assert!(held.iter().all(|g| g.is_held()), "a lease was lost");
+        assert!(
+            held.iter().all(redlease::LockGuard::is_held),
+            "a lease was lost"
+        );
         // The next refreshes are answered before the next stall.
         std::thread::sleep(liveness / 2);
     }

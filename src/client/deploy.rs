@@ -233,11 +233,9 @@ impl LockClientBuilder {
         // Before any lock: a user who could take locks but not release them is
         // refused, and one who may not subscribe polls.
         let kick = format!("{KICK_PREFIX}probe");
-        let id = if self.liveness.is_some() {
-            ClientId::new_live()
-        } else {
-            ClientId::new()
-        };
+        let id = self
+            .liveness
+            .map_or_else(ClientId::new, |_| ClientId::new_live());
         let backend = scheme::backend(&self.scheme, &id);
         let check = |node: &Node| {
             let kick = self.pubsub.then_some(kick.as_str());

@@ -210,7 +210,7 @@ mod tests {
             to_nanos(validity_end(sent, Duration::from_secs(2)))
         );
         // A confirmation never moves the validity back.
-        live.confirmed(1, sent - Duration::from_millis(500));
+        live.confirmed(1, sent.checked_sub(Duration::from_millis(500)).unwrap());
         assert!(hold.valid_until_nanos() >= to_nanos(validity_end(sent, live.ttl())));
         live.found_gone(1);
         assert!(live.take_gone());

@@ -388,7 +388,7 @@ impl Thread {
             log::warn!("liveness session record found gone: every lease of it is lost");
             live.next_epoch();
             self.session.restart(&*self.topology);
-            self.lose_leases(|state| state.session_ended());
+            self.lose_leases(LeaseState::session_ended);
         }
         if self.queue.heap.is_empty() && self.in_flight.is_empty() {
             return None;
