@@ -11,6 +11,7 @@
 //! | [`migrating`] | moving off `SETNX`/`GETSET` timestamp locks, key by key |
 //! | [`redisson`] | the clients it shares locks with; Redisson's reentrant lock, lease semaphore, read-write lock and fair lock |
 //! | [`redlock`] | a lock over a quorum of independent masters |
+//! | [`crash_recovery`] | a dead holder's locks free in seconds: liveness, the keeper's release, releases at exit |
 //! | [`fleets`] | a leader, once per period, several names at once, waiting until a name is free, releasing everything on shutdown |
 //! | [`deployments`] | Redis Cluster, TLS, Sentinel, replica confirmation (`WAIT`), Redis ACL users |
 //! | [`operations`] | who holds a lock, `redlease list`, metrics, the chaos soak |
@@ -32,6 +33,9 @@ pub mod redisson {}
 
 #[doc = include_str!("../guide/redlock.md")]
 pub mod redlock {}
+
+#[doc = include_str!("../guide/crash_recovery.md")]
+pub mod crash_recovery {}
 
 #[doc = include_str!("../guide/fleets.md")]
 pub mod fleets {}

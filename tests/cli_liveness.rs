@@ -16,14 +16,15 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use support::cli::{STARTUP, Scratch, exit_within, has_line, redlease, run_sh};
+use support::cli::{STARTUP, Scratch, exit_within, has_line, inspect_json, redlease, run_sh};
 use support::{RedisServer, eventually};
 
-/// The liveness the first holder declares.
-const LIVENESS: &str = "1s";
+/// The liveness the first holder declares: long enough that a loaded machine's
+/// stalls do not end a live session.
+const LIVENESS: &str = "2s";
 /// From the kill (or the stop) to the next holder's exit: the liveness, the
 /// next `redlease`'s start and one look, with room for a loaded machine.
-const NEXT_WITHIN: Duration = Duration::from_secs(3);
+const NEXT_WITHIN: Duration = Duration::from_secs(4);
 
 fn pid_of(child: &Child) -> Pid {
     Pid::from_raw(i32::try_from(child.id()).unwrap())
@@ -171,4 +172,26 @@ fn an_elect_whose_every_process_is_killed_leaves_its_leadership_after_its_livene
     let took = killed.elapsed();
     assert!(status.success() && has_line(&done), "{status:?}");
     assert!(took <= NEXT_WITHIN, "led {took:?} after the kill");
+}
+
+#[test]
+fn inspect_shows_a_holders_liveness_and_a_dead_session_as_breakable() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("liveness-inspect");
+    let opts = ["--liveness", LIVENESS, "--ttl", "30s"];
+    let mut first = run_sh(&server, &opts, "shown", &waiting(&dir))
+        .spawn()
+        .unwrap();
+    assert!(eventually(STARTUP, || has_line(&dir.file("ready"))));
+    let holder = |server: &RedisServer| inspect_json(server, "shown")["holders"][0].clone();
+    let live = holder(&server);
+    assert_eq!(live["liveness_ms"], 2000, "{live}");
+    assert_eq!(live["breakable"], false, "{live}");
+    lose_the_machine(&mut first, &dir);
+    assert!(
+        eventually(NEXT_WITHIN, || holder(&server)["breakable"] == true),
+        "{}",
+        holder(&server)
+    );
+    assert_eq!(holder(&server)["alive"], false);
 }

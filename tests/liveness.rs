@@ -280,11 +280,25 @@ fn a_holder_cut_off_for_twice_its_liveness_knows_it_lost_before_a_waiter_holds()
         std::thread::sleep(until.saturating_duration_since(Instant::now()));
         proxy.blackhole(false);
         assert!(held.iter().all(|g| !g.is_held()));
-        // The taken one is not released; the others, still stored, may be.
-        let mut held = held.into_iter();
-        let first = held.next().unwrap().unlock();
-        assert_ne!(first.ok(), Some(Release::Released));
-        drop(held);
+        // The holder gives back what it lost and nobody took: nothing renews
+        // those values now, and they would keep their locks until their TTL.
+        let mut conn = server.conn();
+        let left = |conn: &mut redis::Connection| -> usize {
+            (1..5)
+                .filter(|i| {
+                    let key = format!("cut{round}:{i}");
+                    redis::cmd("EXISTS").arg(key).query::<bool>(conn).unwrap()
+                })
+                .count()
+        };
+        assert!(
+            eventually(Duration::from_secs(5), || left(&mut conn) == 0),
+            "{} lost locks still stored",
+            left(&mut conn)
+        );
+        for guard in held {
+            assert_ne!(guard.unlock().ok(), Some(Release::Released));
+        }
         let again = holder
             .try_lock_for(&format!("again{round}"), Duration::from_secs(5))
             .unwrap()

@@ -118,6 +118,13 @@ pub(crate) fn to_json(owned: &[Owned]) -> Value {
                 "since": s.map(|s| since(s.started())),
                 "alive": o.owner.is_alive(),
                 "owner": state,
+                // The liveness its client declared (ms); a gone owner that
+                // declared one is breakable by the next waiter.
+                "liveness_ms": s.and_then(redlease::Session::liveness)
+                    .map(|l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+                "breakable": !o.owner.is_alive()
+                    && tag.declares_liveness()
+                    && redlease::ClientTag::of_token(&o.value).is_some(),
             }))
         })
         .collect();
@@ -130,11 +137,19 @@ pub(crate) fn to_text(owned: &[Owned]) -> String {
     for o in owned {
         let line = match &o.owner {
             Owner::Alive(s) => format!(
-                "pid {} on {} ({}), up since {}, alive",
+                "pid {} on {} ({}), up since {}, alive{}",
                 s.pid(),
                 s.host(),
                 s.program(),
-                since(s.started())
+                since(s.started()),
+                s.liveness().map_or_else(String::new, |l| format!(
+                    ", liveness {}",
+                    humantime::format_duration(l)
+                ))
+            ),
+            Owner::Gone(tag) if tag.declares_liveness() => format!(
+                "client {tag}, gone: its liveness session ended (the next redlease waiter \
+                 takes the lock at once)"
             ),
             Owner::Gone(tag) => format!(
                 "client {tag}, gone: no session record (the process ended or lost redis; \
@@ -160,6 +175,9 @@ pub(crate) fn short(owned: &[Owned]) -> String {
         .map(|o| match &o.owner {
             Owner::Alive(s) => format!("pid {} on {} ({})", s.pid(), s.host(), s.program()),
             Owner::Unknown(tag) => format!("unknown owner {tag}"),
+            Owner::Gone(tag) if tag.declares_liveness() => {
+                format!("owner {tag} GONE (session ended: breakable)")
+            }
             o => format!(
                 "owner {} GONE",
                 o.tag().map(|t| t.to_string()).unwrap_or_default()

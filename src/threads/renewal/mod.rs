@@ -408,15 +408,30 @@ impl Thread {
     }
 
     /// Reports every queued or in-flight lease that `which` picks lost, as its
-    /// session ended.
+    /// session ended, and releases its value in the background: no longer
+    /// renewed, it would keep its lock until its TTL, and a new record of this
+    /// client (or one still alive after a lapse) would keep waiters from breaking
+    /// it. The release compares the value, so it never removes another's lock;
+    /// the guard's own `unlock` then finds it gone. A reentrant hold is left to
+    /// its TTL, as a late grant's is.
     fn lose_leases(&self, which: impl Fn(&LeaseState) -> bool) {
         let queued = self.queue.heap.iter().map(|d| &d.0);
         let leases = queued.chain(self.in_flight.values().map(|(l, _)| l));
         for lease in leases {
-            if !lease.state.is_lost() && !lease.released() && which(&lease.state) {
-                lease
-                    .state
-                    .notify_lost(LossReason::SessionEnded, &self.counters);
+            let state = &lease.state;
+            if state.is_lost() || lease.released() || !which(state) {
+                continue;
+            }
+            state.notify_lost(LossReason::SessionEnded, &self.counters);
+            if state.backend.reentrant() {
+                continue;
+            }
+            let value = state.held.try_lock().map(|h| h.value.clone());
+            if let Some(value) = value {
+                let until = Instant::now() + state.ttl();
+                let backend = Arc::clone(&state.backend);
+                self.topology
+                    .release_later(backend, state.keys(), value, until);
             }
         }
     }
