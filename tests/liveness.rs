@@ -392,3 +392,84 @@ fn liveness_is_checked_and_refused_with_a_redlock_quorum() {
         .build();
     assert!(matches!(quorum, Err(Error::Config { .. })), "{quorum:?}");
 }
+
+/// A client with liveness, as a service runs one for hours: each round a wait
+/// that times out on a key without TTL, 8 threads handing one lock to each
+/// other, an election won and resigned, a partition group joined and left, and
+/// a lease deleted by hand whose `on_lost` callback is slow. Nothing of it may
+/// lose another lease, break a lock or report a loss late.
+#[test]
+fn a_liveness_client_keeps_the_old_promises_in_one_long_process() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.url())
+        .ttl(Duration::from_secs(5))
+        .liveness(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let kept = client.lock("kept").unwrap();
+    let mut conn = server.conn();
+    redis::cmd("SET")
+        .arg("nottl")
+        .arg("someone")
+        .exec(&mut conn)
+        .unwrap();
+    for round in 0..3 {
+        // A timed-out wait on a key another client holds without a TTL.
+        let waited = client
+            .try_lock_for("nottl", Duration::from_millis(300))
+            .unwrap();
+        assert!(waited.is_none());
+        // 8 threads on one key: hand-offs, an exact count.
+        let counter = format!("count{round}");
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    let mut conn = server.conn();
+                    for _ in 0..25 {
+                        let guard = client.lock("counted").unwrap();
+                        let n: i64 = redis::cmd("GET")
+                            .arg(&counter)
+                            .query::<Option<i64>>(&mut conn)
+                            .unwrap()
+                            .unwrap_or(0);
+                        redis::cmd("SET")
+                            .arg(&counter)
+                            .arg(n + 1)
+                            .exec(&mut conn)
+                            .unwrap();
+                        assert!(guard.is_held());
+                    }
+                });
+            }
+        });
+        let total: i64 = redis::cmd("GET").arg(&counter).query(&mut conn).unwrap();
+        assert_eq!(total, 200, "round {round}");
+        // An election won and resigned.
+        let leadership = client.election("lead").unwrap().campaign().unwrap();
+        assert!(leadership.is_held());
+        assert_eq!(leadership.resign().unwrap(), Release::Released);
+        // A partition group joined and left.
+        let group = client.partitions(&format!("group{round}"), 4).unwrap();
+        let member = group.join().unwrap();
+        assert!(eventually(Duration::from_secs(10), || member.held().len() == 4));
+        member.leave().unwrap();
+        // A lease deleted by hand, its callback slow: told as expired (not as
+        // the session's end), and no other lease with it.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let slow = LockOptions::new().on_lost(move |lost| {
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = tx.send(lost.reason);
+        });
+        let doomed = client.lock_with("doomed", &slow).unwrap().unwrap();
+        redis::cmd("DEL").arg("doomed").exec(&mut conn).unwrap();
+        let reason = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(reason, LossReason::Expired);
+        assert!(!doomed.is_held());
+        assert!(kept.is_held(), "round {round}: an unrelated lease was lost");
+    }
+    let m = client.metrics();
+    assert_eq!(m.leases_lost, 3, "{m:?}");
+    assert_eq!(m.dead_holders_broken, 0);
+    assert!(kept.lost().try_recv().is_err());
+    assert_eq!(kept.unlock().unwrap(), Release::Released);
+}

@@ -12,13 +12,12 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::metrics::{Counters, bump, export};
+use crate::owner::SessionHold;
 use crate::scheme::{Backend, Keys};
 use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
 
-mod liveness;
 mod loss;
 
-pub(crate) use liveness::{Liveness, SESSION_WAKE, SessionHold};
 pub use loss::{LeaseLost, LossReason};
 pub(crate) use loss::{LostCallback, Notice};
 

@@ -61,6 +61,16 @@ pub(crate) struct RunArgs {
     #[arg(help_heading = TIMING)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) wait: Option<Duration>,
+    /// Tie the lock to this process's liveness: if it dies, the lock is free this long after
+    ///
+    /// The client's session record is extended every third of DURATION; once it is
+    /// gone, any redlease client waiting for the lock takes it (token locks and
+    /// elections, on one server or a Sentinel's master), without waiting for the
+    /// lock's TTL. A stop or network cut longer than DURATION loses the lock (the
+    /// command is then stopped).
+    #[arg(help_heading = TIMING)]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) liveness: Option<Duration>,
     /// How the lock is stored in Redis
     #[arg(help_heading = LOCK)]
     #[arg(long, value_enum, value_name = "SCHEME", default_value_t = SchemeArg::Token)]
@@ -243,6 +253,16 @@ pub(crate) struct ElectArgs {
     #[arg(help_heading = TIMING)]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) ttl: Option<Duration>,
+    /// Tie the leadership to this process's liveness: if it dies, the leadership is free this long after
+    ///
+    /// The client's session record is extended every third of DURATION; once it is
+    /// gone, any redlease client waiting for the lock takes it (token locks and
+    /// elections, on one server or a Sentinel's master), without waiting for the
+    /// lock's TTL. A stop or network cut longer than DURATION loses the lock (the
+    /// command is then stopped).
+    #[arg(help_heading = TIMING)]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) liveness: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when the command must stop
     ///
     /// The command must stop when leadership was lost. What the command left running
@@ -353,6 +373,6 @@ fn permits(text: &str) -> Result<u32, String> {
 }
 
 /// Parses a human duration (`30s`, `5m`, `1500ms`, `1h 30m`, `0`).
-pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 30s, 5m, 1500ms)"))
 }

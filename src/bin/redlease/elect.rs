@@ -14,7 +14,9 @@ use crate::supervise::{cancelled, run_command, watch_signals};
 pub(crate) fn elect(args: &ElectArgs) -> Result<u8, Failure> {
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
-    let (client, server) = args.server.client(|b| b)?;
+    let (client, server) = args
+        .server
+        .client(|b| crate::server::with_liveness(b, args.liveness))?;
     let key = args.server.full_key(&args.name);
     let election = client
         .election(&args.name)

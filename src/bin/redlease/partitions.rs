@@ -131,7 +131,9 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
 
 /// Builds the client and joins the group as the options say.
 fn join(args: &RunArgs, group: &str) -> Result<(LockClient, Member), Failure> {
-    let (client, server) = args.server.client(|b| b)?;
+    let (client, server) = args
+        .server
+        .client(|b| crate::server::with_liveness(b, args.liveness))?;
     if !args.no_doctor {
         crate::doctor::print_build_findings(&client);
     }

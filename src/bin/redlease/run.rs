@@ -27,7 +27,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
     let server = server_name(&url);
     let cancel = CancelToken::new();
     let signals = watch_signals(cancel.clone())?;
-    let client = builder
+    let client = crate::server::with_liveness(builder, args.liveness)
         .key_prefix(args.server.prefix.as_str())
         .scheme(scheme)
         .build()

@@ -40,15 +40,17 @@ pub(crate) struct ServerArgs {
     #[arg(help_heading = CONNECTION)]
     #[arg(long, value_name = "PREFIX", default_value = "")]
     pub(crate) prefix: String,
-    /// Tie the locks taken to this process's liveness: if it dies, they are free this long after
-    ///
-    /// The client's session record is extended every third of DURATION; once it is
-    /// gone, any redlease client waiting for a token lock it held takes it (on one
-    /// server or a Sentinel's master), without waiting for the lock's TTL. A stop or
-    /// network cut longer than DURATION loses the locks (the command is then stopped).
-    #[arg(help_heading = CONNECTION)]
-    #[arg(long, value_name = "DURATION", value_parser = crate::args::duration)]
-    pub(crate) liveness: Option<std::time::Duration>,
+}
+
+/// `builder` with `--liveness`, when given.
+pub(crate) fn with_liveness(
+    builder: LockClientBuilder,
+    liveness: Option<std::time::Duration>,
+) -> LockClientBuilder {
+    match liveness {
+        Some(liveness) => builder.liveness(liveness),
+        None => builder,
+    }
 }
 
 /// The servers `--url` names.
@@ -98,12 +100,7 @@ impl ServerArgs {
     /// Redlock quorum or a cluster's seeds), and the first server's URL (for
     /// messages: [`server_name`] of it, which prints no password).
     pub(crate) fn builder(&self) -> (LockClientBuilder, String) {
-        let (builder, url) = self.servers().builder();
-        let builder = match self.liveness {
-            Some(liveness) => builder.liveness(liveness),
-            None => builder,
-        };
-        (builder, url)
+        self.servers().builder()
     }
 
     /// A client of these servers under `--prefix`, with what `configure` adds

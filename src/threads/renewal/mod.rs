@@ -27,8 +27,9 @@ use crossbeam_channel::{Receiver, Select, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::lease::{LeaseState, LossReason, SESSION_WAKE};
+use crate::lease::{LeaseState, LossReason};
 use crate::metrics::Counters;
+use crate::owner::SESSION_WAKE;
 use crate::owner::SessionWrite;
 use crate::time::to_nanos;
 use crate::topology::{Renewed, Topology};

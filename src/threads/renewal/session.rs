@@ -13,8 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::lease::Liveness;
-use crate::owner::SessionWrite;
+use crate::owner::{Liveness, SessionWrite};
 use crate::topology::Topology;
 
 /// The record and when to write it next.

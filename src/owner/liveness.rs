@@ -2,7 +2,7 @@
 //! known to live ([`Liveness::valid_until`]), and which session a lease was taken
 //! under (its epoch).
 //!
-//! The session record in Redis (`owner::SessionWrite`) is written once with the
+//! The session record in Redis (`SessionWrite`, `write.rs`) is written once with the
 //! liveness as its TTL and from then on only extended (`PEXPIRE`, which never
 //! creates a key). An extend answered 1, sent at `sent`, proves the record lives
 //! until at least `sent + liveness` by the server's clock; less the drift
