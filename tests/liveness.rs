@@ -473,3 +473,31 @@ fn a_liveness_client_keeps_the_old_promises_in_one_long_process() {
     assert!(kept.lost().try_recv().is_err());
     assert_eq!(kept.unlock().unwrap(), Release::Released);
 }
+
+/// A live client's locks survive a restart of a server that persists them: the
+/// session record comes back from the append-only file with its expiry, so a
+/// waiter finds the holder alive, and the holder loses nothing.
+#[test]
+fn a_restart_with_persistence_breaks_no_live_clients_lock() {
+    let server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let holder = LockClient::builder(server.url())
+        .ttl(TTL)
+        .liveness(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let client = waiter(&server);
+    for round in 0..2 {
+        let name = format!("persisted{round}");
+        let guard = holder.lock(&name).unwrap();
+        server.restart();
+        let taken = client.try_lock_for(&name, Duration::from_secs(2)).unwrap();
+        assert!(
+            taken.is_none(),
+            "round {round}: a live client's lock was broken"
+        );
+        assert!(guard.is_held(), "round {round}");
+        assert!(guard.lost().try_recv().is_err());
+        assert_eq!(guard.unlock().unwrap(), Release::Released);
+    }
+    assert_eq!(client.metrics().dead_holders_broken, 0);
+}
