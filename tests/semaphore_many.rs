@@ -404,3 +404,43 @@ fn a_waiter_for_k_is_not_passed_by_later_single_permit_callers() {
     assert!(late.try_acquire().unwrap().is_some(), "the free one");
     drop(all);
 }
+
+#[test]
+fn renewal_keeps_k_permits_and_a_forced_release_of_one_ends_the_hold() {
+    let server = RedisServer::start();
+    let client = builder(&server)
+        .ttl(Duration::from_millis(1200))
+        .build()
+        .unwrap();
+    let sem = client.semaphore(NAME).unwrap();
+    sem.ensure_permits(3).unwrap();
+    let inside = sem.with_permits(2, || free(&server)).unwrap();
+    assert_eq!(inside, 1, "two taken while the closure ran");
+    assert_eq!(free(&server), 3, "both given back after it");
+    let hold = sem.acquire_many(2).unwrap();
+    let other = semaphore(&server);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert!(
+            other.try_acquire_many(2).unwrap().is_none(),
+            "taken while renewed"
+        );
+        thread::sleep(Duration::from_millis(300));
+    }
+    assert!(hold.is_held());
+    let scores: Vec<u64> = held(&server).into_iter().map(|(_, s)| s).collect();
+    assert_eq!(scores.len(), 2);
+    assert_eq!(scores[0], scores[1], "renewed together");
+    assert!(scores[0] > support::redisson::now_ms(), "ahead of now");
+    // One of the two is released by id: the hold is lost as a whole.
+    let first = hold.permit_ids().split(',').next().unwrap().to_owned();
+    assert!(other.release_by_id(&first).unwrap().was_held());
+    assert!(
+        hold.lost().recv_timeout(Duration::from_secs(5)).is_ok(),
+        "the renewal never told the loss"
+    );
+    assert!(!hold.is_held());
+    assert_eq!(hold.unlock().unwrap(), Release::Expired);
+    assert_eq!(free(&server), 3, "and given back by the guard");
+    assert!(held(&server).is_empty());
+}
