@@ -48,8 +48,8 @@
 //!   [`Scheme::Reentrant`] (Redisson's `RLock`),
 //!   [`Scheme::LegacyTimestamp`] ([`LegacyTimestamp`]; [migrating](guide::migrating)).
 //! - Redisson's primitives ([guide](guide::redisson)): [`FairLock`], [`ReadWriteLock`]
-//!   ([`ReadGuard`], [`WriteGuard`]), [`Semaphore`] ([`PermitGuard`]), each with the
-//!   lock's whole family of calls and the same guard surface.
+//!   ([`ReadGuard`], [`WriteGuard`]), [`Semaphore`] ([`PermitGuard`]; k at once: [`PermitsGuard`]),
+//!   each with the lock's whole family of calls and the same guard surface.
 //! - Fleets ([guide](guide::fleets)): [`LockClient::election`] → [`Election`] →
 //!   [`Leadership`], whose term is a fence; [`LockOptions::min_hold`], once per
 //!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::lock_any`] →
@@ -139,7 +139,7 @@ pub use net::tls::TlsCertificates;
 pub use owner::{ClientTag, Owner, Session};
 pub use primitives::election::{Election, Leader, Leadership, OBSERVE_POLL, Observer};
 pub use primitives::fair::FairLock;
-pub use primitives::held::{PermitGuard, ReadGuard, WriteGuard};
+pub use primitives::held::{PermitGuard, PermitsGuard, ReadGuard, WriteGuard};
 pub use primitives::partition::{
     GroupStatus, MAX_PARTITIONS, Member, MemberInfo, PartitionEvent, PartitionGroup, PartitionInfo,
 };

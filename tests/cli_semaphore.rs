@@ -76,6 +76,66 @@ fn n_commands_run_at_once_and_the_next_is_refused_or_waits() {
 }
 
 #[test]
+fn a_weighted_command_takes_k_of_the_n_permits_at_once() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("weight");
+    let (started, go) = (dir.file("started"), dir.file("go"));
+    let script = hold_until(&started, &go, "REDLEASE_PERMIT_ID");
+    let weighted = ["--permits", "3", "--weight", "2"];
+    let heavy = run_sh(&server, &weighted, "imports", &script)
+        .spawn()
+        .unwrap();
+    assert!(eventually(STARTUP, || has_line(&started)), "never ran");
+    let ids = fs::read_to_string(&started).unwrap();
+    let ids: Vec<&str> = ids.trim().split(',').collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.iter().all(|id| id.len() == 32), "{ids:?}");
+    let shown = inspect_json(&server, "imports");
+    assert_eq!(
+        (shown["held"].as_u64(), shown["free"].as_i64()),
+        (Some(2), Some(1))
+    );
+    // Two more do not fit beside it (nothing taken), one does.
+    let busy = output(run_sh(
+        &server,
+        &["--permits", "3", "--weight", "2", "--wait", "0"],
+        "imports",
+        "true",
+    ));
+    assert_eq!(busy.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&busy));
+    assert!(stderr(&busy).contains("no 2 permits"), "{}", stderr(&busy));
+    let light = output(run_sh(
+        &server,
+        &["--permits", "3", "--wait", "0"],
+        "imports",
+        "true",
+    ));
+    assert!(light.status.success(), "{}", stderr(&light));
+    let too_heavy = output(run_sh(
+        &server,
+        &["--permits", "3", "--weight", "4"],
+        "imports",
+        "true",
+    ));
+    assert_eq!(
+        too_heavy.status.code(),
+        Some(USAGE),
+        "{}",
+        stderr(&too_heavy)
+    );
+    assert!(
+        stderr(&too_heavy).contains("--weight 4"),
+        "{}",
+        stderr(&too_heavy)
+    );
+    fs::write(&go, "").unwrap();
+    let out = finish(heavy);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let count: i64 = server.query(redis::cmd("GET").arg("imports"));
+    assert_eq!(count, 3, "both given back");
+}
+
+#[test]
 fn another_n_for_an_existing_semaphore_is_bad_input_naming_both() {
     let server = RedisServer::start();
     let out = output(run_sh(&server, &["--permits", "3"], "imports", "true"));

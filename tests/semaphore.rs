@@ -439,6 +439,16 @@ fn a_user_with_the_readmes_acl_rule_runs_a_semaphore() {
         assert!(permit.unlock().unwrap().was_held());
     });
     assert_eq!(worker.add_permits(1).unwrap().total(), 2);
+    // Several at once, and a wait for them that runs out (a reservation
+    // written, then withdrawn).
+    let both = worker.acquire_many(2).unwrap();
+    assert!(
+        worker
+            .try_acquire_many_for(2, Duration::from_millis(300))
+            .unwrap()
+            .is_none()
+    );
+    assert!(both.unlock().unwrap().was_held());
     let log = acl::refusals(&server);
     assert!(log.is_empty(), "refused: {log:?}");
 }

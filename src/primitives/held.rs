@@ -172,3 +172,31 @@ lease_guard!(
     /// [`Semaphore::release_by_id`](crate::Semaphore::release_by_id) take it.
     fn permit_id
 );
+
+lease_guard!(
+    /// Several permits of a [`Semaphore`](crate::Semaphore), held together as
+    /// one lease. Gives them all back when dropped (also while unwinding from a
+    /// panic).
+    ///
+    /// Made by [`Semaphore::acquire_many`](crate::Semaphore::acquire_many),
+    /// [`try_acquire_many`](crate::Semaphore::try_acquire_many),
+    /// [`try_acquire_many_for`](crate::Semaphore::try_acquire_many_for),
+    /// [`try_acquire_many_until`](crate::Semaphore::try_acquire_many_until) and
+    /// [`acquire_many_with`](crate::Semaphore::acquire_many_with). Renewed in the
+    /// background as one lease: every permit's lease moves at once, and the
+    /// hold is lost as a whole when one of its permits is gone (released by id,
+    /// or expired). [`unlock`](Self::unlock) gives back every permit still
+    /// there and says [`Release::Released`] only when all were.
+    PermitsGuard, "permits",
+    /// The permit ids, 32 hex digits each (as [`PermitGuard::permit_id`]),
+    /// joined by commas: one id per permit, as Redisson's `acquire(permits)`
+    /// returns them (its `release(List)` takes them split).
+    fn permit_ids
+);
+
+impl PermitsGuard {
+    /// How many permits the hold has.
+    pub fn permits(&self) -> usize {
+        self.value.split(',').count()
+    }
+}

@@ -10,10 +10,11 @@
 //! deadline, the acquire, the format probe after an error); `family.rs` the one
 //! definition of the acquire family, `acquire_family!`; `held.rs` the one guard
 //! definition, [`ReadGuard`](crate::ReadGuard), [`WriteGuard`](crate::WriteGuard) and
-//! [`PermitGuard`](crate::PermitGuard); `fair.rs` [`FairLock`](crate::FairLock) (its
+//! [`PermitGuard`](crate::PermitGuard) and [`PermitsGuard`](crate::PermitsGuard); `fair.rs` [`FairLock`](crate::FairLock) (its
 //! guard is the plain [`LockGuard`](crate::LockGuard)); `rwlock.rs`
-//! [`ReadWriteLock`](crate::ReadWriteLock); `semaphore.rs`
-//! [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits); `election/`
+//! [`ReadWriteLock`](crate::ReadWriteLock); `semaphore/`
+//! [`Semaphore`](crate::Semaphore) and [`Permits`](crate::Permits) (`many.rs`: several
+//! permits at once); `election/`
 //! [`Election`](crate::Election), its guard [`Leadership`](crate::Leadership),
 //! [`Leader`](crate::Leader) and [`Observer`](crate::Observer); `partition/`
 //! [`PartitionGroup`](crate::PartitionGroup) and its [`Member`](crate::Member).
@@ -40,6 +41,7 @@ mod tests {
         send::<crate::ReadGuard>();
         send::<crate::WriteGuard>();
         send::<crate::PermitGuard>();
+        send::<crate::PermitsGuard>();
         send::<crate::Leadership>();
         send::<crate::Observer>();
     }

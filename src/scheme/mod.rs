@@ -61,7 +61,8 @@ pub(crate) use rwlock::{
     RW_INSPECT, RW_SCRIPTS, RwBackend, UPGRADE, channel as rw_channel, write_wait,
 };
 pub(crate) use semaphore::{
-    Admin, Found, SemaphoreBackend, State, channel as semaphore_channel, id_bytes, timeouts,
+    Admin, Found, MAX_MANY, ManyBackend, SemaphoreBackend, State, channel as semaphore_channel,
+    id_bytes, timeouts,
 };
 pub(crate) use token::{TokenBackend, new_token};
 

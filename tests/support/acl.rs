@@ -41,7 +41,7 @@ pub const RWLOCK_RULE: &str = "~{lock:* &redisson_rwlock:* +exists +hget +hset +
 
 /// What a semaphore user needs beside [`LOCK_RULE`].
 pub const SEMAPHORE_RULE: &str = "~{lock:* &redisson_sc:{lock:* \
-    +type +incrby +decr +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore";
+    +type +incrby +decr +decrby +zadd +zrem +zscore +zcard +zcount +zrange +zrangebyscore";
 
 /// Creates (or replaces) the user `name` with `password` and exactly `rules`: each
 /// entry one rule or several separated by white space (as the constants above).

@@ -110,6 +110,18 @@ pub(crate) struct RunArgs {
                 it has another number)"
     )]
     pub(crate) permits: Option<u32>,
+    /// With --permits N, take K of the N permits at once, all or none.
+    #[arg(help_heading = LOCK)]
+    #[arg(
+        long,
+        value_name = "K",
+        value_parser = permits,
+        requires = "permits",
+        long_help = "With --permits N, take K of the N permits at once, all or none (Redisson's \
+                acquire(permits)), for a command that weighs K; REDLEASE_PERMIT_ID then holds the \
+                K ids, comma-separated. K above N is bad input"
+    )]
+    pub(crate) weight: Option<u32>,
     /// Take the read lock of the read-write lock KEY (shared with other readers).
     #[arg(help_heading = LOCK)]
     #[arg(

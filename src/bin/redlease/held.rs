@@ -5,7 +5,7 @@
 use crossbeam_channel::Receiver;
 use redlease::{
     AnyGuard, Error, Leadership, LeaseLost, LockClient, LockGuard, LockOptions, MultiGuard,
-    PermitGuard, ReadGuard, Release, Result, Ticket, WriteGuard,
+    PermitGuard, PermitsGuard, ReadGuard, Release, Result, Ticket, WriteGuard,
 };
 
 use crate::exit::Failure;
@@ -45,7 +45,7 @@ pub(crate) const COMMAND_ENV: &[(&str, &[&str], &str)] = &[
     (
         "REDLEASE_PERMIT_ID",
         &["run"],
-        "with --permits, the id of the permit held",
+        "with --permits, the id of the permit held (with --weight K, the K ids, comma-separated)",
     ),
     (
         "REDLEASE_TERM",
@@ -63,6 +63,8 @@ pub(crate) enum Held {
     /// One of KEY:0 … KEY:N-1 (`--slots N`).
     Any(AnyGuard),
     Permit(PermitGuard),
+    /// K permits at once (`--weight K`).
+    Permits(PermitsGuard),
     Read(ReadGuard),
     Write(WriteGuard),
     Leader(Leadership),
@@ -70,12 +72,13 @@ pub(crate) enum Held {
 
 impl Held {
     /// One permit of the semaphore `name` (created with `permits` in all when
-    /// absent), as `opts` says. `Ok(None)` when none came free in time; a
-    /// semaphore with another total is bad input, whose message says both numbers.
+    /// absent), or `weight` at once, as `opts` says. `Ok(None)` when none came
+    /// free in time; a semaphore with another total, or a weight above it, is
+    /// bad input, whose message says both numbers.
     pub(crate) fn permit(
         client: &LockClient,
         name: &str,
-        permits: u32,
+        (permits, weight): (u32, Option<u32>),
         opts: &LockOptions,
     ) -> std::result::Result<Result<Option<Held>>, Failure> {
         let sem = match client.semaphore(name) {
@@ -96,7 +99,14 @@ impl Held {
             }
             Err(e) => return Ok(Err(e)),
         }
-        Ok(sem.acquire_with(opts).map(|p| p.map(Held::Permit)))
+        match weight {
+            Some(k) if k > permits => Err(Failure::usage(format!(
+                "--weight {k} is more than the {permits} permits of `{}`",
+                sem.key()
+            ))),
+            Some(k) if k > 1 => Ok(sem.acquire_many_with(k, opts).map(|p| p.map(Held::Permits))),
+            _ => Ok(sem.acquire_with(opts).map(|p| p.map(Held::Permit))),
+        }
     }
 
     /// The read (`write` false) or write lock of the read-write lock `name`, as
@@ -122,6 +132,7 @@ impl Held {
             Held::All(g) => format!("locks on `{}`", g.keys().join("`, `")),
             Held::Any(g) => format!("lock on `{}`", g.key()),
             Held::Permit(p) => format!("permit of `{}`", p.key()),
+            Held::Permits(p) => format!("{} permits of `{}`", p.permits(), p.key()),
             Held::Read(g) => format!("read lock on `{}`", g.key()),
             Held::Write(g) => format!("write lock on `{}`", g.key()),
             Held::Leader(l) => format!("leadership of `{}`", l.key()),
@@ -160,6 +171,10 @@ impl Held {
                 ("REDLEASE_KEY", p.key().to_owned()),
                 ("REDLEASE_PERMIT_ID", p.permit_id().to_owned()),
             ],
+            Held::Permits(p) => vec![
+                ("REDLEASE_KEY", p.key().to_owned()),
+                ("REDLEASE_PERMIT_ID", p.permit_ids().to_owned()),
+            ],
             Held::Read(g) => vec![("REDLEASE_KEY", g.key().to_owned())],
             Held::Write(g) => vec![("REDLEASE_KEY", g.key().to_owned())],
             Held::Leader(l) => vec![
@@ -187,6 +202,7 @@ impl Held {
             Held::All(g) => g.lost(),
             Held::Any(g) => g.lost(),
             Held::Permit(p) => p.lost(),
+            Held::Permits(p) => p.lost(),
             Held::Read(g) => g.lost(),
             Held::Write(g) => g.lost(),
             Held::Leader(l) => l.lost(),
@@ -199,6 +215,7 @@ impl Held {
             Held::All(g) => g.is_held(),
             Held::Any(g) => g.is_held(),
             Held::Permit(p) => p.is_held(),
+            Held::Permits(p) => p.is_held(),
             Held::Read(g) => g.is_held(),
             Held::Write(g) => g.is_held(),
             Held::Leader(l) => l.is_held(),
@@ -225,6 +242,7 @@ impl Held {
             }
             Held::Any(g) => g.unlock(),
             Held::Permit(p) => p.unlock(),
+            Held::Permits(p) => p.unlock(),
             Held::Read(g) => g.unlock(),
             Held::Write(g) => g.unlock(),
             Held::Leader(l) => l.resign(),

@@ -42,7 +42,7 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
         .then(|| Status::start(&url, &args.server.prefix, &name))
         .flatten();
     let acquired = match args.permits {
-        Some(n) => Held::permit(&client, &name, n, &opts)?,
+        Some(n) => Held::permit(&client, &name, (n, args.weight), &opts)?,
         None if args.shared || args.exclusive => {
             Held::read_write(&client, &name, args.exclusive, &opts)
         }
@@ -83,7 +83,10 @@ pub(crate) fn run(args: &RunArgs) -> Result<u8, Failure> {
                 None => String::new(),
             };
             let busy = match args.permits {
-                Some(n) => format!("no permit of `{key}` (of {n}) came free"),
+                Some(n) => match args.weight.filter(|k| *k > 1) {
+                    Some(k) => format!("no {k} permits of `{key}` (of {n}) came free at once"),
+                    None => format!("no permit of `{key}` (of {n}) came free"),
+                },
                 None if args.slots.is_some() => {
                     let n = args.slots.unwrap_or(1);
                     format!(

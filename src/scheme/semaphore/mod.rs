@@ -19,14 +19,17 @@
 //!
 //! The scripts are this format's, as in `reentrant/`. Where they differ from
 //! Redisson's no Redisson client can tell: the acquire takes one permit and
-//! answers in a table; the renewal does not reclaim other permits, and refuses a
-//! permit already past its score (it counts as gone, as anyone's next acquire
-//! would find it).
+//! answers in a table, and leaves the permits reserved by callers waiting for
+//! several (`reserve.rs`: a key of ours beside Redisson's, which Redisson never
+//! reads); the renewal does not reclaim other permits, and refuses a permit
+//! already past its score (it counts as gone, as anyone's next acquire would
+//! find it).
 //!
 //! Layout: this file is the wire format's backend and its acquire, release and renewal
-//! scripts; `admin.rs` the count (read, create, set, add); `names.rs` its names and
-//! permit ids. The handle, [`Semaphore`](crate::Semaphore), is
-//! `primitives/semaphore.rs`.
+//! scripts; `many.rs` holds of several permits; `reserve.rs` the reservations of
+//! callers waiting for several; `admin.rs` the count (read, create, set, add);
+//! `names.rs` its names and permit ids. The handle, [`Semaphore`](crate::Semaphore),
+//! is `primitives/semaphore/`.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -40,21 +43,28 @@ use crate::net::resp::Arg;
 use crate::time::ttl_millis;
 
 mod admin;
+mod many;
 mod names;
+mod reserve;
 
 pub(crate) use admin::{Admin, Found, State};
+pub(crate) use many::{MAX_MANY, ManyBackend};
 pub(crate) use names::{channel, id_bytes, timeouts};
+pub(crate) use reserve::{WITHDRAW, reservations};
+use reserve::{first_end, reserved};
 
 /// Redisson's score for a permit without lease (`nonExpirableTimeout`).
 pub(crate) const NO_LEASE: u64 = 922_337_203_685_477;
 
 /// Takes one permit.
 ///
-/// KEYS[1] permits, KEYS[2] timeouts. ARGV[1] the permit's expiry (unix ms),
-/// ARGV[2] now (unix ms), ARGV[3] the permit id (16 bytes), ARGV[4] the channel,
-/// ARGV[5] `PUBLISH` or `SPUBLISH`. Reclaims expired permits first (publishing
-/// the count, as Redisson's acquire does). Returns 1 taken, `{0, ms}` none free
-/// and the first lease ends in `ms`, `{0}` none free and no lease ends (or the
+/// KEYS[1] permits, KEYS[2] timeouts, KEYS[3] reservations. ARGV[1] the
+/// permit's expiry (unix ms), ARGV[2] now (unix ms), ARGV[3] the permit id (16
+/// bytes), ARGV[4] the channel, ARGV[5] `PUBLISH` or `SPUBLISH`. Reclaims expired
+/// permits first (publishing the count, as Redisson's acquire does), and takes
+/// a permit only beyond those reserved by callers waiting for several
+/// (`reserve.rs`). Returns 1 taken, `{0, ms}` none free and the first lease (or
+/// reservation) ends in `ms`, `{0}` none free and no lease ends (or the
 /// semaphore does not exist). A value that is no number is an error, left alone
 /// (one that is no integer fails at `DECR`, before anything is written).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -66,19 +76,16 @@ if value and not tonumber(value) then
 end
 ",
         reclaim_expired!("ARGV[2]", "ARGV[4]", "ARGV[5]"),
-        r"if value and tonumber(value) >= 1 then
+        reserved!("ARGV[2]", "''"),
+        r"if value and tonumber(value) - ahead >= 1 then
   redis.call('DECR', KEYS[1])
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
   return 1
 end
-local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if first[1] and tonumber(first[2]) < 922337203685477 then
-  return {0, tonumber(first[2]) - tonumber(ARGV[2])}
-end
-return {0}
 ",
+        first_end!("ARGV[2]"),
     ))
 });
 
@@ -119,7 +126,7 @@ return 1
     )
 });
 
-static SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &admin::ADMIN];
+static SCRIPTS: [&LazyLock<Script>; 5] = [&ACQUIRE, &RELEASE, &EXTEND, &admin::ADMIN, &WITHDRAW];
 
 /// The semaphore's commands, for one client.
 #[derive(Debug)]
@@ -138,12 +145,18 @@ impl SemaphoreBackend {
 
     /// A permit id: the client's tag and 16 random hex digits.
     fn new_id(&self) -> String {
-        use std::fmt::Write as _;
         let mut id = String::with_capacity(32);
-        id.push_str(&self.tag);
-        let _ = write!(id, "{:016x}", fastrand::u64(..));
+        push_id(&mut id, &self.tag);
         id
     }
+}
+
+/// Appends a permit id for the client tagged `tag`: the tag and 16 random hex
+/// digits.
+fn push_id(out: &mut String, tag: &str) {
+    use std::fmt::Write as _;
+    out.push_str(tag);
+    let _ = write!(out, "{:016x}", fastrand::u64(..));
 }
 
 impl Backend for SemaphoreBackend {
@@ -159,14 +172,15 @@ impl Backend for SemaphoreBackend {
         req: Request,
     ) -> RedisResult<Acquire> {
         let id = id_bytes(value)?;
-        let timeouts = timeouts(&keys.lock);
+        let (timeouts, reservations) = (timeouts(&keys.lock), reservations(&keys.lock));
         let now = now_millis();
         let args = [
             Arg::from("EVALSHA"),
             ACQUIRE.get_hash().into(),
-            2.into(),
+            3.into(),
             keys.lock.as_str().into(),
             timeouts.as_str().into(),
+            reservations.as_str().into(),
             expiry(now, req.ttl).into(),
             now.into(),
             Arg::Bytes(&id),
@@ -174,21 +188,7 @@ impl Backend for SemaphoreBackend {
             publish_cmd(conn).into(),
         ];
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
-        // 1 taken, `{0, ms}` busy until the first lease ends, `{0}` busy.
-        Ok(match reply {
-            Value::Int(1) => Acquire::Acquired { fence: None, acked },
-            Value::Array(busy) => match busy[..] {
-                [_, Value::Int(ms)] => Acquire::Busy {
-                    remaining: Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-                    announces: false,
-                },
-                _ => Acquire::Busy {
-                    remaining: None,
-                    announces: false,
-                },
-            },
-            other => return Err(unexpected("semaphore acquire", &other)),
-        })
+        acquire_reply(reply, acked)
     }
 
     fn release(
@@ -255,6 +255,22 @@ impl Backend for SemaphoreBackend {
     fn label(&self) -> &'static str {
         "semaphore"
     }
+}
+
+/// Reads an acquire's reply: 1 taken, `{0, ms}` busy until the first lease (or
+/// reservation) ends, `{0}` busy.
+fn acquire_reply(reply: Value, acked: Option<u32>) -> RedisResult<Acquire> {
+    Ok(match reply {
+        Value::Int(1) => Acquire::Acquired { fence: None, acked },
+        Value::Array(busy) => Acquire::Busy {
+            remaining: match busy[..] {
+                [_, Value::Int(ms)] => Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                _ => None,
+            },
+            announces: false,
+        },
+        other => return Err(unexpected("semaphore acquire", &other)),
+    })
 }
 
 /// The score of a permit leased for `ttl` from `now`: kept below [`NO_LEASE`], so

@@ -34,6 +34,22 @@ pub const TRY_RELEASE: &str = "local expire = redis.call('zscore', KEYS[3], ARGV
     if tonumber(expire) <= tonumber(ARGV[3]) then return 0;end;\
     return 1;";
 
+/// `tryReleaseAsync(permitsIds)`. KEYS[1] name, KEYS[2] channel, KEYS[3] timeouts;
+/// ARGV[1] the number of ids, ARGV[2] now, ARGV[3] publish command, ARGV[4..] ids.
+/// The permits removed (0, and nothing done, when one is gone or expired).
+pub const TRY_RELEASE_MANY: &str = "for i = 4, #ARGV, 1 do \
+    local expire = redis.call('zscore', KEYS[3], ARGV[i]);\
+    if expire== false or tonumber(expire) <= tonumber(ARGV[2]) then return 0; end; end; \
+    local expiredIds = redis.call('zrangebyscore', KEYS[3], 0, ARGV[2], 'limit', 0, -1); \
+    if #expiredIds > 0 then redis.call('zrem', KEYS[3], unpack(expiredIds)); \
+    local value = redis.call('incrby', KEYS[1], #expiredIds); \
+    if tonumber(value) > 0 then redis.call(ARGV[3], KEYS[2], value); end; end; \
+    local keys = {}; for i = 4, #ARGV, 1 do table.insert(keys, ARGV[i]); end; \
+    local removed = redis.call('zrem', KEYS[3], unpack(keys)); \
+    redis.call('incrby', KEYS[1], removed); \
+    redis.call(ARGV[3], KEYS[2], removed); \
+    return removed;";
+
 /// `trySetPermitsAsync(permits)`. KEYS[1] name, KEYS[2] channel; ARGV[1] permits,
 /// ARGV[2] publish command. 1 set, 0 existed.
 pub const TRY_SET_PERMITS: &str = "local value = redis.call('get', KEYS[1]); \
@@ -95,6 +111,43 @@ impl RedissonSemaphore {
             Some("OK") => Ok(id),
             _ => Err(reply),
         }
+    }
+
+    /// `tryAcquire(permits, -1, lease)`: `permits` ids written with one score,
+    /// or the raw reply when fewer were free.
+    pub fn try_acquire_many(
+        &mut self,
+        permits: usize,
+        lease_ms: Option<u64>,
+    ) -> Result<Vec<String>, Option<String>> {
+        let ids: Vec<String> = (0..permits).map(|_| generate_id()).collect();
+        let now = now_ms();
+        let (timeouts, channel) = (timeouts(&self.name), channel(&self.name));
+        let mut cmd = eval(TRY_ACQUIRE, &[&self.name, &timeouts, &channel]);
+        cmd.arg(permits)
+            .arg(lease_ms.map_or(NO_LEASE, |l| now + l))
+            .arg(now)
+            .arg(NO_LEASE)
+            .arg("publish");
+        for id in &ids {
+            cmd.arg(bytes(id));
+        }
+        let reply: Option<String> = cmd.query(&mut self.con).unwrap();
+        match reply.as_deref() {
+            Some("OK") => Ok(ids),
+            _ => Err(reply),
+        }
+    }
+
+    /// `tryRelease(permitsIds)`: the permits released.
+    pub fn try_release_many(&mut self, ids: &[&str]) -> i64 {
+        let (channel, timeouts) = (channel(&self.name), timeouts(&self.name));
+        let mut cmd = eval(TRY_RELEASE_MANY, &[&self.name, &channel, &timeouts]);
+        cmd.arg(ids.len()).arg(now_ms()).arg("publish");
+        for id in ids {
+            cmd.arg(bytes(id));
+        }
+        cmd.query(&mut self.con).unwrap()
     }
 
     /// `tryRelease(permitId)`: whether it was held.

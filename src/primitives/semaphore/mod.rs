@@ -1,5 +1,9 @@
 //! [`Semaphore`]: N permits under one name, each permit a lease, in Redisson's
 //! `RPermitExpirableSemaphore` format.
+//!
+//! Layout: this file is the handle, one permit at a time and the count
+//! ([`Permits`]); `many.rs` several permits at once. The wire format is
+//! `scheme/semaphore/`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -13,6 +17,8 @@ use crate::primitives::family::acquire_family;
 use crate::primitives::handle::Handle;
 use crate::primitives::held::PermitGuard;
 use crate::scheme::{Admin, Announce, Backend, Found, Release, SemaphoreBackend, State, id_bytes};
+
+mod many;
 
 impl LockClient {
     /// A handle on the semaphore `name` (under the client's key prefix): at most
@@ -53,7 +59,8 @@ impl LockClient {
 /// Made by [`LockClient::semaphore`]. Cheap to clone. Acquiring takes one permit
 /// and returns a [`PermitGuard`], renewed in the background like a lock's lease
 /// and given back when dropped; a holder that dies gives its permit back when its
-/// lease ends. Waiting callers are woken by the semaphore's release messages
+/// lease ends. [`acquire_many`](Self::acquire_many) and its family take several
+/// at once, all or none, as one [`PermitsGuard`](crate::PermitsGuard). Waiting callers are woken by the semaphore's release messages
 /// (Redisson's and ours), and poll as a fallback.
 #[derive(Clone)]
 pub struct Semaphore {
