@@ -24,7 +24,8 @@
 //! node); `look.rs` the look a caller polling a quorum takes before it tries;
 //! `any.rs` the acquire of the first free key of several (`lock_any` on one node);
 //! `cond.rs` release, renewal and mark with a server's conditional commands
-//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script.
+//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script; `ticket.rs` the adoption of
+//! a ticket's lease (its token swapped for the adopter's in one script).
 
 pub(crate) mod all;
 pub(crate) mod any;
@@ -32,6 +33,7 @@ pub(crate) mod cond;
 pub(crate) mod live;
 pub(crate) mod look;
 pub(crate) mod scripts;
+pub(crate) mod ticket;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
