@@ -3,6 +3,7 @@
 //! Layout: this file is [`LeaseState`] and what its mutex guards ([`Held`]);
 //! `loss.rs` how a holder hears that the lease ended ([`LossReason`],
 //! [`LeaseLost`], the `on_lost` callback's [`Notice`]).
+//! A lease's liveness session ([`Liveness`], [`SessionHold`]) is `owner/`'s.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -15,10 +16,9 @@ use crate::metrics::{Counters, bump, export};
 use crate::scheme::{Backend, Keys};
 use crate::time::{from_nanos, to_nanos, ttl_millis, validity_end};
 
-mod liveness;
 mod loss;
 
-pub(crate) use liveness::{Liveness, SESSION_WAKE, SessionHold};
+pub(crate) use crate::owner::{Liveness, SESSION_WAKE, SessionHold};
 pub use loss::{LeaseLost, LossReason};
 pub(crate) use loss::{LostCallback, Notice};
 

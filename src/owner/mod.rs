@@ -11,14 +11,17 @@
 //! Layout: this file is [`ClientTag`], [`Owner`] and the token's identity format
 //! (`TOKEN_PREFIX`, `TOKEN_LEN`), which the token scheme writes and every reader
 //! parses; `record.rs` reads a session record ([`Session`]); `write.rs` writes it
-//! (`ClientId`, `SessionWrite`).
+//! (`ClientId`, `SessionWrite`); `liveness.rs` the client's liveness session as
+//! its leases see it (`Liveness`, `SessionHold`).
 
 use std::collections::HashMap;
 use std::fmt;
 
+mod liveness;
 mod record;
 mod write;
 
+pub(crate) use liveness::{Liveness, SESSION_WAKE, SessionHold};
 pub use record::Session;
 pub(crate) use write::{ClientId, SessionWrite, host, program};
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::liveness::Liveness;
 use super::record::FORMAT;
 use super::{ClientTag, LIVENESS_VERSION};
-use crate::lease::Liveness;
 
 /// How long a record outlives its last refresh.
 pub(crate) const SESSION_TTL: Duration = Duration::from_secs(10);
