@@ -6,12 +6,15 @@
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
 
+use std::time::Duration;
+
 use crate::client::LockClient;
 use crate::client::guard::LockGuard;
+use crate::client::options::check_ttl;
 use crate::error::{Error, Operation, Result};
 use crate::format::LockFormat;
 use crate::metrics::bump;
-use crate::scheme::{self, Announce, Keys, Release, Scheme};
+use crate::scheme::{self, Announce, Extend, Keys, Release, Scheme};
 
 /// A held lease's identity: its key, its format, the value its holder stored
 /// and its fence, for a process that must release it if the holder dies without
@@ -344,6 +347,53 @@ fn decode(encoded: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+impl LockClient {
+    /// Sets the remaining time of the lock a [`Ticket`] names to `ttl` from now,
+    /// if it still holds the ticket's value: the compare-and-extend of the
+    /// ticket's format, which leaves the value (and so the ticket) as it is. For
+    /// a lease nobody renews (one let go of with [`LockGuard::into_ticket`])
+    /// between the steps of a job. One round trip, bounded by the client's
+    /// timeouts.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when the lock expired or holds another value (nothing
+    /// is changed); [`Error::Config`] for a TTL out of range; [`Error::Redis`]
+    /// when the extend could not be sent or got no answer in time (it may have
+    /// landed); [`Error::Shutdown`] when the client is [closed](Self::close).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
+    /// let ticket = client.lock("report")?.into_ticket()?;
+    /// client.extend_ticket(&ticket, Duration::from_secs(600))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend_ticket(&self, ticket: &Ticket, ttl: Duration) -> Result<()> {
+        check_ttl("ttl", ttl)?;
+        let hub = &self.inner.hub;
+        if hub.shutdown.is_cancelled() {
+            return Err(Error::Shutdown);
+        }
+        let scheme = match ticket.format {
+            LockFormat::Reentrant => Scheme::Reentrant,
+            _ => Scheme::Token,
+        };
+        let backend = scheme::backend(&scheme, &self.inner.id);
+        let (_, _, outcome) = hub
+            .topology
+            .extend(&*backend, &ticket.key, &ticket.value, &[], ttl);
+        let limits = hub.topology.subscriber(0).limits();
+        match outcome.map_err(|e| e.during(Operation::Extend, &ticket.key, limits))? {
+            Extend::Extended => Ok(()),
+            _ => Err(Error::LockLost {
+                key: ticket.key.as_str().into(),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,7 +421,7 @@ mod tests {
 
     #[test]
     fn a_ticket_prints_and_parses_back() {
-        let odd = "lock:{a b}:é%\n\"'";
+        let odd = "lock:{a b}:\u{e9}%\n\"'";
         for fence in [None, Some(0), Some(u64::MAX)] {
             for format in [LockFormat::Token, LockFormat::Reentrant] {
                 let mut ticket = Ticket::new(odd, format, "rl2:0123456789abcdef:1z+").unwrap();

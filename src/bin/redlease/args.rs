@@ -300,11 +300,15 @@ pub(crate) struct ListArgs {
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
-    /// Delete the key whoever holds it (required: this is not an unlock)
+    /// Delete the key whoever holds it (required with KEY: this is not an unlock)
     #[arg(long)]
     pub(crate) force: bool,
+    /// Release the lease of this ticket (from `acquire`) if it is still its: the ticket, `-` for stdin, or a file
+    #[arg(long, value_name = "TICKET|-|FILE", conflicts_with_all = ["force", "key"])]
+    pub(crate) ticket: Option<String>,
     /// The lock's key (PREFIX is prepended)
-    pub(crate) key: String,
+    #[arg(required_unless_present = "ticket")]
+    pub(crate) key: Option<String>,
 }
 
 /// `redlease completions`.
