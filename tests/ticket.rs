@@ -233,11 +233,11 @@ fn an_adopted_lease_keeps_a_waiters_mark_and_its_fence() {
     let marked = format!("{}+", ticket.value());
     let _: () = server.query(redis::cmd("SET").arg("marked").arg(&marked).arg("KEEPTTL"));
     let adopter = client(&server);
-    let adopted = adopter.adopt(&ticket).unwrap();
+    let guard = adopter.adopt(&ticket).unwrap();
     let now = value(&server, "marked").unwrap();
     assert!(now.ends_with('+') && now != marked, "{now}");
-    assert_eq!(adopted.fence(), fence);
-    assert_eq!(adopted.unlock().unwrap(), Release::Released);
+    assert_eq!(guard.fence(), fence);
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
 }
 
 #[test]
