@@ -71,3 +71,19 @@ pub(crate) fn adopted(reply: &redis::Value) -> Adopted {
         _ => Adopted::Taken,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_adopt_scripts_reply_reads_as_time_left_gone_or_taken() {
+        use redis::Value::{Int, Nil};
+        assert_eq!(adopted(&Int(1500)), Adopted::Left(1500));
+        assert_eq!(adopted(&Int(-2)), Adopted::Gone);
+        assert_eq!(adopted(&Int(0)), Adopted::Gone);
+        assert_eq!(adopted(&Int(-3)), Adopted::Taken);
+        assert_eq!(adopted(&Int(-4)), Adopted::Taken);
+        assert_eq!(adopted(&Nil), Adopted::Taken);
+    }
+}
