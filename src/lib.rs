@@ -56,7 +56,9 @@
 //!   [`AnyGuard`], one of several names; [`LockClient::partitions`] →
 //!   [`PartitionGroup`] → [`Member`] ([`PartitionEvent`], [`GroupStatus`]), work shared
 //!   by a fleet; [`LockClient::wait_free`]; [`LockClient::shutdown`] → [`ShutdownReport`];
-//!   [`LockGuard::ticket`] → [`Ticket`], for [`LockClient::release_ticket`] when the holder dies.
+//!   [`LockGuard::ticket`] → [`Ticket`], for [`LockClient::release_ticket`] when the holder dies;
+//!   [`LockGuard::into_ticket`] → a printable [`Ticket`] that [`LockClient::adopt`] takes over
+//!   in a later step or another process.
 //! - Is the server safe for locks? [`LockClient::doctor`] → a [`Report`] of [`Finding`]s
 //!   ([`Severity`]; [`ServerReport`], [`Checkup`], [`ServerCheck`]; [operations](guide::operations)).
 //!

@@ -62,7 +62,7 @@ impl LockClient {
     /// Gives back a lease taken while [`shutdown`](LockClient::shutdown) ran: its
     /// list of leases may have been made before this one was registered. Either
     /// the shutdown releases it or this does, never both (`take_value`).
-    fn unless_stopped(&self, guard: Option<LockGuard>) -> Result<Option<LockGuard>> {
+    pub(super) fn unless_stopped(&self, guard: Option<LockGuard>) -> Result<Option<LockGuard>> {
         // Pairs with the store in `shutdown`: the lease was registered first.
         if guard.is_some() && self.inner.stopped.load(Ordering::SeqCst) {
             drop(guard);
@@ -121,7 +121,7 @@ impl LockClient {
                 // given back, and the caller goes on as after a busy attempt.
                 Next::Handed(h) => {
                     if !self.late(plan, &keys, &h.value, h.sent) {
-                        return Ok(Some(self.adopt(plan, keys, h.value, h.sent, h.fence)));
+                        return Ok(Some(self.guard_for(plan, keys, h.value, h.sent, h.fence)));
                     }
                 }
                 Next::Transferred(state) => {
@@ -184,7 +184,7 @@ impl LockClient {
                     if let Some(s) = slot.as_mut().filter(|_| !plan.backend.shares()) {
                         s.acquired();
                     }
-                    return Ok(Some(self.adopt(plan, keys, value, sent, fence)));
+                    return Ok(Some(self.guard_for(plan, keys, value, sent, fence)));
                 }
                 Attempt::Busy {
                     remaining,
@@ -243,12 +243,26 @@ impl LockClient {
 
     /// Makes the guard for a lock now stored under `keys` with `value`, whose TTL
     /// was set by a command sent at `sent`, and hands its lease to the renewal thread.
-    pub(super) fn adopt(
+    pub(super) fn guard_for(
         &self,
         plan: &Plan,
         keys: Keys,
         value: String,
         sent: Instant,
+        fence: Option<u64>,
+    ) -> LockGuard {
+        self.guard_left(plan, keys, value, (sent, plan.ttl), fence)
+    }
+
+    /// [`guard_for`](Self::guard_for) for a lease that has `left` from `sent` on, rather
+    /// than the plan's TTL (a ticket's lease: what its `PTTL` said); renewals
+    /// use the plan's TTL.
+    pub(super) fn guard_left(
+        &self,
+        plan: &Plan,
+        keys: Keys,
+        value: String,
+        (sent, left): (Instant, Duration),
         fence: Option<u64>,
     ) -> LockGuard {
         let hub = &self.inner.hub;
@@ -257,19 +271,21 @@ impl LockClient {
             .on_lost
             .clone()
             .map(|f| (f, self.inner.notifier.sender()));
-        let state = Arc::new(
-            LeaseState::new(
-                keys,
-                Arc::clone(&plan.backend),
-                value,
-                sent,
-                plan.ttl,
-                on_lost,
-            )
-            .with_terms(plan.terms.filter(|_| fence.is_none()))
-            .with_min_hold(hold_end(plan.min_hold))
-            .with_session(self.inner.liveness.as_ref().map(|l| l.hold(sent))),
-        );
+        let state = LeaseState::new(
+            keys,
+            Arc::clone(&plan.backend),
+            value,
+            sent,
+            plan.ttl,
+            on_lost,
+        )
+        .with_terms(plan.terms.filter(|_| fence.is_none()))
+        .with_min_hold(hold_end(plan.min_hold))
+        .with_session(self.inner.liveness.as_ref().map(|l| l.hold(sent)));
+        if left != plan.ttl {
+            state.renewed(sent, left);
+        }
+        let state = Arc::new(state);
         let hold_until = plan.max_hold.and_then(|d| sent.checked_add(d));
         self.inner.renewer.register(Lease::new(
             Arc::clone(&state),

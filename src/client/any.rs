@@ -267,7 +267,7 @@ impl LockClient {
                 if self.late(plan, k, &value, sent) {
                     return Ok(Found::Busy(None));
                 }
-                let guard = self.adopt(plan, k.clone(), value, sent, fence);
+                let guard = self.guard_for(plan, k.clone(), value, sent, fence);
                 Ok(Found::Got(index, guard))
             }
             Ok(AnyReply::Busy { remaining }) => Ok(Found::Busy(remaining)),
@@ -308,7 +308,7 @@ impl LockClient {
                 Ok(Found::Busy(None))
             }
             Attempt::Acquired { value, sent, fence } => {
-                let guard = self.adopt(plan, keys.clone(), value, sent, fence);
+                let guard = self.guard_for(plan, keys.clone(), value, sent, fence);
                 Ok(Found::Got(0, guard))
             }
             Attempt::Busy { remaining, .. } => Ok(Found::Busy(remaining)),

@@ -18,7 +18,8 @@
 //! `shutdown.rs` [`LockClient::shutdown`], which releases every lease the client's
 //! guards hold; `wait_free.rs` [`LockClient::wait_free`], which waits until nobody
 //! holds a name; `ticket.rs` [`Ticket`](crate::Ticket), a lease's identity, and
-//! [`LockClient::release_ticket`], its release from another process; `doctor/` [`LockClient::doctor`] and the server check `build()`
+//! [`LockClient::release_ticket`], its release from another process; `adopt.rs`
+//! [`LockGuard::into_ticket`] and [`LockClient::adopt`], a lease handed over; `doctor/` [`LockClient::doctor`] and the server check `build()`
 //! runs: is the server configured so that locks hold?
 
 use std::fmt;
@@ -40,6 +41,7 @@ use crate::threads::wait::{Hub, Subscription, Waiters, Wake};
 use crate::topology::{IoThread, Topology};
 
 mod acquire;
+mod adopt;
 mod any;
 pub(crate) mod any_guard;
 pub(crate) mod builder;

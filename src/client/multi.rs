@@ -214,7 +214,7 @@ impl LockClient {
                 // Never sent to a wait without an offer; given back if ever.
                 Next::Handed(h) => {
                     let busy = keys[index].clone();
-                    drop(self.adopt(&plan, busy, h.value, h.sent, h.fence));
+                    drop(self.guard_for(&plan, busy, h.value, h.sent, h.fence));
                 }
                 Next::Transferred(state) => drop(self.take_over(state)),
             }
@@ -314,7 +314,7 @@ impl LockClient {
             .iter()
             .zip(values)
             .zip(fences)
-            .map(|((k, v), f)| self.adopt(plan, k.clone(), v, sent, f))
+            .map(|((k, v), f)| self.guard_for(plan, k.clone(), v, sent, f))
             .collect();
         Ok(Try::Got(guards))
     }
@@ -352,7 +352,7 @@ impl LockClient {
                     None
                 }
                 Attempt::Acquired { value, sent, fence } => {
-                    let guard = self.adopt(plan, keys[i].clone(), value, sent, fence);
+                    let guard = self.guard_for(plan, keys[i].clone(), value, sent, fence);
                     taken.push((i, guard));
                     continue;
                 }

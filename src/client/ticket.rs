@@ -1,33 +1,74 @@
-//! [`Ticket`]: a held lease's identity (its key, format and value), so that
-//! another process can release it if its holder dies, and
-//! [`LockClient::release_ticket`], that release.
+//! [`Ticket`]: a held lease's identity (its key, format, value and fence), so
+//! that another process can release it if its holder dies, or adopt it (see
+//! `adopt.rs`); its printable form (`rl-ticket:v1:…`); and
+//! [`LockClient::release_ticket`], its release.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
+use std::str::FromStr;
+
+use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::client::guard::LockGuard;
+use crate::client::options::check_ttl;
 use crate::error::{Error, Operation, Result};
 use crate::format::LockFormat;
 use crate::metrics::bump;
-use crate::scheme::{self, Announce, Keys, Release, Scheme};
+use crate::scheme::{self, Announce, Extend, Keys, Release, Scheme};
 
-/// A held lease's identity: its key, its format and the value its holder
-/// stored, for a process that must release it if the holder dies without a word
-/// (redlease's keeper: the holder is killed, the command it ran is ended, and the
-/// lock should not wait for its TTL).
+/// A held lease's identity: its key, its format, the value its holder stored
+/// and its fence, for a process that must release it if the holder dies without
+/// a word (redlease's keeper), or that takes it over: a later step of a job, or
+/// another process ([`LockClient::adopt`]).
 ///
-/// Made by [`LockGuard::ticket`] and
-/// [`Leadership::ticket`](crate::Leadership::ticket), or rebuilt from its parts
-/// with [`Ticket::new`]; used by [`LockClient::release_ticket`]. It holds no
-/// server address and no password. Its value lets whoever has it release the
-/// lock, so [`Debug`] does not show it: hand it over a pipe, never on a command
-/// line or in an environment.
+/// Made by [`LockGuard::ticket`] (the guard keeps the lease),
+/// [`LockGuard::into_ticket`] (the guard lets go of it without releasing it) and
+/// [`Leadership::ticket`](crate::Leadership::ticket), rebuilt from its parts
+/// with [`Ticket::new`], or parsed from its printable form
+/// ([`FromStr`](#impl-FromStr-for-Ticket)); used by
+/// [`LockClient::release_ticket`] and [`LockClient::adopt`].
+///
+/// # A capability
+/// A ticket holds no server address and no password, but its value lets
+/// whoever has it release or adopt the lock, as a lock token does. So
+/// [`Debug`] does not show it, while [`Display`](fmt::Display) does (that is the
+/// printable form's purpose): keep a printed ticket where only the steps that
+/// need it can read it (a file of mode 0600, a pipe), never on a command line
+/// or in an environment that others can list.
+///
+/// # Printable form
+/// `rl-ticket:v1:<scheme>:<fence>:<key>:<value>`: `scheme` is `token` or
+/// `reentrant`, `fence` a decimal number or `-` for none, and `key` (the full
+/// key) and `value` are percent-encoded: every byte but ASCII letters, digits
+/// and `-._~` is `%` and two uppercase hex digits, so the form has no `:`,
+/// space, quote or newline of its own and passes through shells and files as
+/// one word.
+///
+/// # Examples
+/// ```
+/// use redlease::{LockFormat, Ticket};
+///
+/// let ticket = Ticket::new("lock:report", LockFormat::Token, "rl2:0123456789abcdef:1z")?
+///     .with_fence(42);
+/// let printed = ticket.to_string();
+/// assert_eq!(
+///     printed,
+///     "rl-ticket:v1:token:42:lock%3Areport:rl2%3A0123456789abcdef%3A1z"
+/// );
+/// assert_eq!(printed.parse::<Ticket>()?, ticket);
+/// assert!("rl-ticket:v2:token:-:k:v".parse::<Ticket>().is_err());
+/// # Ok::<(), redlease::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Ticket {
     key: String,
     format: LockFormat,
     value: String,
+    fence: Option<u64>,
 }
+
+/// The printable form's first fields.
+const PRINTED_PREFIX: &str = "rl-ticket:v1:";
 
 impl Ticket {
     /// A ticket for the lock `key` (the full key, with the holder's prefix)
@@ -65,7 +106,21 @@ impl Ticket {
             key: key.to_owned(),
             format,
             value: value.to_owned(),
+            fence: None,
         })
+    }
+
+    /// The same ticket, carrying the fencing token taken with the lease: an
+    /// adopter's guard reports it as its [`fence`](LockGuard::fence). Sends nothing.
+    #[must_use]
+    pub fn with_fence(mut self, fence: u64) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// The fencing token taken with the lease, when it was fenced.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
     }
 
     /// The lock key, with the holder's prefix.
@@ -89,7 +144,76 @@ impl fmt::Debug for Ticket {
         f.debug_struct("Ticket")
             .field("key", &self.key)
             .field("format", &self.format)
+            .field("fence", &self.fence)
             .finish_non_exhaustive()
+    }
+}
+
+/// The printable form, value included: see [`Ticket`]'s "A capability".
+impl fmt::Display for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let scheme = match self.format {
+            LockFormat::Reentrant => "reentrant",
+            _ => "token",
+        };
+        f.write_str(PRINTED_PREFIX)?;
+        f.write_str(scheme)?;
+        match self.fence {
+            Some(fence) => write!(f, ":{fence}:")?,
+            None => f.write_str(":-:")?,
+        }
+        encode(f, &self.key)?;
+        f.write_str(":")?;
+        encode(f, &self.value)
+    }
+}
+
+/// Parses the printable form (surrounding whitespace, such as the newline a
+/// file ends with, is ignored).
+///
+/// # Errors
+/// [`Error::Invalid`] (`what`: `ticket`) saying what is wrong: not a ticket,
+/// another version, an unknown scheme, a fence that is not a number, a bad
+/// percent-encoding, an empty key or value.
+impl FromStr for Ticket {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let invalid = |reason| Error::Invalid {
+            what: "ticket",
+            reason,
+        };
+        let text = text.trim();
+        let rest = match text.strip_prefix(PRINTED_PREFIX) {
+            Some(rest) => rest,
+            None if text.starts_with("rl-ticket:") => {
+                return Err(invalid("another version than `rl-ticket:v1:`"));
+            }
+            None => return Err(invalid("not a ticket: it does not start with `rl-ticket:`")),
+        };
+        let fields: Vec<&str> = rest.split(':').collect();
+        let [scheme, fence, key, value] = fields[..] else {
+            return Err(invalid(
+                "expected `rl-ticket:v1:<scheme>:<fence>:<key>:<value>`",
+            ));
+        };
+        let format = match scheme {
+            "token" => LockFormat::Token,
+            "reentrant" => LockFormat::Reentrant,
+            _ => return Err(invalid("unknown scheme: `token` or `reentrant`")),
+        };
+        let fence = match fence {
+            "-" => None,
+            n if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => Some(
+                n.parse()
+                    .map_err(|_| invalid("the fence is beyond 64 bits"))?,
+            ),
+            _ => return Err(invalid("the fence is not a number or `-`")),
+        };
+        let key = decode(key).ok_or(invalid("the key's percent-encoding is bad"))?;
+        let value = decode(value).ok_or(invalid("the value's percent-encoding is bad"))?;
+        let ticket = Self::new(&key, format, &value)?;
+        Ok(Self { fence, ..ticket })
     }
 }
 
@@ -116,7 +240,11 @@ impl LockGuard {
         if held.released {
             return None;
         }
-        Ticket::new(&lease.key, format, &held.value).ok()
+        let ticket = Ticket::new(&lease.key, format, &held.value).ok()?;
+        Some(match self.fence() {
+            Some(fence) => ticket.with_fence(fence),
+            None => ticket,
+        })
     }
 }
 
@@ -176,6 +304,96 @@ impl LockClient {
     }
 }
 
+/// Whether `b` stands for itself in the printable form.
+fn plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Writes `text` percent-encoded: every byte but [`plain`] ones as `%XX`.
+fn encode(f: &mut fmt::Formatter<'_>, text: &str) -> fmt::Result {
+    for b in text.bytes() {
+        if plain(b) {
+            f.write_char(char::from(b))?;
+        } else {
+            write!(f, "%{b:02X}")?;
+        }
+    }
+    Ok(())
+}
+
+/// The text `encoded` stands for; `None` for a byte that is neither [`plain`]
+/// nor `%` and two hex digits, or bytes that are not UTF-8.
+fn decode(encoded: &str) -> Option<String> {
+    let bytes = encoded.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = encoded.get(i + 1..i + 3)?;
+                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b if plain(b) => {
+                out.push(b);
+                i += 1;
+            }
+            _ => return None,
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+impl LockClient {
+    /// Sets the remaining time of the lock a [`Ticket`] names to `ttl` from now,
+    /// if it still holds the ticket's value: the compare-and-extend of the
+    /// ticket's format, which leaves the value (and so the ticket) as it is. For
+    /// a lease nobody renews (one let go of with [`LockGuard::into_ticket`])
+    /// between the steps of a job. One round trip, bounded by the client's
+    /// timeouts.
+    ///
+    /// # Errors
+    /// [`Error::LockLost`] when the lock expired or holds another value (nothing
+    /// is changed); [`Error::Config`] for a TTL out of range; [`Error::Redis`]
+    /// when the extend could not be sent or got no answer in time (it may have
+    /// landed); [`Error::Shutdown`] when the client is [closed](Self::close).
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> redlease::Result<()> {
+    /// use std::time::Duration;
+    /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
+    /// let ticket = client.lock("report")?.into_ticket()?;
+    /// client.extend_ticket(&ticket, Duration::from_secs(600))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend_ticket(&self, ticket: &Ticket, ttl: Duration) -> Result<()> {
+        check_ttl("ttl", ttl)?;
+        let hub = &self.inner.hub;
+        if hub.shutdown.is_cancelled() {
+            return Err(Error::Shutdown);
+        }
+        let scheme = match ticket.format {
+            LockFormat::Reentrant => Scheme::Reentrant,
+            _ => Scheme::Token,
+        };
+        let backend = scheme::backend(&scheme, &self.inner.id);
+        let (_, _, outcome) = hub
+            .topology
+            .extend(&*backend, &ticket.key, &ticket.value, &[], ttl);
+        let limits = hub.topology.subscriber(0).limits();
+        match outcome.map_err(|e| e.during(Operation::Extend, &ticket.key, limits))? {
+            Extend::Extended => Ok(()),
+            _ => Err(Error::LockLost {
+                key: ticket.key.as_str().into(),
+            }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,5 +417,61 @@ mod tests {
         let shown = format!("{ticket:?}");
         assert!(!shown.contains("secret-value"), "{shown}");
         assert!(shown.contains("Reentrant"), "{shown}");
+    }
+
+    #[test]
+    fn a_ticket_prints_and_parses_back() {
+        let odd = "lock:{a b}:\u{e9}%\n\"'";
+        for fence in [None, Some(0), Some(u64::MAX)] {
+            for format in [LockFormat::Token, LockFormat::Reentrant] {
+                let mut ticket = Ticket::new(odd, format, "rl2:0123456789abcdef:1z+").unwrap();
+                ticket.fence = fence;
+                let printed = ticket.to_string();
+                assert!(
+                    printed.bytes().all(|b| plain(b) || b == b':' || b == b'%'),
+                    "{printed}"
+                );
+                assert_eq!(printed.matches(':').count(), 5, "{printed}");
+                let back: Ticket = format!(" {printed}\n").parse().unwrap();
+                assert_eq!(back, ticket);
+                assert_eq!(back.value(), "rl2:0123456789abcdef:1z+");
+            }
+        }
+    }
+
+    #[test]
+    fn a_bad_printed_ticket_says_what_is_wrong() {
+        let reason = |text: &str| match text.parse::<Ticket>() {
+            Err(Error::Invalid { what, reason }) => {
+                assert_eq!(what, "ticket");
+                reason
+            }
+            other => panic!("{text}: {other:?}"),
+        };
+        assert!(reason("").contains("not a ticket"));
+        assert!(reason("rl2:0123:1z").contains("not a ticket"));
+        assert!(reason("rl-ticket:v2:token:-:k:v").contains("version"));
+        assert!(reason("rl-ticket:v1:token:-:k").contains("expected"));
+        assert!(reason("rl-ticket:v1:token:-:k:v:w").contains("expected"));
+        assert!(reason("rl-ticket:v1:fair:-:k:v").contains("scheme"));
+        assert!(reason("rl-ticket:v1:token:x1:k:v").contains("fence"));
+        assert!(reason("rl-ticket:v1:token:99999999999999999999:k:v").contains("64 bits"));
+        assert!(reason("rl-ticket:v1:token:-:k%4:v").contains("key"));
+        assert!(reason("rl-ticket:v1:token:-:k:v%ZZ").contains("value"));
+        assert!(reason("rl-ticket:v1:token:-:k:a b").contains("value"));
+        assert!(reason("rl-ticket:v1:token:-:k:%FF").contains("value"));
+        assert!(reason("rl-ticket:v1:token:-::v").contains("empty"));
+    }
+
+    #[test]
+    fn a_tickets_debug_shows_its_fence_but_not_its_value() {
+        let ticket = Ticket::new("k", LockFormat::Token, "secret-value")
+            .unwrap()
+            .with_fence(7);
+        let shown = format!("{ticket:?}");
+        assert!(
+            !shown.contains("secret-value") && shown.contains('7'),
+            "{shown}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! Layout: this file is [`LeaseState`] and what its mutex guards ([`Held`]);
 //! `loss.rs` how a holder hears that the lease ended ([`LossReason`],
 //! [`LeaseLost`], the `on_lost` callback's [`Notice`]).
+//! A lease's liveness session ([`Liveness`], [`SessionHold`]) is `owner/`'s.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -332,11 +332,15 @@ pub(crate) struct ListArgs {
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
-    /// Delete the key whoever holds it (required: this is not an unlock)
+    /// Delete the key whoever holds it (required with KEY: this is not an unlock)
     #[arg(long)]
     pub(crate) force: bool,
+    /// Release the lease of this ticket (from `acquire`) if it is still its: the ticket, `-` for stdin, or a file
+    #[arg(long, value_name = "TICKET|-|FILE", conflicts_with_all = ["force", "key"])]
+    pub(crate) ticket: Option<String>,
     /// The lock's key (PREFIX is prepended)
-    pub(crate) key: String,
+    #[arg(required_unless_present = "ticket")]
+    pub(crate) key: Option<String>,
 }
 
 /// `redlease completions`.
@@ -385,6 +389,6 @@ fn permits(text: &str) -> Result<u32, String> {
 }
 
 /// Parses a human duration (`30s`, `5m`, `1500ms`, `1h 30m`, `0`).
-fn duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 30s, 5m, 1500ms)"))
 }

@@ -58,6 +58,12 @@ pub(crate) const STATUSES: &[Status] = &[
          outlives that signal, forwarded, by --kill-grace",
     ),
     status("0", For::Only(&["inspect", "list", "release"]), "done"),
+    status(
+        "0",
+        For::Only(&["acquire"]),
+        "acquired: the ticket was printed",
+    ),
+    status("0", For::Only(&["extend"]), "extended"),
     status("0", For::Only(&["wait"]), "KEY is free"),
     status("0", For::Only(&["leader"]), "someone leads"),
     status("0", For::Only(&["completions"]), "the script was printed"),
@@ -74,7 +80,17 @@ pub(crate) const STATUSES: &[Status] = &[
         For::Only(&["run"]),
         "--permits N for a semaphore that has another N; a key of another format",
     ),
-    status("64", For::Only(&["release"]), "no --force"),
+    status("64", For::Only(&["release"]), "KEY without --force"),
+    status(
+        "64",
+        For::Only(&["extend", "release"]),
+        "--ticket that is not a ticket, or a file or stdin that cannot be read",
+    ),
+    status(
+        "64",
+        For::Only(&["acquire"]),
+        "--liveness (the lease outlives the process)",
+    ),
     status(
         "64",
         For::Only(&["inspect", "release"]),
@@ -99,6 +115,7 @@ pub(crate) const STATUSES: &[Status] = &[
          -E/--conflict-exit-code N makes it N",
     ),
     status("75", For::Only(&["wait"]), "still held at --timeout"),
+    status("75", For::Only(&["acquire"]), "not acquired within --wait"),
     status("75", For::Only(&["leader"]), "nobody leads"),
     status(
         "75",
@@ -120,6 +137,12 @@ pub(crate) const STATUSES: &[Status] = &[
         "79",
         For::Only(&["elect"]),
         "leadership was lost while the command ran; the command was stopped",
+    ),
+    status(
+        "79",
+        For::Only(&["extend", "release"]),
+        "the lock is no longer the ticket's (--ticket): it expired, or someone else \
+         holds it (left as it is)",
     ),
     status(
         "126",

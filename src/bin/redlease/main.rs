@@ -18,6 +18,8 @@
 //!   waiting on a terminal) and `supervise` (the command run under the lease,
 //!   shared with `elect`);
 //! - `elect` (a command run while leader) and `leader` (who leads an election);
+//! - `acquire` (a lease left held, printed as a ticket), `extend`, and
+//!   `ticket` (`--ticket` read, `acquire --json`);
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`);
@@ -30,12 +32,14 @@
 // between fork and exec (std inherits the keeper's mask, and no safe API resets it).
 #![deny(unsafe_code)]
 
+mod acquire;
 mod args;
 mod child;
 mod doctor;
 mod elect;
 mod exit;
 mod exit_status;
+mod extend;
 mod group;
 mod held;
 mod inspect;
@@ -54,6 +58,7 @@ mod server;
 mod status;
 mod supervise;
 mod terminal;
+mod ticket;
 mod wait;
 
 use std::process::ExitCode;
@@ -84,8 +89,9 @@ Distributed locks on Redis for shell scripts, cron jobs and batch workers.
 on Redis, runs a command while the lease is renewed in the background, releases
 the lock when the command exits and exits with its status; a lost lock stops the
 command. `elect` runs a command on one machine of a fleet at a time, `wait`
-waits until a lock is free; `inspect`, `list`, `leader` and `release` show and
-repair what is in Redis. Every subcommand has its own --help (-h: a summary).";
+waits until a lock is free; `acquire` holds a lock across the steps of a job
+and prints its ticket, for `extend --ticket` and `release --ticket`; `inspect`,
+`list`, `leader` and `release` show and repair what is in Redis. Every subcommand has its own --help (-h: a summary).";
 
 /// `run --help`'s description.
 const RUN_ABOUT: &str = "\
@@ -155,10 +161,15 @@ enum Cmd {
     Inspect(InspectArgs),
     /// List every lock under --prefix (taken literally), with format, time left and owners.
     List(ListArgs),
-    /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
+    /// Acquire NAME, print its ticket and exit, leaving it held until --ttl (for later steps).
+    #[command(long_about = acquire::ACQUIRE_ABOUT)]
+    Acquire(acquire::AcquireArgs),
+    /// Set the remaining time of the lease a ticket names.
+    Extend(extend::ExtendArgs),
+    /// Release the lease of a ticket, or delete a stuck lock whoever holds it (--force).
     Release(ReleaseArgs),
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
-    #[command(long_about = WAIT_ABOUT)]
+    #[command(long_about = wait::WAIT_ABOUT)]
     Wait(WaitArgs),
     /// Print the completion script for SHELL (see --help for where it goes).
     #[command(long_about = manual::COMPLETIONS_ABOUT)]
@@ -166,29 +177,9 @@ enum Cmd {
     /// Show a partition group: its members, each partition's owner, fence and TTL
     Group(GroupArgs),
     /// Check that the servers are configured so that locks hold: eviction, persistence, replicas, ACL.
-    #[command(long_about = DOCTOR_ABOUT)]
+    #[command(long_about = doctor::DOCTOR_ABOUT)]
     Doctor(DoctorArgs),
 }
-
-/// `doctor --help`'s description.
-const DOCTOR_ABOUT: &str = "\
-Check that the servers are configured so that locks hold; exit 0, or 78 when a
-finding is critical.
-
-Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
-(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
-masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
-is checked), followed by the replicas it lists. A finding is critical (locks can be
-lost or wrongly granted as configured), warning (a risk under a named fault), info,
-or unknown (the user may not read it: never taken as fine).";
-
-/// `wait --help`'s description.
-const WAIT_ABOUT: &str = "\
-Wait until nobody holds KEY, without taking it; exit 0 then, 75 at --timeout.
-
-Free means no key, a legacy timestamp that has passed, or a semaphore with a free
-permit; any lock format counts as held while it exists. The answer is stale at once:
-someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
 /// The command line as clap reads it: [`Cli`], each subcommand's long `--help`
 /// ending with its exit statuses (from [`exit_status::STATUSES`]).
@@ -230,6 +221,8 @@ fn main() -> ExitCode {
         Cmd::Leader(a) => Some(&a.server),
         Cmd::Inspect(a) => Some(&a.server),
         Cmd::List(a) => Some(&a.server),
+        Cmd::Acquire(a) => Some(&a.server),
+        Cmd::Extend(a) => Some(&a.server),
         Cmd::Release(a) => Some(&a.server),
         Cmd::Wait(a) => Some(&a.server),
         Cmd::Group(a) => Some(&a.server),
@@ -243,6 +236,8 @@ fn main() -> ExitCode {
         Cmd::Leader(a) => leader::leader(a),
         Cmd::Inspect(a) => inspect::inspect(a),
         Cmd::List(a) => list::list(a),
+        Cmd::Acquire(a) => acquire::acquire(a),
+        Cmd::Extend(a) => extend::extend(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
         Cmd::Completions(a) => manual::completions(a.shell, command()),

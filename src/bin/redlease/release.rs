@@ -1,12 +1,13 @@
-//! `redlease release --force KEY`: the administrative delete of a stuck lock.
+//! `redlease release --force KEY`: the administrative delete of a stuck lock;
+//! `redlease release --ticket T`: the release of a lease `acquire` left held.
 
 use std::sync::LazyLock;
 
 use redis::Script;
-use redlease::LockInfo;
+use redlease::{LockInfo, Release};
 
 use crate::args::ReleaseArgs;
-use crate::exit::Failure;
+use crate::exit::{Failure, LOST};
 use crate::inspect::summary;
 use crate::probe;
 use crate::server::server_name;
@@ -32,7 +33,12 @@ return 0
 /// Runs `release`: refuses without `--force`, else deletes the key and says what
 /// it held. Exit code 0 also when the key was already gone.
 pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
-    let key = args.server.full_key(&args.key);
+    let name = match (&args.ticket, &args.key) {
+        (Some(ticket), _) => return by_ticket(args, ticket),
+        (None, Some(name)) => name,
+        (None, None) => return Err(Failure::usage("release needs KEY or --ticket")),
+    };
+    let key = args.server.full_key(name);
     if !args.force {
         // Deleting a lock someone holds lets a second holder in: never by default.
         return Err(Failure::usage(format!(
@@ -44,7 +50,7 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
     let redis_failure = |e: redis::RedisError| Failure::redis(&e, &server);
     let mut con = probe::connect(&url).map_err(redis_failure)?;
     // Read first only to say what was deleted; the delete does not depend on it.
-    let before = LockInfo::read(&mut con, &args.server.prefix, &args.key)
+    let before = LockInfo::read(&mut con, &args.server.prefix, name)
         .map_err(|e| Failure::from_lib(&e, &server))?;
     let [token_channel, redisson_channel] = before.release_channels();
     let deleted: i64 = FORCE_RELEASE
@@ -59,4 +65,28 @@ pub(crate) fn release(args: &ReleaseArgs) -> Result<u8, Failure> {
         println!("`{key}` did not exist; nothing deleted");
     }
     Ok(0)
+}
+
+/// Runs `release --ticket`: the compare-and-delete of the ticket's value. Exit
+/// 0 when released, 79 when the lock was no longer the ticket's (it expired, or
+/// someone else holds it: left as it is).
+fn by_ticket(args: &ReleaseArgs, ticket: &str) -> Result<u8, Failure> {
+    let ticket = crate::ticket::read(ticket)?;
+    let (client, server) = args.server.client(|b| b)?;
+    let key = ticket.key();
+    match client.release_ticket(&ticket) {
+        Ok(Release::Released) => {
+            println!("released `{key}`");
+            Ok(0)
+        }
+        Ok(Release::Expired) => Err(Failure::new(
+            LOST,
+            format!("`{key}` had expired: the lease ran out before this release"),
+        )),
+        Ok(_) => Err(Failure::new(
+            LOST,
+            format!("`{key}` is no longer this ticket's: someone else holds it (left as it is)"),
+        )),
+        Err(e) => Err(Failure::from_lib(&e, &server)),
+    }
 }

@@ -23,9 +23,13 @@
 //! acquire and the release of several keys in one script each (`lock_all` on one
 //! node); `look.rs` the look a caller polling a quorum takes before it tries;
 //! `any.rs` the acquire of the first free key of several (`lock_any` on one node);
+//! `live.rs` the look at a holder's liveness session (its lock broken once the
+//! session is gone);
 //! `cond.rs` release, renewal and mark with a server's conditional commands
 //! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script; `live.rs` the look at a
-//! holder whose client declared liveness, which breaks the lock of a dead one.
+//! holder whose client declared liveness, which breaks the lock of a dead one;
+//! `ticket.rs` the adoption of a ticket's lease (its token swapped for the
+//! adopter's in one script).
 
 pub(crate) mod all;
 pub(crate) mod any;
@@ -33,6 +37,7 @@ pub(crate) mod cond;
 pub(crate) mod live;
 pub(crate) mod look;
 pub(crate) mod scripts;
+pub(crate) mod ticket;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
