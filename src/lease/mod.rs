@@ -2,7 +2,8 @@
 //!
 //! Layout: this file is [`LeaseState`] and what its mutex guards ([`Held`]);
 //! `loss.rs` how a holder hears that the lease ended ([`LossReason`],
-//! [`LeaseLost`], the `on_lost` callback's [`Notice`]).
+//! [`LeaseLost`], the `on_lost` callback's [`Notice`]); `liveness.rs` the client's
+//! liveness session as its leases see it ([`Liveness`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

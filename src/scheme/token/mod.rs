@@ -24,7 +24,8 @@
 //! node); `look.rs` the look a caller polling a quorum takes before it tries;
 //! `any.rs` the acquire of the first free key of several (`lock_any` on one node);
 //! `cond.rs` release, renewal and mark with a server's conditional commands
-//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script.
+//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script; `live.rs` the break of a lock
+//! whose holder's liveness session ended.
 
 pub(crate) mod all;
 pub(crate) mod any;
