@@ -21,6 +21,7 @@
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`);
+//! - `latch` and `latch-wait`: a fan-in latch's participant and its waiter;
 //! - `manual`: shell completions and the man pages, from the clap definition.
 //! - `partitions` (`run --partitions`: a member of a partition group running one
 //!   command per partition held) and `group` (a group's members and partitions).
@@ -41,6 +42,7 @@ mod held;
 mod inspect;
 #[cfg(target_os = "linux")]
 mod keeper;
+mod latch;
 mod leader;
 mod list;
 mod manual;
@@ -158,37 +160,26 @@ enum Cmd {
     /// Delete a stuck lock whoever holds it (needs --force), waking waiters.
     Release(ReleaseArgs),
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
-    #[command(long_about = WAIT_ABOUT)]
+    #[command(long_about = wait::WAIT_ABOUT)]
     Wait(WaitArgs),
+    /// Join the latch NAME, run COMMAND, count down when it exits 0.
+    #[command(
+        long_about = latch::LATCH_ABOUT,
+        override_usage = "redlease latch [OPTIONS] --count N NAME -- COMMAND [ARGS]..."
+    )]
+    Latch(latch::LatchArgs),
+    /// Wait until the latch NAME reaches zero; exit 80 when a participant is gone without counting down.
+    #[command(long_about = latch::LATCH_WAIT_ABOUT)]
+    LatchWait(latch::LatchWaitArgs),
     /// Print the completion script for SHELL (see --help for where it goes).
     #[command(long_about = manual::COMPLETIONS_ABOUT)]
     Completions(CompletionsArgs),
     /// Show a partition group: its members, each partition's owner, fence and TTL
     Group(GroupArgs),
     /// Check that the servers are configured so that locks hold: eviction, persistence, replicas, ACL.
-    #[command(long_about = DOCTOR_ABOUT)]
+    #[command(long_about = doctor::DOCTOR_ABOUT)]
     Doctor(DoctorArgs),
 }
-
-/// `doctor --help`'s description.
-const DOCTOR_ABOUT: &str = "\
-Check that the servers are configured so that locks hold; exit 0, or 78 when a
-finding is critical.
-
-Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
-(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
-masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
-is checked), followed by the replicas it lists. A finding is critical (locks can be
-lost or wrongly granted as configured), warning (a risk under a named fault), info,
-or unknown (the user may not read it: never taken as fine).";
-
-/// `wait --help`'s description.
-const WAIT_ABOUT: &str = "\
-Wait until nobody holds KEY, without taking it; exit 0 then, 75 at --timeout.
-
-Free means no key, a legacy timestamp that has passed, or a semaphore with a free
-permit; any lock format counts as held while it exists. The answer is stale at once:
-someone may take KEY right after. To act alone on KEY, use `redlease run`.";
 
 /// The command line as clap reads it: [`Cli`], each subcommand's long `--help`
 /// ending with its exit statuses (from [`exit_status::STATUSES`]).
@@ -232,6 +223,8 @@ fn main() -> ExitCode {
         Cmd::List(a) => Some(&a.server),
         Cmd::Release(a) => Some(&a.server),
         Cmd::Wait(a) => Some(&a.server),
+        Cmd::Latch(a) => Some(&a.server),
+        Cmd::LatchWait(a) => Some(&a.server),
         Cmd::Group(a) => Some(&a.server),
         Cmd::Doctor(a) => Some(&a.server),
         Cmd::Completions(_) => None,
@@ -245,6 +238,8 @@ fn main() -> ExitCode {
         Cmd::List(a) => list::list(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
+        Cmd::Latch(a) => latch::latch(a),
+        Cmd::LatchWait(a) => latch::latch_wait(a),
         Cmd::Completions(a) => manual::completions(a.shell, command()),
         Cmd::Group(a) => group::group(a),
         Cmd::Doctor(a) => doctor::doctor(a),
