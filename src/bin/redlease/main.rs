@@ -86,8 +86,9 @@ Distributed locks on Redis for shell scripts, cron jobs and batch workers.
 on Redis, runs a command while the lease is renewed in the background, releases
 the lock when the command exits and exits with its status; a lost lock stops the
 command. `elect` runs a command on one machine of a fleet at a time, `wait`
-waits until a lock is free; `inspect`, `list`, `leader` and `release` show and
-repair what is in Redis. Every subcommand has its own --help (-h: a summary).";
+waits until a lock is free, `latch` and `latch-wait` fan N workers in (the waiter
+learns when one dies); `inspect`, `list`, `leader` and `release` show and repair
+what is in Redis. Every subcommand has its own --help (-h: a summary).";
 
 /// `run --help`'s description.
 const RUN_ABOUT: &str = "\
