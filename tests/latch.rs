@@ -162,15 +162,23 @@ fn a_redisson_waiter_sees_our_count_and_we_see_redissons_count_down() {
 }
 
 #[test]
-fn an_open_latch_expires_if_abandoned() {
+fn an_open_latch_expires_if_abandoned_and_a_waiter_keeps_it() {
     let server = RedisServer::start();
     let c = client(&server);
     let latch = c.latch(KEY, 2).unwrap();
     let _p = latch.join().unwrap();
     let abandoned = i64::try_from(LATCH_ABANDONED_TTL.as_millis()).unwrap();
+    let ttls = || [KEY, RECORD].map(|key| server.query::<i64>(redis::cmd("PTTL").arg(key)));
+    for ttl in ttls() {
+        assert!(ttl > abandoned - 60_000 && ttl <= abandoned, "{ttl}");
+    }
+    // A waiter's look keeps an open latch from expiring.
     for key in [KEY, RECORD] {
-        let ttl: i64 = server.query(redis::cmd("PTTL").arg(key));
-        assert!(ttl > abandoned - 60_000 && ttl <= abandoned, "{key}: {ttl}");
+        let () = server.query(redis::cmd("PEXPIRE").arg(key).arg(10_000));
+    }
+    assert!(!latch.wait_for(Duration::ZERO).unwrap());
+    for ttl in ttls() {
+        assert!(ttl > abandoned - 60_000, "{ttl}");
     }
 }
 

@@ -19,8 +19,8 @@
 //!   its TTL. A participant listed in the hash whose lease key is gone died
 //!   before counting down.
 //!
-//! TTLs: a new latch's keys expire after [`ABANDONED_TTL`] (each join and count
-//! down renews it), so an abandoned latch does not stay forever; once the count
+//! TTLs: a new latch's keys expire after [`ABANDONED_TTL`] (each join, count
+//! down and waiter's look renews it), so an abandoned latch does not stay forever; once the count
 //! reaches zero Redisson's script deletes the count, and the hash is kept for
 //! [`DONE_TTL`] so a late waiter still reads "done".
 
@@ -33,8 +33,8 @@ pub(crate) use super::redisson::publish_verb;
 use super::redisson::{suffix_name, unexpected};
 use crate::time::ttl_millis;
 
-/// How long a latch that never completes keeps its keys after its last join or
-/// count down: a day.
+/// How long a latch that never completes keeps its keys after its last join,
+/// count down or waiter's look: a day.
 pub const ABANDONED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// How long a completed latch keeps its record, so that a late waiter reads
 /// "done" rather than a latch that never existed: ten minutes.
@@ -123,12 +123,18 @@ return v
     )
 });
 
-/// Reads the latch: KEYS[1] count, KEYS[2] record. Returns `{count or false,
-/// the record's fields and values}`.
+/// Reads the latch, and keeps an open one from expiring while someone waits
+/// on it: KEYS[1] count, KEYS[2] record; ARGV[1] the abandoned TTL (ms).
+/// Returns `{count or false, the record's fields and values}`.
 static LOOK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-return {redis.call('GET', KEYS[1]), redis.call('HGETALL', KEYS[2])}
+local count = redis.call('GET', KEYS[1])
+if count and redis.call('HEXISTS', KEYS[2], 'done') == 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+end
+return {count, redis.call('HGETALL', KEYS[2])}
 ",
     )
 });
@@ -190,9 +196,11 @@ pub(crate) fn count_down_cmd(key: &str, (lease, token): (&str, &str), sharded: b
     cmd
 }
 
-/// Reads the latch `key`.
+/// Reads the latch `key` (renewing an open one's expiry).
 pub(crate) fn look_cmd(key: &str) -> redis::Cmd {
-    call(&LOOK, key)
+    let mut cmd = call(&LOOK, key);
+    cmd.arg(ttl_millis(ABANDONED_TTL));
+    cmd
 }
 
 /// What `CREATE` found or made.

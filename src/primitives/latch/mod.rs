@@ -51,7 +51,9 @@ static NEXT_LEASE: AtomicU64 = AtomicU64::new(1);
 ///
 /// The keys of a latch that completes are gone ten minutes after
 /// ([`DONE_TTL`](crate::LATCH_DONE_TTL)), those of one that never does a day after
-/// its last join or count down ([`ABANDONED_TTL`](crate::LATCH_ABANDONED_TTL)).
+/// its last join, count down or waiter's look
+/// ([`ABANDONED_TTL`](crate::LATCH_ABANDONED_TTL)): participants running longer
+/// than a day with nobody waiting would find it gone (it then reads as zero).
 #[derive(Clone)]
 pub struct Latch {
     client: LockClient,
