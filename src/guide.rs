@@ -12,7 +12,7 @@
 //! | [`redisson`] | the clients it shares locks with; Redisson's reentrant lock, lease semaphore, read-write lock and fair lock |
 //! | [`redlock`] | a lock over a quorum of independent masters |
 //! | [`crash_recovery`] | a dead holder's locks free in seconds: liveness, the keeper's release, releases at exit |
-//! | [`fleets`] | a leader, once per period, several names at once, waiting until a name is free, releasing everything on shutdown, a lock across the steps of a job (tickets) |
+//! | [`fleets`] | a leader, once per period, several names at once, waiting until a name is free, releasing everything on shutdown, a lock across the steps of a job (tickets), a fan-in latch that fails when a worker dies |
 //! | [`deployments`] | Redis Cluster, TLS, Sentinel, replica confirmation (`WAIT`), Redis ACL users |
 //! | [`operations`] | who holds a lock, `redlease list`, metrics, the chaos soak |
 //! | [`errors`] | what an `Err` says, and what it means |

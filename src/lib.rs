@@ -59,6 +59,9 @@
 //!   [`LockGuard::ticket`] → [`Ticket`], for [`LockClient::release_ticket`] when the holder dies;
 //!   [`LockGuard::into_ticket`] → a printable [`Ticket`] that [`LockClient::adopt`] takes over
 //!   in a later step or another process.
+//!   [`LockClient::latch`] → [`Latch`] → [`Participant`], a fan-in (Redisson's count) whose
+//!   waiters get [`Error::ParticipantDied`] when a worker dies ([`DEFAULT_LATCH_LIVENESS`],
+//!   [`LATCH_DONE_TTL`], [`LATCH_ABANDONED_TTL`]).
 //! - Is the server safe for locks? [`LockClient::doctor`] → a [`Report`] of [`Finding`]s
 //!   ([`Severity`]; [`ServerReport`], [`Checkup`], [`ServerCheck`]; [operations](guide::operations)).
 //!
@@ -114,7 +117,7 @@ mod topology;
 mod threads;
 // LockClient, its acquire loop, LockGuard, options, builder, inspect, doctor
 mod client;
-// named primitives: fair, read-write, semaphore, election, partitions
+// named primitives: fair, read-write, semaphore, election, partitions, latch
 mod primitives;
 // the long-form docs: markdown chapters, no code
 pub mod guide;
@@ -142,11 +145,13 @@ pub use owner::{ClientTag, Owner, Session};
 pub use primitives::election::{Election, Leader, Leadership, OBSERVE_POLL, Observer};
 pub use primitives::fair::FairLock;
 pub use primitives::held::{PermitGuard, PermitsGuard, ReadGuard, WriteGuard};
+pub use primitives::latch::{DEFAULT_LATCH_LIVENESS, Latch, Participant};
 pub use primitives::partition::{
     GroupStatus, MAX_PARTITIONS, Member, MemberInfo, PartitionEvent, PartitionGroup, PartitionInfo,
 };
 pub use primitives::rwlock::ReadWriteLock;
 pub use primitives::semaphore::{Permits, Semaphore};
+pub use scheme::latch::{ABANDONED_TTL as LATCH_ABANDONED_TTL, DONE_TTL as LATCH_DONE_TTL};
 pub use scheme::{Clock, DEFAULT_LEGACY_GRACE, LegacyTimestamp, Release, Scheme, TimestampUnit};
 pub use threads::cancel::CancelToken;
 pub use time::{MAX_TTL, MIN_TTL};

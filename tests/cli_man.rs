@@ -102,7 +102,8 @@ fn each_subcommand_has_a_page_with_exit_status_and_environment() {
     // The main page lists every subcommand's page.
     for name in &subcommands {
         assert!(
-            all["redlease.1"].contains(&format!("redlease\\-{name}")),
+            // roff escapes every hyphen (`latch-wait`).
+            all["redlease.1"].contains(&format!("redlease\\-{}", name.replace('-', "\\-"))),
             "{name}"
         );
     }

@@ -20,9 +20,10 @@ const LAYERS: &[&[&str]] = &[
     // root leaves: clocks and TTL bounds, counters, the formats a key can hold,
     // what the doctor finds
     &["time", "metrics", "format", "finding"],
-    &["error"],
+    // an error names an owner (a latch participant gone: its session record);
+    // owner/ reads records and imports no other layer
+    &["error", "owner"],
     &["net"],
-    &["owner"],
     &["scheme"],
     // a held lease's shared state: it names the scheme that renews it
     &["lease"],

@@ -96,6 +96,21 @@ pub enum Error {
         /// The permits asked for.
         requested: u32,
     },
+    /// A participant of a latch joined and is gone without counting down: its
+    /// lease (renewed by its client while it lives) ran out or was given back
+    /// unused, so the count will not reach zero. Returned by
+    /// [`Latch::wait`](crate::Latch::wait) and its variants as soon as a wait
+    /// sees it, at most the participant liveness after the participant's last
+    /// sign of life.
+    #[error("a participant of latch `{key}` is gone without counting down")]
+    ParticipantDied {
+        /// The latch's key, with the client's prefix.
+        key: Box<str>,
+        /// Who the participant was: its client's session record while it is
+        /// there ([`Owner::Alive`](crate::Owner::Alive): host, pid, program),
+        /// else the client tag its lease named ([`Owner::Gone`](crate::Owner::Gone)).
+        who: Box<crate::owner::Owner>,
+    },
     /// The key (or a key beside it, such as a fair lock's queue) holds another
     /// format than the primitive asked for: a token lock's string where a
     /// semaphore was asked for, a reentrant lock's hash without `mode` where a

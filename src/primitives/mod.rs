@@ -17,13 +17,16 @@
 //! permits at once); `election/`
 //! [`Election`](crate::Election), its guard [`Leadership`](crate::Leadership),
 //! [`Leader`](crate::Leader) and [`Observer`](crate::Observer); `partition/`
-//! [`PartitionGroup`](crate::PartitionGroup) and its [`Member`](crate::Member).
+//! [`PartitionGroup`](crate::PartitionGroup) and its [`Member`](crate::Member);
+//! `latch/` the fan-in [`Latch`](crate::Latch) and its
+//! [`Participant`](crate::Participant).
 
 pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod family;
 pub(crate) mod handle;
 pub(crate) mod held;
+pub(crate) mod latch;
 pub(crate) mod partition;
 pub(crate) mod rwlock;
 pub(crate) mod semaphore;

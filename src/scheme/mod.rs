@@ -12,7 +12,8 @@
 //! (`RFairLock`; `scripts.rs`), `semaphore/` (`RPermitExpirableSemaphore`; `admin.rs`,
 //! `names.rs`), `election.rs` (leader election: a fenced token lock whose acquire
 //! records the term and announces the winner), `partition/` (partition groups: the
-//! group's keys and each member's round; `scripts.rs`). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
+//! group's keys and each member's round; `scripts.rs`), `latch.rs` (the fan-in latch:
+//! Redisson's `RCountDownLatch` count and the participants beside it). Shared by the formats: `keys.rs` a lock's Redis names, `request.rs`
 //! what an acquire asks for, `call.rs` script calls and replies, `bulk.rs` the renewal
 //! of many leases in one call, `replicas.rs` `WAIT` behind an acquire, `redisson.rs` Redisson's naming
 //! rules, owner ids, clock and publish verb. This folder is
@@ -33,6 +34,7 @@ mod call;
 mod election;
 mod fair;
 mod keys;
+pub(crate) mod latch;
 mod legacy;
 pub(crate) mod partition;
 /// Redisson's naming, owner ids (one per thread in all its formats), clock and

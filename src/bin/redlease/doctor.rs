@@ -13,6 +13,18 @@ use crate::args::DoctorArgs;
 use crate::exit::{Failure, UNSAFE};
 use crate::server::{Servers, server_name};
 
+/// `doctor --help`'s description.
+pub(crate) const DOCTOR_ABOUT: &str = "\
+Check that the servers are configured so that locks hold; exit 0, or 78 when a
+finding is critical.
+
+Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
+(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
+masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
+is checked), followed by the replicas it lists. A finding is critical (locks can be
+lost or wrongly granted as configured), warning (a risk under a named fault), info,
+or unknown (the user may not read it: never taken as fine).";
+
 /// Runs `doctor`: 0 when nothing is critical, [`UNSAFE`] when something is.
 pub(crate) fn doctor(args: &DoctorArgs) -> Result<u8, Failure> {
     let mut checkup = Checkup::new().key_prefix(args.server.prefix.as_str());
@@ -147,15 +159,3 @@ pub(crate) fn print_build_findings(client: &redlease::LockClient) {
         );
     }
 }
-
-/// `doctor --help`'s description.
-pub(crate) const DOCTOR_ABOUT: &str = "\
-Check that the servers are configured so that locks hold; exit 0, or 78 when a
-finding is critical.
-
-Reads, never writes: HELLO, INFO, CONFIG GET where the user may, a scripting probe
-(EVAL \"return 1\" 0), a pub/sub probe, TIME. Each --url is a server (several: the
-masters of a Redlock quorum; with --cluster, seeds of a cluster, whose every master
-is checked), followed by the replicas it lists. A finding is critical (locks can be
-lost or wrongly granted as configured), warning (a risk under a named fault), info,
-or unknown (the user may not read it: never taken as fine).";

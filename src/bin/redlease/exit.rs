@@ -32,6 +32,9 @@ pub(crate) const UNSAFE: u8 = 78;
 /// The lock was lost while the command ran, and the command was stopped. No
 /// sysexits code means this, so it takes the first number past their range.
 pub(crate) const LOST: u8 = 79;
+/// `latch-wait`: a participant of the latch is gone without counting down (it
+/// died, or its command failed). Past [`LOST`], the next number of our own.
+pub(crate) const DIED: u8 = 80;
 /// The command exists but could not be executed (as shells report it).
 pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command was not found (as shells report it).
@@ -74,6 +77,7 @@ impl Failure {
             Error::Redis(_) | Error::Permission { .. } | Error::NoQuorum { .. } => UNAVAILABLE,
             Error::Spawn(_) => OS_ERROR,
             Error::LockLost { .. } => LOST,
+            Error::ParticipantDied { .. } => DIED,
             _ => SOFTWARE,
         };
         if code == UNAVAILABLE {

@@ -51,11 +51,22 @@ pub(crate) const STATUSES: &[Status] = &[
         "the command's own exit status, when it led throughout",
     ),
     status(
+        "N",
+        For::Only(&["latch"]),
+        "the command's own exit status when it failed: the participant left without \
+         counting down",
+    ),
+    status(
         "128+N",
         For::Only(&["run", "elect"]),
         "the command was killed by signal N (130: SIGINT, 143: SIGTERM); also redlease's \
          own when signal N (SIGINT, SIGTERM) cancels the wait, or when the command \
          outlives that signal, forwarded, by --kill-grace",
+    ),
+    status(
+        "128+N",
+        For::Only(&["latch"]),
+        "the command was killed by signal N: the participant left without counting down",
     ),
     status("0", For::Only(&["inspect", "list", "release"]), "done"),
     status(
@@ -70,11 +81,27 @@ pub(crate) const STATUSES: &[Status] = &[
     status("0", For::Only(&["group"]), "the group was read"),
     status("0", For::Only(&["doctor"]), "no finding is critical"),
     status(
+        "0",
+        For::Only(&["latch"]),
+        "the command exited 0 and the participant counted down",
+    ),
+    status(
+        "0",
+        For::Only(&["latch-wait"]),
+        "the latch counted down to zero",
+    ),
+    status(
         "64",
         For::Every,
         "bad input: an unknown option, a malformed value (a duration, a scheme, a shell)",
     ),
-    status("64", For::Only(&["run", "elect"]), "no command"),
+    status("64", For::Only(&["run", "elect", "latch"]), "no command"),
+    status(
+        "64",
+        For::Only(&["latch", "latch-wait"]),
+        "--count 0, an empty NAME, a latch of another count; latch: the latch is full \
+         or done; latch-wait: no latch NAME without --count",
+    ),
     status(
         "64",
         For::Only(&["run"]),
@@ -117,6 +144,7 @@ pub(crate) const STATUSES: &[Status] = &[
     status("75", For::Only(&["wait"]), "still held at --timeout"),
     status("75", For::Only(&["acquire"]), "not acquired within --wait"),
     status("75", For::Only(&["leader"]), "nobody leads"),
+    status("75", For::Only(&["latch-wait"]), "not done at --wait"),
     status(
         "75",
         For::Only(&["group"]),
@@ -145,13 +173,23 @@ pub(crate) const STATUSES: &[Status] = &[
          holds it (left as it is)",
     ),
     status(
+        "79",
+        For::Only(&["latch"]),
+        "the participant's lease ran out before the count down (nothing was counted)",
+    ),
+    status(
+        "80",
+        For::Only(&["latch-wait"]),
+        "a participant is gone without counting down: it died, or its command failed",
+    ),
+    status(
         "126",
-        For::Only(&["run", "elect"]),
+        For::Only(&["run", "elect", "latch"]),
         "the command could not be executed",
     ),
     status(
         "127",
-        For::Only(&["run", "elect"]),
+        For::Only(&["run", "elect", "latch"]),
         "the command was not found",
     ),
 ];
@@ -221,7 +259,7 @@ pub(crate) fn help(name: Option<&str>, connects: bool) -> String {
 mod tests {
     use super::*;
     use crate::exit::{
-        CANNOT_EXECUTE, LOST, NOT_ACQUIRED, NOT_FOUND, OS_ERROR, SOFTWARE, UNAVAILABLE, USAGE,
+        CANNOT_EXECUTE, DIED, LOST, NOT_ACQUIRED, NOT_FOUND, OS_ERROR, SOFTWARE, UNAVAILABLE, USAGE,
     };
 
     #[test]
@@ -233,6 +271,7 @@ mod tests {
             OS_ERROR,
             NOT_ACQUIRED,
             LOST,
+            DIED,
             CANNOT_EXECUTE,
             NOT_FOUND,
         ];

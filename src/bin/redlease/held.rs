@@ -53,6 +53,11 @@ pub(crate) const COMMAND_ENV: &[(&str, &[&str], &str)] = &[
         "the term: strictly increasing per election over every leader; pass it with each \
          write so that a deposed leader's late write can be refused",
     ),
+    (
+        "REDLEASE_LATCH",
+        &["latch"],
+        "the latch's full key (PREFIX, then NAME)",
+    ),
 ];
 
 /// A held lock or permit.

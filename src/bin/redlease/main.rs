@@ -23,6 +23,7 @@
 //! - `inspect`, `list` and `release`, on `probe` (reading a key as an
 //!   administrator) and `owners` (who holds it, from session records);
 //! - `wait`, until a key is free (the library's `wait_free`);
+//! - `latch` and `latch-wait`: a fan-in latch's participant and its waiter;
 //! - `manual`: shell completions and the man pages, from the clap definition.
 //! - `partitions` (`run --partitions`: a member of a partition group running one
 //!   command per partition held) and `group` (a group's members and partitions).
@@ -45,6 +46,7 @@ mod held;
 mod inspect;
 #[cfg(target_os = "linux")]
 mod keeper;
+mod latch;
 mod leader;
 mod list;
 mod manual;
@@ -90,7 +92,8 @@ on Redis, runs a command while the lease is renewed in the background, releases
 the lock when the command exits and exits with its status; a lost lock stops the
 command. `elect` runs a command on one machine of a fleet at a time, `wait`
 waits until a lock is free; `acquire` holds a lock across the steps of a job
-and prints its ticket, for `extend --ticket` and `release --ticket`; `inspect`,
+and prints its ticket, for `extend --ticket` and `release --ticket`; `latch` and
+`latch-wait` fan N workers in (the waiter learns when one dies); `inspect`,
 `list`, `leader` and `release` show and repair what is in Redis. Every subcommand has its own --help (-h: a summary).";
 
 /// `run --help`'s description.
@@ -171,6 +174,15 @@ enum Cmd {
     /// Wait until nobody holds KEY, without taking it (a hint: someone may take it right after).
     #[command(long_about = wait::WAIT_ABOUT)]
     Wait(WaitArgs),
+    /// Join the latch NAME, run COMMAND, count down when it exits 0.
+    #[command(
+        long_about = latch::LATCH_ABOUT,
+        override_usage = "redlease latch [OPTIONS] --count N NAME -- COMMAND [ARGS]..."
+    )]
+    Latch(latch::LatchArgs),
+    /// Wait until the latch NAME reaches zero; exit 80 when a participant is gone without counting down.
+    #[command(long_about = latch::LATCH_WAIT_ABOUT)]
+    LatchWait(latch::LatchWaitArgs),
     /// Print the completion script for SHELL (see --help for where it goes).
     #[command(long_about = manual::COMPLETIONS_ABOUT)]
     Completions(CompletionsArgs),
@@ -225,6 +237,8 @@ fn main() -> ExitCode {
         Cmd::Extend(a) => Some(&a.server),
         Cmd::Release(a) => Some(&a.server),
         Cmd::Wait(a) => Some(&a.server),
+        Cmd::Latch(a) => Some(&a.server),
+        Cmd::LatchWait(a) => Some(&a.server),
         Cmd::Group(a) => Some(&a.server),
         Cmd::Doctor(a) => Some(&a.server),
         Cmd::Completions(_) => None,
@@ -240,6 +254,8 @@ fn main() -> ExitCode {
         Cmd::Extend(a) => extend::extend(a),
         Cmd::Release(a) => release::release(a),
         Cmd::Wait(a) => wait::wait(a),
+        Cmd::Latch(a) => latch::latch(a),
+        Cmd::LatchWait(a) => latch::latch_wait(a),
         Cmd::Completions(a) => manual::completions(a.shell, command()),
         Cmd::Group(a) => group::group(a),
         Cmd::Doctor(a) => doctor::doctor(a),

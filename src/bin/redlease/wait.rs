@@ -6,6 +6,14 @@ use std::time::Duration;
 use crate::args::WaitArgs;
 use crate::exit::{Failure, NOT_ACQUIRED};
 
+/// `wait --help`'s description.
+pub(crate) const WAIT_ABOUT: &str = "\
+Wait until nobody holds KEY, without taking it; exit 0 then, 75 at --timeout.
+
+Free means no key, a legacy timestamp that has passed, or a semaphore with a free
+permit; any lock format counts as held while it exists. The answer is stale at once:
+someone may take KEY right after. To act alone on KEY, use `redlease run`.";
+
 /// How long `wait` waits without `--timeout`: as long as it takes, in the
 /// longest wait one call can express (a century, renewed if it ever runs out).
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -29,11 +37,3 @@ pub(crate) fn wait(args: &WaitArgs) -> Result<u8, Failure> {
         }
     }
 }
-
-/// `wait --help`'s description.
-pub(crate) const WAIT_ABOUT: &str = "\
-Wait until nobody holds KEY, without taking it; exit 0 then, 75 at --timeout.
-
-Free means no key, a legacy timestamp that has passed, or a semaphore with a free
-permit; any lock format counts as held while it exists. The answer is stale at once:
-someone may take KEY right after. To act alone on KEY, use `redlease run`.";
