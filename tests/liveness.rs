@@ -36,12 +36,23 @@ const CHILD_ARGS: &str = "LIVENESS_CHILD_ARGS";
 /// A holder process: takes `count` locks `prefix0..` (the first one fenced),
 /// with liveness unless `live` is false; prints `fence <n>` then `ready`.
 fn holder(server: &RedisServer, prefix: &str, count: usize, live: bool) -> (Child, u64) {
+    holder_of(server, prefix, count, live, "token")
+}
+
+/// [`holder`] in `scheme` (`token` or `reentrant`).
+fn holder_of(
+    server: &RedisServer,
+    prefix: &str,
+    count: usize,
+    live: bool,
+    scheme: &str,
+) -> (Child, u64) {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args(["--exact", "child_holds_locks", "--ignored", "--nocapture"])
         .args(["--test-threads", "1"])
         .env(CHILD_URL, server.url())
-        .env(CHILD_ARGS, format!("{prefix} {count} {live}"))
+        .env(CHILD_ARGS, format!("{prefix} {count} {live} {scheme}"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -76,18 +87,26 @@ fn child_holds_locks() {
     let prefix = args.next().unwrap();
     let count: usize = args.next().unwrap().parse().unwrap();
     let live = args.next() == Some("true");
+    let scheme = match args.next() {
+        Some("reentrant") => Scheme::Reentrant,
+        _ => Scheme::Token,
+    };
     let mut builder = LockClient::builder(url.as_str()).ttl(TTL);
     if live {
         builder = builder.liveness(LIVENESS);
     }
     let client = builder.build().unwrap();
+    let opts = LockOptions::new().scheme(scheme);
     let fenced = client
-        .lock_with(&format!("{prefix}0"), &LockOptions::new().fencing(true))
+        .lock_with(&format!("{prefix}0"), &opts.clone().fencing(true))
         .unwrap()
         .unwrap();
     println!("fence {}", fenced.fence().unwrap());
     let guards: Vec<_> = (1..count)
-        .map(|i| client.lock(&format!("{prefix}{i}")).unwrap())
+        .map(|i| {
+            let name = format!("{prefix}{i}");
+            client.lock_with(&name, &opts).unwrap().unwrap()
+        })
         .collect();
     println!("ready");
     std::thread::sleep(Duration::from_secs(120));
@@ -133,9 +152,33 @@ fn a_killed_holders_locks_are_taken_within_its_liveness_fenced_or_not() {
 }
 
 #[test]
+fn a_killed_holders_redisson_format_locks_are_taken_within_its_liveness() {
+    let server = RedisServer::start();
+    let client = waiter(&server);
+    let (mut child, fence) = holder_of(&server, "re:", 2, true, "reentrant");
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let opts = LockOptions::new()
+        .scheme(Scheme::Reentrant)
+        .fencing(true)
+        .wait(Duration::from_secs(10));
+    let first = client.lock_with("re:0", &opts).unwrap().unwrap();
+    let other = client.lock_with("re:1", &opts).unwrap().unwrap();
+    let took = killed.elapsed();
+    assert!(took <= TAKEN_WITHIN, "taken {took:?} after the kill");
+    assert!(first.fence().unwrap() > fence, "fences keep rising");
+    assert!(first.is_held() && other.is_held());
+    assert_eq!(client.metrics().dead_holders_broken, 2);
+}
+
+#[test]
 fn a_holder_without_liveness_foreign_values_and_older_tokens_stay_bound_by_their_ttl() {
     let server = RedisServer::start();
     let (mut child, _) = holder(&server, "plain:", 1, false);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (mut child, _) = holder_of(&server, "plain-re:", 1, false, "reentrant");
     child.kill().unwrap();
     child.wait().unwrap();
     let mut conn = server.conn();
@@ -210,6 +253,13 @@ fn a_holder_without_liveness_foreign_values_and_older_tokens_stay_bound_by_their
                 });
             }
         });
+        // A Redisson-format waiter on the Redisson lock and on a reentrant lock
+        // of a holder without liveness.
+        let reentrant = LockOptions::new().scheme(Scheme::Reentrant).wait(wait);
+        for key in ["redisson", "plain-re:0"] {
+            let got = client.lock_with(key, &reentrant).unwrap();
+            assert!(got.is_none(), "{key} was taken");
+        }
         let legacy = LockClient::builder(server.url())
             .scheme(Scheme::LegacyTimestamp(LegacyTimestamp::new()))
             .build()

@@ -36,12 +36,14 @@ use redis::{RedisResult, Script, Value};
 use super::bulk::REENTRANT_BULK_EXTEND as BULK;
 use super::redisson::{owner, owner_count, prefix_name};
 use super::token::busy;
+use super::token::live::look_at;
 use super::{
-    Acquire, Announce, Backend, Freed, Keys, Request, fixed_extend_cmd, send_acquire, with_scripts,
+    Acquire, Announce, Backend, Freed, Keys, Request, Waiting, fixed_extend_cmd, send_acquire,
+    with_scripts,
 };
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
-use crate::owner::ClientId;
+use crate::owner::{ClientId, ClientTag};
 use crate::scheme::token::scripts::{EFFECTS, FENCE};
 use crate::time::ttl_millis;
 
@@ -57,7 +59,10 @@ const CHANNEL_PREFIX: &str = "redisson_lock__channel";
 /// `0` for none. Returns, as Redisson's does, nil for a first hold and the key's
 /// PTTL when another owner, or a value of another type, holds it (`HEXISTS` on
 /// another type is an error, which `pcall` returns as a table: not 1); `{fence}`
-/// for a hold that took a fence, and `{}` for one more hold. A first hold sets the TTL;
+/// for a hold that took a fence, and `{}` for one more hold; with ARGV[4] `1` (the
+/// caller will wait), `{pttl, field}` for a busy key whose one owner field names a
+/// client that declared liveness ([`LIVE_FIELD`]), for the look at its session
+/// ([`BREAK`]). A first hold sets the TTL;
 /// one more only lengthens it. The fence is the one every scheme takes
 /// ([`FENCE`]); a failed one (an ACL that denies a command of it) deletes the
 /// first hold again before the error is returned: a script is not rolled back.
@@ -65,7 +70,12 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"{EFFECTS}
 if redis.call('EXISTS', KEYS[1]) == 1 and redis.pcall('HEXISTS', KEYS[1], ARGV[2]) ~= 1 then
-  return redis.call('PTTL', KEYS[1])
+  local t = redis.call('PTTL', KEYS[1])
+  if ARGV[4] == '1' then
+    local f = redis.pcall('HKEYS', KEYS[1])
+    if type(f) == 'table' and #f == 1 and string.find(f[1], '{live}') then return {{t, f[1]}} end
+  end
+  return t
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 if count == 1 or redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
@@ -80,8 +90,50 @@ if type(fence) == 'table' then
   return fence
 end
 return {{fence}}
-"
+",
+        live = *LIVE_FIELD
     ))
+});
+
+/// A Lua pattern for the owner field of a client that declared liveness:
+/// `<uuid>:<thread>` whose UUID is of version 8 (see
+/// [`ClientTag::declares_liveness`](crate::ClientTag::declares_liveness)).
+/// Redisson's Java clients use version 4 UUIDs: their fields never match.
+static LIVE_FIELD: LazyLock<String> = LazyLock::new(|| {
+    let hex = |n: usize| "[0-9a-f]".repeat(n);
+    format!(
+        "^{}%-{}%-8{}%-{}%-{}:[0-9]+$",
+        hex(8),
+        hex(4),
+        hex(3),
+        hex(4),
+        hex(12)
+    )
+});
+
+/// Breaks the lock of a holder whose liveness session ended.
+///
+/// KEYS[1] lock key, KEYS[2] the holder's session record. ARGV[1] the holder's
+/// owner field as the acquire read it, ARGV[2] Redisson's unlock channel.
+/// Returns `{-2, 0}` the key is gone, `{-3, 0}` it holds another owner now (or
+/// several), `{-4, 0}` the record was gone: the key is deleted and Redisson's
+/// unlock message published (its waiters and ours wake), and `{pttl,
+/// session_pttl}` while the record lives (as the token's break answers).
+static BREAK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local f = redis.pcall('HKEYS', KEYS[1])
+if type(f) ~= 'table' or #f == 0 then return {-2, 0} end
+if #f ~= 1 or f[1] ~= ARGV[1] then return {-3, 0} end
+local s = redis.call('PTTL', KEYS[2])
+if s == -2 then
+  redis.call('DEL', KEYS[1])
+  redis.pcall('PUBLISH', ARGV[2], 0)
+  return {-4, 0}
+end
+return {redis.call('PTTL', KEYS[1]), s}
+",
+    )
 });
 
 /// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock
@@ -132,7 +184,8 @@ return 1
     ))
 });
 
-static SCRIPTS: [&LazyLock<Script>; 5] = [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND, &BULK];
+static SCRIPTS: [&LazyLock<Script>; 6] =
+    [&ACQUIRE, &RELEASE, &RELEASE_SHARDED, &EXTEND, &BULK, &BREAK];
 
 /// The reentrant scheme's commands, for one client.
 #[derive(Debug)]
@@ -140,6 +193,8 @@ pub(crate) struct ReentrantBackend {
     /// The client's id: the first half of every owner field it writes.
     client: String,
     fences: Fences,
+    /// Where to count the locks of dead liveness sessions its waiters broke.
+    broken: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ReentrantBackend {
@@ -148,6 +203,7 @@ impl ReentrantBackend {
         Self {
             client: id.hyphenated(),
             fences: Fences::default(),
+            broken: std::sync::Arc::clone(id.broken()),
         }
     }
 
@@ -188,10 +244,41 @@ impl Backend for ReentrantBackend {
             keys.lock.as_str().into(),
         ];
         args.extend(fence.as_deref().map(Arg::from));
-        args.extend::<[Arg<'_>; 3]>([ttl_millis(req.ttl).into(), value.into(), mode.into()]);
+        let wait = if req.wait == Waiting::No { "0" } else { "1" };
+        args.extend::<[Arg<'_>; 4]>([
+            ttl_millis(req.ttl).into(),
+            value.into(),
+            mode.into(),
+            wait.into(),
+        ]);
         let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
         let fence = match reply {
             Value::Int(pttl) => return Ok(busy(pttl)),
+            // A waiter is told a holder that declared liveness: a dead one's
+            // lock is broken (see `token::live`).
+            Value::Array(a) if a.len() == 2 && matches!(a[1], Value::BulkString(_)) => {
+                let (pttl, field): (i64, String) = redis::from_redis_value(Value::Array(a))?;
+                let tag = ClientTag::of_field(&field);
+                let look = tag.map(|tag| {
+                    look_at(
+                        conn,
+                        keys,
+                        tag,
+                        false,
+                        Some(&self.broken),
+                        &SCRIPTS,
+                        |c, session| {
+                            BREAK
+                                .key(&keys.lock)
+                                .key(session)
+                                .arg(&field)
+                                .arg(&keys.channel)
+                                .invoke(c)
+                        },
+                    )
+                });
+                return Ok(look.transpose()?.flatten().unwrap_or_else(|| busy(pttl)));
+            }
             Value::Nil => {
                 self.fences.first(&keys.lock, value, None);
                 None

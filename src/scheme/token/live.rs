@@ -65,9 +65,6 @@ pub(crate) fn look(
     mark: bool,
     broken: Option<&AtomicU64>,
 ) -> RedisResult<Option<Acquire>> {
-    if keys.slot_tag.is_some() || REFUSED.load(Ordering::Relaxed) {
-        return Ok(None);
-    }
     let Ok(holder) = std::str::from_utf8(holder) else {
         return Ok(None);
     };
@@ -75,9 +72,38 @@ pub(crate) fn look(
         return Ok(None);
     }
     let token = holder.strip_suffix('+').unwrap_or(holder);
-    let Some(tag) = ClientTag::of_token(token).filter(ClientTag::declares_liveness) else {
+    let Some(tag) = ClientTag::of_token(token) else {
         return Ok(None);
     };
+    look_at(conn, keys, tag, mark, broken, &SCRIPTS, |c, session| {
+        TOKEN_BREAK
+            .key(&keys.lock)
+            .key(session)
+            .arg(token)
+            .arg(if mark { "1" } else { "0" })
+            .invoke::<(i64, i64)>(c)
+    })
+}
+
+/// The look at the session of the client tagged `tag` that holds `keys`'s
+/// lock, for any scheme: `None` when the tag declared no liveness or the
+/// record cannot share the lock's node; the answer a session period's look
+/// found, while it lasts (unless the holder is to be marked); else `call`, a
+/// script of the scheme's (`scripts`, loaded after `NOSCRIPT`) that compares
+/// the holder, reads the record (the session key it is given) and deletes the
+/// holder's value when the record is gone, answering as [`TOKEN_BREAK`] does.
+pub(crate) fn look_at(
+    conn: &mut Conn,
+    keys: &Keys,
+    tag: ClientTag,
+    mark: bool,
+    broken: Option<&AtomicU64>,
+    scripts: &[&LazyLock<redis::Script>],
+    call: impl Fn(&mut redis::Connection, &str) -> RedisResult<(i64, i64)>,
+) -> RedisResult<Option<Acquire>> {
+    if keys.slot_tag.is_some() || REFUSED.load(Ordering::Relaxed) || !tag.declares_liveness() {
+        return Ok(None);
+    }
     let session = tag.session_key(&keys.lock[..keys.prefix]);
     // A holder to mark is looked at in any case: the script marks it.
     if let Some(left) = known_alive(&session).filter(|_| !mark) {
@@ -87,16 +113,7 @@ pub(crate) fn look(
         }));
     }
     let sent = Instant::now();
-    let reply = with_scripts(conn, &SCRIPTS, |c| {
-        c.run(|c| {
-            TOKEN_BREAK
-                .key(&keys.lock)
-                .key(&session)
-                .arg(token)
-                .arg(if mark { "1" } else { "0" })
-                .invoke::<(i64, i64)>(c)
-        })
-    });
+    let reply = with_scripts(conn, scripts, |c| c.run(|c| call(c, &session)));
     let (pttl, session_pttl) = match reply {
         Err(e) if e.code() == Some("NOPERM") => {
             log::warn!(
@@ -116,7 +133,7 @@ pub(crate) fn look(
         (-2 | -3, _) => now(),
         (-4, _) => {
             log::info!(
-                "`{}`: broke the lock of `{token}`, whose liveness session had ended",
+                "`{}`: broke the lock of client {tag}, whose liveness session had ended",
                 keys.lock
             );
             if let Some(count) = broken {
@@ -135,10 +152,10 @@ pub(crate) fn look(
             };
             // The record lives at least `s` from when the look was sent; look
             // again when it would end, unless the lock ends first.
-            let session = Duration::from_millis(s + 1);
-            alive_until(tag.session_key(&keys.lock[..keys.prefix]), sent + session);
+            let alive = Duration::from_millis(s + 1);
+            alive_until(session, sent + alive);
             Acquire::Busy {
-                remaining: Some(lock.map_or(session, |l| l.min(session))),
+                remaining: Some(lock.map_or(alive, |l| l.min(alive))),
                 announces: false,
             }
         }
