@@ -43,6 +43,9 @@ pub(crate) struct LatchArgs {
     /// How many participants count down (1 to 4294967295)
     #[arg(long, value_name = "N", value_parser = count)]
     pub(crate) count: u32,
+    /// The participant's liveness: its lease's TTL, renewed every third of it; waiters see it gone this long after this process dies [default: 5s]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub(crate) liveness: Option<Duration>,
     /// The latch's name (PREFIX is prepended)
     pub(crate) name: String,
     /// The command and its arguments, after `--`
@@ -68,7 +71,9 @@ pub(crate) struct LatchWaitArgs {
 /// Runs `latch`: joins, runs the command, counts down when it exits 0. Exits
 /// with the command's status, or 79 when the lease ran out before the count down.
 pub(crate) fn latch(args: &LatchArgs) -> Result<u8, Failure> {
-    let (client, server) = args.server.client(|b| b)?;
+    let (client, server) = args
+        .server
+        .client(|b| crate::server::with_liveness(b, args.liveness))?;
     let fail = |e: &Error| Failure::from_lib(e, &server);
     let latch = client.latch(&args.name, args.count).map_err(|e| fail(&e))?;
     let me = latch.join().map_err(|e| fail(&e))?;
