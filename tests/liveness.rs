@@ -310,14 +310,22 @@ fn a_holder_cut_off_for_twice_its_liveness_knows_it_lost_before_a_waiter_holds()
             .lock_with(&format!("cut{round}:0"), &wait)
             .unwrap()
             .unwrap();
-        let taken_after = cut.elapsed();
-        // Every lease was reported lost, and not held, before the waiter held.
+        let taken_at = Instant::now();
+        let taken_after = taken_at - cut;
+        // Every lease's validity (what `is_held` reads) had ended before the
+        // waiter held, and the loss is told: the renewal thread tells it at that
+        // end, which a loaded machine may delay by a stall.
         for (guard, lost) in held.iter().zip(&losses) {
-            let msg = lost
-                .try_recv()
-                .expect("the loss was told before the waiter held");
-            assert_eq!(msg.reason, LossReason::SessionEnded);
+            assert!(
+                guard.valid_until() < taken_at,
+                "held until {:?} after the waiter took it",
+                guard.valid_until() - taken_at
+            );
             assert!(!guard.is_held());
+            let msg = lost
+                .recv_timeout(Duration::from_secs(2))
+                .expect("the loss is told");
+            assert_eq!(msg.reason, LossReason::SessionEnded);
         }
         assert!(
             taken_after >= LIVENESS / 2 && taken_after <= TAKEN_WITHIN + LIVENESS,
