@@ -315,7 +315,13 @@ impl LockClientBuilder {
     /// per client per third of it instead of one per lock. A record that
     /// vanishes early (eviction, a `DEL` by hand, a write lost in a failover)
     /// exposes the locks as an evicted lock key would: keep the prefix's keys
-    /// out of eviction and see [`replicas`](Self::replicas). Fence what the
+    /// out of eviction. With [`replicas`](Self::replicas) on, each write of the
+    /// record counts only once that many replicas acknowledged it (`WAIT` in
+    /// the same pipeline), so a failover cannot end a session its client still
+    /// counts on; without it, the extends a failing master took in its last
+    /// moments are lost, and the new master can end the session first — the
+    /// risk of any unreplicated write, here at the liveness's scale, not the
+    /// TTL's. Fence what the
     /// lock protects ([`fencing`](Self::fencing)): a holder that learns of its
     /// loss late (a stop between two checks) is refused by the fence.
     ///

@@ -156,7 +156,8 @@ impl LockClient {
         ));
         let notifier = Notifier::spawn()?;
         let liveness = settings.liveness.map(|l| Arc::new(Liveness::new(l)));
-        let session = SessionWrite::new(&settings.key_prefix, &id, liveness.clone());
+        let session = SessionWrite::new(&settings.key_prefix, &id, liveness.clone())
+            .replicated(settings.replicas.map(|r| (r.count, r.timeout)));
         let renewer = Renewer::spawn(topology, counters, session)?;
         let waiters = if settings.pubsub {
             Some(Waiters::spawn(&hub)?)

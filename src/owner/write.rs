@@ -85,6 +85,10 @@ pub(crate) struct SessionWrite {
     written: AtomicU64,
     /// The record's fields, for a liveness session's writes.
     fields: Vec<(&'static str, String)>,
+    /// With replica confirmation on (`LockClientBuilder::replicas`): how many
+    /// replicas must acknowledge a liveness session's write, and how long to
+    /// wait, before it counts.
+    replicas: Option<(u32, Duration)>,
 }
 
 impl SessionWrite {
@@ -119,7 +123,16 @@ impl SessionWrite {
             live,
             written: AtomicU64::new(0),
             fields,
+            replicas: None,
         }
+    }
+
+    /// Counts a liveness session's write only once `count` replicas
+    /// acknowledged it within `timeout` (`WAIT`): a failover to a replica then
+    /// cannot end a session its client still counts on.
+    pub(crate) fn replicated(mut self, replicas: Option<(u32, Duration)>) -> Self {
+        self.replicas = replicas;
+        self
     }
 
     /// The liveness session, if the client keeps one.
@@ -162,25 +175,58 @@ impl SessionWrite {
         let epoch = live.epoch();
         let sent = Instant::now();
         if self.written.load(Ordering::SeqCst) != epoch {
-            let pipe = record_pipe(&self.key, &self.fields, live.ttl());
-            if let Err(e) = pipe.exec(con) {
-                let _ = redis::cmd("DEL").arg(&self.key).exec(con);
-                return Err(e);
-            }
+            let mut pipe = record_pipe(&self.key, &self.fields, live.ttl());
+            self.wait(&mut pipe);
+            let acked = match pipe.query::<Vec<redis::Value>>(con) {
+                Ok(replies) => self.acked(replies.last()),
+                Err(e) => {
+                    let _ = redis::cmd("DEL").arg(&self.key).exec(con);
+                    return Err(e);
+                }
+            };
             self.written.store(epoch, Ordering::SeqCst);
-            live.confirmed(epoch, sent);
+            if acked {
+                live.confirmed(epoch, sent);
+            }
             return Ok(());
         }
-        let extended: i64 = redis::cmd("PEXPIRE")
+        let mut pipe = redis::pipe();
+        pipe.cmd("PEXPIRE")
             .arg(&self.key)
-            .arg(live.ttl().as_millis().to_string())
-            .query(con)?;
-        if extended == 1 {
-            live.confirmed(epoch, sent);
-        } else {
-            live.found_gone(epoch);
+            .arg(live.ttl().as_millis().to_string());
+        self.wait(&mut pipe);
+        let replies: Vec<redis::Value> = pipe.query(con)?;
+        let extended = replies.first().map(redis::from_redis_value_ref::<i64>);
+        match extended {
+            Some(Ok(1)) if self.acked(replies.last()) => live.confirmed(epoch, sent),
+            // Extended, but not on enough replicas in time (or no reply to
+            // read): it does not count, and a session never confirmed again
+            // lapses.
+            Some(Ok(1)) | None => {}
+            Some(Ok(_)) => live.found_gone(epoch),
+            Some(Err(e)) => return Err(e.into()),
         }
         Ok(())
+    }
+
+    /// Appends the `WAIT` for the replicas a write must reach, if any.
+    fn wait(&self, pipe: &mut redis::Pipeline) {
+        if let Some((count, timeout)) = self.replicas {
+            pipe.cmd("WAIT")
+                .arg(count)
+                .arg(timeout.as_millis().to_string());
+        }
+    }
+
+    /// Whether `wait`'s reply (the pipeline's last) counts enough replicas;
+    /// always, without replica confirmation.
+    fn acked(&self, reply: Option<&redis::Value>) -> bool {
+        let Some((count, _)) = self.replicas else {
+            return true;
+        };
+        reply
+            .and_then(|r| redis::from_redis_value_ref::<i64>(r).ok())
+            .is_some_and(|n| u64::try_from(n).unwrap_or(0) >= u64::from(count))
     }
 
     /// Whether the client stopped: the next write is the record's delete.

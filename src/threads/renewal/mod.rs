@@ -136,7 +136,8 @@ impl Renewer {
             return Err(Error::config(
                 "liveness",
                 "the session record could not be written (the redis user needs HSET, \
-                 PEXPIRE and DEL on `<prefix>redlease:session:*`)",
+                 PEXPIRE and DEL on `<prefix>redlease:session:*`), or, with replica \
+                 confirmation, was not acknowledged by enough replicas",
             ));
         }
         let handle = thread::Builder::new()
