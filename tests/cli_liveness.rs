@@ -51,14 +51,43 @@ fn lose_the_machine(supervisor: &mut Child, dir: &Scratch) -> Instant {
         read_pid(&dir.file("keeper")),
         read_pid(&dir.file("cmd")),
     ];
+    for (what, pid) in ["supervisor", "keeper", "command"].iter().zip(all) {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = state
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
+        // Said, not asserted: the test is about what frees the lock, which
+        // must hold whatever state each process was in (one CI run once found
+        // a process of the run gone between the stop and the kill).
+        if !matches!(state, Some('S' | 'R' | 'D')) {
+            eprintln!("the {what} ({pid}) was not running before the kill: {state:?}");
+        }
+    }
+    // A process already gone (ESRCH) is what this is after: every one of them
+    // is signalled, whatever another's answer.
     for pid in all {
-        kill(pid, Signal::SIGSTOP).unwrap();
+        let _ = kill(pid, Signal::SIGSTOP);
     }
     let killed = Instant::now();
     for pid in all {
-        kill(pid, Signal::SIGKILL).unwrap();
+        let _ = kill(pid, Signal::SIGKILL);
     }
     let _ = supervisor.wait();
+    let gone = |pid: Pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || all.iter().all(|&p| gone(p))),
+        "a process of the killed run is still running"
+    );
     killed
 }
 
