@@ -274,14 +274,7 @@ impl LockClient {
     /// ```
     pub fn release_ticket(&self, ticket: &Ticket) -> Result<Release> {
         let hub = &self.inner.hub;
-        if hub.shutdown.is_cancelled() {
-            return Err(Error::Shutdown);
-        }
-        let scheme = match ticket.format {
-            LockFormat::Reentrant => Scheme::Reentrant,
-            _ => Scheme::Token,
-        };
-        let backend = scheme::backend(&scheme, &self.inner.id);
+        let backend = self.ticket_backend(ticket)?;
         let keys = Keys::new("", &ticket.key, &*backend)?;
         // Whoever waits for the key hears the release, marked value or not.
         let announce = Announce {
@@ -301,6 +294,21 @@ impl LockClient {
             bump(&hub.counters.released, 1);
         }
         Ok(freed.outcome)
+    }
+}
+
+impl LockClient {
+    /// The backend a ticket's lease is stored by: the reentrant scheme's or the
+    /// token's. [`Error::Shutdown`] once the client is closed.
+    fn ticket_backend(&self, ticket: &Ticket) -> Result<std::sync::Arc<dyn scheme::Backend>> {
+        if self.inner.hub.shutdown.is_cancelled() {
+            return Err(Error::Shutdown);
+        }
+        let scheme = match ticket.format {
+            LockFormat::Reentrant => Scheme::Reentrant,
+            _ => Scheme::Token,
+        };
+        Ok(scheme::backend(&scheme, &self.inner.id))
     }
 }
 
@@ -373,14 +381,7 @@ impl LockClient {
     pub fn extend_ticket(&self, ticket: &Ticket, ttl: Duration) -> Result<()> {
         check_ttl("ttl", ttl)?;
         let hub = &self.inner.hub;
-        if hub.shutdown.is_cancelled() {
-            return Err(Error::Shutdown);
-        }
-        let scheme = match ticket.format {
-            LockFormat::Reentrant => Scheme::Reentrant,
-            _ => Scheme::Token,
-        };
-        let backend = scheme::backend(&scheme, &self.inner.id);
+        let backend = self.ticket_backend(ticket)?;
         let (_, _, outcome) = hub
             .topology
             .extend(&*backend, &ticket.key, &ticket.value, &[], ttl);
