@@ -35,7 +35,7 @@ impl LockClient {
     pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
         let handle = Handle::new(self, name, LockFormat::Fair)?;
         Ok(FairLock {
-            backend: Arc::new(FairBackend::new(&handle.client_id())),
+            backend: Arc::new(FairBackend::new(&handle.client_id(), handle.broken())),
             handle,
         })
     }

@@ -67,6 +67,12 @@ impl Handle {
         self.client.inner.id.hyphenated()
     }
 
+    /// Where the client counts the holds of dead liveness sessions its
+    /// waiters broke.
+    pub(crate) fn broken(&self) -> &std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.client.inner.id.broken()
+    }
+
     /// One acquire of the name through `backend`, waiting as `wait` says.
     /// Errors come back as the client's loop returns them: see
     /// [`explain`](Self::explain).

@@ -39,8 +39,8 @@ impl LockClient {
         let handle = Handle::new(self, name, LockFormat::ReadWrite)?;
         let client_id = handle.client_id();
         Ok(ReadWriteLock {
-            read: Arc::new(RwBackend::new(&client_id, false)),
-            write: Arc::new(RwBackend::new(&client_id, true)),
+            read: Arc::new(RwBackend::new(&client_id, false, handle.broken())),
+            write: Arc::new(RwBackend::new(&client_id, true, handle.broken())),
             handle,
         })
     }

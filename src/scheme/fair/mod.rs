@@ -34,13 +34,15 @@
 //! `scripts.rs` its Lua scripts. The handle, [`FairLock`](crate::FairLock), is
 //! `primitives/fair.rs`.
 
-use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
 use super::redisson::{now_millis, owner, prefix_name, publish_cmd, unexpected};
 use super::reentrant::EXTEND;
+use super::token::live::look_at;
 
 mod scripts;
 
@@ -48,8 +50,9 @@ use super::{Acquire, Announce, Backend, Freed, Keys, Request, Waiting, fixed_ext
 use super::{send_acquire, with_scripts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
+use crate::owner::ClientTag;
 use crate::time::ttl_millis;
-use scripts::{ACQUIRE, LEAVE, RELEASE};
+use scripts::{ACQUIRE, BREAK, LEAVE, RELEASE};
 
 /// How long a redlease waiter's queue entry outlives its last attempt: a
 /// waiter that died delays the queue by this much at most after the release
@@ -66,20 +69,25 @@ pub(crate) const POLL: Duration = Duration::from_secs(1);
 pub(crate) const REDISSON_WAIT: Duration = Duration::from_secs(300);
 
 /// Every script the fair lock calls, to load after `NOSCRIPT`.
-pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE];
+pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 5] =
+    [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE, &BREAK];
 
 /// The fair lock's commands, for one client.
 #[derive(Debug)]
 pub(crate) struct FairBackend {
     /// The client's UUID: the first part of every owner it writes.
     client: String,
+    /// Where to count the locks of dead liveness sessions its waiters broke.
+    broken: Arc<AtomicU64>,
 }
 
 impl FairBackend {
-    /// The fair lock of client `client` (a UUID).
-    pub(crate) fn new(client: &str) -> Self {
+    /// The fair lock of client `client` (a UUID), counting the locks its
+    /// waiters break in `broken`.
+    pub(crate) fn new(client: &str, broken: &Arc<AtomicU64>) -> Self {
         Self {
             client: client.to_owned(),
+            broken: Arc::clone(broken),
         }
     }
 
@@ -105,6 +113,24 @@ pub(crate) fn leave_cmd(name: &str, client: &str) -> redis::Cmd {
         .arg(owner)
         .arg(base);
     cmd
+}
+
+/// A busy reply's wait: until the holder's `pttl` ends (or, when a look at the
+/// holder's session answered, `looked`), and at most a [`POLL`], whose next
+/// attempt refreshes this waiter's entry.
+fn polled(pttl: i64, looked: Option<Option<Duration>>) -> Acquire {
+    let wait = match looked {
+        Some(Some(w)) => w,
+        Some(None) => POLL,
+        None => match u64::try_from(pttl) {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => POLL / 4,
+        },
+    };
+    Acquire::Busy {
+        remaining: Some(wait.min(POLL)),
+        announces: false,
+    }
 }
 
 /// The queue, timeout set and channel base of the fair lock `name`.
@@ -157,14 +183,40 @@ impl Backend for FairBackend {
         let (reply, acked) = send_acquire(conn, &FAIR_SCRIPTS, &args, req.replicas)?;
         match reply {
             Value::Nil => Ok(Acquire::Acquired { fence: None, acked }),
-            // The next attempt comes within a poll: it refreshes this waiter's entry.
-            Value::Int(pttl) => Ok(Acquire::Busy {
-                remaining: Some(match u64::try_from(pttl) {
-                    Ok(ms) if ms > 0 => Duration::from_millis(ms).min(POLL),
-                    _ => POLL / 4,
-                }),
-                announces: false,
-            }),
+            Value::Int(pttl) => Ok(polled(pttl, None)),
+            // A waiter is told a holder that declared liveness: a dead one's
+            // lock is broken (see `token::live`), and the queue's head woken.
+            Value::Array(a) if a.len() == 2 && matches!(a[1], Value::BulkString(_)) => {
+                let (pttl, field): (i64, String) = redis::from_redis_value(Value::Array(a))?;
+                let publish = publish_cmd(conn);
+                let look = ClientTag::of_field(&field).map(|tag| {
+                    look_at(
+                        conn,
+                        keys,
+                        tag,
+                        false,
+                        Some(&self.broken),
+                        &FAIR_SCRIPTS,
+                        |c, session| {
+                            BREAK
+                                .key(&keys.lock)
+                                .key(&queue)
+                                .key(&timeouts)
+                                .key(&alive)
+                                .key(session)
+                                .arg(&field)
+                                .arg(&base)
+                                .arg(publish)
+                                .arg(now_millis())
+                                .invoke(c)
+                        },
+                    )
+                });
+                Ok(match look.transpose()?.flatten() {
+                    Some(Acquire::Busy { remaining, .. }) => polled(pttl, Some(remaining)),
+                    _ => polled(pttl, None),
+                })
+            }
             other => Err(unexpected("fair lock acquire", &other)),
         }
     }
@@ -253,7 +305,7 @@ mod tests {
             prefix_name("redisson_lock_queue", "a{b}"),
             "redisson_lock_queue:a{b}"
         );
-        let b = FairBackend::new("c0ffee");
+        let b = FairBackend::new("c0ffee", &Arc::default());
         let own = b.channel("job");
         assert!(own.starts_with("redisson_lock__channel:{job}:c0ffee:"));
         assert!(QUEUE_DEADLINE + POLL < Duration::from_secs(6));

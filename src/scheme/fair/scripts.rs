@@ -5,6 +5,8 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use crate::scheme::token::live::LIVE_FIELD;
+
 /// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3], KEYS[4];
 /// ARGV[4] now), but never `me`, the live caller. A redlease entry (one in
 /// KEYS[4]) is dead when its own deadline there has passed, whatever its score
@@ -38,7 +40,9 @@ end
 /// ARGV[6] the publish command, ARGV[7] the channel base (an argument, not a
 /// key: an ACL user needs no key rule for it), ARGV[8] Redisson's thread wait
 /// ms. Nil when acquired, else the lock's PTTL (-2: free, another waiter's
-/// turn).
+/// turn); for a caller that queued, `{pttl, field}` when the lock's one owner
+/// field names a client that declared liveness ([`LIVE_FIELD`]), for the look
+/// at its session ([`BREAK`]).
 ///
 /// A queued caller's score in KEYS[3] is its own deadline plus one Redisson
 /// thread wait per Redisson entry ahead of it: each of those takes that much
@@ -46,10 +50,11 @@ end
 /// it reaches the head (and a Redisson waiter queued behind it is chained as
 /// behind one of its own).
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "local me = ARGV[2]\n",
-        drop_dead!(),
-        r"
+    Script::new(
+        &concat!(
+            "local me = ARGV[2]\n",
+            drop_dead!(),
+            r"
 local head = redis.call('LINDEX', KEYS[2], 0)
 if redis.call('EXISTS', KEYS[1]) == 0 and (head == false or head == ARGV[2]) then
   if head ~= false then redis.call('LPOP', KEYS[2]) end
@@ -86,10 +91,16 @@ if ARGV[5] == '1' then
   end
   redis.call('ZADD', KEYS[4], deadline, ARGV[2])
   redis.call('PEXPIRE', KEYS[4], ARGV[3])
+  if pttl ~= -2 then
+    local f = redis.pcall('HKEYS', KEYS[1])
+    if type(f) == 'table' and #f == 1 and string.find(f[1], '{live}') then return {pttl, f[1]} end
+  end
 end
 return pttl
 ",
-    ))
+        )
+        .replace("{live}", &LIVE_FIELD),
+    )
 });
 
 /// Fair release (Redisson's `unlockInnerAsync`). KEYS as [`ACQUIRE`]'s; ARGV[1]
@@ -138,4 +149,34 @@ end
 return 1
 ",
     )
+});
+
+/// Breaks the lock of a holder whose liveness session ended, as Redisson's
+/// fair unlock would release it: the next in the queue is woken.
+///
+/// KEYS as [`ACQUIRE`]'s, and KEYS[5] the holder's session record. ARGV[1] the
+/// holder's owner field as the acquire read it, ARGV[2] the channel base,
+/// ARGV[3] the publish command, ARGV[4] now (unix ms). Returns `{-2, 0}` the
+/// lock is gone, `{-3, 0}` it holds another owner now (or several), `{pttl,
+/// session_pttl}` while the record lives, and `{-4, 0}` when it was gone: the
+/// dead entries at the queue's head are dropped (as the release drops them),
+/// the lock deleted and `0` published on the head's channel.
+pub(super) static BREAK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        r"
+local f = redis.pcall('HKEYS', KEYS[1])
+if type(f) ~= 'table' or #f == 0 then return {-2, 0} end
+if #f ~= 1 or f[1] ~= ARGV[1] then return {-3, 0} end
+local s = redis.call('PTTL', KEYS[5])
+if s ~= -2 then return {redis.call('PTTL', KEYS[1]), s} end
+local me = false
+",
+        drop_dead!(),
+        r"
+redis.call('DEL', KEYS[1])
+local head = redis.call('LINDEX', KEYS[2], 0)
+if head ~= false then redis.pcall(ARGV[3], ARGV[2] .. ':' .. head, 0) end
+return {-4, 0}
+",
+    ))
 });

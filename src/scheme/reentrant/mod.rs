@@ -36,7 +36,7 @@ use redis::{RedisResult, Script, Value};
 use super::bulk::REENTRANT_BULK_EXTEND as BULK;
 use super::redisson::{owner, owner_count, prefix_name};
 use super::token::busy;
-use super::token::live::look_at;
+use super::token::live::{LIVE_FIELD, look_at};
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, Waiting, fixed_extend_cmd, send_acquire,
     with_scripts,
@@ -93,22 +93,6 @@ return {{fence}}
 ",
         live = *LIVE_FIELD
     ))
-});
-
-/// A Lua pattern for the owner field of a client that declared liveness:
-/// `<uuid>:<thread>` whose UUID is of version 8 (see
-/// [`ClientTag::declares_liveness`](crate::ClientTag::declares_liveness)).
-/// Redisson's Java clients use version 4 UUIDs: their fields never match.
-static LIVE_FIELD: LazyLock<String> = LazyLock::new(|| {
-    let hex = |n: usize| "[0-9a-f]".repeat(n);
-    format!(
-        "^{}%-{}%-8{}%-{}%-{}:[0-9]+$",
-        hex(8),
-        hex(4),
-        hex(3),
-        hex(4),
-        hex(12)
-    )
 });
 
 /// Breaks the lock of a holder whose liveness session ended.

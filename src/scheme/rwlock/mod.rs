@@ -37,7 +37,8 @@
 //! `scripts.rs` its Lua scripts. The handle, [`ReadWriteLock`](crate::ReadWriteLock),
 //! is `primitives/rwlock.rs`.
 
-use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
@@ -51,6 +52,7 @@ use crate::net::connection::Conn;
 use crate::net::resp::Arg;
 use crate::time::ttl_millis;
 
+mod live;
 mod scripts;
 
 pub(crate) use scripts::INSPECT as RW_INSPECT;
@@ -81,7 +83,7 @@ pub(crate) const TURN: Duration = Duration::from_millis(250);
 /// The detail of the error a reader of a thread gets when it asks to write.
 pub(crate) const UPGRADE: &str = "a reader of this thread asked to write";
 
-pub(crate) static RW_SCRIPTS: [&LazyLock<Script>; 7] = [
+pub(crate) static RW_SCRIPTS: [&LazyLock<Script>; 8] = [
     &READ_ACQUIRE,
     &READ_RELEASE,
     &READ_EXTEND,
@@ -89,6 +91,7 @@ pub(crate) static RW_SCRIPTS: [&LazyLock<Script>; 7] = [
     &WRITE_RELEASE,
     &WRITE_EXTEND,
     &scripts::INSPECT,
+    &live::BREAK,
 ];
 
 /// One side of the read-write lock, for one client.
@@ -98,14 +101,18 @@ pub(crate) struct RwBackend {
     client: String,
     /// Whether this side writes.
     write: bool,
+    /// Where to count the holds of dead liveness sessions its waiters broke.
+    broken: Arc<AtomicU64>,
 }
 
 impl RwBackend {
-    /// The read side (`write` false) or write side of client `client` (a UUID).
-    pub(crate) fn new(client: &str, write: bool) -> Self {
+    /// The read side (`write` false) or write side of client `client` (a UUID),
+    /// counting the holds its waiters break in `broken`.
+    pub(crate) fn new(client: &str, write: bool, broken: &Arc<AtomicU64>) -> Self {
         Self {
             client: client.to_owned(),
             write,
+            broken: Arc::clone(broken),
         }
     }
 
@@ -137,9 +144,9 @@ impl Backend for RwBackend {
         let name = keys.lock.as_str();
         let mark = write_wait(name);
         let ttl = ttl_millis(req.ttl);
+        let waits = if req.wait == Waiting::No { "0" } else { "1" };
         let (reply, acked) = if self.write {
             let reader = value.strip_suffix(":write").unwrap_or(value);
-            let waits = if req.wait == Waiting::No { "0" } else { "1" };
             let args = [
                 Arg::from("EVALSHA"),
                 WRITE_ACQUIRE.get_hash().into(),
@@ -170,12 +177,19 @@ impl Backend for RwBackend {
                 write_field.as_str().into(),
                 ttl_millis(req.began.elapsed()).into(),
                 ttl_millis(TURN).into(),
+                waits.into(),
             ];
             send_acquire(conn, &RW_SCRIPTS, &args, req.replicas)?
         };
         match reply {
             Value::Nil => Ok(Acquire::Acquired { fence: None, acked }),
             Value::Int(pttl) => Ok(busy(pttl)),
+            // A waiter is told the holders that declared liveness: a dead
+            // one's holds are broken (see `live`).
+            Value::Array(_) => {
+                let looked = live::look(conn, keys, &reply, &self.broken)?;
+                looked.ok_or_else(|| unexpected("read-write lock acquire", &reply))
+            }
             Value::SimpleString(s) if s == "upgrade" => Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "refused",
@@ -312,8 +326,9 @@ mod tests {
 
     #[test]
     fn fields_are_the_client_and_thread_and_writers_end_in_write() {
-        let r = RwBackend::new("c0ffee", false);
-        let w = RwBackend::new("c0ffee", true);
+        let broken = Arc::default();
+        let r = RwBackend::new("c0ffee", false, &broken);
+        let w = RwBackend::new("c0ffee", true, &broken);
         let here = r.reader();
         assert!(here.starts_with("c0ffee:"));
         assert_eq!(here, w.reader(), "one number per thread");

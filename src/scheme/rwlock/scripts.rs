@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+use super::live::holders_tail;
 use crate::scheme::redisson::owner_count;
 
 /// The start of the acquire scripts: `mode` read, and a hash without one (a
@@ -42,7 +43,7 @@ macro_rules! honours {
 /// the name's timeout prefix (`{name}`). ARGV[1] TTL in ms, ARGV[2] the reader
 /// field `<uuid>:<thread>`, ARGV[3] the same thread's write field, ARGV[4] how
 /// long in ms the caller has waited so far, ARGV[5] the readers' turn in ms
-/// (above 0). Returns nil when held (one more hold: a timeout key `<prefix>:<n>`
+/// (above 0), ARGV[6] `1` when the caller waits. Returns nil when held (one more hold: a timeout key `<prefix>:<n>`
 /// with the TTL and the value `redlease`, the name's TTL only lengthened), else
 /// the PTTL that bounds the wait: the name's, or, while a writer waits and this
 /// thread holds no read yet (a thread already reading reads again, or it would
@@ -54,14 +55,16 @@ macro_rules! honours {
 /// server's `TIME` less ARGV[4]) before the latest one opened reads, and one
 /// that began after waits for the next (the reply: the shorter of the mark's
 /// PTTL and the time to it). A dead reader's hold (its timeout keys run out)
-/// does not count: it ends with the next release.
+/// does not count: it ends with the next release. A name a writer holds
+/// answers a caller that waits as [`holders_tail`] says.
 pub(crate) static READ_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        // `TIME` before a write: a server older than 5.0 must be asked to
-        // replicate the script's effects (later ones always do).
-        "if redis.replicate_commands then redis.replicate_commands() end\n",
-        mode_or_refuse!(),
-        r"
+    Script::new(
+        &(concat!(
+            // `TIME` before a write: a server older than 5.0 must be asked to
+            // replicate the script's effects (later ones always do).
+            "if redis.replicate_commands then redis.replicate_commands() end\n",
+            mode_or_refuse!(),
+            r"
 local function ignored()
   local flat = redis.call('HGETALL', KEYS[1])
   for i = 1, #flat, 2 do
@@ -70,8 +73,8 @@ local function ignored()
       for j = n, 1, -1 do
         local v = redis.pcall('GET', KEYS[4] .. ':' .. flat[i] .. ':rwlock_timeout:' .. j)
         if type(v) == 'string' and v ~= ",
-        honours!(),
-        r" then return true end
+            honours!(),
+            r" then return true end
       end
     end
   end
@@ -92,24 +95,26 @@ end
 if mode == false then
   redis.call('HSET', KEYS[1], 'mode', 'read', ARGV[2], 1)
   redis.call('SET', KEYS[2] .. ':1', ",
-        honours!(),
-        r", 'PX', ARGV[1])
+            honours!(),
+            r", 'PX', ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
   return nil
 end
 if mode == 'read' or (mode == 'write' and redis.call('HEXISTS', KEYS[1], ARGV[3]) == 1) then
   local n = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   redis.call('SET', KEYS[2] .. ':' .. n, ",
-        honours!(),
-        r", 'PX', ARGV[1])
+            honours!(),
+            r", 'PX', ARGV[1])
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[1])
   end
   return nil
 end
-return redis.call('PTTL', KEYS[1])
 ",
-    ))
+        )
+        .to_owned()
+            + &holders_tail("ARGV[6]")),
+    )
 });
 
 /// Read release: Redisson's read `unlockInnerAsync` without its unlock latch.
@@ -190,12 +195,14 @@ return 1
 /// lengthens the TTL), `upgrade` when this thread holds a read, else the name's
 /// PTTL, after setting the mark for a caller that waits: its value the server
 /// time in ms the first writer of this wait began (kept while the mark lasts:
-/// the readers' turns count from it), its TTL ARGV[5].
+/// the readers' turns count from it), its TTL ARGV[5]. A name held by others
+/// answers a caller that waits as [`holders_tail`] says.
 pub(crate) static WRITE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        "if redis.replicate_commands then redis.replicate_commands() end\n",
-        mode_or_refuse!(),
-        r"
+    Script::new(
+        &(concat!(
+            "if redis.replicate_commands then redis.replicate_commands() end\n",
+            mode_or_refuse!(),
+            r"
 if mode == false then
   redis.call('HSET', KEYS[1], 'mode', 'write', ARGV[2], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
@@ -218,9 +225,11 @@ if ARGV[4] == '1' then
   if t then start = string.format('%d', t[1] * 1000 + math.floor(t[2] / 1000)) end
   redis.call('SET', KEYS[2], start, 'PX', ARGV[5])
 end
-return redis.call('PTTL', KEYS[1])
 ",
-    ))
+        )
+        .to_owned()
+            + &holders_tail("ARGV[4]")),
+    )
 });
 
 /// Write release: Redisson's write `unlockInnerAsync` without its unlock latch.

@@ -53,6 +53,22 @@ fn alive_until(key: String, until: Instant) {
     alive.insert(key, until);
 }
 
+/// A Lua pattern for the owner field of a client that declared liveness:
+/// `<uuid>:<thread>` whose UUID is of version 8 (see
+/// [`ClientTag::declares_liveness`](crate::ClientTag::declares_liveness)).
+/// Redisson's Java clients use version 4 UUIDs: their fields never match.
+pub(crate) static LIVE_FIELD: LazyLock<String> = LazyLock::new(|| {
+    let hex = |n: usize| "[0-9a-f]".repeat(n);
+    format!(
+        "^{}%-{}%-8{}%-{}%-{}:[0-9]+$",
+        hex(8),
+        hex(4),
+        hex(3),
+        hex(4),
+        hex(12)
+    )
+});
+
 /// After a busy attempt that named `holder`: when `holder` is the token of a
 /// client that declared liveness, and its session record shares the lock's
 /// node, the break script's answer as a busy reply. `None` for any other
