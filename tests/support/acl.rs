@@ -32,7 +32,7 @@ pub const CLUSTER_RULE: &str =
 
 /// What a fair lock user needs beside [`LOCK_RULE`].
 pub const FAIR_RULE: &str = "~redisson_lock_queue:{lock:* ~redisson_lock_timeout:{lock:* \
-    &redisson_lock__channel:{lock:* +exists +hset +hget +hexists +hincrby +lindex \
+    &redisson_lock__channel:{lock:* +exists +hset +hget +hexists +hincrby +hkeys +lindex \
     +lpop +rpush +lrem +llen +zadd +zscore +zrem +type";
 
 /// What a read-write lock user needs beside [`LOCK_RULE`].
