@@ -1,8 +1,8 @@
 //! Liveness beyond the token lock: a waiter on a read-write lock or a fair lock
 //! breaks the holds of a holder whose liveness session ended (a separate
-//! process, SIGKILLed), within about one liveness although the lock keys' TTL
-//! is 30 s; a holder without liveness, Redisson's holders and a live holder are
-//! never broken; of two readers only the dead one's hold goes.
+//! process, killed with `SIGKILL`), within about one liveness although the lock
+//! keys' TTL is 30 s; a holder without liveness, Redisson's holders and a live
+//! holder are never broken; of two readers only the dead one's hold goes.
 //!
 //! The holders are separate processes: this test binary run again as
 //! `child_holds` (ignored when run by itself), which takes its holds, prints

@@ -115,21 +115,21 @@ pub(crate) fn leave_cmd(name: &str, client: &str) -> redis::Cmd {
     cmd
 }
 
-/// A busy reply's wait: until the holder's `pttl` ends (or, when a look at the
-/// holder's session answered, `looked`), and at most a [`POLL`], whose next
-/// attempt refreshes this waiter's entry.
-fn polled(pttl: i64, looked: Option<Option<Duration>>) -> Acquire {
-    let wait = match looked {
-        Some(Some(w)) => w,
-        Some(None) => POLL,
-        None => match u64::try_from(pttl) {
-            Ok(ms) if ms > 0 => Duration::from_millis(ms),
-            _ => POLL / 4,
-        },
-    };
+/// A busy reply's wait: `wait` (until the holder's lock or session would
+/// end), at most a [`POLL`], whose next attempt refreshes this waiter's entry.
+fn polled(wait: Duration) -> Acquire {
     Acquire::Busy {
         remaining: Some(wait.min(POLL)),
         announces: false,
+    }
+}
+
+/// The wait a busy reply's `pttl` allows: the holder's PTTL, or a quarter of a
+/// [`POLL`] when the lock has no TTL or is free (another waiter's turn).
+fn held_for(pttl: i64) -> Duration {
+    match u64::try_from(pttl) {
+        Ok(ms) if ms > 0 => Duration::from_millis(ms),
+        _ => POLL / 4,
     }
 }
 
@@ -183,7 +183,7 @@ impl Backend for FairBackend {
         let (reply, acked) = send_acquire(conn, &FAIR_SCRIPTS, &args, req.replicas)?;
         match reply {
             Value::Nil => Ok(Acquire::Acquired { fence: None, acked }),
-            Value::Int(pttl) => Ok(polled(pttl, None)),
+            Value::Int(pttl) => Ok(polled(held_for(pttl))),
             // A waiter is told a holder that declared liveness: a dead one's
             // lock is broken (see `token::live`), and the queue's head woken.
             Value::Array(a) if a.len() == 2 && matches!(a[1], Value::BulkString(_)) => {
@@ -212,10 +212,10 @@ impl Backend for FairBackend {
                         },
                     )
                 });
-                Ok(match look.transpose()?.flatten() {
-                    Some(Acquire::Busy { remaining, .. }) => polled(pttl, Some(remaining)),
-                    _ => polled(pttl, None),
-                })
+                Ok(polled(match look.transpose()?.flatten() {
+                    Some(Acquire::Busy { remaining, .. }) => remaining.unwrap_or(POLL),
+                    _ => held_for(pttl),
+                }))
             }
             other => Err(unexpected("fair lock acquire", &other)),
         }
