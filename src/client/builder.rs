@@ -325,10 +325,11 @@ impl LockClientBuilder {
     /// lock protects ([`fencing`](Self::fencing)): a holder that learns of its
     /// loss late (a stop between two checks) is refused by the fence.
     ///
-    /// Waiters break token locks (fenced or not), elections and Redisson-format
-    /// reentrant locks on one server or a Sentinel's master (not read-write or
-    /// fair locks, permits or partitions: see the guide's crash recovery
-    /// chapter); in a Redis Cluster the lock key and the session record sit on
+    /// Waiters break token locks (fenced or not), elections, Redisson-format
+    /// reentrant locks, read-write locks (a dead writer, or each dead reader
+    /// beside live ones) and fair locks (the queue's next is woken) on one
+    /// server or a Sentinel's master (not permits or partitions: see the
+    /// guide's crash recovery chapter); in a Redis Cluster the lock key and the session record sit on
     /// different nodes, and the lock stays TTL-bound there. A Redlock quorum
     /// keeps no session on each node: [`build`](Self::build) refuses liveness
     /// with it.

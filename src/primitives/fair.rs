@@ -51,7 +51,9 @@ impl LockClient {
 /// extends its entry, scored as Redisson's arithmetic expects; an entry not
 /// extended for 4 s is dropped by the next attempt of any redlease waiter,
 /// which wakes the new head. Its calls return the [`LockGuard`] of any lock
-/// (without a [`fence`](LockGuard::fence)).
+/// (without a [`fence`](LockGuard::fence)). A waiter breaks the lock of a
+/// holder whose [liveness](crate::LockClientBuilder::liveness) session ended,
+/// and the queue's head is woken, as the holder's release would.
 #[derive(Clone)]
 pub struct FairLock {
     handle: Handle,

@@ -67,6 +67,11 @@ impl LockClient {
 /// start of its call, and the writer has the moments the foreign readers leave
 /// between our readers' turns. While Redisson's readers overlap without a
 /// pause, no writer gets in at all.
+///
+/// A waiter breaks the holds of a client whose
+/// [liveness](crate::LockClientBuilder::liveness) session ended: a dead
+/// writer's, or each dead reader's beside live ones (see the guide's crash
+/// recovery chapter).
 #[derive(Clone)]
 pub struct ReadWriteLock {
     handle: Handle,

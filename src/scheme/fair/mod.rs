@@ -28,11 +28,14 @@
 //! attempt that drops a dead head while the lock is free publishes the
 //! wake-up on the new head's channel; an entry without a score is dropped
 //! instead of failing the script; and a waiter's own attempt never drops its
-//! own entry (it is alive), only refreshes it.
+//! own entry (it is alive), only refreshes it. A busy acquire of a caller that
+//! queued names a holder that declared liveness, whose lock the caller breaks
+//! once its session ended (`BREAK`, waking the queue's head); a dead waiter's
+//! entry is left to the queue's deadlines.
 //!
 //! Layout: this file is the wire format's backend and the replies it reads;
-//! `scripts.rs` its Lua scripts. The handle, [`FairLock`](crate::FairLock), is
-//! `primitives/fair.rs`.
+//! `scripts.rs` its Lua scripts; `live.rs` the look at a holder's session.
+//! The handle, [`FairLock`](crate::FairLock), is `primitives/fair.rs`.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
@@ -42,15 +45,14 @@ use redis::{RedisResult, Script, Value};
 
 use super::redisson::{now_millis, owner, prefix_name, publish_cmd, unexpected};
 use super::reentrant::EXTEND;
-use super::token::live::look_at;
 
+mod live;
 mod scripts;
 
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, Waiting, fixed_extend_cmd};
 use super::{send_acquire, with_scripts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
-use crate::owner::ClientTag;
 use crate::time::ttl_millis;
 use scripts::{ACQUIRE, BREAK, LEAVE, RELEASE};
 
@@ -185,37 +187,11 @@ impl Backend for FairBackend {
             Value::Nil => Ok(Acquire::Acquired { fence: None, acked }),
             Value::Int(pttl) => Ok(polled(held_for(pttl))),
             // A waiter is told a holder that declared liveness: a dead one's
-            // lock is broken (see `token::live`), and the queue's head woken.
+            // lock is broken (see `live`), and the queue's head woken.
             Value::Array(a) if a.len() == 2 && matches!(a[1], Value::BulkString(_)) => {
                 let (pttl, field): (i64, String) = redis::from_redis_value(Value::Array(a))?;
-                let publish = publish_cmd(conn);
-                let look = ClientTag::of_field(&field).map(|tag| {
-                    look_at(
-                        conn,
-                        keys,
-                        tag,
-                        false,
-                        Some(&self.broken),
-                        &FAIR_SCRIPTS,
-                        |c, session| {
-                            BREAK
-                                .key(&keys.lock)
-                                .key(&queue)
-                                .key(&timeouts)
-                                .key(&alive)
-                                .key(session)
-                                .arg(&field)
-                                .arg(&base)
-                                .arg(publish)
-                                .arg(now_millis())
-                                .invoke(c)
-                        },
-                    )
-                });
-                Ok(polled(match look.transpose()?.flatten() {
-                    Some(Acquire::Busy { remaining, .. }) => remaining.unwrap_or(POLL),
-                    _ => held_for(pttl),
-                }))
+                let looked = live::look(conn, keys, &field, &self.broken)?;
+                Ok(polled(looked.unwrap_or_else(|| held_for(pttl))))
             }
             other => Err(unexpected("fair lock acquire", &other)),
         }

@@ -34,8 +34,10 @@
 //! together and hold together, and the moments between are the writer's.
 //!
 //! Layout: this file is the wire format's backend and the replies it reads;
-//! `scripts.rs` its Lua scripts. The handle, [`ReadWriteLock`](crate::ReadWriteLock),
-//! is `primitives/rwlock.rs`.
+//! `scripts.rs` its Lua scripts, `inspect.rs` the read-only one; `names.rs`
+//! the names Redisson derives; `live.rs` the break of holders whose liveness
+//! session ended. The handle, [`ReadWriteLock`](crate::ReadWriteLock), is
+//! `primitives/rwlock.rs`.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
@@ -43,7 +45,7 @@ use std::time::Duration;
 
 use redis::{RedisResult, Script, Value};
 
-use super::redisson::{owner, prefix_name, publish_cmd, suffix_name, unexpected};
+use super::redisson::{owner, publish_cmd, suffix_name, unexpected};
 use super::token::busy;
 use super::{
     Acquire, Announce, Backend, Freed, Keys, Request, Waiting, send_acquire, with_scripts,
@@ -52,16 +54,17 @@ use crate::net::connection::Conn;
 use crate::net::resp::Arg;
 use crate::time::ttl_millis;
 
+mod inspect;
 mod live;
+mod names;
 mod scripts;
 
-pub(crate) use scripts::INSPECT as RW_INSPECT;
+pub(crate) use names::{channel, timeout_prefix, write_wait};
+
+pub(crate) use inspect::INSPECT as RW_INSPECT;
 use scripts::{
     READ_ACQUIRE, READ_EXTEND, READ_RELEASE, WRITE_ACQUIRE, WRITE_EXTEND, WRITE_RELEASE,
 };
-
-/// Redisson's channel prefix (`RedissonReadLock.getChannelName`).
-const CHANNEL_PREFIX: &str = "redisson_rwlock";
 
 /// How long a waiting writer's mark holds new redlease readers back after its
 /// last attempt: several of its polling steps, so a writer that died stops
@@ -90,7 +93,7 @@ pub(crate) static RW_SCRIPTS: [&LazyLock<Script>; 8] = [
     &WRITE_ACQUIRE,
     &WRITE_RELEASE,
     &WRITE_EXTEND,
-    &scripts::INSPECT,
+    &inspect::INSPECT,
     &live::BREAK,
 ];
 
@@ -295,34 +298,9 @@ impl Backend for RwBackend {
     }
 }
 
-/// Redisson's `prefixName("redisson_rwlock", name)`.
-pub(crate) fn channel(name: &str) -> String {
-    prefix_name(CHANNEL_PREFIX, name)
-}
-
-/// The prefix of a reader's timeout keys (`getReadWriteTimeoutNamePrefix`).
-pub(crate) fn timeout_prefix(name: &str, reader: &str) -> String {
-    suffix_name(name, &format!("{reader}:rwlock_timeout"))
-}
-
-/// The waiting-writer mark of `name`.
-pub(crate) fn write_wait(name: &str) -> String {
-    suffix_name(name, "redlease:write_wait")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_follow_redissons_prefix_and_suffix_rules() {
-        assert_eq!(channel("cfg"), "redisson_rwlock:{cfg}");
-        assert_eq!(channel("a:{b}"), "redisson_rwlock:a:{b}");
-        assert_eq!(timeout_prefix("cfg", "u:1"), "{cfg}:u:1:rwlock_timeout");
-        assert_eq!(timeout_prefix("a{b}", "u:1"), "a{b}:u:1:rwlock_timeout");
-        assert_eq!(write_wait("cfg"), "{cfg}:redlease:write_wait");
-        assert_eq!(suffix_name("cfg", ""), "{cfg}");
-    }
 
     #[test]
     fn fields_are_the_client_and_thread_and_writers_end_in_write() {

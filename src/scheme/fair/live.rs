@@ -1,0 +1,66 @@
+//! The fair lock of a holder whose liveness session ended: a caller that
+//! queued is told the holder's field when it names a client that declared
+//! liveness, looks at its session record once per session period
+//! ([`look_at`]), and [`BREAK`] deletes the lock once the record is gone,
+//! waking the queue's head as the holder's release would.
+//!
+//! A dead waiter's queue entry is not looked at: its session record is not a
+//! key the scripts are given, so it goes with the queue's deadlines (a
+//! redlease entry 4 s after its last attempt), as before.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use super::scripts::BREAK;
+use super::{FAIR_SCRIPTS, alive_key, fair_keys};
+use crate::net::connection::Conn;
+use crate::owner::ClientTag;
+use crate::scheme::redisson::{now_millis, publish_cmd};
+use crate::scheme::token::live::look_at;
+use crate::scheme::{Acquire, Keys};
+
+/// After a busy attempt that queued and named the holder's `field`: how long
+/// to wait as the look at its session says (zero: broken, or changed; try
+/// again), counting a break in `broken`. `None` when there was no look (the
+/// field names no client that declared liveness, or the record cannot share
+/// the lock's node).
+pub(super) fn look(
+    conn: &mut Conn,
+    keys: &Keys,
+    field: &str,
+    broken: &AtomicU64,
+) -> RedisResult<Option<Duration>> {
+    let Some(tag) = ClientTag::of_field(field) else {
+        return Ok(None);
+    };
+    let [queue, timeouts, base] = fair_keys(&keys.lock);
+    let alive = alive_key(&timeouts);
+    let publish = publish_cmd(conn);
+    let looked = look_at(
+        conn,
+        keys,
+        tag,
+        false,
+        Some(broken),
+        &FAIR_SCRIPTS,
+        |c, session| {
+            BREAK
+                .key(&keys.lock)
+                .key(&queue)
+                .key(&timeouts)
+                .key(&alive)
+                .key(session)
+                .arg(field)
+                .arg(&base)
+                .arg(publish)
+                .arg(now_millis())
+                .invoke(c)
+        },
+    )?;
+    Ok(match looked {
+        Some(Acquire::Busy { remaining, .. }) => Some(remaining.unwrap_or(super::POLL)),
+        _ => None,
+    })
+}
