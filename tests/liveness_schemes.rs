@@ -38,7 +38,9 @@ const CHILD_ARGS: &str = "LIVENESS_SCHEMES_CHILD_ARGS";
 
 /// A holder process, with liveness unless `live` is false, holding `holds`:
 /// `write:<name>`, `writeread:<name>` (the write hold and a read of the same
-/// thread), `read:<name>` or `fair:<name>`. Returns once it holds them all.
+/// thread), `read:<name>`, `fair:<name>`, or `fairwait:<name>` (a waiter of
+/// the fair lock, from another thread). Returns once it holds them all (and
+/// its waiter has started).
 fn holder(server: &RedisServer, live: bool, holds: &[&str]) -> Child {
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
@@ -103,6 +105,14 @@ fn child_holds() {
                 client.read_write_lock(name).unwrap().read().unwrap(),
             )),
             "fair" => held.push(Box::new(client.fair_lock(name).unwrap().lock().unwrap())),
+            "fairwait" => {
+                // Queued, waiting until killed.
+                let fair = client.fair_lock(name).unwrap();
+                std::thread::spawn(move || {
+                    let guard = fair.try_lock_for(Duration::from_secs(120));
+                    drop(guard);
+                });
+            }
             other => panic!("unknown hold {other}"),
         }
     }
@@ -225,15 +235,7 @@ fn a_killed_fair_holder_is_broken_and_the_queue_keeps_its_order() {
     let client = waiter(&server);
     let child = holder(&server, true, &["fair:f"]);
     let fair = client.fair_lock("f").unwrap();
-    let queued = |n: usize, conn: &mut redis::Connection| {
-        eventually(BOUND, || {
-            let len: usize = redis::cmd("LLEN")
-                .arg("redisson_lock_queue:{f}")
-                .query(conn)
-                .unwrap();
-            len == n
-        })
-    };
+    let queued = |n: usize, conn: &mut redis::Connection| queued(conn, "f", n);
     let (first_tx, first_rx) = crossbeam_channel::bounded(1);
     let (release_tx, release_rx) = crossbeam_channel::bounded::<()>(1);
     std::thread::scope(|s| {
@@ -264,6 +266,45 @@ fn a_killed_fair_holder_is_broken_and_the_queue_keeps_its_order() {
         first.join().unwrap();
     });
     assert_eq!(client.metrics().dead_holders_broken, 1);
+}
+
+/// Whether the queue of the fair lock `name` reaches `n` entries (bounded).
+fn queued(conn: &mut redis::Connection, name: &str, n: usize) -> bool {
+    eventually(BOUND, || {
+        let len: usize = redis::cmd("LLEN")
+            .arg(format!("redisson_lock_queue:{{{name}}}"))
+            .query(conn)
+            .unwrap();
+        len == n
+    })
+}
+
+#[test]
+fn a_killed_waiter_at_the_head_of_a_fair_queue_is_dropped_for_the_next() {
+    let server = RedisServer::start();
+    let mut conn = server.conn();
+    let client = waiter(&server);
+    let fair = client.fair_lock("q").unwrap();
+    let held = fair.lock().unwrap();
+    let child = holder(&server, true, &["fairwait:q"]);
+    assert!(queued(&mut conn, "q", 1), "the child queued");
+    std::thread::scope(|s| {
+        let next = s.spawn(|| {
+            let guard = fair.try_lock_for(BOUND).unwrap().expect("held");
+            (Instant::now(), guard.is_held())
+        });
+        assert!(queued(&mut conn, "q", 2), "the next queued behind it");
+        let killed = kill(child);
+        assert_eq!(held.unlock().unwrap(), Release::Released);
+        let (at, is_held) = next.join().unwrap();
+        let took = at - killed;
+        // The queue's own deadline would drop the dead head 3 to 4 s after
+        // the kill (4 s after its last attempt).
+        assert!(took <= TAKEN_WITHIN, "held {took:?} after the kill");
+        assert!(is_held);
+    });
+    // A dropped waiter is no broken lock.
+    assert_eq!(client.metrics().dead_holders_broken, 0);
 }
 
 #[test]

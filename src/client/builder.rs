@@ -327,7 +327,8 @@ impl LockClientBuilder {
     ///
     /// Waiters break token locks (fenced or not), elections, Redisson-format
     /// reentrant locks, read-write locks (a dead writer, or each dead reader
-    /// beside live ones) and fair locks (the queue's next is woken) on one
+    /// beside live ones) and fair locks (a dead holder, or a dead waiter at
+    /// the queue's head; the queue's next is woken) on one
     /// server or a Sentinel's master (not permits or partitions: see the
     /// guide's crash recovery chapter); in a Redis Cluster the lock key and the session record sit on
     /// different nodes, and the lock stays TTL-bound there. A Redlock quorum

@@ -30,8 +30,9 @@
 //! instead of failing the script; and a waiter's own attempt never drops its
 //! own entry (it is alive), only refreshes it. A busy acquire of a caller that
 //! queued names a holder that declared liveness, whose lock the caller breaks
-//! once its session ended (`BREAK`, waking the queue's head); a dead waiter's
-//! entry is left to the queue's deadlines.
+//! once its session ended (`BREAK`, waking the queue's head); one that finds
+//! the lock free and another's turn is named the queue's head, dropped once
+//! its session ended (`DROP_HEAD`).
 //!
 //! Layout: this file is the wire format's backend and the replies it reads;
 //! `scripts.rs` its Lua scripts; `live.rs` the look at a holder's session.
@@ -54,7 +55,7 @@ use super::{send_acquire, with_scripts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
 use crate::time::ttl_millis;
-use scripts::{ACQUIRE, BREAK, LEAVE, RELEASE};
+use scripts::{ACQUIRE, BREAK, DROP_HEAD, LEAVE, RELEASE};
 
 /// How long a redlease waiter's queue entry outlives its last attempt: a
 /// waiter that died delays the queue by this much at most after the release
@@ -71,8 +72,8 @@ pub(crate) const POLL: Duration = Duration::from_secs(1);
 pub(crate) const REDISSON_WAIT: Duration = Duration::from_secs(300);
 
 /// Every script the fair lock calls, to load after `NOSCRIPT`.
-pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 5] =
-    [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE, &BREAK];
+pub(crate) static FAIR_SCRIPTS: [&LazyLock<Script>; 6] =
+    [&ACQUIRE, &RELEASE, &EXTEND, &LEAVE, &BREAK, &DROP_HEAD];
 
 /// The fair lock's commands, for one client.
 #[derive(Debug)]
@@ -190,8 +191,9 @@ impl Backend for FairBackend {
             // lock is broken (see `live`), and the queue's head woken.
             Value::Array(a) if a.len() == 2 && matches!(a[1], Value::BulkString(_)) => {
                 let (pttl, field): (i64, String) = redis::from_redis_value(Value::Array(a))?;
-                let looked = live::look(conn, keys, &field, &self.broken)?;
-                Ok(polled(looked.unwrap_or_else(|| held_for(pttl))))
+                let looked = live::look(conn, keys, pttl, &field, &self.broken)?;
+                let held = held_for(pttl);
+                Ok(polled(looked.map_or(held, |w| w.min(held))))
             }
             other => Err(unexpected("fair lock acquire", &other)),
         }

@@ -42,7 +42,8 @@ end
 /// ms. Nil when acquired, else the lock's PTTL (-2: free, another waiter's
 /// turn); for a caller that queued, `{pttl, field}` when the lock's one owner
 /// field names a client that declared liveness ([`LIVE_FIELD`]), for the look
-/// at its session ([`BREAK`]).
+/// at its session ([`BREAK`]), and `{-2, head}` when the lock is free and the
+/// queue's head (another waiter) names one ([`DROP_HEAD`]).
 ///
 /// A queued caller's score in KEYS[3] is its own deadline plus one Redisson
 /// thread wait per Redisson entry ahead of it: each of those takes that much
@@ -94,6 +95,8 @@ if ARGV[5] == '1' then
   if pttl ~= -2 then
     local f = redis.pcall('HKEYS', KEYS[1])
     if type(f) == 'table' and #f == 1 and string.find(f[1], '{live}') then return {pttl, f[1]} end
+  elseif head ~= false and string.find(head, '{live}') then
+    return {pttl, head}
   end
 end
 return pttl
@@ -179,4 +182,30 @@ if head ~= false then redis.pcall(ARGV[3], ARGV[2] .. ':' .. head, 0) end
 return {-4, 0}
 ",
     ))
+});
+
+/// Drops the queue's head, a waiter whose liveness session ended, and wakes
+/// the next when the lock is free.
+///
+/// KEYS as [`BREAK`]'s (KEYS[5] the head's session record). ARGV[1] the head
+/// as the acquire read it, ARGV[2] the channel base, ARGV[3] the publish
+/// command. Returns `{-3, 0}` when the head is another now, or was dropped
+/// (the caller tries again: a dropped waiter is no broken lock), and `{s, s}`
+/// while the record lives (`s` its PTTL: the look's next is then).
+pub(super) static DROP_HEAD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('LINDEX', KEYS[2], 0) ~= ARGV[1] then return {-3, 0} end
+local s = redis.call('PTTL', KEYS[5])
+if s ~= -2 then return {s, s} end
+redis.call('LPOP', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local new = redis.call('LINDEX', KEYS[2], 0)
+  if new ~= false then redis.pcall(ARGV[3], ARGV[2] .. ':' .. new, 0) end
+end
+return {-3, 0}
+",
+    )
 });
