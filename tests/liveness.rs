@@ -64,7 +64,8 @@ fn holder_of(
         if let Some(f) = text.strip_prefix("fence ") {
             fence = f.parse().unwrap();
         }
-        if text == "ready" {
+        // The test harness's own `test … ` may begin the line.
+        if text.ends_with("ready") {
             // Read on, so the child never blocks on a full pipe.
             std::thread::spawn(move || lines.for_each(drop));
             return (child, fence);
@@ -96,6 +97,9 @@ fn child_holds_locks() {
         builder = builder.liveness(LIVENESS);
     }
     let client = builder.build().unwrap();
+    if prefix.ends_with("group") {
+        return hold_partitions(&client, prefix, count);
+    }
     let opts = LockOptions::new().scheme(scheme);
     let fenced = client
         .lock_with(&format!("{prefix}0"), &opts.clone().fencing(true))
@@ -111,6 +115,63 @@ fn child_holds_locks() {
     println!("ready");
     std::thread::sleep(Duration::from_secs(120));
     drop((guards, fenced));
+}
+
+/// [`child_holds_locks`] as a partition group's member: joins `group`'s
+/// `count` partitions alone, prints `ready` once it holds them all.
+fn hold_partitions(client: &LockClient, group: &str, count: usize) {
+    let member = client
+        .partitions(group, u32::try_from(count).unwrap())
+        .unwrap()
+        .join()
+        .unwrap();
+    let all = eventually(Duration::from_secs(30), || member.held().len() == count);
+    assert!(all, "the member took {:?} of {count}", member.held());
+    println!("ready");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A partition group's member with liveness, killed with every partition: a
+/// member joining after it holds them all about one liveness later (its
+/// record ends with its session, and its locks are broken), not after the
+/// TTL; without liveness, the dead member's partitions stay where they are.
+#[test]
+fn a_killed_members_partitions_move_within_its_liveness_and_only_then() {
+    let server = RedisServer::start();
+    let partitions = 4;
+    for live in [true, false] {
+        let group = format!("{live}group");
+        let (mut child, _) = holder_of(&server, &group, partitions, live, "");
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        let client = LockClient::builder(server.url())
+            .ttl(TTL)
+            .liveness(LIVENESS)
+            .build()
+            .unwrap();
+        let member = client
+            .partitions(&group, u32::try_from(partitions).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        // The member's window is its liveness; its rounds a third of it.
+        let bound = TAKEN_WITHIN + LIVENESS;
+        let all = eventually(bound, || member.held().len() == partitions);
+        let took = killed.elapsed();
+        if live {
+            assert!(all, "after {took:?}, held {:?}", member.held());
+            let broken = client.metrics().dead_holders_broken;
+            assert_eq!(broken, 4, "each lock broken once");
+        } else {
+            assert!(
+                !all,
+                "a member without liveness lost its partitions after {took:?}"
+            );
+            assert_eq!(client.metrics().dead_holders_broken, 0);
+        }
+        member.leave().unwrap();
+    }
 }
 
 fn waiter(server: &RedisServer) -> LockClient {
