@@ -33,6 +33,11 @@ static REFUSED: AtomicBool = AtomicBool::new(false);
 /// process's callers share the answer. Expired entries go when it grows.
 static ALIVE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::default);
 
+/// The sessions whose record a Redis Cluster keeps in another slot than a lock
+/// of theirs: no script sees both, so they are not looked at again.
+static CROSS_SLOT: LazyLock<Mutex<std::collections::HashSet<String>>> =
+    LazyLock::new(Mutex::default);
+
 /// Entries [`ALIVE`] holds before it drops the expired ones.
 const ALIVE_KEPT: usize = 1024;
 
@@ -227,9 +232,23 @@ pub(crate) fn look_at(
             announces: false,
         }));
     }
+    if CROSS_SLOT.lock().contains(&session) {
+        return Ok(None);
+    }
     let sent = Instant::now();
     let reply = with_scripts(conn, scripts, |c| c.run(|c| call(c, &session)));
     let (pttl, session_pttl) = match reply {
+        // A Redis Cluster, where the record lives in another slot (a fenced
+        // token's keys say so beforehand; the others learn it here, once per
+        // session): the lock is left to its TTL.
+        Err(e) if e.code() == Some("CROSSSLOT") || e.to_string().contains("CrossSlot") => {
+            let mut cross = CROSS_SLOT.lock();
+            if cross.len() >= ALIVE_KEPT {
+                cross.clear();
+            }
+            cross.insert(session);
+            return Ok(None);
+        }
         Err(e) if e.code() == Some("NOPERM") => {
             log::warn!(
                 "the redis user may not run scripts: locks of dead liveness sessions wait \
