@@ -75,6 +75,11 @@ pub(crate) fn again(
     keys: &Keys,
     broken: Option<&AtomicU64>,
 ) -> RedisResult<Option<Acquire>> {
+    // No look was ever due in this process (no liveness holder met): the
+    // usual attempt, without taking the lock.
+    if !LOOKED.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
     let token = {
         let mut looks = LOOK_AGAIN.lock();
         let now = Instant::now();
@@ -95,6 +100,9 @@ pub(crate) fn again(
     ))
 }
 
+/// Set once a look is noted in [`LOOK_AGAIN`].
+static LOOKED: AtomicBool = AtomicBool::new(false);
+
 /// How long after it a look not made is dropped: its caller stopped waiting.
 const STALE_LOOK: Duration = Duration::from_secs(5);
 
@@ -107,6 +115,7 @@ fn look_again_in(lock: &str, token: &str, left: Duration) {
         looks.retain(|_, (_, at)| *at > now);
     }
     looks.insert(lock.to_owned(), (token.to_owned(), now + left));
+    LOOKED.store(true, Ordering::Relaxed);
 }
 
 /// The scripts a [`break_cmd`] may load after `NOSCRIPT`.
