@@ -48,8 +48,9 @@ impl LockClient {
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
         Ok(Semaphore {
             handle: Handle::new(self, name, LockFormat::Semaphore)?,
-            // The permit ids start with the client's tag, as its tokens do.
-            backend: Arc::new(SemaphoreBackend::new(self.inner.id.tag().as_str())),
+            // The permit ids carry the client's tag, as its tokens do (and the
+            // mark of a client with liveness: `scheme/semaphore/names.rs`).
+            backend: Arc::new(SemaphoreBackend::new(&self.inner.id)),
         })
     }
 }
@@ -184,18 +185,19 @@ impl Semaphore {
         Ok((state.existed || state.held > 0).then(|| Permits::from(state)))
     }
 
-    /// Forces the release of the permit `permit_id` (32 hex digits), whoever
+    /// Forces the release of the permit `permit_id` (32 hex digits, or 40 from a
+    /// redlease client with liveness), whoever
     /// took it: a permit recorded by a process that died, or a Redisson
     /// client's. [`Release::Expired`] when it was not held (released already, or
     /// its lease had ended). A holder's own [`PermitGuard::unlock`] needs no id.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for an id that is not 32 hex digits, [`Error::Redis`].
+    /// [`Error::Invalid`] for an id of neither form, [`Error::Redis`].
     pub fn release_by_id(&self, permit_id: &str) -> Result<Release> {
         if id_bytes(permit_id).is_err() {
             return Err(Error::Invalid {
                 what: "permit id",
-                reason: "a permit id is 32 hex digits",
+                reason: "a permit id is 32 hex digits, or 40 from a client with liveness",
             });
         }
         let hub = &self.handle.client.inner.hub;

@@ -37,14 +37,14 @@ static ALIVE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::d
 const ALIVE_KEPT: usize = 1024;
 
 /// How long a look found the session `key` still alive for, from now.
-fn known_alive(key: &str) -> Option<Duration> {
+pub(crate) fn known_alive(key: &str) -> Option<Duration> {
     let until = *ALIVE.lock().get(key)?;
     let left = until.saturating_duration_since(Instant::now());
     (!left.is_zero()).then_some(left)
 }
 
 /// Notes that the session `key` lives at least until `until`.
-fn alive_until(key: String, until: Instant) {
+pub(crate) fn alive_until(key: String, until: Instant) {
     let mut alive = ALIVE.lock();
     if alive.len() >= ALIVE_KEPT {
         let now = Instant::now();
