@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Value};
 
+use super::names::to_hex;
 use crate::net::connection::Conn;
 use crate::owner::ClientTag;
 use crate::scheme::redisson::unexpected;
@@ -144,7 +145,7 @@ pub(super) fn attempt(
             }
         }
         if !look.is_empty() {
-            let sent = Instant::now();
+            let looked = Instant::now();
             match send(conn, false, &look) {
                 Err(e) if e.code() == Some("NOPERM") => {
                     log::warn!(
@@ -163,7 +164,7 @@ pub(super) fn attempt(
                             continue;
                         };
                         let left = Duration::from_millis(ms + 1);
-                        alive_until(session, sent + left);
+                        alive_until(session, looked + left);
                         alive = Some(alive.map_or(left, |a| a.min(left)));
                     }
                 }
@@ -242,7 +243,11 @@ impl Reply {
                 ends: count(ends).map(Duration::from_millis),
                 broken: count(broken).unwrap_or(0),
                 pttls: redis::from_redis_value_ref(pttls)?,
-                holders: holders.iter().take(HOLDERS).filter_map(session_tag).collect(),
+                holders: holders
+                    .iter()
+                    .take(HOLDERS)
+                    .filter_map(session_tag)
+                    .collect(),
                 ..Self::default()
             }),
             _ => Err(unexpected("semaphore acquire", &Value::Array(items))),
@@ -256,8 +261,7 @@ fn session_tag(raw: &Value) -> Option<ClientTag> {
     let Value::BulkString(raw) = raw else {
         return None;
     };
-    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-    ClientTag::of_hex(&hex).filter(ClientTag::declares_liveness)
+    ClientTag::of_hex(&to_hex(raw)).filter(ClientTag::declares_liveness)
 }
 
 #[cfg(test)]
@@ -266,8 +270,7 @@ mod tests {
 
     #[test]
     fn the_lua_mark_is_the_ids_mark() {
-        let hex: String = b"rl8:".iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(hex, crate::owner::PERMIT_MARK);
+        assert_eq!(to_hex(b"rl8:"), crate::owner::PERMIT_MARK);
         assert!(holders!("'1'").contains(&format!("n == {HOLDERS}")));
     }
 

@@ -322,7 +322,10 @@ mod tests {
         let value = b.new_ids();
         let ids: Vec<&str> = value.split(',').collect();
         assert_eq!(ids.len(), 3);
-        assert!(ids.iter().all(|p| crate::ClientTag::of_permit(p) == Some(id.tag())));
+        assert!(
+            ids.iter()
+                .all(|p| crate::ClientTag::of_permit(p) == Some(id.tag()))
+        );
         assert!(ids[0] != ids[1] && ids[1] != ids[2]);
         assert_eq!(split_ids(&value).unwrap().len(), 3);
         assert!(split_ids("0123").is_err());

@@ -56,10 +56,10 @@ mod names;
 mod reserve;
 
 pub(crate) use admin::{Admin, Found, State};
-pub(crate) use many::{MAX_MANY, ManyBackend};
-pub(crate) use names::{channel, id_bytes, id_hex, timeouts};
 use dead::{holders, sessions, take_back};
+pub(crate) use many::{MAX_MANY, ManyBackend};
 use names::push_id;
+pub(crate) use names::{channel, id_bytes, id_hex, timeouts};
 pub(crate) use reserve::{WITHDRAW, reservations};
 use reserve::{first_end, reserved};
 

@@ -80,18 +80,21 @@ pub(crate) fn id_bytes(id: &str) -> RedisResult<Vec<u8>> {
 /// A stored id in the API's form: its bytes in lowercase hex when it has one
 /// of the two forms of [`id_bytes`], else as it is (shown, naming no one).
 pub(crate) fn id_hex(id: &[u8]) -> String {
-    let hex = || {
-        let mut out = String::with_capacity(2 * id.len());
-        for b in id {
-            let _ = write!(out, "{b:02x}");
-        }
-        out
-    };
+    let hex = to_hex(id);
     match id.len() {
-        16 => hex(),
-        20 if hex().starts_with(PERMIT_MARK) => hex(),
+        16 => hex,
+        20 if hex.starts_with(PERMIT_MARK) => hex,
         _ => String::from_utf8_lossy(id).into_owned(),
     }
+}
+
+/// `bytes` in lowercase hex.
+pub(super) fn to_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
 }
 
 /// The value of one hex digit (either case).
