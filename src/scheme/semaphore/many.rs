@@ -20,7 +20,8 @@ use std::time::Duration;
 use redis::{RedisResult, Script};
 
 use super::dead::{self, holders, sessions, take_back};
-use super::reserve::{WITHDRAW, first_end, reservations, reserved};
+use super::names::split_ids;
+use super::reserve::{WITHDRAW, first_end, reservations, reserved, withdraw_cmd};
 use super::{expiry, id_bytes, numkeys, push_id, timeouts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
@@ -177,18 +178,9 @@ impl ManyBackend {
         ids
     }
 
-    /// The call that withdraws this call's reservation from the semaphore
-    /// `name`, publishing with `SPUBLISH` when `sharded`; see [`WITHDRAW`].
+    /// The call that withdraws this call's reservation (see [`WITHDRAW`]).
     pub(crate) fn withdraw_cmd(&self, name: &str, sharded: bool) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(WITHDRAW.get_hash())
-            .arg(2)
-            .arg(name)
-            .arg(reservations(name))
-            .arg(&self.reservation)
-            .arg(super::channel(name))
-            .arg(crate::scheme::redisson::publish_verb(sharded));
-        cmd
+        withdraw_cmd(name, &self.reservation, sharded)
     }
 }
 
@@ -208,8 +200,8 @@ impl Backend for ManyBackend {
         let (timeouts, reservations) = (timeouts(&keys.lock), reservations(&keys.lock));
         dead::attempt(conn, keys, &req, &self.broken, |conn, report, sessions| {
             let now = now_millis();
-            // A caller that waits keeps its reservation for a lease's TTL after
-            // each attempt: a waiter that died lets the others go as a holder would.
+            // A waiter keeps its reservation a lease's TTL after each attempt:
+            // one that died lets the others go as a holder would.
             let lapses = match req.wait {
                 Waiting::No => 0,
                 _ => expiry(now, req.ttl),
@@ -304,11 +296,6 @@ impl Backend for ManyBackend {
     fn label(&self) -> &'static str {
         "semaphore"
     }
-}
-
-/// The ids of a hold's value (ids joined by commas), as stored.
-fn split_ids(value: &str) -> RedisResult<Vec<Vec<u8>>> {
-    value.split(',').map(id_bytes).collect()
 }
 
 #[cfg(test)]

@@ -77,6 +77,11 @@ pub(crate) fn id_bytes(id: &str) -> RedisResult<Vec<u8>> {
     })
 }
 
+/// The ids of a hold of several permits (ids joined by commas), as stored.
+pub(super) fn split_ids(value: &str) -> RedisResult<Vec<Vec<u8>>> {
+    value.split(',').map(id_bytes).collect()
+}
+
 /// A stored id in the API's form: its bytes in lowercase hex when it has one
 /// of the two forms of [`id_bytes`], else as it is (shown, naming no one).
 pub(crate) fn id_hex(id: &[u8]) -> String {

@@ -101,6 +101,20 @@ return 1
     )
 });
 
+/// The call that withdraws the reservation `member` from the semaphore `name`,
+/// publishing with `SPUBLISH` when `sharded`; see [`WITHDRAW`].
+pub(crate) fn withdraw_cmd(name: &str, member: &str, sharded: bool) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(WITHDRAW.get_hash())
+        .arg(2)
+        .arg(name)
+        .arg(reservations(name))
+        .arg(member)
+        .arg(super::channel(name))
+        .arg(crate::scheme::redisson::publish_verb(sharded));
+    cmd
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
