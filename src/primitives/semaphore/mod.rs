@@ -60,7 +60,10 @@ impl LockClient {
 /// Made by [`LockClient::semaphore`]. Cheap to clone. Acquiring takes one permit
 /// and returns a [`PermitGuard`], renewed in the background like a lock's lease
 /// and given back when dropped; a holder that dies gives its permit back when its
-/// lease ends. [`acquire_many`](Self::acquire_many) and its family take several
+/// lease ends, or, when its client declared
+/// [liveness](crate::LockClientBuilder::liveness), when a caller waiting for a
+/// permit finds its session ended (about one liveness after its death; not in
+/// a Redis Cluster). [`acquire_many`](Self::acquire_many) and its family take several
 /// at once, all or none, as one [`PermitsGuard`](crate::PermitsGuard). Waiting callers are woken by the semaphore's release messages
 /// (Redisson's and ours), and poll as a fallback.
 #[derive(Clone)]
