@@ -318,9 +318,10 @@ fn a_live_liveness_holder_is_never_broken_and_looked_at_once_per_period() {
     assert_eq!(waiter.metrics().dead_holders_broken, 0);
     // A look reads the holder's record once; the next is due when the record
     // would end, which a refresh every third of the liveness keeps at least
-    // two thirds of it away: at most 2.5 / (2 / 3) + 1 looks.
+    // two thirds of it away: at most 2.5 / (2 / 3) + 1 looks (one more if a
+    // stalled refresh brought the record nearer its end).
     let looks = pttl_calls(&server);
-    assert!((1..=5).contains(&looks), "{looks} looks in {wait:?}");
+    assert!((1..=6).contains(&looks), "{looks} looks in {wait:?}");
     drop(guards);
 }
 

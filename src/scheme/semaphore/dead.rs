@@ -16,7 +16,8 @@
 //! count as Redisson's release does (`INCRBY`, then the count published on
 //! Redisson's channel, so its waiters wake too), and then takes a permit if one
 //! is free. Otherwise the caller looks again when the nearest live record would
-//! end (its `PTTL`), never sooner: one command more per session period.
+//! end (its `PTTL`), never sooner: one command more per session period. The
+//! report costs a waiting caller's busy attempt one pass over the held ids.
 //!
 //! The records must sit on the semaphore's node: in a Redis Cluster they are in
 //! other slots, no script sees both, and the permits wait for their lease (the
