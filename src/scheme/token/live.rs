@@ -118,7 +118,7 @@ pub(crate) fn break_cmd(prefix: &str, lock: &str, holder: &str) -> Option<(Strin
         return None;
     }
     let token = holder.strip_suffix('+').unwrap_or(holder);
-    let tag = ClientTag::of_token(token).filter(|t| t.declares_liveness())?;
+    let tag = ClientTag::of_token(token).filter(ClientTag::declares_liveness)?;
     let session = tag.session_key(prefix);
     if known_alive(&session).is_some() {
         return None;
