@@ -326,10 +326,11 @@ impl LockClientBuilder {
     /// loss late (a stop between two checks) is refused by the fence.
     ///
     /// Waiters break token locks (fenced or not), elections and Redisson-format
-    /// reentrant locks on one server or a Sentinel's master (not read-write or
-    /// fair locks, permits or partitions: see the guide's crash recovery
-    /// chapter); in a Redis Cluster the lock key and the session record sit on
-    /// different nodes, and the lock stays TTL-bound there. A Redlock quorum
+    /// reentrant locks, and take back semaphore permits (the client's permit
+    /// ids are then 40 hex digits, marked, instead of 32), on one server or a
+    /// Sentinel's master (not read-write or fair locks or partitions: see the
+    /// guide's crash recovery chapter); in a Redis Cluster the lock key and the
+    /// session record sit on different nodes, and the lock stays TTL-bound there. A Redlock quorum
     /// keeps no session on each node: [`build`](Self::build) refuses liveness
     /// with it.
     ///

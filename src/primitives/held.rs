@@ -168,7 +168,10 @@ lease_guard!(
     /// [`lost`](Self::lost) say when it ended.
     PermitGuard, "permit",
     /// The permit id: 32 hex digits, the client's tag (16 hex of its UUID) and
-    /// 16 random ones. Redisson's `release(permitId)` and
+    /// 16 random ones; 40 for a client with
+    /// [liveness](crate::LockClientBuilder::liveness), the mark `726c383a`
+    /// (`rl8:`) first, so that a waiter may take back the permit once the
+    /// client's session ended. Redisson's `release(permitId)` and
     /// [`Semaphore::release_by_id`](crate::Semaphore::release_by_id) take it.
     fn permit_id
 );
@@ -188,7 +191,8 @@ lease_guard!(
     /// or expired). [`unlock`](Self::unlock) gives back every permit still
     /// there and says [`Release::Released`] only when all were.
     PermitsGuard, "permits",
-    /// The permit ids, 32 hex digits each (as [`PermitGuard::permit_id`]),
+    /// The permit ids, 32 hex digits each (40 with liveness, as
+    /// [`PermitGuard::permit_id`]),
     /// joined by commas: one id per permit, as Redisson's `acquire(permits)`
     /// returns them (its `release(List)` takes them split).
     fn permit_ids

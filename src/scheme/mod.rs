@@ -64,7 +64,7 @@ pub(crate) use rwlock::{
 };
 pub(crate) use semaphore::{
     Admin, Found, MAX_MANY, ManyBackend, SemaphoreBackend, State, channel as semaphore_channel,
-    id_bytes, timeouts,
+    id_bytes, id_hex, timeouts,
 };
 pub(crate) use token::{TokenBackend, new_token};
 

@@ -42,14 +42,14 @@ static CROSS_SLOT: LazyLock<Mutex<std::collections::HashSet<String>>> =
 const ALIVE_KEPT: usize = 1024;
 
 /// How long a look found the session `key` still alive for, from now.
-fn known_alive(key: &str) -> Option<Duration> {
+pub(crate) fn known_alive(key: &str) -> Option<Duration> {
     let until = *ALIVE.lock().get(key)?;
     let left = until.saturating_duration_since(Instant::now());
     (!left.is_zero()).then_some(left)
 }
 
 /// Notes that the session `key` lives at least until `until`.
-fn alive_until(key: String, until: Instant) {
+pub(crate) fn alive_until(key: String, until: Instant) {
     let mut alive = ALIVE.lock();
     if alive.len() >= ALIVE_KEPT {
         let now = Instant::now();
@@ -132,7 +132,7 @@ pub(crate) fn break_cmd(prefix: &str, lock: &str, holder: &str) -> Option<(Strin
         return None;
     }
     let token = holder.strip_suffix('+').unwrap_or(holder);
-    let tag = ClientTag::of_token(token).filter(|t| t.declares_liveness())?;
+    let tag = ClientTag::of_token(token).filter(ClientTag::declares_liveness)?;
     let session = tag.session_key(prefix);
     if known_alive(&session).is_some() {
         return None;
