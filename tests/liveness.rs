@@ -620,3 +620,68 @@ fn a_restart_with_persistence_breaks_no_live_clients_lock() {
     }
     assert_eq!(client.metrics().dead_holders_broken, 0);
 }
+
+/// A waiter whose key prefix is not its holder's: the holder's session record
+/// lives under the holder's prefix, which the waiter cannot know from the
+/// value. A live holder is never taken for a dead one (every prefix the lock
+/// key allows is looked at before a break); a dead one is still broken.
+#[test]
+fn a_waiter_with_another_prefix_never_breaks_a_live_holder_and_still_breaks_a_dead_one() {
+    let server = RedisServer::start();
+    let holder = LockClient::builder(server.url())
+        .key_prefix("app:")
+        .ttl(TTL)
+        .liveness(LIVENESS)
+        .build()
+        .unwrap();
+    let waiter = waiter(&server);
+    let wait = 2 * LIVENESS + Duration::from_millis(500);
+    let schemes = [
+        LockOptions::new(),
+        LockOptions::new().fencing(true),
+        LockOptions::new().scheme(Scheme::Reentrant),
+    ];
+    let mut held = Vec::new();
+    for (i, opts) in schemes.iter().enumerate() {
+        held.push(holder.lock_with(&format!("job{i}"), opts).unwrap().unwrap());
+    }
+    let pool = holder.semaphore("pool").unwrap();
+    pool.ensure_permits(1).unwrap();
+    let permit = pool.try_acquire().unwrap().unwrap();
+    // Every waiter at once, each for two liveness periods and more.
+    std::thread::scope(|s| {
+        for (i, opts) in schemes.iter().enumerate() {
+            let waiter = &waiter;
+            s.spawn(move || {
+                let got = waiter.lock_with(&format!("app:job{i}"), &opts.clone().wait(wait));
+                assert!(matches!(got, Ok(None)), "job{i}: {got:?}");
+            });
+        }
+        let theirs = waiter.semaphore("app:pool").unwrap();
+        assert!(
+            theirs.try_acquire_for(wait).unwrap().is_none(),
+            "a live permit was taken"
+        );
+    });
+    assert_eq!(waiter.metrics().dead_holders_broken, 0);
+    assert!(held.iter().all(redlease::LockGuard::is_held) && permit.is_held());
+    drop((held, permit));
+    // A dead holder without a prefix, its lock `app:dead0`: broken by a
+    // waiter whose prefix is `app:` (the record is found under neither).
+    let (mut child, _) = holder_of(&server, "app:dead", 1, true, "token");
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let prefixed = LockClient::builder(server.url())
+        .key_prefix("app:")
+        .build()
+        .unwrap();
+    let got = prefixed
+        .lock_with("dead0", &LockOptions::new().wait(Duration::from_secs(10)))
+        .unwrap();
+    let took = killed.elapsed();
+    assert!(
+        got.is_some() && took <= TAKEN_WITHIN,
+        "taken {took:?} after the kill"
+    );
+}

@@ -44,7 +44,7 @@ use super::{
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
 use crate::owner::{ClientId, ClientTag};
-use crate::scheme::token::scripts::{EFFECTS, FENCE};
+use crate::scheme::token::scripts::{EFFECTS, FENCE, session_pttl};
 use crate::time::ttl_millis;
 
 /// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).
@@ -120,12 +120,13 @@ static LIVE_FIELD: LazyLock<String> = LazyLock::new(|| {
 /// unlock message published (its waiters and ours wake), and `{pttl,
 /// session_pttl}` while the record lives (as the token's break answers).
 static BREAK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        session_pttl!(),
         r"
 local f = redis.pcall('HKEYS', KEYS[1])
 if type(f) ~= 'table' or #f == 0 then return {-2, 0} end
 if #f ~= 1 or f[1] ~= ARGV[1] then return {-3, 0} end
-local s = redis.call('PTTL', KEYS[2])
+local s = session_pttl(KEYS[1], KEYS[2])
 if s == -2 then
   redis.call('DEL', KEYS[1])
   redis.pcall('PUBLISH', ARGV[2], 0)
@@ -133,7 +134,7 @@ if s == -2 then
 end
 return {redis.call('PTTL', KEYS[1]), s}
 ",
-    )
+    ))
 });
 
 /// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock

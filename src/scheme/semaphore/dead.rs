@@ -50,9 +50,10 @@ static REFUSED: AtomicBool = AtomicBool::new(false);
 macro_rules! sessions {
     () => {
         concat!(
+            $crate::scheme::token::scripts::session_pttl!(),
             "local pttls, dead, ndead = {}, {}, 0\n",
             "for i = 4, #KEYS do\n",
-            "  local s = redis.call('PTTL', KEYS[i])\n",
+            "  local s = session_pttl(KEYS[1], KEYS[i])\n",
             "  pttls[#pttls + 1] = s\n",
             "  if s == -2 then\n",
             "    local tag = string.gsub(string.sub(KEYS[i], -16), '%x%x', ",
