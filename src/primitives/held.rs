@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::client::guard::LockGuard;
+use crate::client::ticket::Ticket;
 use crate::error::Result;
 use crate::lease::LeaseLost;
 use crate::scheme::Release;
@@ -204,3 +205,57 @@ impl PermitsGuard {
         self.value.split(',').count()
     }
 }
+
+/// A permit's [`Ticket`], made as a lock's: `ticket()` keeps the hold, and
+/// `into_ticket()` lets go of it without giving the permits back.
+macro_rules! permit_ticket {
+    ($name:ident, $what:literal, $adopt:literal) => {
+        impl $name {
+            #[doc = concat!("The ", $what, "' [`Ticket`] (format")]
+            /// [`LockFormat::Semaphore`](crate::LockFormat::Semaphore), printed
+            /// `rl-ticket:v1:permit:-:<key>:<ids>`), for a process that is to
+            /// give it back if this one dies
+            /// ([`LockClient::release_ticket`](crate::LockClient::release_ticket))
+            /// or take it over
+            #[doc = concat!("([`LockClient::", $adopt, "`](crate::LockClient::", $adopt, ")).")]
+            /// Sends nothing. `None` once released.
+            pub fn ticket(&self) -> Option<Ticket> {
+                self.guard.ticket()
+            }
+
+            #[doc = concat!("Lets go of the ", $what, " without giving it back, and returns its")]
+            /// [`Ticket`]: the permit stays held until its lease runs out, unless
+            /// a process adopts the ticket first
+            #[doc = concat!("([`LockClient::", $adopt, "`](crate::LockClient::", $adopt, "))")]
+            /// or releases it ([`LockClient::release_ticket`](crate::LockClient::release_ticket),
+            /// which publishes the count as any release does). Nothing is sent;
+            /// the renewal thread stops renewing it. Extend it first
+            /// ([`extend`](Self::extend)) for a longer hand-over.
+            ///
+            /// # Errors
+            /// [`Error::LockLost`](crate::Error::LockLost) for a hold no longer
+            /// held (the guard is dropped, which gives back what it still
+            /// holds); [`Error::Shutdown`](crate::Error::Shutdown) when the
+            /// client's shutdown released it first.
+            ///
+            /// # Examples
+            /// ```no_run
+            /// # fn main() -> redlease::Result<()> {
+            /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
+            /// let imports = client.semaphore("imports")?;
+            /// imports.ensure_permits(3)?;
+            /// let ticket = imports.acquire()?.into_ticket()?;
+            /// // ... later, in another process:
+            /// let permit = client.adopt_permit(&ticket)?;
+            /// permit.unlock()?;
+            /// # Ok(()) }
+            /// ```
+            pub fn into_ticket(self) -> Result<Ticket> {
+                self.guard.into_ticket()
+            }
+        }
+    };
+}
+
+permit_ticket!(PermitGuard, "permit", "adopt_permit");
+permit_ticket!(PermitsGuard, "permits", "adopt_permits");

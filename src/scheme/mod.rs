@@ -40,11 +40,11 @@ pub(crate) mod partition;
 /// Redisson's naming, owner ids (one per thread in all its formats), clock and
 /// publish verb, for the reentrant, fair, read-write and semaphore formats.
 mod redisson;
-mod reentrant;
+pub(crate) mod reentrant;
 mod replicas;
 mod request;
 mod rwlock;
-mod semaphore;
+pub(crate) mod semaphore;
 pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};

@@ -2,7 +2,8 @@
 //! `RPermitExpirableSemaphore` format.
 //!
 //! Layout: this file is the handle, one permit at a time and the count
-//! ([`Permits`]); `many.rs` several permits at once. The wire format is
+//! ([`Permits`]); `many.rs` several permits at once; `ticket.rs` a permit's
+//! ticket adopted ([`LockClient::adopt_permit`]). The wire format is
 //! `scheme/semaphore/`.
 
 use std::fmt;
@@ -19,6 +20,7 @@ use crate::primitives::held::PermitGuard;
 use crate::scheme::{Admin, Announce, Backend, Found, Release, SemaphoreBackend, State, id_bytes};
 
 mod many;
+mod ticket;
 
 impl LockClient {
     /// A handle on the semaphore `name` (under the client's key prefix): at most

@@ -22,11 +22,12 @@
 //! The scripts live in this file: they are this wire format.
 //!
 //! Layout: this file is the backend and its scripts; `fences.rs` the fences of this
-//! client's outermost holds.
+//! client's outermost holds; `ticket.rs` the adoption of a ticket's hold.
 
 use std::sync::LazyLock;
 
 mod fences;
+pub(crate) mod ticket;
 
 use fences::Fences;
 use std::time::Duration;

@@ -33,7 +33,8 @@
 //! scripts; `many.rs` holds of several permits; `reserve.rs` the reservations of
 //! callers waiting for several; `admin.rs` the count (read, create, set, add);
 //! `names.rs` its names and permit ids; `dead.rs` the permits of dead liveness
-//! sessions. The handle, [`Semaphore`](crate::Semaphore),
+//! sessions; `ticket.rs` the adoption of a permit's ticket. The handle,
+//! [`Semaphore`](crate::Semaphore),
 //! is `primitives/semaphore/`.
 
 use std::sync::atomic::AtomicU64;
@@ -54,6 +55,7 @@ mod dead;
 mod many;
 mod names;
 mod reserve;
+pub(crate) mod ticket;
 
 pub(crate) use admin::{Admin, Found, State};
 use dead::{holders, sessions, take_back};
