@@ -207,7 +207,8 @@ impl LockClient {
                 if give_back {
                     let until = Instant::now() + plan.ttl.max(Duration::from_secs(1));
                     let backend = std::sync::Arc::clone(&plan.backend);
-                    hub.topology.release_later(backend, keys.clone(), value, until);
+                    hub.topology
+                        .release_later(backend, keys.clone(), value, until);
                 }
                 let limits = hub.topology.subscriber(0).limits();
                 return Err(e.during(Operation::Acquire, &keys.lock, limits));

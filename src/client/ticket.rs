@@ -482,7 +482,10 @@ mod tests {
         assert_eq!(ticket.permits(), 2);
         assert_eq!(ticket.to_string().parse::<Ticket>().unwrap(), ticket);
         for bad in ["abc", "xy", "00,", "0123 4567"] {
-            assert!(Ticket::new("k", LockFormat::Semaphore, bad).is_err(), "{bad}");
+            assert!(
+                Ticket::new("k", LockFormat::Semaphore, bad).is_err(),
+                "{bad}"
+            );
         }
         assert!("rl-ticket:v1:permit:-:k:zz".parse::<Ticket>().is_err());
     }
