@@ -201,6 +201,17 @@ impl Held {
         }
     }
 
+    /// Lets go of a lock or permits without releasing them, for `acquire`:
+    /// their ticket. `None` for what `acquire` never takes.
+    pub(crate) fn into_ticket(self) -> Option<Result<Ticket>> {
+        match self {
+            Held::Lock(g) => Some(g.into_ticket()),
+            Held::Permit(p) => Some(p.into_ticket()),
+            Held::Permits(p) => Some(p.into_ticket()),
+            _ => None,
+        }
+    }
+
     pub(crate) fn lost(&self) -> &Receiver<LeaseLost> {
         match self {
             Held::Lock(g) => g.lost(),
