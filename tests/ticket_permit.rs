@@ -42,8 +42,16 @@ fn held(server: &RedisServer, key: &str) -> BTreeMap<String, u64> {
     );
     members
         .into_iter()
-        .map(|(id, score)| (id.iter().map(|b| format!("{b:02x}")).collect(), score))
+        .map(|(id, score)| (hex(&id), score))
         .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut out, b| {
+        let _ = write!(out, "{b:02x}");
+        out
+    })
 }
 
 /// The free-permit count.

@@ -91,18 +91,17 @@ pub(crate) fn acquire(args: &AcquireArgs) -> Result<u8, Failure> {
         opts = opts.wait(wait);
     }
     let key = args.server.full_key(&args.name);
-    let held = match args.permits {
-        Some(n) => Held::permit(&client, &args.name, (n, args.weight), &opts)?,
-        None => {
-            let scheme = match args.scheme {
-                TicketScheme::Token => Scheme::Token,
-                TicketScheme::Reentrant => Scheme::Reentrant,
-            };
-            let opts = opts.fencing(args.fence).scheme(scheme);
-            client
-                .lock_with(&args.name, &opts)
-                .map(|g| g.map(Held::Lock))
-        }
+    let held = if let Some(n) = args.permits {
+        Held::permit(&client, &args.name, (n, args.weight), &opts)?
+    } else {
+        let scheme = match args.scheme {
+            TicketScheme::Token => Scheme::Token,
+            TicketScheme::Reentrant => Scheme::Reentrant,
+        };
+        let opts = opts.fencing(args.fence).scheme(scheme);
+        client
+            .lock_with(&args.name, &opts)
+            .map(|g| g.map(Held::Lock))
     };
     let Some(held) = held.map_err(|e| failure(&e))? else {
         let what = match (args.permits, args.weight) {

@@ -62,7 +62,8 @@ pub(crate) fn permit_ids(value: &str) -> Option<Vec<Vec<u8>>> {
 
 /// `hex`'s bytes: an even, non-zero number of hex digits.
 fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
-    if hex.is_empty() || hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit())
+    {
         return None;
     }
     (0..hex.len())
