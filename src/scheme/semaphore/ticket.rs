@@ -28,13 +28,11 @@ use crate::scheme::redisson::now_millis;
 pub(crate) static PERMIT_ADOPT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         r"
-local kind = redis.call('TYPE', KEYS[2]).ok
-if kind == 'none' then return -2 end
-if kind ~= 'zset' then return -3 end
 local now, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 local scores, first = {{}}, nil
 for i = 3, 2 + n do
-  local s = redis.call('ZSCORE', KEYS[2], ARGV[i])
+  local s = redis.pcall('ZSCORE', KEYS[2], ARGV[i])
+  if type(s) == 'table' then return -3 end
   if not s or tonumber(s) <= now then return -2 end
   if tonumber(s) >= {NO_LEASE} then return -4 end
   scores[i] = s
