@@ -163,9 +163,10 @@ lease_guard!(
     /// Made by [`Semaphore::acquire`](crate::Semaphore::acquire),
     /// [`try_acquire`](crate::Semaphore::try_acquire),
     /// [`try_acquire_for`](crate::Semaphore::try_acquire_for),
-    /// [`try_acquire_until`](crate::Semaphore::try_acquire_until) and
-    /// [`acquire_with`](crate::Semaphore::acquire_with). Its lease is renewed in
-    /// the background like a lock's; [`is_held`](Self::is_held) and
+    /// [`try_acquire_until`](crate::Semaphore::try_acquire_until),
+    /// [`acquire_with`](crate::Semaphore::acquire_with) and, for a permit handed
+    /// over as a [`Ticket`], [`LockClient::adopt_permit`](crate::LockClient::adopt_permit).
+    /// Its lease is renewed in the background like a lock's; [`is_held`](Self::is_held) and
     /// [`lost`](Self::lost) say when it ended.
     PermitGuard, "permit",
     /// The permit id: 32 hex digits, the client's tag (16 hex of its UUID) and
@@ -185,8 +186,9 @@ lease_guard!(
     /// Made by [`Semaphore::acquire_many`](crate::Semaphore::acquire_many),
     /// [`try_acquire_many`](crate::Semaphore::try_acquire_many),
     /// [`try_acquire_many_for`](crate::Semaphore::try_acquire_many_for),
-    /// [`try_acquire_many_until`](crate::Semaphore::try_acquire_many_until) and
-    /// [`acquire_many_with`](crate::Semaphore::acquire_many_with). Renewed in the
+    /// [`try_acquire_many_until`](crate::Semaphore::try_acquire_many_until),
+    /// [`acquire_many_with`](crate::Semaphore::acquire_many_with) and
+    /// [`LockClient::adopt_permits`](crate::LockClient::adopt_permits). Renewed in the
     /// background as one lease: every permit's lease moves at once, and the
     /// hold is lost as a whole when one of its permits is gone (released by id,
     /// or expired). [`unlock`](Self::unlock) gives back every permit still
