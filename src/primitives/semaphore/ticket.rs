@@ -47,7 +47,7 @@ impl LockClient {
     ///
     /// # Examples
     /// ```no_run
-    /// # fn main() -> redlease::Result<()> {
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
     /// let imports = client.semaphore("imports")?;
     /// imports.ensure_permits(3)?;
