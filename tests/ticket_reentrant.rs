@@ -139,8 +139,11 @@ fn a_reentrant_ticket_written_by_a_process_that_exited_is_adopted_by_another() {
     );
     let after = pttl(&server, "lock:handed");
     assert!(after > 0 && after <= before, "{before} then {after}");
-    // This thread holds it: it may lock again (nested), and both unlock.
-    let nested = lock(&adopter, "handed");
+    // This thread holds it: it may lock again (nested), carrying the
+    // adopted hold's fence, and both unlock.
+    let fenced = LockOptions::new().scheme(Scheme::Reentrant).fencing(true);
+    let nested = adopter.lock_with("handed", &fenced).unwrap().unwrap();
+    assert_eq!(nested.fence(), ticket.fence());
     assert_eq!(hash(&server, "lock:handed")[&field], 2);
     assert_eq!(nested.unlock().unwrap(), Release::Released);
     // The old ticket releases nothing any more.

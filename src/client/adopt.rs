@@ -92,7 +92,8 @@ impl LockClient {
     /// - A reentrant (Redisson-format) lock: the hash must hold the ticket's
     ///   owner field alone, counting one hold; that hold moves to the calling
     ///   thread's owner field (`<client uuid>:<thread id>`), so this thread may
-    ///   lock the key again (nested) while the guard lives. A ticket whose owner
+    ///   lock the key again (nested, carrying the ticket's fence) while the
+    ///   guard lives. A ticket whose owner
     ///   counts nested holds is refused ([`Error::Invalid`], nothing moved): one
     ///   guard releases one hold, and the others' guards are its holder's. A
     ///   ticket of the calling thread's own hold (let go of with
@@ -233,6 +234,7 @@ impl LockClient {
             }
             return Err(lost());
         }
+        plan.backend.adopted(&keys.lock, &value, ticket.fence());
         let guard = self.guard_left(&plan, keys, value, (sent, left), ticket.fence());
         let guard = guard.release_in_background(plan.background);
         self.unless_stopped(Some(guard))?.ok_or(Error::Shutdown)

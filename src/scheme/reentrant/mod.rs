@@ -356,6 +356,11 @@ impl Backend for ReentrantBackend {
         true
     }
 
+    /// The adopted hold is this owner's outermost: nested holds carry its fence.
+    fn adopted(&self, key: &str, value: &str, fence: Option<u64>) {
+        self.fences.first(key, value, fence);
+    }
+
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {
         &SCRIPTS
     }
