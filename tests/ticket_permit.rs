@@ -277,6 +277,14 @@ fn an_expired_or_released_permit_ticket_is_lock_lost_and_nothing_is_written() {
     ));
     assert!(matches!(adopter.adopt(&ticket), Err(Error::Invalid { .. })));
     assert_eq!(adopter.release_ticket(&lock).unwrap(), Release::Released);
+    // An expiry set of another type: refused, left as it is.
+    let _: () = server.query(redis::cmd("SET").arg("{sem:jobs}:timeout").arg("x"));
+    assert!(matches!(
+        adopter.adopt_permit(&ticket),
+        Err(Error::LockLost { .. })
+    ));
+    let kept: String = server.query(redis::cmd("GET").arg("{sem:jobs}:timeout"));
+    assert_eq!(kept, "x");
 }
 
 #[test]

@@ -260,6 +260,14 @@ fn an_expired_or_taken_over_reentrant_ticket_is_lock_lost_and_nothing_is_written
         Err(Error::LockLost { .. })
     ));
     assert_eq!(token.unlock().unwrap(), Release::Released);
+    // The ticket's field without a TTL is no lease: refused, left as it is.
+    let _: () = server.query(redis::cmd("HSET").arg("short").arg(ticket.value()).arg(1));
+    assert!(matches!(
+        adopter.adopt(&ticket),
+        Err(Error::LockLost { .. })
+    ));
+    assert_eq!(only_field(&server, "short"), (ticket.value().to_owned(), 1));
+    assert_eq!(pttl(&server, "short"), -1);
 }
 
 #[test]
