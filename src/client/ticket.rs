@@ -6,6 +6,7 @@
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
@@ -340,24 +341,21 @@ impl LockClient {
     /// The backend a ticket's lease is stored by: the reentrant scheme's, a
     /// permit's (one, or several as one hold) or the token's. [`Error::Shutdown`]
     /// once the client is closed.
-    pub(crate) fn ticket_backend(
-        &self,
-        ticket: &Ticket,
-    ) -> Result<std::sync::Arc<dyn scheme::Backend>> {
+    pub(crate) fn ticket_backend(&self, ticket: &Ticket) -> Result<Arc<dyn scheme::Backend>> {
         if self.inner.hub.shutdown.is_cancelled() {
             return Err(Error::Shutdown);
         }
         let tag = self.inner.id.tag();
-        let scheme = match ticket.format {
-            LockFormat::Reentrant => Scheme::Reentrant,
-            LockFormat::Semaphore => {
-                return Ok(match ticket.permits() {
-                    1 => std::sync::Arc::new(SemaphoreBackend::new(tag.as_str())),
-                    n => std::sync::Arc::new(ManyBackend::new(
-                        tag.as_str(),
-                        u32::try_from(n).unwrap_or(u32::MAX),
-                    )),
-                });
+        let scheme = match (ticket.format, u32::try_from(ticket.permits())) {
+            (LockFormat::Reentrant, _) => Scheme::Reentrant,
+            (LockFormat::Semaphore, Ok(1)) => {
+                return Ok(Arc::new(SemaphoreBackend::new(tag.as_str())));
+            }
+            (LockFormat::Semaphore, n) => {
+                return Ok(Arc::new(ManyBackend::new(
+                    tag.as_str(),
+                    n.unwrap_or(u32::MAX),
+                )));
             }
             _ => Scheme::Token,
         };

@@ -263,12 +263,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn shares(&self) -> bool {
         false
     }
-    /// A lease of `value` on `key` was adopted from a ticket carrying `fence`:
-    /// a scheme that remembers its holds' fences (the reentrant one, for the
-    /// nested holds of the same owner) remembers this one as a first hold's.
-    fn adopted(&self, key: &str, value: &str, fence: Option<u64>) {
-        let _ = (key, value, fence);
-    }
+    /// A lease of `value` on `key` was adopted from a ticket of `fence` (the reentrant
+    /// scheme remembers it as an outermost hold's, for the owner's nested holds).
+    fn adopted(&self, _key: &str, _value: &str, _fence: Option<u64>) {}
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
     /// Why a lease of this format cannot keep its key for a minimum hold after
