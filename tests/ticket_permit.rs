@@ -365,16 +365,30 @@ fn with_liveness_an_adopted_permit_names_the_adopters_session() {
         .build()
         .unwrap();
     let permit = adopter.adopt_permit(&ticket).unwrap();
+    // A liveness client's id: 40 hex digits, marked, naming its session.
+    assert_eq!(permit.permit_id().len(), 40, "{}", permit.permit_id());
     let tag = ClientTag::of_permit(permit.permit_id()).unwrap();
     assert!(tag.declares_liveness(), "{}", permit.permit_id());
-    assert!(
-        !ClientTag::of_permit(ticket.value())
-            .unwrap()
-            .declares_liveness()
-    );
     assert!(server.exists(&tag.session_key("sem:")));
     assert!(held(&server, "sem:jobs").contains_key(permit.permit_id()));
-    assert_eq!(permit.unlock().unwrap(), Release::Released);
+    // Its ticket, of the longer id, is adopted by a client without liveness
+    // (a 32-digit id again), and extended and released by ticket.
+    let ticket = permit.into_ticket().unwrap();
+    assert_eq!(ticket.value().len(), 40);
+    let permit = holder.adopt_permit(&ticket).unwrap();
+    assert_eq!(permit.permit_id().len(), 32);
+    let ticket = permit.into_ticket().unwrap();
+    let ticket = adopter
+        .adopt_permit(&ticket)
+        .unwrap()
+        .into_ticket()
+        .unwrap();
+    adopter
+        .extend_ticket(&ticket, Duration::from_secs(60))
+        .unwrap();
+    assert_eq!(holder.release_ticket(&ticket).unwrap(), Release::Released);
+    assert_eq!(free(&server, "sem:jobs"), 1);
+    assert!(held(&server, "sem:jobs").is_empty());
 }
 
 /// Permits passed between two clients by tickets, round after round, while

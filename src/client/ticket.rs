@@ -345,17 +345,12 @@ impl LockClient {
         if self.inner.hub.shutdown.is_cancelled() {
             return Err(Error::Shutdown);
         }
-        let tag = self.inner.id.tag();
+        let id = &self.inner.id;
         let scheme = match (ticket.format, u32::try_from(ticket.permits())) {
             (LockFormat::Reentrant, _) => Scheme::Reentrant,
-            (LockFormat::Semaphore, Ok(1)) => {
-                return Ok(Arc::new(SemaphoreBackend::new(tag.as_str())));
-            }
+            (LockFormat::Semaphore, Ok(1)) => return Ok(Arc::new(SemaphoreBackend::new(id))),
             (LockFormat::Semaphore, n) => {
-                return Ok(Arc::new(ManyBackend::new(
-                    tag.as_str(),
-                    n.unwrap_or(u32::MAX),
-                )));
+                return Ok(Arc::new(ManyBackend::new(id, n.unwrap_or(u32::MAX))));
             }
             _ => Scheme::Token,
         };

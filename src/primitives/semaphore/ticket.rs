@@ -111,7 +111,7 @@ impl LockClient {
             ));
         }
         let old = permit_ids(ticket.value()).ok_or(invalid("a permit id is not hex"))?;
-        let value = adopter_ids(self.inner.id.tag().as_str(), old.len());
+        let value = adopter_ids(&self.inner.id, old.len());
         let new = permit_ids(&value).ok_or(invalid("a permit id is not hex"))?;
         let mut opts = LockOptions::new();
         opts.backend = Some(self.ticket_backend(ticket)?);

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::{NO_LEASE, push_id, timeouts};
+use crate::owner::ClientId;
 use crate::scheme::redisson::now_millis;
 
 /// Re-keys a ticket's permits to the adopter's ids, keeping their scores.
@@ -70,15 +71,17 @@ fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// `n` new permit ids of the client tagged `tag`, joined by commas: the value
-/// of an adopted hold.
-pub(crate) fn adopter_ids(tag: &str, n: usize) -> String {
-    let mut ids = String::with_capacity(33 * n);
+/// `n` new permit ids of the client `id` (marked when it declared liveness,
+/// as its acquires write them), joined by commas: the value of an adopted
+/// hold.
+pub(crate) fn adopter_ids(id: &ClientId, n: usize) -> String {
+    let tag = id.tag();
+    let mut ids = String::with_capacity(41 * n);
     for i in 0..n {
         if i > 0 {
             ids.push(',');
         }
-        push_id(&mut ids, tag);
+        push_id(&mut ids, tag.as_str(), tag.declares_liveness());
     }
     ids
 }
@@ -115,9 +118,10 @@ mod tests {
 
     #[test]
     fn adopter_ids_are_the_clients_and_new() {
-        let ids = adopter_ids("0123456789abcdef", 2);
+        let id = ClientId::new();
+        let ids = adopter_ids(&id, 2);
         let (a, b) = ids.split_once(',').unwrap();
-        assert!(a.starts_with("0123456789abcdef") && a.len() == 32, "{a}");
+        assert!(a.starts_with(id.tag().as_str()) && a.len() == 32, "{a}");
         assert_ne!(a, b);
         assert_eq!(permit_ids(&ids).unwrap().len(), 2);
     }
