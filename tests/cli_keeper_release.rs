@@ -113,7 +113,7 @@ fn kill_and_take_over(
 
 /// Runs `round` (a whole kill-and-take-over on a fresh server) up to twice: CI
 /// saw the keeper end, once in some dozens of runs, without a word and without
-/// releasing. The cause found since: a SIGKILLed supervisor ends thread by
+/// releasing. The cause found since: a `SIGKILL`ed supervisor ends thread by
 /// thread, and a keeper that had ended its command while the supervisor's last
 /// threads were still ending saw the same parent pid, took it for alive and
 /// left the release to it (`keeper::procs::ending` now reads the supervisor's

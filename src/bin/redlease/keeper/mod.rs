@@ -225,7 +225,7 @@ fn keep(
 ///
 /// The supervisor is gone once this keeper was handed to another parent, or
 /// while its main thread has ended and its other threads are still ending (a
-/// SIGKILLed process ends thread by thread, and its children stay with its
+/// `SIGKILL`ed process ends thread by thread, and its children stay with its
 /// last threads until then: their parent's pid has not changed yet).
 fn release_orphaned(parent: Pid, lease: Option<&Handover>) {
     if let Some(lease) = lease
