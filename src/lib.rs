@@ -49,7 +49,8 @@
 //!   [`Scheme::LegacyTimestamp`] ([`LegacyTimestamp`]; [migrating](guide::migrating)).
 //! - Redisson's primitives ([guide](guide::redisson)): [`FairLock`], [`ReadWriteLock`]
 //!   ([`ReadGuard`], [`WriteGuard`]), [`Semaphore`] ([`PermitGuard`]; k at once: [`PermitsGuard`]),
-//!   each with the lock's whole family of calls and the same guard surface.
+//!   each with the lock's whole family of calls and the same guard surface; a waiter takes
+//!   back the permits of a dead [liveness](guide::crash_recovery) session.
 //! - Fleets ([guide](guide::fleets)): [`LockClient::election`] → [`Election`] →
 //!   [`Leadership`], whose term is a fence; [`LockOptions::min_hold`], once per
 //!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::lock_any`] →
@@ -58,7 +59,8 @@
 //!   by a fleet; [`LockClient::wait_free`]; [`LockClient::shutdown`] → [`ShutdownReport`];
 //!   [`LockGuard::ticket`] → [`Ticket`], for [`LockClient::release_ticket`] when the holder dies;
 //!   [`LockGuard::into_ticket`] → a printable [`Ticket`] that [`LockClient::adopt`] takes over
-//!   in a later step or another process.
+//!   in a later step or another process (a token or Redisson-format reentrant lock; a
+//!   permit's: [`PermitGuard::into_ticket`] → [`LockClient::adopt_permit`]).
 //!   [`LockClient::latch`] → [`Latch`] → [`Participant`], a fan-in (Redisson's count) whose
 //!   waiters get [`Error::ParticipantDied`] when a worker dies ([`DEFAULT_LATCH_LIVENESS`],
 //!   [`LATCH_DONE_TTL`], [`LATCH_ABANDONED_TTL`]).

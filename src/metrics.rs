@@ -205,6 +205,14 @@ pub(crate) mod export {
         ::metrics::counter!("redlease_dead_holders_broken_total").increment(1);
     }
 
+    /// A waiter took back `n` semaphore permits of holders whose liveness
+    /// session had ended.
+    #[cfg_attr(not(feature = "metrics"), expect(unused_variables))]
+    pub(crate) fn broken_permits(n: u64) {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!("redlease_dead_holders_broken_total").increment(n);
+    }
+
     /// A renewal was answered: `extended`, `lost` or `failed`.
     #[cfg_attr(not(feature = "metrics"), expect(unused_variables))]
     pub(crate) fn renewal(outcome: &'static str) {

@@ -224,3 +224,104 @@ fn inspect_shows_a_holders_liveness_and_a_dead_session_as_breakable() {
     );
     assert_eq!(holder(&server)["alive"], false);
 }
+
+/// Every process under `root` (children first found through `/proc`), `root`
+/// included.
+fn tree(root: Pid) -> Vec<Pid> {
+    let mut all = vec![root];
+    let mut i = 0;
+    while i < all.len() && all.len() < 256 {
+        let pid = all[i];
+        for task in fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let children = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            all.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|c| c.parse().ok())
+                    .map(Pid::from_raw),
+            );
+        }
+        i += 1;
+    }
+    all
+}
+
+/// A `run --partitions 4 --liveness` member whose every process (supervisor,
+/// keepers, commands) is stopped then killed: a member started after the kill
+/// runs all four partitions about one liveness later, not after the 30 s TTL.
+#[test]
+fn a_partition_member_whose_every_process_is_killed_leaves_its_partitions_after_its_liveness() {
+    let server = RedisServer::start();
+    let dir = Scratch::new("liveness-partitions");
+    // Each partition's command writes `<partition>.<its keeper's pid>`.
+    let script = format!(
+        "echo ok > {d}/$REDLEASE_PARTITION.$PPID; sleep 300",
+        d = dir.file("").display()
+    );
+    let member = || {
+        redlease([
+            "run",
+            "--url",
+            &server.url(),
+            "--partitions",
+            "4",
+            "--group",
+            "jobs",
+            "--ttl",
+            "30s",
+            "--liveness",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .unwrap()
+    };
+    let running = || {
+        fs::read_dir(dir.file(""))
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let (p, keeper) = name.split_once('.')?;
+                Some((p.parse::<u32>().ok()?, keeper.parse::<i32>().ok()?))
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut first = member();
+    assert!(
+        eventually(Duration::from_secs(30), || running().len() == 4),
+        "{:?}",
+        running()
+    );
+    let all = tree(pid_of(&first));
+    assert!(all.len() >= 9, "supervisor, 4 keepers, 4 commands: {all:?}");
+    for &pid in &all {
+        let _ = kill(pid, Signal::SIGSTOP);
+    }
+    let killed = Instant::now();
+    for &pid in &all {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+    let _ = first.wait();
+    let old: Vec<(u32, i32)> = running();
+    for (p, keeper) in &old {
+        fs::remove_file(dir.file(&format!("{p}.{keeper}"))).unwrap();
+    }
+    let mut second = member();
+    let all_four = eventually(Duration::from_secs(20), || running().len() == 4);
+    let took = killed.elapsed();
+    let _ = kill(pid_of(&second), Signal::SIGTERM);
+    let _ = exit_within(&mut second, Duration::from_secs(15));
+    assert!(all_four, "after {took:?}: {:?}", running());
+    eprintln!("the second member ran all four partitions {took:?} after the kill");
+    // The liveness, the second member's start, a round or two and its
+    // commands' start, with room for a loaded machine; the TTL is 30 s.
+    assert!(took <= Duration::from_secs(6), "took {took:?}");
+}

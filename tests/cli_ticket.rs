@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use redlease::{LockClient, Release, Ticket};
+use redlease::{LockClient, LockFormat, Release, Ticket};
 use serde_json::Value;
 use support::cli::{LOST, NOT_ACQUIRED, Scratch, USAGE, finish, output, redlease, stderr, stdout};
 use support::{RedisServer, eventually};
@@ -184,4 +184,107 @@ fn a_script_holding_a_lock_across_steps_and_redlease_run_never_hold_it_together(
     assert_eq!(log.matches("step").count(), rounds, "{log}");
     assert_eq!(log.matches("run").count(), rounds, "{log}");
     assert!(!server.exists("steps"));
+}
+
+fn hash_len(server: &RedisServer, key: &str) -> i64 {
+    server.query(redis::cmd("HLEN").arg(key))
+}
+
+fn free(server: &RedisServer, key: &str) -> i64 {
+    server.query(redis::cmd("GET").arg(key))
+}
+
+#[test]
+fn acquire_takes_a_reentrant_lock_that_a_later_process_extends_and_releases_by_ticket() {
+    let server = RedisServer::start();
+    let out = acquire(&server, &["--scheme", "reentrant", "--ttl", "10s"], "job");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = stdout(&out);
+    let ticket: Ticket = printed.parse().unwrap();
+    assert_eq!(ticket.format(), LockFormat::Reentrant);
+    assert!(
+        printed.starts_with("rl-ticket:v1:reentrant:-:job:"),
+        "{printed}"
+    );
+    // acquire has exited: its one hold is still there, Redisson's hash.
+    assert_eq!(hash_len(&server, "job"), 1);
+    let field: i64 = server.query(redis::cmd("HGET").arg("job").arg(ticket.value()));
+    assert_eq!(field, 1);
+    for scheme in ["token", "reentrant"] {
+        let busy = acquire(&server, &["--scheme", scheme, "--wait", "0"], "job");
+        assert_eq!(busy.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&busy));
+    }
+    let out = with_ticket(&server, "extend", "-", &["--ttl", "10m"], Some(&printed));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(pttl(&server, "job") > 590_000);
+    let dir = Scratch::new("ticket-reentrant");
+    let file = dir.file("job.ticket");
+    fs::write(&file, &printed).unwrap();
+    let file = file.to_str().unwrap();
+    let out = with_ticket(&server, "release", file, &[], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!server.exists("job"));
+    let again = with_ticket(&server, "release", file, &[], None);
+    assert_eq!(again.status.code(), Some(LOST), "{}", stderr(&again));
+}
+
+#[test]
+fn acquire_takes_permits_that_a_later_process_gives_back_by_ticket() {
+    let server = RedisServer::start();
+    let out = acquire(
+        &server,
+        &["--permits", "3", "--json", "--ttl", "10m"],
+        "jobs",
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["scheme"], "permit");
+    assert_eq!(json["key"], "jobs");
+    assert!(json["fence"].is_null());
+    let one = json["ticket"].as_str().unwrap().to_owned();
+    let ticket: Ticket = one.parse().unwrap();
+    assert_eq!(ticket.format(), LockFormat::Semaphore);
+    assert_eq!(free(&server, "jobs"), 2);
+    let out = acquire(&server, &["--permits", "3", "--weight", "2"], "jobs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let two: Ticket = stdout(&out).parse().unwrap();
+    assert_eq!(two.permits(), 2);
+    assert_eq!(free(&server, "jobs"), 0);
+    let busy = acquire(&server, &["--permits", "3", "--wait", "0"], "jobs");
+    assert_eq!(busy.status.code(), Some(NOT_ACQUIRED), "{}", stderr(&busy));
+    assert!(stderr(&busy).contains("no permit"), "{}", stderr(&busy));
+    let other = acquire(&server, &["--permits", "2", "--wait", "0"], "jobs");
+    assert_eq!(other.status.code(), Some(USAGE), "{}", stderr(&other));
+    let out = with_ticket(&server, "extend", &one, &["--ttl", "20m"], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = with_ticket(&server, "release", "-", &[], Some(&one));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(free(&server, "jobs"), 1);
+    let out = with_ticket(&server, "release", &two.to_string(), &[], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(free(&server, "jobs"), 3);
+    let again = with_ticket(&server, "release", &one, &[], None);
+    assert_eq!(again.status.code(), Some(LOST), "{}", stderr(&again));
+    let again = with_ticket(&server, "extend", &one, &["--ttl", "1m"], None);
+    assert_eq!(again.status.code(), Some(LOST), "{}", stderr(&again));
+}
+
+#[test]
+fn reentrant_and_permit_tickets_from_acquire_are_adopted_by_the_library() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.url()).build().unwrap();
+    let out = acquire(&server, &["--scheme", "reentrant", "--ttl", "1m"], "lock");
+    let ticket: Ticket = stdout(&out).parse().unwrap();
+    let guard = client.adopt(&ticket).unwrap();
+    let out = with_ticket(&server, "release", &ticket.to_string(), &[], None);
+    assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    assert_eq!(guard.unlock().unwrap(), Release::Released);
+    let out = acquire(&server, &["--permits", "1", "--ttl", "1m"], "sem");
+    let ticket: Ticket = stdout(&out).parse().unwrap();
+    let permit = client.adopt_permit(&ticket).unwrap();
+    let out = with_ticket(&server, "release", &ticket.to_string(), &[], None);
+    assert_eq!(out.status.code(), Some(LOST), "{}", stderr(&out));
+    assert_eq!(free(&server, "sem"), 0);
+    assert_eq!(permit.unlock().unwrap(), Release::Released);
+    assert_eq!(free(&server, "sem"), 1);
 }

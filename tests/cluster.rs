@@ -1212,3 +1212,33 @@ fn inspect_follows_a_slot_that_moved_to_another_master() {
     assert_eq!(guard.unlock().unwrap(), Release::Released);
     assert!(client.inspect(name).unwrap().holders().is_empty());
 }
+
+/// Liveness on a cluster: a waiter on a live liveness holder's lock (fenced or
+/// not, token or Redisson-format) waits without an error and breaks nothing
+/// (the record and the lock live in different slots, so no script sees both:
+/// such locks are left to their TTL).
+#[test]
+fn a_liveness_holders_lock_on_a_cluster_is_waited_for_and_left_to_its_ttl() {
+    let cluster = Cluster::start(3, 0);
+    let holder = LockClient::cluster(cluster.urls())
+        .liveness(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let waiter = LockClient::cluster(cluster.urls()).build().unwrap();
+    let short = Duration::from_millis(400);
+    for (i, opts) in [
+        LockOptions::new(),
+        LockOptions::new().fencing(true),
+        LockOptions::new().scheme(redlease::Scheme::Reentrant),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("live{i}");
+        let held = holder.lock_with(&name, &opts).unwrap().unwrap();
+        let got = waiter.lock_with(&name, &opts.clone().wait(short));
+        assert!(matches!(got, Ok(None)), "{name}: {got:?}");
+        std::mem::forget(held);
+    }
+    assert_eq!(waiter.metrics().dead_holders_broken, 0);
+}

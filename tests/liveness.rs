@@ -64,7 +64,8 @@ fn holder_of(
         if let Some(f) = text.strip_prefix("fence ") {
             fence = f.parse().unwrap();
         }
-        if text == "ready" {
+        // The test harness's own `test … ` may begin the line.
+        if text.ends_with("ready") {
             // Read on, so the child never blocks on a full pipe.
             std::thread::spawn(move || lines.for_each(drop));
             return (child, fence);
@@ -96,6 +97,9 @@ fn child_holds_locks() {
         builder = builder.liveness(LIVENESS);
     }
     let client = builder.build().unwrap();
+    if prefix.ends_with("group") {
+        return hold_partitions(&client, prefix, count);
+    }
     let opts = LockOptions::new().scheme(scheme);
     let fenced = client
         .lock_with(&format!("{prefix}0"), &opts.clone().fencing(true))
@@ -111,6 +115,63 @@ fn child_holds_locks() {
     println!("ready");
     std::thread::sleep(Duration::from_secs(120));
     drop((guards, fenced));
+}
+
+/// [`child_holds_locks`] as a partition group's member: joins `group`'s
+/// `count` partitions alone, prints `ready` once it holds them all.
+fn hold_partitions(client: &LockClient, group: &str, count: usize) {
+    let member = client
+        .partitions(group, u32::try_from(count).unwrap())
+        .unwrap()
+        .join()
+        .unwrap();
+    let all = eventually(Duration::from_secs(30), || member.held().len() == count);
+    assert!(all, "the member took {:?} of {count}", member.held());
+    println!("ready");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// A partition group's member with liveness, killed with every partition: a
+/// member joining after it holds them all about one liveness later (its
+/// record ends with its session, and its locks are broken), not after the
+/// TTL; without liveness, the dead member's partitions stay where they are.
+#[test]
+fn a_killed_members_partitions_move_within_its_liveness_and_only_then() {
+    let server = RedisServer::start();
+    let partitions = 4;
+    for live in [true, false] {
+        let group = format!("{live}group");
+        let (mut child, _) = holder_of(&server, &group, partitions, live, "");
+        child.kill().unwrap();
+        let killed = Instant::now();
+        child.wait().unwrap();
+        let client = LockClient::builder(server.url())
+            .ttl(TTL)
+            .liveness(LIVENESS)
+            .build()
+            .unwrap();
+        let member = client
+            .partitions(&group, u32::try_from(partitions).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        // The member's window is its liveness; its rounds a third of it.
+        let bound = TAKEN_WITHIN + LIVENESS;
+        let all = eventually(bound, || member.held().len() == partitions);
+        let took = killed.elapsed();
+        if live {
+            assert!(all, "after {took:?}, held {:?}", member.held());
+            let broken = client.metrics().dead_holders_broken;
+            assert_eq!(broken, 4, "each lock broken once");
+        } else {
+            assert!(
+                !all,
+                "a member without liveness lost its partitions after {took:?}"
+            );
+            assert_eq!(client.metrics().dead_holders_broken, 0);
+        }
+        member.leave().unwrap();
+    }
 }
 
 fn waiter(server: &RedisServer) -> LockClient {
@@ -558,4 +619,69 @@ fn a_restart_with_persistence_breaks_no_live_clients_lock() {
         assert_eq!(guard.unlock().unwrap(), Release::Released);
     }
     assert_eq!(client.metrics().dead_holders_broken, 0);
+}
+
+/// A waiter whose key prefix is not its holder's: the holder's session record
+/// lives under the holder's prefix, which the waiter cannot know from the
+/// value. A live holder is never taken for a dead one (every prefix the lock
+/// key allows is looked at before a break); a dead one is still broken.
+#[test]
+fn a_waiter_with_another_prefix_never_breaks_a_live_holder_and_still_breaks_a_dead_one() {
+    let server = RedisServer::start();
+    let holder = LockClient::builder(server.url())
+        .key_prefix("app:")
+        .ttl(TTL)
+        .liveness(LIVENESS)
+        .build()
+        .unwrap();
+    let waiter = waiter(&server);
+    let wait = 2 * LIVENESS + Duration::from_millis(500);
+    let schemes = [
+        LockOptions::new(),
+        LockOptions::new().fencing(true),
+        LockOptions::new().scheme(Scheme::Reentrant),
+    ];
+    let mut held = Vec::new();
+    for (i, opts) in schemes.iter().enumerate() {
+        held.push(holder.lock_with(&format!("job{i}"), opts).unwrap().unwrap());
+    }
+    let pool = holder.semaphore("pool").unwrap();
+    pool.ensure_permits(1).unwrap();
+    let permit = pool.try_acquire().unwrap().unwrap();
+    // Every waiter at once, each for two liveness periods and more.
+    std::thread::scope(|s| {
+        for (i, opts) in schemes.iter().enumerate() {
+            let waiter = &waiter;
+            s.spawn(move || {
+                let got = waiter.lock_with(&format!("app:job{i}"), &opts.clone().wait(wait));
+                assert!(matches!(got, Ok(None)), "job{i}: {got:?}");
+            });
+        }
+        let theirs = waiter.semaphore("app:pool").unwrap();
+        assert!(
+            theirs.try_acquire_for(wait).unwrap().is_none(),
+            "a live permit was taken"
+        );
+    });
+    assert_eq!(waiter.metrics().dead_holders_broken, 0);
+    assert!(held.iter().all(redlease::LockGuard::is_held) && permit.is_held());
+    drop((held, permit));
+    // A dead holder without a prefix, its lock `app:dead0`: broken by a
+    // waiter whose prefix is `app:` (the record is found under neither).
+    let (mut child, _) = holder_of(&server, "app:dead", 1, true, "token");
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let prefixed = LockClient::builder(server.url())
+        .key_prefix("app:")
+        .build()
+        .unwrap();
+    let got = prefixed
+        .lock_with("dead0", &LockOptions::new().wait(Duration::from_secs(10)))
+        .unwrap();
+    let took = killed.elapsed();
+    assert!(
+        got.is_some() && took <= TAKEN_WITHIN,
+        "taken {took:?} after the kill"
+    );
 }

@@ -376,7 +376,7 @@ fn garbled_or_foreign_records_are_unknown_owners_and_foreign_values_have_none() 
             &format!("rl1:{tag}0123456789abcdef"),
         );
         let info = reader.inspect(&format!("g{i}")).unwrap();
-        let want = ClientTag::of_permit(&format!("{tag}0123456789abcdef")).unwrap();
+        let want = ClientTag::of_token(&format!("rl1:{tag}0123456789abcdef")).unwrap();
         assert_eq!(info.holders()[0].owner(), &Owner::Unknown(want), "{info:?}");
     }
     // redis-py's token and a timestamp name no redlease client.

@@ -328,10 +328,12 @@ impl LockClientBuilder {
     /// Waiters break token locks (fenced or not), elections, Redisson-format
     /// reentrant locks, read-write locks (a dead writer, or each dead reader
     /// beside live ones) and fair locks (a dead holder, or a dead waiter at
-    /// the queue's head; the queue's next is woken) on one
-    /// server or a Sentinel's master (not permits or partitions: see the
-    /// guide's crash recovery chapter); in a Redis Cluster the lock key and the session record sit on
-    /// different nodes, and the lock stays TTL-bound there. A Redlock quorum
+    /// the queue's head; the queue's next is woken), and take back semaphore
+    /// permits (the client's permit ids are then 40 hex digits, marked,
+    /// instead of 32), on one server or a Sentinel's master (not partitions:
+    /// see the guide's crash recovery chapter); in a Redis Cluster the lock key
+    /// and the session record sit on different nodes, and the lock stays
+    /// TTL-bound there. A Redlock quorum
     /// keeps no session on each node: [`build`](Self::build) refuses liveness
     /// with it.
     ///

@@ -6,6 +6,7 @@
 use std::fmt::{self, Write as _};
 use std::str::FromStr;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
@@ -14,7 +15,8 @@ use crate::client::options::check_ttl;
 use crate::error::{Error, Operation, Result};
 use crate::format::LockFormat;
 use crate::metrics::bump;
-use crate::scheme::{self, Announce, Extend, Keys, Release, Scheme};
+use crate::scheme::semaphore::ticket::permit_ids;
+use crate::scheme::{self, Announce, Extend, Keys, ManyBackend, Release, Scheme, SemaphoreBackend};
 
 /// A held lease's identity: its key, its format, the value its holder stored
 /// and its fence, for a process that must release it if the holder dies without
@@ -22,11 +24,16 @@ use crate::scheme::{self, Announce, Extend, Keys, Release, Scheme};
 /// another process ([`LockClient::adopt`]).
 ///
 /// Made by [`LockGuard::ticket`] (the guard keeps the lease),
-/// [`LockGuard::into_ticket`] (the guard lets go of it without releasing it) and
+/// [`LockGuard::into_ticket`] (the guard lets go of it without releasing it),
+/// [`PermitGuard::ticket`](crate::PermitGuard::ticket) and
+/// [`into_ticket`](crate::PermitGuard::into_ticket) (a semaphore's permit, and
+/// [`PermitsGuard`](crate::PermitsGuard)'s several) and
 /// [`Leadership::ticket`](crate::Leadership::ticket), rebuilt from its parts
 /// with [`Ticket::new`], or parsed from its printable form
 /// ([`FromStr`](#impl-FromStr-for-Ticket)); used by
-/// [`LockClient::release_ticket`] and [`LockClient::adopt`].
+/// [`LockClient::release_ticket`], [`LockClient::extend_ticket`],
+/// [`LockClient::adopt`] (a lock's) and
+/// [`LockClient::adopt_permit`](crate::LockClient::adopt_permit) (a permit's).
 ///
 /// # A capability
 /// A ticket holds no server address and no password, but its value lets
@@ -37,9 +44,9 @@ use crate::scheme::{self, Announce, Extend, Keys, Release, Scheme};
 /// or in an environment that others can list.
 ///
 /// # Printable form
-/// `rl-ticket:v1:<scheme>:<fence>:<key>:<value>`: `scheme` is `token` or
-/// `reentrant`, `fence` a decimal number or `-` for none, and `key` (the full
-/// key) and `value` are percent-encoded: every byte but ASCII letters, digits
+/// `rl-ticket:v1:<scheme>:<fence>:<key>:<value>`: `scheme` is `token`,
+/// `reentrant` or `permit`, `fence` a decimal number or `-` for none, and `key`
+/// (the full key) and `value` are percent-encoded: every byte but ASCII letters, digits
 /// and `-._~` is `%` and two uppercase hex digits, so the form has no `:`,
 /// space, quote or newline of its own and passes through shells and files as
 /// one word.
@@ -74,11 +81,16 @@ impl Ticket {
     /// A ticket for the lock `key` (the full key, with the holder's prefix)
     /// held with `value` in `format`. Sends nothing.
     ///
+    /// For a permit ([`LockFormat::Semaphore`]), `key` is the semaphore's (of
+    /// its count) and `value` the permit id: an even number of hex digits, or
+    /// several such ids joined by commas for a hold of several permits.
+    ///
     /// # Errors
-    /// [`Error::Invalid`] for an empty key or value, or a format whose value is
-    /// not one fixed string for the lease's whole life: only
-    /// [`LockFormat::Token`] (a token lock, and a leadership) and
-    /// [`LockFormat::Reentrant`] (Redisson's hash) are released by value.
+    /// [`Error::Invalid`] for an empty key or value, a permit's value that is
+    /// not hex ids, or a format whose value is not one fixed string for the
+    /// lease's whole life: only [`LockFormat::Token`] (a token lock, and a
+    /// leadership), [`LockFormat::Reentrant`] (Redisson's hash) and
+    /// [`LockFormat::Semaphore`] (a permit) are released by value.
     ///
     /// # Examples
     /// ```
@@ -87,6 +99,9 @@ impl Ticket {
     /// let ticket = Ticket::new("lock:report", LockFormat::Token, "rl2:…")?;
     /// assert_eq!(ticket.key(), "lock:report");
     /// assert!(Ticket::new("lock:report", LockFormat::LegacyTimestamp, "1").is_err());
+    /// let permit = Ticket::new("imports", LockFormat::Semaphore, "0123456789abcdef")?;
+    /// assert!(permit.to_string().starts_with("rl-ticket:v1:permit:-:imports:"));
+    /// assert!(Ticket::new("imports", LockFormat::Semaphore, "not hex").is_err());
     /// # Ok::<(), redlease::Error>(())
     /// ```
     pub fn new(key: &str, format: LockFormat, value: &str) -> Result<Self> {
@@ -94,13 +109,21 @@ impl Ticket {
             what: "ticket",
             reason,
         };
-        if !matches!(format, LockFormat::Token | LockFormat::Reentrant) {
+        if !matches!(
+            format,
+            LockFormat::Token | LockFormat::Reentrant | LockFormat::Semaphore
+        ) {
             return Err(invalid(
-                "only token and reentrant locks are released by value",
+                "only token and reentrant locks and permits are released by value",
             ));
         }
         if key.is_empty() || value.is_empty() {
             return Err(invalid("the key or the value is empty"));
+        }
+        if format == LockFormat::Semaphore && permit_ids(value).is_none() {
+            return Err(invalid(
+                "a permit's value is its ids: even-length hex, joined by commas",
+            ));
         }
         Ok(Self {
             key: key.to_owned(),
@@ -128,14 +151,24 @@ impl Ticket {
         &self.key
     }
 
-    /// How the lock is stored: [`LockFormat::Token`] or [`LockFormat::Reentrant`].
+    /// How the lease is stored: [`LockFormat::Token`],
+    /// [`LockFormat::Reentrant`] or [`LockFormat::Semaphore`] (a permit).
     pub fn format(&self) -> LockFormat {
         self.format
     }
 
-    /// The value the holder stored (a token, a Redisson owner field).
+    /// The value the holder stored (a token, a Redisson owner field, a permit
+    /// id or ids joined by commas).
     pub fn value(&self) -> &str {
         &self.value
+    }
+
+    /// How many permits a permit's ticket holds (its ids); 1 for a lock's.
+    pub fn permits(&self) -> usize {
+        match self.format {
+            LockFormat::Semaphore => self.value.split(',').count(),
+            _ => 1,
+        }
     }
 }
 
@@ -154,6 +187,7 @@ impl fmt::Display for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = match self.format {
             LockFormat::Reentrant => "reentrant",
+            LockFormat::Semaphore => "permit",
             _ => "token",
         };
         f.write_str(PRINTED_PREFIX)?;
@@ -200,7 +234,8 @@ impl FromStr for Ticket {
         let format = match scheme {
             "token" => LockFormat::Token,
             "reentrant" => LockFormat::Reentrant,
-            _ => return Err(invalid("unknown scheme: `token` or `reentrant`")),
+            "permit" => LockFormat::Semaphore,
+            _ => return Err(invalid("unknown scheme: `token`, `reentrant` or `permit`")),
         };
         let fence = match fence {
             "-" => None,
@@ -226,11 +261,16 @@ impl LockGuard {
     /// lock (its queue is the holder's to tidy), a lease inside its
     /// [`min_hold`](crate::LockOptions::min_hold) (its key is to stay), or one
     /// already released.
+    ///
+    /// A reentrant lock's ticket names its owner field, which all the nested
+    /// holds of one thread share: it releases one hold, and is adopted only
+    /// while that thread holds the lock once (see [`LockClient::adopt`]).
     pub fn ticket(&self) -> Option<Ticket> {
         let lease = self.lease();
         let format = match lease.backend.label() {
             "token" | "election" => LockFormat::Token,
             "reentrant" => LockFormat::Reentrant,
+            "semaphore" => LockFormat::Semaphore,
             _ => return None,
         };
         if lease.min_hold_left(std::time::Instant::now()).is_some() {
@@ -298,14 +338,20 @@ impl LockClient {
 }
 
 impl LockClient {
-    /// The backend a ticket's lease is stored by: the reentrant scheme's or the
-    /// token's. [`Error::Shutdown`] once the client is closed.
-    fn ticket_backend(&self, ticket: &Ticket) -> Result<std::sync::Arc<dyn scheme::Backend>> {
+    /// The backend a ticket's lease is stored by: the reentrant scheme's, a
+    /// permit's (one, or several as one hold) or the token's. [`Error::Shutdown`]
+    /// once the client is closed.
+    pub(crate) fn ticket_backend(&self, ticket: &Ticket) -> Result<Arc<dyn scheme::Backend>> {
         if self.inner.hub.shutdown.is_cancelled() {
             return Err(Error::Shutdown);
         }
-        let scheme = match ticket.format {
-            LockFormat::Reentrant => Scheme::Reentrant,
+        let id = &self.inner.id;
+        let scheme = match (ticket.format, u32::try_from(ticket.permits())) {
+            (LockFormat::Reentrant, _) => Scheme::Reentrant,
+            (LockFormat::Semaphore, Ok(1)) => return Ok(Arc::new(SemaphoreBackend::new(id))),
+            (LockFormat::Semaphore, n) => {
+                return Ok(Arc::new(ManyBackend::new(id, n.unwrap_or(u32::MAX))));
+            }
             _ => Scheme::Token,
         };
         Ok(scheme::backend(&scheme, &self.inner.id))
@@ -410,6 +456,31 @@ mod tests {
         }
         assert!(Ticket::new("", LockFormat::Token, "v").is_err());
         assert!(Ticket::new("k", LockFormat::Token, "").is_err());
+    }
+
+    #[test]
+    fn a_permit_ticket_carries_hex_ids_and_prints_and_parses_back() {
+        let one = "0123456789abcdef0123456789abcdef";
+        let ticket = Ticket::new("sem:{jobs}", LockFormat::Semaphore, one).unwrap();
+        assert_eq!(ticket.permits(), 1);
+        let printed = ticket.to_string();
+        assert_eq!(
+            printed,
+            format!("rl-ticket:v1:permit:-:sem%3A%7Bjobs%7D:{one}")
+        );
+        assert_eq!(printed.parse::<Ticket>().unwrap(), ticket);
+        // Longer ids, and several as one hold.
+        let many = format!("{one}00ff,{one}");
+        let ticket = Ticket::new("jobs", LockFormat::Semaphore, &many).unwrap();
+        assert_eq!(ticket.permits(), 2);
+        assert_eq!(ticket.to_string().parse::<Ticket>().unwrap(), ticket);
+        for bad in ["abc", "xy", "00,", "0123 4567"] {
+            assert!(
+                Ticket::new("k", LockFormat::Semaphore, bad).is_err(),
+                "{bad}"
+            );
+        }
+        assert!("rl-ticket:v1:permit:-:k:zz".parse::<Ticket>().is_err());
     }
 
     #[test]

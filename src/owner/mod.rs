@@ -79,7 +79,10 @@ impl ClientTag {
             }
             return Self::of_hex(tag);
         }
-        Self::of_permit(value.strip_prefix(TOKEN_PREFIX_V1)?)
+        let old = value.strip_prefix(TOKEN_PREFIX_V1)?;
+        (old.len() == 32 && is_hex(old.as_bytes()))
+            .then(|| Self::of_hex(&old[..16]))
+            .flatten()
     }
 
     /// The tag in a Redisson owner field, `<client uuid>:<thread id>` (a
@@ -96,13 +99,33 @@ impl ClientTag {
         Some(Self::of_uuid(&id))
     }
 
-    /// The tag in a 32-hex-digit value whose first 16 digits are the tag, such as
-    /// a semaphore permit id, `<tag><16 hex random>`.
+    /// The tag in a semaphore permit id: `<tag><16 hex random>` (32 hex
+    /// digits) for a client without liveness, `726c383a<tag><16 hex random>`
+    /// (40 hex digits: the mark `rl8:`, then as before) for a client that
+    /// declared it. A 32-digit id whose tag would declare liveness (13th digit
+    /// `8`) names no redlease client: such a client marks its ids, and a
+    /// Redisson id has that digit by chance.
+    ///
+    /// # Examples
+    /// ```
+    /// use redlease::ClientTag;
+    /// let plain = ClientTag::of_permit("0123456789ab4def0123456789abcdef").unwrap();
+    /// assert!(!plain.declares_liveness());
+    /// let live = ClientTag::of_permit("726c383a0123456789ab8def0123456789abcdef").unwrap();
+    /// assert!(live.declares_liveness());
+    /// assert!(ClientTag::of_permit("0123456789ab8def0123456789abcdef").is_none());
+    /// ```
     pub fn of_permit(id: &str) -> Option<Self> {
-        if id.len() != 32 || !is_hex(id.as_bytes()) {
+        if !is_hex(id.as_bytes()) {
             return None;
         }
-        Self::of_hex(&id[..16])
+        match id.len() {
+            32 => Self::of_hex(&id[..16]).filter(|t| !t.declares_liveness()),
+            40 if id.starts_with(PERMIT_MARK) => {
+                Self::of_hex(&id[8..24]).filter(ClientTag::declares_liveness)
+            }
+            _ => None,
+        }
     }
 
     /// The tag that is `hex`, exactly 16 lowercase hex digits.
@@ -164,6 +187,12 @@ impl fmt::Display for ClientTag {
         f.write_str(self.as_str())
     }
 }
+
+/// What opens the permit ids of a client that declared liveness, in hex: the
+/// bytes `rl8:`. Such an id is 20 bytes (the mark, the tag's 8 bytes, 8 random
+/// bytes) where Redisson's and other redlease clients' are 16, so no id of
+/// another writer can be taken for one (see `scheme/semaphore/names.rs`).
+pub(crate) const PERMIT_MARK: &str = "726c383a";
 
 /// The UUID version digit of a client that declared liveness (see
 /// [`ClientTag::declares_liveness`]).
@@ -314,5 +343,18 @@ mod tests {
             assert!(ClientTag::of_field(bad).is_none(), "{bad}");
         }
         assert!(ClientTag::of_permit(&hex[1..]).is_none());
+        let live = format!("{PERMIT_MARK}0123456789ab8def0123456789abcdef");
+        assert_eq!(
+            ClientTag::of_permit(&live).unwrap().as_str(),
+            "0123456789ab8def"
+        );
+        for bad in [
+            &live[2..],
+            &format!("{PERMIT_MARK}0123456789ab4def0123456789abcdef"),
+            &format!("726c383b{}", &live[8..]),
+            "0123456789ab8def0123456789abcdef",
+        ] {
+            assert!(ClientTag::of_permit(bad).is_none(), "{bad}");
+        }
     }
 }

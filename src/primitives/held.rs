@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use crate::client::guard::LockGuard;
+use crate::client::ticket::Ticket;
 use crate::error::Result;
 use crate::lease::LeaseLost;
 use crate::scheme::Release;
@@ -162,13 +163,17 @@ lease_guard!(
     /// Made by [`Semaphore::acquire`](crate::Semaphore::acquire),
     /// [`try_acquire`](crate::Semaphore::try_acquire),
     /// [`try_acquire_for`](crate::Semaphore::try_acquire_for),
-    /// [`try_acquire_until`](crate::Semaphore::try_acquire_until) and
-    /// [`acquire_with`](crate::Semaphore::acquire_with). Its lease is renewed in
-    /// the background like a lock's; [`is_held`](Self::is_held) and
+    /// [`try_acquire_until`](crate::Semaphore::try_acquire_until),
+    /// [`acquire_with`](crate::Semaphore::acquire_with) and, for a permit handed
+    /// over as a [`Ticket`], [`LockClient::adopt_permit`](crate::LockClient::adopt_permit).
+    /// Its lease is renewed in the background like a lock's; [`is_held`](Self::is_held) and
     /// [`lost`](Self::lost) say when it ended.
     PermitGuard, "permit",
     /// The permit id: 32 hex digits, the client's tag (16 hex of its UUID) and
-    /// 16 random ones. Redisson's `release(permitId)` and
+    /// 16 random ones; 40 for a client with
+    /// [liveness](crate::LockClientBuilder::liveness), the mark `726c383a`
+    /// (`rl8:`) first, so that a waiter may take back the permit once the
+    /// client's session ended. Redisson's `release(permitId)` and
     /// [`Semaphore::release_by_id`](crate::Semaphore::release_by_id) take it.
     fn permit_id
 );
@@ -181,14 +186,16 @@ lease_guard!(
     /// Made by [`Semaphore::acquire_many`](crate::Semaphore::acquire_many),
     /// [`try_acquire_many`](crate::Semaphore::try_acquire_many),
     /// [`try_acquire_many_for`](crate::Semaphore::try_acquire_many_for),
-    /// [`try_acquire_many_until`](crate::Semaphore::try_acquire_many_until) and
-    /// [`acquire_many_with`](crate::Semaphore::acquire_many_with). Renewed in the
+    /// [`try_acquire_many_until`](crate::Semaphore::try_acquire_many_until),
+    /// [`acquire_many_with`](crate::Semaphore::acquire_many_with) and
+    /// [`LockClient::adopt_permits`](crate::LockClient::adopt_permits). Renewed in the
     /// background as one lease: every permit's lease moves at once, and the
     /// hold is lost as a whole when one of its permits is gone (released by id,
     /// or expired). [`unlock`](Self::unlock) gives back every permit still
     /// there and says [`Release::Released`] only when all were.
     PermitsGuard, "permits",
-    /// The permit ids, 32 hex digits each (as [`PermitGuard::permit_id`]),
+    /// The permit ids, 32 hex digits each (40 with liveness, as
+    /// [`PermitGuard::permit_id`]),
     /// joined by commas: one id per permit, as Redisson's `acquire(permits)`
     /// returns them (its `release(List)` takes them split).
     fn permit_ids
@@ -200,3 +207,57 @@ impl PermitsGuard {
         self.value.split(',').count()
     }
 }
+
+/// A permit's [`Ticket`], made as a lock's: `ticket()` keeps the hold, and
+/// `into_ticket()` lets go of it without giving the permits back.
+macro_rules! permit_ticket {
+    ($name:ident, $what:literal, $adopt:literal) => {
+        impl $name {
+            #[doc = concat!("The ", $what, "' [`Ticket`] (format")]
+            /// [`LockFormat::Semaphore`](crate::LockFormat::Semaphore), printed
+            /// `rl-ticket:v1:permit:-:<key>:<ids>`), for a process that is to
+            /// give it back if this one dies
+            /// ([`LockClient::release_ticket`](crate::LockClient::release_ticket))
+            /// or take it over
+            #[doc = concat!("([`LockClient::", $adopt, "`](crate::LockClient::", $adopt, ")).")]
+            /// Sends nothing. `None` once released.
+            pub fn ticket(&self) -> Option<Ticket> {
+                self.guard.ticket()
+            }
+
+            #[doc = concat!("Lets go of the ", $what, " without giving it back, and returns its")]
+            /// [`Ticket`]: the permit stays held until its lease runs out, unless
+            /// a process adopts the ticket first
+            #[doc = concat!("([`LockClient::", $adopt, "`](crate::LockClient::", $adopt, "))")]
+            /// or releases it ([`LockClient::release_ticket`](crate::LockClient::release_ticket),
+            /// which publishes the count as any release does). Nothing is sent;
+            /// the renewal thread stops renewing it. Extend it first
+            /// ([`extend`](Self::extend)) for a longer hand-over.
+            ///
+            /// # Errors
+            /// [`Error::LockLost`](crate::Error::LockLost) for a hold no longer
+            /// held (the guard is dropped, which gives back what it still
+            /// holds); [`Error::Shutdown`](crate::Error::Shutdown) when the
+            /// client's shutdown released it first.
+            ///
+            /// # Examples
+            /// ```no_run
+            /// # fn main() -> redlease::Result<()> {
+            /// let client = redlease::LockClient::builder("redis://127.0.0.1/").build()?;
+            /// let imports = client.semaphore("imports")?;
+            /// imports.ensure_permits(3)?;
+            /// let ticket = imports.acquire()?.into_ticket()?;
+            /// // ... later, in another process:
+            /// let permit = client.adopt_permit(&ticket)?;
+            /// permit.unlock()?;
+            /// # Ok(()) }
+            /// ```
+            pub fn into_ticket(self) -> Result<Ticket> {
+                self.guard.into_ticket()
+            }
+        }
+    };
+}
+
+permit_ticket!(PermitGuard, "permit", "adopt_permit");
+permit_ticket!(PermitsGuard, "permits", "adopt_permits");

@@ -40,11 +40,11 @@ pub(crate) mod partition;
 /// Redisson's naming, owner ids (one per thread in all its formats), clock and
 /// publish verb, for the reentrant, fair, read-write and semaphore formats.
 mod redisson;
-mod reentrant;
+pub(crate) mod reentrant;
 mod replicas;
 mod request;
 mod rwlock;
-mod semaphore;
+pub(crate) mod semaphore;
 pub(crate) mod token;
 
 pub(crate) use bulk::{bulk_extend_cmd, bulk_replies};
@@ -64,7 +64,7 @@ pub(crate) use rwlock::{
 };
 pub(crate) use semaphore::{
     Admin, Found, MAX_MANY, ManyBackend, SemaphoreBackend, State, channel as semaphore_channel,
-    id_bytes, timeouts,
+    id_bytes, id_hex, timeouts,
 };
 pub(crate) use token::{TokenBackend, new_token};
 
@@ -263,6 +263,9 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn shares(&self) -> bool {
         false
     }
+    /// A lease of `value` on `key` was adopted from a ticket of `fence` (the reentrant
+    /// scheme remembers it as an outermost hold's, for the owner's nested holds).
+    fn adopted(&self, _key: &str, _value: &str, _fence: Option<u64>) {}
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
     /// Why a lease of this format cannot keep its key for a minimum hold after

@@ -377,7 +377,7 @@ pub(crate) struct DoctorArgs {
 }
 
 /// Parses a number of permits: 1 to 4294967295.
-fn permits(text: &str) -> Result<u32, String> {
+pub(crate) fn permits(text: &str) -> Result<u32, String> {
     let n: u64 = text
         .parse()
         .map_err(|_| format!("`{text}` is not a number of permits"))?;

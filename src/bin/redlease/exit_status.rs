@@ -116,7 +116,8 @@ pub(crate) const STATUSES: &[Status] = &[
     status(
         "64",
         For::Only(&["acquire"]),
-        "--liveness (the lease outlives the process)",
+        "--liveness (the lease outlives the process); --permits N for a semaphore that \
+         has another N, --weight K above N; a key of another format",
     ),
     status(
         "64",

@@ -190,13 +190,26 @@ impl Held {
     }
 
     /// The ticket a keeper releases if redlease dies: a lock's (token and
-    /// reentrant schemes) or a leadership's. `None` for the rest, left to their
-    /// TTL: several leases, a permit, a read-write or fair lock, a legacy
+    /// reentrant schemes), a leadership's, or permits'. `None` for the rest,
+    /// left to their TTL: several locks, a read-write or fair lock, a legacy
     /// timestamp (its value changes with every renewal), a minimum hold.
     pub(crate) fn ticket(&self) -> Option<Ticket> {
         match self {
             Held::Lock(g) => g.ticket(),
             Held::Leader(l) => l.ticket(),
+            Held::Permit(p) => p.ticket(),
+            Held::Permits(p) => p.ticket(),
+            _ => None,
+        }
+    }
+
+    /// Lets go of a lock or permits without releasing them, for `acquire`:
+    /// their ticket. `None` for what `acquire` never takes.
+    pub(crate) fn into_ticket(self) -> Option<Result<Ticket>> {
+        match self {
+            Held::Lock(g) => Some(g.into_ticket()),
+            Held::Permit(p) => Some(p.into_ticket()),
+            Held::Permits(p) => Some(p.into_ticket()),
             _ => None,
         }
     }

@@ -141,10 +141,12 @@ fn join(args: &RunArgs, group: &str) -> Result<(LockClient, Member), Failure> {
         .partitions(group, args.partitions.unwrap_or(1))
         .map_err(|e| Failure::from_lib(&e, &server))?;
     if let Some(ttl) = args.ttl {
+        // With liveness, a stopped member is gone after the liveness.
+        let window = args.liveness.map_or(ttl, |live| live.min(ttl));
         handle = handle
             .ttl(ttl)
-            .round(ttl / 3)
-            .stability(ttl)
+            .round(window / 3)
+            .stability(window)
             .revoke_grace(ttl);
     }
     if let Some(k) = args.max_moves {

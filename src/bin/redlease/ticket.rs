@@ -47,10 +47,12 @@ pub(crate) fn read(arg: &str) -> Result<Ticket, Failure> {
 }
 
 /// `acquire --json`'s object: the printed ticket and its parts but the value
-/// (which the ticket carries), and the lease's TTL.
+/// (which the ticket carries: `scheme` is `token`, `reentrant` or `permit`),
+/// and the lease's TTL.
 pub(crate) fn to_json(ticket: &Ticket, ttl: Duration) -> Value {
     let scheme = match ticket.format() {
         LockFormat::Reentrant => "reentrant",
+        LockFormat::Semaphore => "permit",
         _ => "token",
     };
     json!({

@@ -10,7 +10,7 @@ use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use super::{Holder, LockFormat, LockInfo, MAX_PERMITS, Waiter};
 use crate::owner::{ClientTag, KEPT_MARK, Owner};
-use crate::scheme::{TimestampUnit, companion, fair_keys, timeouts, write_wait};
+use crate::scheme::{TimestampUnit, companion, fair_keys, id_hex, timeouts, write_wait};
 
 /// Integers from here on (2001-09-09 in seconds) read as legacy timestamps in
 /// seconds when no permit is held; smaller ones as a semaphore's count.
@@ -155,11 +155,9 @@ pub(crate) fn snapshot(
     if info.free.is_some() {
         info.format = LockFormat::Semaphore;
         for (id, until) in ids.iter().zip(until.iter().map(|t| unix_ms(t))) {
-            // 16 raw bytes; anything else is shown as it is and names no one.
-            let hex = uuid::Uuid::from_slice(id).map_or_else(
-                |_| String::from_utf8_lossy(id).into_owned(),
-                |u| u.simple().to_string(),
-            );
+            // 16 raw bytes, or a liveness client's 20 (`rl8:`, its tag, 8
+            // random bytes); anything else is shown as it is and names no one.
+            let hex = id_hex(id);
             let tag = ClientTag::of_permit(&hex);
             info.holders.push(Holder::new(hex, 1, tag, until));
         }

@@ -123,14 +123,21 @@ impl LockClient {
             });
         }
         let ttl = self.inner.settings.ttl;
+        // With liveness, a member that stops is gone after the liveness: its
+        // record as its session's, and its locks broken by whoever takes them.
+        let stability = self
+            .inner
+            .liveness
+            .as_ref()
+            .map_or(ttl, |live| live.ttl().min(ttl));
         Ok(PartitionGroup {
             client: self.clone(),
             group: group.to_owned(),
             partitions,
             settings: Settings {
                 ttl,
-                round: ttl / 3,
-                stability: ttl,
+                round: stability / 3,
+                stability,
                 grace: ttl,
                 max_moves: usize::try_from(partitions).unwrap_or(usize::MAX),
                 member_id: None,
@@ -177,7 +184,7 @@ impl PartitionGroup {
 
     /// The time between a member's rounds (each one round trip: its record
     /// written, every record and lock read). Defaults to a third of the
-    /// client's TTL.
+    /// [`stability`](Self::stability) window.
     pub fn round(mut self, every: Duration) -> Self {
         self.settings.round = every;
         self
@@ -185,7 +192,11 @@ impl PartitionGroup {
 
     /// How long a member that stopped (killed, paused, cut off) stays a member:
     /// its partitions wait for it that long, then go to the others. Defaults to
-    /// the client's TTL.
+    /// the client's TTL, or its [liveness](crate::LockClientBuilder::liveness)
+    /// when shorter: a member that takes a partition from a member whose
+    /// liveness session ended breaks the dead member's lock at once (on one
+    /// server or Sentinel; in a Redis Cluster the lock waits for its TTL), so a
+    /// killed member's partitions move within about the liveness, not the TTL.
     pub fn stability(mut self, window: Duration) -> Self {
         self.settings.stability = window;
         self

@@ -203,8 +203,7 @@ impl Semaphore {
         {
             return Err(invalid("more permits than the semaphore has in all"));
         }
-        let tag = self.handle.client.inner.id.tag();
-        let many = Arc::new(ManyBackend::new(tag.as_str(), permits));
+        let many = Arc::new(ManyBackend::new(&self.handle.client.inner.id, permits));
         let backend: Arc<dyn Backend> = Arc::clone(&many) as Arc<dyn Backend>;
         let taken = self.handle.take(&backend, opts, wait);
         if !matches!(taken, Ok(Some(_))) && !matches!(wait, Wait::Once) {

@@ -2,7 +2,8 @@
 //! `RPermitExpirableSemaphore` format.
 //!
 //! Layout: this file is the handle, one permit at a time and the count
-//! ([`Permits`]); `many.rs` several permits at once. The wire format is
+//! ([`Permits`]); `many.rs` several permits at once; `ticket.rs` a permit's
+//! ticket adopted ([`LockClient::adopt_permit`]). The wire format is
 //! `scheme/semaphore/`.
 
 use std::fmt;
@@ -19,6 +20,7 @@ use crate::primitives::held::PermitGuard;
 use crate::scheme::{Admin, Announce, Backend, Found, Release, SemaphoreBackend, State, id_bytes};
 
 mod many;
+mod ticket;
 
 impl LockClient {
     /// A handle on the semaphore `name` (under the client's key prefix): at most
@@ -48,8 +50,9 @@ impl LockClient {
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
         Ok(Semaphore {
             handle: Handle::new(self, name, LockFormat::Semaphore)?,
-            // The permit ids start with the client's tag, as its tokens do.
-            backend: Arc::new(SemaphoreBackend::new(self.inner.id.tag().as_str())),
+            // The permit ids carry the client's tag, as its tokens do (and the
+            // mark of a client with liveness: `scheme/semaphore/names.rs`).
+            backend: Arc::new(SemaphoreBackend::new(&self.inner.id)),
         })
     }
 }
@@ -59,7 +62,10 @@ impl LockClient {
 /// Made by [`LockClient::semaphore`]. Cheap to clone. Acquiring takes one permit
 /// and returns a [`PermitGuard`], renewed in the background like a lock's lease
 /// and given back when dropped; a holder that dies gives its permit back when its
-/// lease ends. [`acquire_many`](Self::acquire_many) and its family take several
+/// lease ends, or, when its client declared
+/// [liveness](crate::LockClientBuilder::liveness), when a caller waiting for a
+/// permit finds its session ended (about one liveness after its death; not in
+/// a Redis Cluster). [`acquire_many`](Self::acquire_many) and its family take several
 /// at once, all or none, as one [`PermitsGuard`](crate::PermitsGuard). Waiting callers are woken by the semaphore's release messages
 /// (Redisson's and ours), and poll as a fallback.
 #[derive(Clone)]
@@ -184,18 +190,19 @@ impl Semaphore {
         Ok((state.existed || state.held > 0).then(|| Permits::from(state)))
     }
 
-    /// Forces the release of the permit `permit_id` (32 hex digits), whoever
+    /// Forces the release of the permit `permit_id` (32 hex digits, or 40 from a
+    /// redlease client with liveness), whoever
     /// took it: a permit recorded by a process that died, or a Redisson
     /// client's. [`Release::Expired`] when it was not held (released already, or
     /// its lease had ended). A holder's own [`PermitGuard::unlock`] needs no id.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for an id that is not 32 hex digits, [`Error::Redis`].
+    /// [`Error::Invalid`] for an id of neither form, [`Error::Redis`].
     pub fn release_by_id(&self, permit_id: &str) -> Result<Release> {
         if id_bytes(permit_id).is_err() {
             return Err(Error::Invalid {
                 what: "permit id",
-                reason: "a permit id is 32 hex digits",
+                reason: "a permit id is 32 hex digits, or 40 from a client with liveness",
             });
         }
         let hub = &self.handle.client.inner.hub;

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use crate::scheme::token::live::LIVE_FIELD;
+use crate::scheme::token::scripts::session_pttl;
 
 /// Drops the dead entries at the head of the queue (KEYS[2], KEYS[3], KEYS[4];
 /// ARGV[4] now), but never `me`, the live caller. A redlease entry (one in
@@ -157,7 +158,8 @@ return 1
 /// Breaks the lock of a holder whose liveness session ended, as Redisson's
 /// fair unlock would release it: the next in the queue is woken.
 ///
-/// KEYS as [`ACQUIRE`]'s, and KEYS[5] the holder's session record. ARGV[1] the
+/// KEYS as [`ACQUIRE`]'s, and KEYS[5] the holder's session record (read as
+/// every break reads it, `session_pttl`). ARGV[1] the
 /// holder's owner field as the acquire read it, ARGV[2] the channel base,
 /// ARGV[3] the publish command, ARGV[4] now (unix ms). Returns `{-2, 0}` the
 /// lock is gone, `{-3, 0}` it holds another owner now (or several), `{pttl,
@@ -166,11 +168,12 @@ return 1
 /// the lock deleted and `0` published on the head's channel.
 pub(super) static BREAK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        session_pttl!(),
         r"
 local f = redis.pcall('HKEYS', KEYS[1])
 if type(f) ~= 'table' or #f == 0 then return {-2, 0} end
 if #f ~= 1 or f[1] ~= ARGV[1] then return {-3, 0} end
-local s = redis.call('PTTL', KEYS[5])
+local s = session_pttl(KEYS[1], KEYS[5])
 if s ~= -2 then return {redis.call('PTTL', KEYS[1]), s} end
 local me = false
 ",
@@ -193,10 +196,11 @@ return {-4, 0}
 /// (the caller tries again: a dropped waiter is no broken lock), and `{s, s}`
 /// while the record lives (`s` its PTTL: the look's next is then).
 pub(super) static DROP_HEAD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        session_pttl!(),
         r"
 if redis.call('LINDEX', KEYS[2], 0) ~= ARGV[1] then return {-3, 0} end
-local s = redis.call('PTTL', KEYS[5])
+local s = session_pttl(KEYS[1], KEYS[5])
 if s ~= -2 then return {s, s} end
 redis.call('LPOP', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
@@ -207,5 +211,5 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 end
 return {-3, 0}
 ",
-    )
+    ))
 });

@@ -22,11 +22,12 @@
 //! The scripts live in this file: they are this wire format.
 //!
 //! Layout: this file is the backend and its scripts; `fences.rs` the fences of this
-//! client's outermost holds.
+//! client's outermost holds; `ticket.rs` the adoption of a ticket's hold.
 
 use std::sync::LazyLock;
 
 mod fences;
+pub(crate) mod ticket;
 
 use fences::Fences;
 use std::time::Duration;
@@ -44,7 +45,7 @@ use super::{
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
 use crate::owner::{ClientId, ClientTag};
-use crate::scheme::token::scripts::{EFFECTS, FENCE};
+use crate::scheme::token::scripts::{EFFECTS, FENCE, session_pttl};
 use crate::time::ttl_millis;
 
 /// Redisson's unlock channel prefix (`RedissonLock.getChannelName`).
@@ -104,12 +105,13 @@ return {{fence}}
 /// unlock message published (its waiters and ours wake), and `{pttl,
 /// session_pttl}` while the record lives (as the token's break answers).
 static BREAK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        session_pttl!(),
         r"
 local f = redis.pcall('HKEYS', KEYS[1])
 if type(f) ~= 'table' or #f == 0 then return {-2, 0} end
 if #f ~= 1 or f[1] ~= ARGV[1] then return {-3, 0} end
-local s = redis.call('PTTL', KEYS[2])
+local s = session_pttl(KEYS[1], KEYS[2])
 if s == -2 then
   redis.call('DEL', KEYS[1])
   redis.pcall('PUBLISH', ARGV[2], 0)
@@ -117,7 +119,7 @@ if s == -2 then
 end
 return {redis.call('PTTL', KEYS[1]), s}
 ",
-    )
+    ))
 });
 
 /// Reentrant unlock: one hold fewer; at zero, delete and publish Redisson's unlock
@@ -336,6 +338,11 @@ impl Backend for ReentrantBackend {
 
     fn reentrant(&self) -> bool {
         true
+    }
+
+    /// The adopted hold is this owner's outermost: nested holds carry its fence.
+    fn adopted(&self, key: &str, value: &str, fence: Option<u64>) {
+        self.fences.first(key, value, fence);
     }
 
     fn scripts(&self) -> &'static [&'static LazyLock<Script>] {

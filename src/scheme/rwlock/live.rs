@@ -22,6 +22,7 @@ use crate::net::connection::Conn;
 use crate::owner::ClientTag;
 use crate::scheme::redisson::{publish_cmd, suffix_name, unexpected};
 use crate::scheme::token::live::{LIVE_FIELD, look_at};
+use crate::scheme::token::scripts::session_pttl;
 use crate::scheme::token::{busy, remaining};
 use crate::scheme::{Acquire, Keys};
 
@@ -49,7 +50,9 @@ return live
 ///
 /// KEYS[1] the name, KEYS[2] the client's session record, KEYS[3] the name's
 /// timeout prefix (`{name}`). ARGV[1] `PUBLISH` or `SPUBLISH`, ARGV[2] the
-/// channel, ARGV[3..] the client's fields as the acquire read them. Returns
+/// channel, ARGV[3..] the client's fields as the acquire read them. The record
+/// is read as every break reads it (`session_pttl`: under every prefix the
+/// name allows, when gone under the caller's). Returns
 /// `{-2, 0}` the name is gone, `{-3, 0}` none of those fields is there any
 /// more (or the name is not a read-write lock), `{pttl, session_pttl}` while
 /// the record lives, and `{-4, 0}` when it was gone: each of those fields still
@@ -62,7 +65,8 @@ return live
 /// deleted while fields of others are left (their holds end with their TTL or
 /// their owners' unlocks).
 pub(super) static BREAK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        session_pttl!(),
         r"
 local mode = redis.pcall('HGET', KEYS[1], 'mode')
 if type(mode) ~= 'string' then
@@ -74,7 +78,7 @@ for i = 3, #ARGV do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 1 then table.insert(dead, ARGV[i]) end
 end
 if #dead == 0 then return {-3, 0} end
-local s = redis.call('PTTL', KEYS[2])
+local s = session_pttl(KEYS[1], KEYS[2])
 if s ~= -2 then return {redis.call('PTTL', KEYS[1]), s} end
 local wrote = false
 for _, f in ipairs(dead) do
@@ -109,7 +113,7 @@ redis.call('DEL', KEYS[1])
 redis.pcall(ARGV[1], ARGV[2], wrote and 1 or 0)
 return {-4, 0}
 ",
-    )
+    ))
 });
 
 /// An acquire's busy reply `reply` (`{pttl, field, …}` from [`holders_tail`])

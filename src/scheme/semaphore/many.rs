@@ -9,17 +9,23 @@
 //! publishes the count after it, as a single release does.
 //!
 //! A caller that waits reserves its permits on every busy attempt
-//! (`reserve.rs`), so redlease acquirers arriving later do not take them.
+//! (`reserve.rs`), so redlease acquirers arriving later do not take them. It
+//! takes back the permits of dead liveness sessions as a caller for one does
+//! (`dead.rs`): a hold's ids name one session, so they come back together.
 
-use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{RedisResult, Script};
 
-use super::reserve::{WITHDRAW, first_end, reservations, reserved};
-use super::{acquire_reply, expiry, id_bytes, push_id, timeouts};
+use super::dead::{self, holders, sessions, take_back};
+use super::names::split_ids;
+use super::reserve::{WITHDRAW, first_end, reservations, reserved, withdraw_cmd};
+use super::{expiry, id_bytes, numkeys, push_id, timeouts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
+use crate::owner::ClientId;
 use crate::scheme::redisson::{now_millis, publish_cmd, reclaim_expired};
 use crate::scheme::{Acquire, Announce, Backend, Freed, Keys, Request, Waiting};
 use crate::scheme::{send_acquire, with_scripts};
@@ -30,14 +36,17 @@ pub(crate) const MAX_MANY: u32 = 10_000;
 /// Takes `k` permits or none: Redisson's `tryAcquire(permits)`, with
 /// reservations.
 ///
-/// KEYS[1] permits, KEYS[2] timeouts, KEYS[3] reservations. ARGV[1] k, ARGV[2]
-/// the permits' expiry (unix ms), ARGV[3] now (unix ms), ARGV[4] the channel,
+/// KEYS[1] permits, KEYS[2] timeouts, KEYS[3] reservations, KEYS[4..] the
+/// session records of holders to look at (`dead.rs`). ARGV[1] k, ARGV[2] the
+/// permits' expiry (unix ms), ARGV[3] now (unix ms), ARGV[4] the channel,
 /// ARGV[5] `PUBLISH` or `SPUBLISH`, ARGV[6] the caller's reservation, ARGV[7]
 /// when it lapses (unix ms; `0`: the caller does not wait, and reserves
-/// nothing), ARGV[8..] the k permit ids (16 bytes each). Takes them when k are
-/// free beyond the reservations ahead of the caller's (and drops its own);
-/// else, for a caller that waits, writes or refreshes its reservation. Returns
-/// as the one-permit acquire does; an error `TOOMANY` (nothing taken, nothing
+/// nothing), ARGV[8] `1` to name the liveness sessions holding permits in a
+/// busy reply, ARGV[9..] the k permit ids (16 or 20 bytes each). Takes back
+/// the permits of dead sessions, then takes the k when they are free beyond
+/// the reservations ahead of the caller's (and drops its own); else, for a
+/// caller that waits, writes or refreshes its reservation. Returns as the
+/// one-permit acquire does; an error `TOOMANY` (nothing taken, nothing
 /// reserved) when the semaphore exists with fewer than k permits in all.
 static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -47,7 +56,9 @@ if value and not tonumber(value) then
   return redis.error_reply('ERR not a semaphore count')
 end
 ",
+        sessions!(),
         reclaim_expired!("ARGV[3]", "ARGV[4]", "ARGV[5]"),
+        take_back!("ARGV[4]", "ARGV[5]"),
         r"local k = tonumber(ARGV[1])
 if value and k > tonumber(value) + redis.call('ZCARD', KEYS[2]) then
   redis.call('ZREM', KEYS[3], ARGV[6])
@@ -57,10 +68,11 @@ end
         reserved!("ARGV[3]", "ARGV[6]"),
         r"if value and tonumber(value) - ahead >= k then
   redis.call('DECRBY', KEYS[1], k)
-  for i = 8, #ARGV do redis.call('ZADD', KEYS[2], ARGV[2], ARGV[i]) end
+  for i = 9, #ARGV do redis.call('ZADD', KEYS[2], ARGV[2], ARGV[i]) end
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
   redis.call('ZREM', KEYS[3], ARGV[6])
+  if broken > 0 then return {1, broken} end
   return 1
 end
 if ARGV[7] ~= '0' then
@@ -69,7 +81,7 @@ if ARGV[7] ~= '0' then
   if redis.call('PTTL', KEYS[3]) < keep then redis.call('PEXPIRE', KEYS[3], keep) end
 end
 ",
-        first_end!("ARGV[3]"),
+        first_end!("ARGV[3]", "ARGV[8]"),
     ))
 });
 
@@ -127,8 +139,12 @@ static SCRIPTS: [&LazyLock<Script>; 4] = [&ACQUIRE_MANY, &RELEASE_MANY, &EXTEND_
 /// The commands of holds of several permits, for one call of one client.
 #[derive(Debug)]
 pub(crate) struct ManyBackend {
-    /// 16 hex digits naming the client: the first half of its permit ids.
+    /// 16 hex digits naming the client: in each of its permit ids.
     tag: String,
+    /// Whether the client declared liveness: its ids carry the mark.
+    live: bool,
+    /// Where to count the permits of dead liveness sessions its waiters took back.
+    broken: Arc<AtomicU64>,
     /// The permits of each hold.
     permits: u32,
     /// The call's reservation, kept across its attempts.
@@ -136,41 +152,35 @@ pub(crate) struct ManyBackend {
 }
 
 impl ManyBackend {
-    /// A backend for one call of the client tagged `tag`, for `permits` (at
-    /// most [`MAX_MANY`]) at once.
-    pub(crate) fn new(tag: &str, permits: u32) -> Self {
+    /// A backend for one call of the client `id`, for `permits` (at most
+    /// [`MAX_MANY`]) at once.
+    pub(crate) fn new(id: &ClientId, permits: u32) -> Self {
+        let tag = id.tag();
         Self {
-            tag: tag.to_owned(),
+            tag: tag.as_str().to_owned(),
+            live: tag.declares_liveness(),
+            broken: Arc::clone(id.broken()),
             permits,
-            reservation: super::reserve::member(tag, permits),
+            reservation: super::reserve::member(tag.as_str(), permits),
         }
     }
 
     /// A hold's value: as many new permit ids as it takes, joined by commas.
     fn new_ids(&self) -> String {
         let n = self.permits as usize;
-        let mut ids = String::with_capacity(33 * n);
+        let mut ids = String::with_capacity(41 * n);
         for i in 0..n {
             if i > 0 {
                 ids.push(',');
             }
-            push_id(&mut ids, &self.tag);
+            push_id(&mut ids, &self.tag, self.live);
         }
         ids
     }
 
-    /// The call that withdraws this call's reservation from the semaphore
-    /// `name`, publishing with `SPUBLISH` when `sharded`; see [`WITHDRAW`].
+    /// The call that withdraws this call's reservation (see [`WITHDRAW`]).
     pub(crate) fn withdraw_cmd(&self, name: &str, sharded: bool) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(WITHDRAW.get_hash())
-            .arg(2)
-            .arg(name)
-            .arg(reservations(name))
-            .arg(&self.reservation)
-            .arg(super::channel(name))
-            .arg(crate::scheme::redisson::publish_verb(sharded));
-        cmd
+        withdraw_cmd(name, &self.reservation, sharded)
     }
 }
 
@@ -188,31 +198,37 @@ impl Backend for ManyBackend {
     ) -> RedisResult<Acquire> {
         let ids = split_ids(value)?;
         let (timeouts, reservations) = (timeouts(&keys.lock), reservations(&keys.lock));
-        let now = now_millis();
-        // A caller that waits keeps its reservation for a lease's TTL after
-        // each attempt: a waiter that died lets the others go as a holder would.
-        let lapses = match req.wait {
-            Waiting::No => 0,
-            _ => expiry(now, req.ttl),
-        };
-        let mut args = vec![
-            Arg::from("EVALSHA"),
-            ACQUIRE_MANY.get_hash().into(),
-            3.into(),
-            keys.lock.as_str().into(),
-            timeouts.as_str().into(),
-            reservations.as_str().into(),
-            u64::from(self.permits).into(),
-            expiry(now, req.ttl).into(),
-            now.into(),
-            keys.channel.as_str().into(),
-            publish_cmd(conn).into(),
-            self.reservation.as_str().into(),
-            lapses.into(),
-        ];
-        args.extend(ids.iter().map(|id| Arg::Bytes(id)));
-        let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
-        acquire_reply(reply, acked)
+        dead::attempt(conn, keys, &req, &self.broken, |conn, report, sessions| {
+            let now = now_millis();
+            // A waiter keeps its reservation a lease's TTL after each attempt:
+            // one that died lets the others go as a holder would.
+            let lapses = match req.wait {
+                Waiting::No => 0,
+                _ => expiry(now, req.ttl),
+            };
+            let mut args = Vec::with_capacity(14 + sessions.len() + ids.len());
+            args.extend([
+                Arg::from("EVALSHA"),
+                ACQUIRE_MANY.get_hash().into(),
+                numkeys(sessions).into(),
+                keys.lock.as_str().into(),
+                timeouts.as_str().into(),
+                reservations.as_str().into(),
+            ]);
+            args.extend(sessions.iter().map(|s| Arg::from(s.as_str())));
+            args.extend::<[Arg<'_>; 8]>([
+                u64::from(self.permits).into(),
+                expiry(now, req.ttl).into(),
+                now.into(),
+                keys.channel.as_str().into(),
+                publish_cmd(conn).into(),
+                self.reservation.as_str().into(),
+                lapses.into(),
+                (if report { "1" } else { "0" }).into(),
+            ]);
+            args.extend(ids.iter().map(|id| Arg::Bytes(id)));
+            send_acquire(conn, &SCRIPTS, &args, req.replicas)
+        })
     }
 
     fn release(
@@ -282,22 +298,21 @@ impl Backend for ManyBackend {
     }
 }
 
-/// The 16-byte ids of a hold's value (ids joined by commas).
-fn split_ids(value: &str) -> RedisResult<Vec<[u8; 16]>> {
-    value.split(',').map(id_bytes).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_holds_value_is_its_distinct_ids_joined_by_commas() {
-        let b = ManyBackend::new("0123456789abcdef", 3);
+        let id = ClientId::new_live();
+        let b = ManyBackend::new(&id, 3);
         let value = b.new_ids();
         let ids: Vec<&str> = value.split(',').collect();
         assert_eq!(ids.len(), 3);
-        assert!(ids.iter().all(|id| id.starts_with("0123456789abcdef")));
+        assert!(
+            ids.iter()
+                .all(|p| crate::ClientTag::of_permit(p) == Some(id.tag()))
+        );
         assert!(ids[0] != ids[1] && ids[1] != ids[2]);
         assert_eq!(split_ids(&value).unwrap().len(), 3);
         assert!(split_ids("0123").is_err());

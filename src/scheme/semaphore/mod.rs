@@ -16,6 +16,10 @@
 //!
 //! A permit id is 32 hex digits in the API (Redisson's `hexDump` of its 16 bytes):
 //! redlease's are the client's tag (16 hex of its UUID) and 16 random hex digits.
+//! A client that declared liveness writes 20-byte ids instead, 40 hex digits:
+//! the mark `rl8:` (`726c383a`), its tag and 16 random hex digits (`names.rs`).
+//! A caller waiting for a permit takes back those of a session whose record is
+//! gone (`dead.rs`); no other id is ever taken back before its lease ends.
 //!
 //! The scripts are this format's, as in `reentrant/`. Where they differ from
 //! Redisson's no Redisson client can tell: the acquire takes one permit and
@@ -28,28 +32,36 @@
 //! Layout: this file is the wire format's backend and its acquire, release and renewal
 //! scripts; `many.rs` holds of several permits; `reserve.rs` the reservations of
 //! callers waiting for several; `admin.rs` the count (read, create, set, add);
-//! `names.rs` its names and permit ids. The handle, [`Semaphore`](crate::Semaphore),
+//! `names.rs` its names and permit ids; `dead.rs` the permits of dead liveness
+//! sessions; `ticket.rs` the adoption of a permit's ticket. The handle,
+//! [`Semaphore`](crate::Semaphore),
 //! is `primitives/semaphore/`.
 
-use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{RedisResult, Script, Value};
+use redis::{RedisResult, Script};
 
-use super::redisson::{now_millis, publish_cmd, reclaim_expired, unexpected};
+use super::redisson::{now_millis, publish_cmd, reclaim_expired};
 use super::{Acquire, Announce, Backend, Freed, Keys, Request, send_acquire, with_scripts};
 use crate::net::connection::Conn;
 use crate::net::resp::Arg;
+use crate::owner::ClientId;
 use crate::time::ttl_millis;
 
 mod admin;
+mod dead;
 mod many;
 mod names;
 mod reserve;
+pub(crate) mod ticket;
 
 pub(crate) use admin::{Admin, Found, State};
+use dead::{holders, sessions, take_back};
 pub(crate) use many::{MAX_MANY, ManyBackend};
-pub(crate) use names::{channel, id_bytes, timeouts};
+use names::push_id;
+pub(crate) use names::{channel, id_bytes, id_hex, timeouts};
 pub(crate) use reserve::{WITHDRAW, reservations};
 use reserve::{first_end, reserved};
 
@@ -58,15 +70,19 @@ pub(crate) const NO_LEASE: u64 = 922_337_203_685_477;
 
 /// Takes one permit.
 ///
-/// KEYS[1] permits, KEYS[2] timeouts, KEYS[3] reservations. ARGV[1] the
-/// permit's expiry (unix ms), ARGV[2] now (unix ms), ARGV[3] the permit id (16
-/// bytes), ARGV[4] the channel, ARGV[5] `PUBLISH` or `SPUBLISH`. Reclaims expired
-/// permits first (publishing the count, as Redisson's acquire does), and takes
-/// a permit only beyond those reserved by callers waiting for several
-/// (`reserve.rs`). Returns 1 taken, `{0, ms}` none free and the first lease (or
-/// reservation) ends in `ms`, `{0}` none free and no lease ends (or the
-/// semaphore does not exist). A value that is no number is an error, left alone
-/// (one that is no integer fails at `DECR`, before anything is written).
+/// KEYS[1] permits, KEYS[2] timeouts, KEYS[3] reservations, KEYS[4..] the
+/// session records of holders to look at (`dead.rs`). ARGV[1] the permit's
+/// expiry (unix ms), ARGV[2] now (unix ms), ARGV[3] the permit id (16 or 20
+/// bytes), ARGV[4] the channel, ARGV[5] `PUBLISH` or `SPUBLISH`, ARGV[6] `1` to
+/// name the liveness sessions holding permits in a busy reply. Reclaims expired
+/// permits first (publishing the count, as Redisson's acquire does), takes back
+/// the permits of the dead sessions among KEYS[4..], and takes a permit only
+/// beyond those reserved by callers waiting for several (`reserve.rs`). Returns
+/// 1 taken (`{1, n}` after taking back n), or, none free, `{0, ms, n, {pttl...},
+/// tag...}`: the first lease (or reservation) ends in `ms` (-1: none will, or
+/// the semaphore does not exist), n taken back, each record's `PTTL`, the
+/// holders' raw tags. A value that is no number is an error, left alone (one
+/// that is no integer fails at `DECR`, before anything is written).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
@@ -75,17 +91,20 @@ if value and not tonumber(value) then
   return redis.error_reply('ERR not a semaphore count')
 end
 ",
+        sessions!(),
         reclaim_expired!("ARGV[2]", "ARGV[4]", "ARGV[5]"),
+        take_back!("ARGV[4]", "ARGV[5]"),
         reserved!("ARGV[2]", "''"),
         r"if value and tonumber(value) - ahead >= 1 then
   redis.call('DECR', KEYS[1])
   redis.call('ZADD', KEYS[2], ARGV[1], ARGV[3])
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+  if broken > 0 then return {1, broken} end
   return 1
 end
 ",
-        first_end!("ARGV[2]"),
+        first_end!("ARGV[2]", "ARGV[6]"),
     ))
 });
 
@@ -131,32 +150,31 @@ static SCRIPTS: [&LazyLock<Script>; 5] = [&ACQUIRE, &RELEASE, &EXTEND, &admin::A
 /// The semaphore's commands, for one client.
 #[derive(Debug)]
 pub(crate) struct SemaphoreBackend {
-    /// 16 hex digits naming the client: the first half of its permit ids.
+    /// 16 hex digits naming the client: in each of its permit ids.
     tag: String,
+    /// Whether the client declared liveness: its ids carry the mark.
+    live: bool,
+    /// Where to count the permits of dead liveness sessions its waiters took back.
+    broken: Arc<AtomicU64>,
 }
 
 impl SemaphoreBackend {
-    /// A backend for the client whose tag (16 hex digits) is `tag`.
-    pub(crate) fn new(tag: &str) -> Self {
+    /// A backend for the client `id`.
+    pub(crate) fn new(id: &ClientId) -> Self {
         Self {
-            tag: tag.to_owned(),
+            tag: id.tag().as_str().to_owned(),
+            live: id.tag().declares_liveness(),
+            broken: Arc::clone(id.broken()),
         }
     }
 
-    /// A permit id: the client's tag and 16 random hex digits.
+    /// A permit id: the client's tag and 16 random hex digits, after the mark
+    /// for a client with liveness (`names.rs`).
     fn new_id(&self) -> String {
-        let mut id = String::with_capacity(32);
-        push_id(&mut id, &self.tag);
+        let mut id = String::with_capacity(40);
+        push_id(&mut id, &self.tag, self.live);
         id
     }
-}
-
-/// Appends a permit id for the client tagged `tag`: the tag and 16 random hex
-/// digits.
-fn push_id(out: &mut String, tag: &str) {
-    use std::fmt::Write as _;
-    out.push_str(tag);
-    let _ = write!(out, "{:016x}", fastrand::u64(..));
 }
 
 impl Backend for SemaphoreBackend {
@@ -173,22 +191,28 @@ impl Backend for SemaphoreBackend {
     ) -> RedisResult<Acquire> {
         let id = id_bytes(value)?;
         let (timeouts, reservations) = (timeouts(&keys.lock), reservations(&keys.lock));
-        let now = now_millis();
-        let args = [
-            Arg::from("EVALSHA"),
-            ACQUIRE.get_hash().into(),
-            3.into(),
-            keys.lock.as_str().into(),
-            timeouts.as_str().into(),
-            reservations.as_str().into(),
-            expiry(now, req.ttl).into(),
-            now.into(),
-            Arg::Bytes(&id),
-            keys.channel.as_str().into(),
-            publish_cmd(conn).into(),
-        ];
-        let (reply, acked) = send_acquire(conn, &SCRIPTS, &args, req.replicas)?;
-        acquire_reply(reply, acked)
+        dead::attempt(conn, keys, &req, &self.broken, |conn, report, sessions| {
+            let now = now_millis();
+            let mut args = Vec::with_capacity(12 + sessions.len());
+            args.extend([
+                Arg::from("EVALSHA"),
+                ACQUIRE.get_hash().into(),
+                numkeys(sessions).into(),
+                keys.lock.as_str().into(),
+                timeouts.as_str().into(),
+                reservations.as_str().into(),
+            ]);
+            args.extend(sessions.iter().map(|s| Arg::from(s.as_str())));
+            args.extend([
+                expiry(now, req.ttl).into(),
+                now.into(),
+                Arg::Bytes(&id),
+                keys.channel.as_str().into(),
+                publish_cmd(conn).into(),
+                (if report { "1" } else { "0" }).into(),
+            ]);
+            send_acquire(conn, &SCRIPTS, &args, req.replicas)
+        })
     }
 
     fn release(
@@ -257,20 +281,10 @@ impl Backend for SemaphoreBackend {
     }
 }
 
-/// Reads an acquire's reply: 1 taken, `{0, ms}` busy until the first lease (or
-/// reservation) ends, `{0}` busy.
-fn acquire_reply(reply: Value, acked: Option<u32>) -> RedisResult<Acquire> {
-    Ok(match reply {
-        Value::Int(1) => Acquire::Acquired { fence: None, acked },
-        Value::Array(busy) => Acquire::Busy {
-            remaining: match busy[..] {
-                [_, Value::Int(ms)] => Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-                _ => None,
-            },
-            announces: false,
-        },
-        other => return Err(unexpected("semaphore acquire", &other)),
-    })
+/// The number of keys of an acquire that looks at `sessions`: the semaphore's
+/// three and the session records.
+fn numkeys(sessions: &[String]) -> u64 {
+    u64::try_from(sessions.len()).map_or(3, |n| n + 3)
 }
 
 /// The score of a permit leased for `ttl` from `now`: kept below [`NO_LEASE`], so
@@ -284,22 +298,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn permit_ids_are_the_client_tag_and_random_hex_and_round_trip_as_bytes() {
-        let b = SemaphoreBackend::new("0123456789abcdef");
-        let (a, c) = (b.new_id(), b.new_id());
-        assert_ne!(a, c);
-        for id in [a, c] {
-            assert_eq!(id.len(), 32);
-            assert!(id.starts_with("0123456789abcdef"));
-            assert_eq!(
-                uuid::Uuid::from_bytes(id_bytes(&id).unwrap())
-                    .simple()
-                    .to_string(),
-                id
-            );
+    fn permit_ids_carry_the_client_tag_and_the_mark_with_liveness() {
+        for (id, live) in [(ClientId::new(), false), (ClientId::new_live(), true)] {
+            let b = SemaphoreBackend::new(&id);
+            let (a, c) = (b.new_id(), b.new_id());
+            assert_ne!(a, c);
+            for permit in [a, c] {
+                assert_eq!(permit.len(), if live { 40 } else { 32 });
+                assert_eq!(crate::ClientTag::of_permit(&permit), Some(id.tag()));
+                assert_eq!(id_hex(&id_bytes(&permit).unwrap()), permit);
+            }
         }
-        assert!(id_bytes("xyz").is_err());
-        assert!(id_bytes("0123456789abcdef-0123456789abcde").is_err());
     }
 
     #[test]

@@ -62,18 +62,22 @@ macro_rules! reserved {
 pub(crate) use reserved;
 
 /// Lua that answers a busy acquire (the timeouts in KEYS[2], `soonest` set by
-/// [`reserved!`]): `{0, ms}` until the first lease or reservation ends, `{0}`
-/// when none will.
+/// [`reserved!`], `broken` and `pttls` by `dead.rs`'s macros): `{0, ms, broken,
+/// pttls, tag...}`, `ms` until the first lease or reservation ends (-1 when
+/// none will), and when `$report` is `'1'` the liveness sessions holding
+/// permits (`dead.rs`).
 macro_rules! first_end {
-    ($now:literal) => {
+    ($now:literal, $report:literal) => {
         concat!(
             "local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')\n",
             "local ends = soonest\n",
             "if first[1] and tonumber(first[2]) < 922337203685477 ",
             "and (not ends or tonumber(first[2]) < ends) then ends = tonumber(first[2]) end\n",
-            "if ends then return {0, ends - tonumber(",
+            "local busy = {0, ends and ends - tonumber(",
             $now,
-            ")} end\nreturn {0}\n",
+            ") or -1, broken, pttls}\n",
+            holders!($report),
+            "return busy\n",
         )
     };
 }
@@ -96,6 +100,20 @@ return 1
 ",
     )
 });
+
+/// The call that withdraws the reservation `member` from the semaphore `name`,
+/// publishing with `SPUBLISH` when `sharded`; see [`WITHDRAW`].
+pub(crate) fn withdraw_cmd(name: &str, member: &str, sharded: bool) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(WITHDRAW.get_hash())
+        .arg(2)
+        .arg(name)
+        .arg(reservations(name))
+        .arg(member)
+        .arg(super::channel(name))
+        .arg(crate::scheme::redisson::publish_verb(sharded));
+    cmd
+}
 
 #[cfg(test)]
 mod tests {

@@ -117,6 +117,13 @@ impl Backend for TokenBackend {
             replicas,
             ..
         } = req;
+        // A waiter whose look at a live holder's session is due sends the look
+        // alone, in place of the attempt.
+        if wait != Waiting::No
+            && let Some(busy) = live::again(conn, keys, self.counter())?
+        {
+            return Ok(busy);
+        }
         let ms = ttl_millis(ttl);
         if fence {
             let fence = keys.fence();

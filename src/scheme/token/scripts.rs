@@ -15,6 +15,35 @@ use redis::Script;
 
 use crate::owner::{KEPT_MARK, TOKEN_LEN_V1, TOKEN_PREFIX, TOKEN_PREFIX_V1};
 
+/// Lua: `session_pttl(lock, record)`, the `PTTL` of the session record
+/// `record` (the caller's prefix, `redlease:session:` and the holder's tag) of
+/// a holder of `lock`, as a waiter about to break it must read it: the record
+/// under the caller's prefix, and when that one is gone, under every other
+/// prefix the holder's client may have had (each beginning of the lock key,
+/// which is that prefix and a name). -2 (gone) only when none of them exists,
+/// so that a caller whose prefix is not the holder's never takes a live
+/// session for a dead one. A record the caller may not read (an ACL's key
+/// patterns) counts as absent; a lock key over 512 bytes whose record under
+/// the caller's prefix is gone counts as alive (-1).
+macro_rules! session_pttl {
+    () => {
+        r"
+local function session_pttl(lock, record)
+  local s = redis.call('PTTL', record)
+  if s ~= -2 then return s end
+  if #lock > 512 then return -1 end
+  local tail = string.sub(record, -33)
+  for i = 0, #lock - 1 do
+    local t = redis.pcall('PTTL', string.sub(lock, 1, i) .. tail)
+    if type(t) == 'number' and t ~= -2 then return t end
+  end
+  return -2
+end
+"
+    };
+}
+pub(crate) use session_pttl;
+
 /// Marks the holder's value of KEYS[1] as waited for, if it is an unmarked
 /// redlease token (`rl2:<16 hex>:<base 36>`, see [`TOKEN_PREFIX`], or an older
 /// one: [`TOKEN_PREFIX_V1`], [`TOKEN_LEN_V1`] bytes) with a TTL, keeping that TTL
@@ -158,12 +187,13 @@ pub(crate) static LIVE_TOKEN: LazyLock<String> = LazyLock::new(|| {
 /// when the session would end. A record without a TTL is not one a liveness
 /// session writes: it counts as alive. Compare, look and delete are one step.
 pub(crate) static TOKEN_BREAK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        session_pttl!(),
         r"
 local v = redis.pcall('GET', KEYS[1])
 if v == false then return {-2, 0} end
 if type(v) ~= 'string' or (v ~= ARGV[1] and v ~= ARGV[1] .. '+') then return {-3, 0} end
-local s = redis.call('PTTL', KEYS[2])
+local s = session_pttl(KEYS[1], KEYS[2])
 if s == -2 then
   redis.call('DEL', KEYS[1])
   return {-4, 0}
@@ -174,7 +204,7 @@ if ARGV[2] == '1' and v == ARGV[1] and t > 0 then
 end
 return {t, s}
 ",
-    )
+    ))
 });
 
 /// Token release: compare-and-delete, then wake one waiter per client if any waits.

@@ -1,6 +1,8 @@
 //! The token scheme's side of a ticket's adoption: one script that checks the
 //! ticket's token and puts the adopter's in its place (the API side is
-//! `client/ticket.rs`).
+//! `client/adopt.rs`); and [`Adopted`], how every format's adoption script
+//! answers (the reentrant one is `reentrant/ticket.rs`, the permit's
+//! `semaphore/ticket.rs`).
 
 use std::sync::LazyLock;
 
@@ -41,7 +43,8 @@ return t
 /// The scripts an adoption may load after `NOSCRIPT`.
 pub(crate) static ADOPT_SCRIPTS: [&LazyLock<Script>; 1] = [&TOKEN_ADOPT];
 
-/// What [`TOKEN_ADOPT`] found.
+/// What an adoption script found: [`TOKEN_ADOPT`], and the reentrant and
+/// permit ones, which answer alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Adopted {
     /// Swapped: the lock has this many milliseconds left.
@@ -50,6 +53,9 @@ pub(crate) enum Adopted {
     Gone,
     /// Another value (or type) is there, or the value has no TTL.
     Taken,
+    /// A reentrant lease counted nested holds of its owner (`-5`): nothing
+    /// moved.
+    Nested,
 }
 
 /// The adoption of `old` under `key` by `new`, as one `EVALSHA`.
@@ -63,11 +69,13 @@ pub(crate) fn adopt_cmd(key: &str, old: &str, new: &str) -> redis::Cmd {
     cmd
 }
 
-/// Reads [`TOKEN_ADOPT`]'s reply.
+/// Reads an adoption script's reply: the milliseconds left, `-2` (or `0`)
+/// gone, `-5` nested holds, anything else taken.
 pub(crate) fn adopted(reply: &redis::Value) -> Adopted {
     match reply {
         redis::Value::Int(t) if *t > 0 => Adopted::Left(t.unsigned_abs()),
         redis::Value::Int(-2 | 0) => Adopted::Gone,
+        redis::Value::Int(-5) => Adopted::Nested,
         _ => Adopted::Taken,
     }
 }
@@ -84,6 +92,7 @@ mod tests {
         assert_eq!(adopted(&Int(0)), Adopted::Gone);
         assert_eq!(adopted(&Int(-3)), Adopted::Taken);
         assert_eq!(adopted(&Int(-4)), Adopted::Taken);
+        assert_eq!(adopted(&Int(-5)), Adopted::Nested);
         assert_eq!(adopted(&Nil), Adopted::Taken);
     }
 }

@@ -8,7 +8,7 @@
 //! On the pipe, fields each end with a NUL (no URL, key or value can hold one:
 //! they come from the command line or from Redis tokens): [`MAGIC`], the kind of
 //! servers (`one`, `quorum`, `cluster`), their number and URLs, then the ticket's
-//! format (`token`, `reentrant`), key and value.
+//! format (`token`, `reentrant`, `permit`), key and value.
 
 use std::fmt;
 use std::fs::File;
@@ -53,6 +53,7 @@ impl Handover {
         };
         let format = match self.ticket.format() {
             LockFormat::Reentrant => "reentrant",
+            LockFormat::Semaphore => "permit",
             _ => "token",
         };
         let count = urls.len().to_string();
@@ -89,6 +90,7 @@ impl Handover {
         let format = match fields.next()? {
             "token" => LockFormat::Token,
             "reentrant" => LockFormat::Reentrant,
+            "permit" => LockFormat::Semaphore,
             _ => return None,
         };
         let (key, value) = (fields.next()?, fields.next()?);
@@ -189,6 +191,15 @@ mod tests {
         ] {
             let h = handover(servers);
             assert_eq!(Handover::decode(&h.encode()), Some(h));
+        }
+        for (format, value) in [
+            (LockFormat::Reentrant, "0123-uuid:1"),
+            (LockFormat::Semaphore, "00112233445566778899aabbccddeeff"),
+        ] {
+            let ticket = Ticket::new("lock:a b", format, value).unwrap();
+            let servers = Servers::One("redis://x/".into());
+            let h = Handover { servers, ticket };
+            assert_eq!(Handover::decode(&h.encode()), Some(h), "{format:?}");
         }
     }
 

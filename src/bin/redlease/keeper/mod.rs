@@ -222,9 +222,14 @@ fn keep(
 /// and will not release. A supervisor alive releases after it has reaped the
 /// keeper, so the lease is never released twice by this pair; and the release
 /// compares the exact value, so it never deletes a later holder's lock.
+///
+/// The supervisor is gone once this keeper was handed to another parent, or
+/// while its main thread has ended and its other threads are still ending (a
+/// `SIGKILL`ed process ends thread by thread, and its children stay with its
+/// last threads until then: their parent's pid has not changed yet).
 fn release_orphaned(parent: Pid, lease: Option<&Handover>) {
     if let Some(lease) = lease
-        && getppid() != parent
+        && (getppid() != parent || procs::ending(parent))
     {
         lease.release();
     }

@@ -46,6 +46,15 @@ pub(super) fn doomed(keeper: Pid) -> Vec<Pid> {
     found.into_iter().map(Pid::from_raw).collect()
 }
 
+/// Whether the process `pid` is gone or going: no longer in `/proc`, or its
+/// main thread ended (a zombie, `Z`, or dead, `X`). A process killed with
+/// SIGKILL ends thread by thread: while its other threads still run, its
+/// children are handed to one of them (their parent's pid stays the same) and
+/// its main thread is a zombie already.
+pub(super) fn ending(pid: Pid) -> bool {
+    stat(pid.as_raw()).is_none_or(|(state, _, _)| matches!(state, 'Z' | 'X'))
+}
+
 /// State, parent and process group of `pid`, from `/proc/PID/stat`.
 fn stat(pid: i32) -> Option<(char, i32, i32)> {
     parse(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
@@ -85,5 +94,20 @@ mod tests {
         let _ = child.wait();
         assert!(found.contains(&pid), "{found:?} lacks {pid}");
         assert!(!found.contains(&me));
+    }
+
+    #[test]
+    fn a_process_is_ending_once_its_main_thread_ended_or_it_is_gone() {
+        assert!(!ending(nix::unistd::getpid()));
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+        // Exited and not reaped yet: a zombie, bounded by `true`'s run.
+        let zombie = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            stat(pid.as_raw()).is_some_and(|(state, _, _)| state == 'Z')
+        });
+        assert!(zombie && ending(pid), "never a zombie");
+        child.wait().unwrap();
+        assert!(ending(pid), "reaped: gone");
     }
 }

@@ -7,6 +7,7 @@ use crate::client::options::LockOptions;
 use crate::primitives::partition::assign::assign;
 use crate::primitives::partition::events::PartitionEvent;
 use crate::scheme::partition::{View, ask_cmd, clear_cmd, force_cmd};
+use crate::scheme::token::live;
 
 impl Worker {
     /// Takes, asks for and gives up what the assignment computed from `view`
@@ -58,6 +59,15 @@ impl Worker {
                 .find(|a| a.partition == p && a.by == self.id);
             match (view.partitions[i].is_free(), owner[i], mine) {
                 (true, _, _) if self.take(client, p, &mut taken) && mine.is_some() => clear.push(p),
+                // Held by no live member: a member whose liveness session
+                // ended has its lock broken, and it is taken at once.
+                (false, None, _)
+                    if self.broke_dead_holder(client, p)
+                        && self.take(client, p, &mut taken)
+                        && mine.is_some() =>
+                {
+                    clear.push(p);
+                }
                 (false, Some(_), None) => ask_for.push(p),
                 (false, Some(_), Some(a)) if a.left.is_zero() => {
                     let forced = self
@@ -115,6 +125,37 @@ impl Worker {
             Ok(None) => false,
             Err(e) => {
                 log::warn!("member `{}`: taking partition {p}: {e}", self.id);
+                false
+            }
+        }
+    }
+
+    /// Whether partition `p`'s lock was held by a client whose liveness session
+    /// ended, and is free now: its value read, and removed if the holder's
+    /// record is gone (`scheme/token/live.rs`). Only where the lock and the
+    /// record share a server; never for a holder that declared no liveness.
+    fn broke_dead_holder(&self, client: &LockClient, p: u32) -> bool {
+        let lock = &self.keys[2 + p as usize];
+        let prefix = &client.inner.settings.key_prefix;
+        let topology = &self.hub.topology;
+        let holder = match topology.query(lock, &[], redis::cmd("GET").arg(lock)) {
+            Ok(redis::Value::BulkString(v)) => String::from_utf8(v).unwrap_or_default(),
+            _ => return false,
+        };
+        let Some((session, cmd)) = live::break_cmd(prefix, lock, &holder) else {
+            return false;
+        };
+        if !topology.one_step(&[lock, &session]) {
+            return false;
+        }
+        let sent = Instant::now();
+        match topology.query(lock, &live::BREAK_SCRIPTS, &cmd) {
+            Ok(reply) => live::broke(&reply, session, sent, client.inner.id.broken()),
+            Err(e) => {
+                log::debug!(
+                    "member `{}`: looking at partition {p}'s holder: {e}",
+                    self.id
+                );
                 false
             }
         }
