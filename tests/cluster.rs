@@ -1214,7 +1214,7 @@ fn inspect_follows_a_slot_that_moved_to_another_master() {
 }
 
 /// Liveness on a cluster: a waiter on a live liveness holder's lock (fenced or
-/// not, token or Redisson-format) waits without an error and breaks nothing
+/// not, token or Redisson-format, read-write or fair) waits without an error and breaks nothing
 /// (the record and the lock live in different slots, so no script sees both:
 /// such locks are left to their TTL).
 #[test]
@@ -1240,5 +1240,16 @@ fn a_liveness_holders_lock_on_a_cluster_is_waited_for_and_left_to_its_ttl() {
         assert!(matches!(got, Ok(None)), "{name}: {got:?}");
         std::mem::forget(held);
     }
+    // A read-write lock's writer and a fair lock likewise.
+    let written = holder.read_write_lock("live-rw").unwrap().write().unwrap();
+    let queued = holder.fair_lock("live-fair").unwrap().lock().unwrap();
+    let rw = waiter.read_write_lock("live-rw").unwrap();
+    let got = rw.try_write_for(short);
+    assert!(matches!(got, Ok(None)), "write: {got:?}");
+    let got = rw.try_read_for(short);
+    assert!(matches!(got, Ok(None)), "read: {got:?}");
+    let got = waiter.fair_lock("live-fair").unwrap().try_lock_for(short);
+    assert!(matches!(got, Ok(None)), "fair: {got:?}");
+    std::mem::forget((written, queued));
     assert_eq!(waiter.metrics().dead_holders_broken, 0);
 }
