@@ -49,8 +49,8 @@
 //!   [`Scheme::LegacyTimestamp`] ([`LegacyTimestamp`]; [migrating](guide::migrating)).
 //! - Redisson's primitives ([guide](guide::redisson)): [`FairLock`], [`ReadWriteLock`]
 //!   ([`ReadGuard`], [`WriteGuard`]), [`Semaphore`] ([`PermitGuard`]; k at once: [`PermitsGuard`]),
-//!   each with the lock's whole family of calls and the same guard surface; a waiter takes
-//!   back the permits of a dead [liveness](guide::crash_recovery) session.
+//!   each with the lock's whole family of calls and the same guard surface; a waiter breaks
+//!   the holds, or takes back the permits, of a dead [liveness](guide::crash_recovery) session.
 //! - Fleets ([guide](guide::fleets)): [`LockClient::election`] → [`Election`] →
 //!   [`Leadership`], whose term is a fence; [`LockOptions::min_hold`], once per
 //!   period; [`LockClient::lock_all`] → [`MultiGuard`]; [`LockClient::lock_any`] →
