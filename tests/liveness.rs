@@ -10,13 +10,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use redlease::{
     ClientTag, Error, LegacyTimestamp, LockClient, LockOptions, LossReason, Owner, Release, Scheme,
 };
+use support::alone::spawn_until_ready;
 use support::proxy::Proxy;
 use support::{RedisServer, eventually};
 
@@ -47,33 +47,16 @@ fn holder_of(
     live: bool,
     scheme: &str,
 ) -> (Child, u64) {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args(["--exact", "child_holds_locks", "--ignored", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .env(CHILD_URL, server.url())
-        .env(CHILD_ARGS, format!("{prefix} {count} {live} {scheme}"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut fence = 0;
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for read in lines.by_ref() {
-        let text = read.unwrap();
-        if let Some(f) = text.strip_prefix("fence ") {
-            fence = f.parse().unwrap();
-        }
-        // The test harness's own `test … ` may begin the line.
-        if text.ends_with("ready") {
-            // Read on, so the child never blocks on a full pipe.
-            std::thread::spawn(move || lines.for_each(drop));
-            return (child, fence);
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the holder process ended before it held its locks");
+    let env = [
+        (CHILD_URL, server.url()),
+        (CHILD_ARGS, format!("{prefix} {count} {live} {scheme}")),
+    ];
+    let (child, said) = spawn_until_ready("child_holds_locks", &env);
+    let fence = said
+        .iter()
+        .find_map(|l| l.split_once("fence ").and_then(|(_, f)| f.parse().ok()))
+        .unwrap_or(0);
+    (child, fence)
 }
 
 /// Run as a separate process by [`holder`]: holds its locks until killed (or

@@ -10,14 +10,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use redlease::{LockClient, Semaphore};
 use support::RedisServer;
+use support::alone::spawn_until_ready;
 use support::redisson::eval;
 use support::redisson::semaphore::{NO_LEASE, RedissonSemaphore, TRY_ACQUIRE, now_ms};
 
@@ -48,33 +48,18 @@ fn holder(
     many: bool,
     live: bool,
 ) -> (Child, Vec<String>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_holds_permits", "--ignored", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .env(CHILD_URL, server.url())
-        .env(CHILD_ARGS, format!("{name} {permits} {many} {live}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut ids = Vec::new();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for read in lines.by_ref() {
-        let text = read.unwrap();
-        // The harness may print its own words before the first line.
-        if let Some((_, held)) = text.split_once("ids ") {
-            ids.extend(held.split(',').map(str::to_owned));
-        }
-        if text.ends_with("ready") {
-            // Read on, so the child never blocks on a full pipe.
-            thread::spawn(move || lines.for_each(drop));
-            return (child, ids);
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the holder process ended before it held its permits");
+    let env = [
+        (CHILD_URL, server.url()),
+        (CHILD_ARGS, format!("{name} {permits} {many} {live}")),
+    ];
+    let (child, said) = spawn_until_ready("child_holds_permits", &env);
+    // The harness may print its own words before the first line.
+    let ids = said
+        .iter()
+        .filter_map(|l| l.split_once("ids "))
+        .flat_map(|(_, held)| held.split(',').map(str::to_owned))
+        .collect();
+    (child, ids)
 }
 
 /// Kills a holder (SIGKILL: no release, no last word) and reaps it.

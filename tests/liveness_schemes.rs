@@ -10,11 +10,11 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use redlease::{LockClient, Release};
+use support::alone::spawn_until_ready;
 use support::redisson::fair::RedissonFair;
 use support::redisson::rwlock::RedissonRwLock;
 use support::{RedisServer, eventually};
@@ -42,28 +42,11 @@ const CHILD_ARGS: &str = "LIVENESS_SCHEMES_CHILD_ARGS";
 /// the fair lock, from another thread). Returns once it holds them all (and
 /// its waiter has started).
 fn holder(server: &RedisServer, live: bool, holds: &[&str]) -> Child {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args(["--exact", "child_holds", "--ignored", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .env(CHILD_URL, server.url())
-        .env(CHILD_ARGS, format!("{live} {}", holds.join(" ")))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for read in lines.by_ref() {
-        // The harness's `test child_holds ... ` starts the line.
-        if read.unwrap().ends_with("ready") {
-            // Read on, so the child never blocks on a full pipe.
-            std::thread::spawn(move || lines.for_each(drop));
-            return child;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("the holder process ended before it held");
+    let env = [
+        (CHILD_URL, server.url()),
+        (CHILD_ARGS, format!("{live} {}", holds.join(" "))),
+    ];
+    spawn_until_ready("child_holds", &env).0
 }
 
 /// SIGKILLs `child` (started by [`holder`]) and reaps it: the instant of the kill.

@@ -21,6 +21,43 @@ pub fn spawn_self(test: &str, env: &[(&str, String)]) -> Child {
         .unwrap()
 }
 
+/// Re-executes this test binary running only the ignored test `test` (a
+/// holder process of the other tests), with `env` set, and returns once it
+/// printed a line ending in `ready`: the child and the lines it printed before
+/// (the test harness's own words may begin a line). Its later output is read
+/// and dropped, so that it never blocks on a full pipe. Panics if it ends
+/// before `ready`.
+pub fn spawn_until_ready(test: &str, env: &[(&str, String)]) -> (Child, Vec<String>) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut before = Vec::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for read in lines.by_ref() {
+        let text = read.unwrap();
+        if text.ends_with("ready") {
+            std::thread::spawn(move || lines.for_each(drop));
+            return (child, before);
+        }
+        before.push(text);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the holder process `{test}` ended before it was ready");
+}
+
 /// Waits (bounded) for a child started by [`spawn_self`]; panics with its output unless it
 /// exited 0 having run exactly one test.
 pub fn finish(mut child: Child, timeout: Duration) -> Output {
