@@ -1214,9 +1214,8 @@ fn inspect_follows_a_slot_that_moved_to_another_master() {
 }
 
 /// Liveness on a cluster: a waiter on a live liveness holder's lock (fenced or
-/// not, token or Redisson-format, read-write or fair) waits without an error and breaks nothing
-/// (the record and the lock live in different slots, so no script sees both:
-/// such locks are left to their TTL).
+/// not, token or Redisson-format, read-write or fair) waits without an error
+/// and breaks nothing.
 #[test]
 fn a_liveness_holders_lock_on_a_cluster_is_waited_for_and_left_to_its_ttl() {
     let cluster = Cluster::start(3, 0);
@@ -1226,20 +1225,35 @@ fn a_liveness_holders_lock_on_a_cluster_is_waited_for_and_left_to_its_ttl() {
         .unwrap();
     let waiter = LockClient::cluster(cluster.urls()).build().unwrap();
     let short = Duration::from_millis(400);
-    for (i, opts) in [
+    // Waited for over two liveness periods: the token's waiter reads the
+    // holder's record on its own node each time it would end.
+    let long = Duration::from_millis(2500);
+    let schemes = [
         LockOptions::new(),
         LockOptions::new().fencing(true),
         LockOptions::new().scheme(redlease::Scheme::Reentrant),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let name = format!("live{i}");
-        let held = holder.lock_with(&name, &opts).unwrap().unwrap();
-        let got = waiter.lock_with(&name, &opts.clone().wait(short));
-        assert!(matches!(got, Ok(None)), "{name}: {got:?}");
-        std::mem::forget(held);
-    }
+    ];
+    let held: Vec<_> = schemes
+        .iter()
+        .enumerate()
+        .map(|(i, opts)| {
+            holder
+                .lock_with(&format!("live{i}"), opts)
+                .unwrap()
+                .unwrap()
+        })
+        .collect();
+    thread::scope(|s| {
+        for (i, opts) in schemes.iter().enumerate() {
+            let waiter = &waiter;
+            s.spawn(move || {
+                let got = waiter.lock_with(&format!("live{i}"), &opts.clone().wait(long));
+                assert!(matches!(got, Ok(None)), "live{i}: {got:?}");
+            });
+        }
+    });
+    assert!(held.iter().all(redlease::LockGuard::is_held));
+    std::mem::forget(held);
     // A read-write lock's writer and a fair lock likewise.
     let written = holder.read_write_lock("live-rw").unwrap().write().unwrap();
     let queued = holder.fair_lock("live-fair").unwrap().lock().unwrap();
@@ -1252,4 +1266,83 @@ fn a_liveness_holders_lock_on_a_cluster_is_waited_for_and_left_to_its_ttl() {
     assert!(matches!(got, Ok(None)), "fair: {got:?}");
     std::mem::forget((written, queued));
     assert_eq!(waiter.metrics().dead_holders_broken, 0);
+}
+
+/// The environment that makes this binary a holder on a cluster: its URLs,
+/// comma-separated.
+const CHILD_URLS: &str = "CLUSTER_CHILD_URLS";
+
+/// Run as a separate process by the test below: a client with a 1 s liveness
+/// holds `dead0` (a token), `dead1` (fenced) and `dead2` (Redisson-format),
+/// TTL 30 s, until killed (or for two minutes).
+#[test]
+#[ignore = "a holder process of the other tests"]
+fn child_holds_on_cluster() {
+    let Ok(urls) = std::env::var(CHILD_URLS) else {
+        return;
+    };
+    let client = LockClient::cluster(urls.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .liveness(Duration::from_secs(1))
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held = [
+        LockOptions::new(),
+        LockOptions::new().fencing(true),
+        LockOptions::new().scheme(redlease::Scheme::Reentrant),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, opts)| {
+        client
+            .lock_with(&format!("dead{i}"), opts)
+            .unwrap()
+            .unwrap()
+    })
+    .collect::<Vec<_>>();
+    println!("ready");
+    thread::sleep(Duration::from_secs(120));
+    drop(held);
+}
+
+/// A liveness holder on a cluster killed with SIGKILL: its token locks (fenced
+/// or not) are taken about one liveness later, its record read on its own
+/// node and then its exact token removed; its Redisson-format lock (whose
+/// field is the same in every session of its client) waits for its TTL.
+#[test]
+fn a_killed_liveness_holders_token_locks_on_a_cluster_are_taken_within_its_liveness() {
+    let cluster = Cluster::start(3, 0);
+    let urls = cluster.urls().join(",");
+    let (mut child, _) =
+        support::alone::spawn_until_ready("child_holds_on_cluster", &[(CHILD_URLS, urls)]);
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let waiter = LockClient::cluster(cluster.urls()).build().unwrap();
+    let within = Duration::from_millis(1000 + 1500);
+    thread::scope(|s| {
+        for (i, opts) in [LockOptions::new(), LockOptions::new().fencing(true)]
+            .into_iter()
+            .enumerate()
+        {
+            let waiter = &waiter;
+            s.spawn(move || {
+                let got = waiter
+                    .lock_with(&format!("dead{i}"), &opts.wait(Duration::from_secs(10)))
+                    .unwrap();
+                let took = killed.elapsed();
+                assert!(
+                    got.is_some() && took <= within,
+                    "dead{i}: taken {took:?} after the kill"
+                );
+            });
+        }
+        let reentrant = LockOptions::new().scheme(redlease::Scheme::Reentrant);
+        let got = waiter.lock_with("dead2", &reentrant.wait(within)).unwrap();
+        assert!(
+            got.is_none(),
+            "a Redisson-format lock was broken in a cluster"
+        );
+    });
+    assert_eq!(waiter.metrics().dead_holders_broken, 2);
 }

@@ -330,10 +330,12 @@ impl LockClientBuilder {
     /// beside live ones) and fair locks (a dead holder, or a dead waiter at
     /// the queue's head; the queue's next is woken), and take back semaphore
     /// permits (the client's permit ids are then 40 hex digits, marked,
-    /// instead of 32), on one server or a Sentinel's master (not partitions:
-    /// see the guide's crash recovery chapter); in a Redis Cluster the lock key
-    /// and the session record sit on different nodes, and the lock stays
-    /// TTL-bound there. A Redlock quorum
+    /// instead of 32), on one server or a Sentinel's master; a partition
+    /// group's members break the partitions of a member whose session ended,
+    /// and its window defaults to the liveness. In a Redis Cluster the lock
+    /// key and the session record sit in different slots: a token lock's dead
+    /// holder is broken in two steps there (the record read on its node, then
+    /// the exact token deleted), the other schemes stay TTL-bound. A Redlock quorum
     /// keeps no session on each node: [`build`](Self::build) refuses liveness
     /// with it.
     ///

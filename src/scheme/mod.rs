@@ -266,6 +266,10 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// A lease of `value` on `key` was adopted from a ticket of `fence` (the reentrant
     /// scheme remembers it as an outermost hold's, for the owner's nested holds).
     fn adopted(&self, _key: &str, _value: &str, _fence: Option<u64>) {}
+    /// A lock of a dead liveness session was broken for one of its callers by
+    /// a step outside its scripts (a Redis Cluster's, see
+    /// `topology/cluster/live.rs`): counted where the scheme counts its own.
+    fn broke(&self) {}
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];
     /// Why a lease of this format cannot keep its key for a minimum hold after

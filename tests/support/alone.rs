@@ -45,13 +45,13 @@ pub fn spawn_until_ready(test: &str, env: &[(&str, String)]) -> (Child, Vec<Stri
         .unwrap();
     let mut before = Vec::new();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    for read in lines.by_ref() {
-        let text = read.unwrap();
-        if text.ends_with("ready") {
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.ends_with("ready") {
             std::thread::spawn(move || lines.for_each(drop));
             return (child, before);
         }
-        before.push(text);
+        before.push(line);
     }
     let _ = child.kill();
     let _ = child.wait();

@@ -6,8 +6,9 @@
 //! Only a value whose writer declared liveness is ever looked at
 //! ([`ClientTag::declares_liveness`]): a redlease client's values without it,
 //! older versions', Redisson's, redis-py's and legacy timestamps stay bound by
-//! their TTL. The record must sit on the lock's node: in a Redis Cluster the two
-//! are in different slots, and the lock is left to its TTL.
+//! their TTL. In a Redis Cluster the record sits in another slot than the lock:
+//! the holder is noted for the cluster's look in two steps
+//! (`topology/cluster/live.rs`).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -134,6 +135,26 @@ fn look_again_in(lock: &str, token: &str, left: Duration) {
     LOOKED.store(true, Ordering::Relaxed);
 }
 
+/// Token holders of liveness sessions whose record a Redis Cluster keeps in
+/// another slot than their lock, by lock key: the holder's token and its
+/// session record, for the cluster's look in a step of its own (see
+/// [`take_cross`]).
+static CROSS_LOOKS: LazyLock<Mutex<HashMap<String, (String, String)>>> =
+    LazyLock::new(Mutex::default);
+
+/// Set once [`CROSS_LOOKS`] was written to.
+static CROSS_LOOKED: AtomicBool = AtomicBool::new(false);
+
+/// The holder of `lock` a waiter's attempt just named, when it is the token of
+/// a liveness session whose record lives in another slot: its token and its
+/// session record.
+pub(crate) fn take_cross(lock: &str) -> Option<(String, String)> {
+    if !CROSS_LOOKED.load(Ordering::Relaxed) {
+        return None;
+    }
+    CROSS_LOOKS.lock().remove(lock)
+}
+
 /// The scripts a [`break_cmd`] may load after `NOSCRIPT`.
 pub(crate) static BREAK_SCRIPTS: [&LazyLock<redis::Script>; 1] = [&TOKEN_BREAK];
 
@@ -210,6 +231,7 @@ pub(crate) fn look(
     let Some(tag) = ClientTag::of_token(token) else {
         return Ok(None);
     };
+    let cross = keys.slot_tag.is_some();
     let busy = look_at(conn, keys, tag, mark, broken, &SCRIPTS, |c, session| {
         TOKEN_BREAK
             .key(&keys.lock)
@@ -218,6 +240,19 @@ pub(crate) fn look(
             .arg(if mark { "1" } else { "0" })
             .invoke::<(i64, i64)>(c)
     })?;
+    // In a Redis Cluster the record is in another slot: the cluster looks at
+    // it in a step of its own (`topology/cluster/live.rs`).
+    let session = tag.session_key(&keys.lock[..keys.prefix]);
+    if busy.is_none()
+        && tag.declares_liveness()
+        && (cross || CROSS_SLOT.lock().contains(&session))
+        && !REFUSED.load(Ordering::Relaxed)
+    {
+        CROSS_LOOKS
+            .lock()
+            .insert(keys.lock.clone(), (token.to_owned(), session));
+        CROSS_LOOKED.store(true, Ordering::Relaxed);
+    }
     // A live holder: the next look is due when its session would end.
     if let Some(Acquire::Busy {
         remaining: Some(left),

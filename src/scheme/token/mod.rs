@@ -238,6 +238,12 @@ impl Backend for TokenBackend {
         true
     }
 
+    fn broke(&self) {
+        if let Some(count) = self.counter() {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn conditional(&self) -> bool {
         true
     }

@@ -38,6 +38,7 @@
 //! what a redirection or a down cluster asks for and how long it is waited out;
 //! `slot_map.rs` the slot map and its `redlease-map` thread.
 
+mod live;
 mod retry;
 mod slot_map;
 
@@ -223,6 +224,18 @@ impl Topology for Cluster {
             Err(e) if waits && Hop::of(&e).is_some() => Ok(Attempt::Busy {
                 remaining: Some(pause),
                 announces: false,
+            }),
+            // A liveness session's token holds it: its record is read on its
+            // own node, and the token removed once it is gone.
+            Ok(Attempt::Busy {
+                remaining,
+                announces,
+            }) if waits => Ok(Attempt::Busy {
+                remaining: match self.look_across(&**backend, &keys) {
+                    Some(left) => Some(remaining.map_or(left, |r| r.min(left))),
+                    None => remaining,
+                },
+                announces,
             }),
             out => out,
         }
