@@ -23,11 +23,11 @@
 //! acquire and the release of several keys in one script each (`lock_all` on one
 //! node); `look.rs` the look a caller polling a quorum takes before it tries;
 //! `any.rs` the acquire of the first free key of several (`lock_any` on one node);
-//! `live.rs` the look at a holder's liveness session (its lock broken once the
-//! session is gone);
+//! `live.rs` the look at a holder's liveness session in a waiter's busy attempt
+//! (its lock broken once the session is gone); `relook.rs` the other looks (the
+//! one due when a live session would end, a partition member's, a cluster's);
 //! `cond.rs` release, renewal and mark with a server's conditional commands
-//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script; `live.rs` the look at a
-//! holder whose client declared liveness, which breaks the lock of a dead one;
+//! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script;
 //! `ticket.rs` the adoption of a ticket's lease (its token swapped for the
 //! adopter's in one script).
 
@@ -36,6 +36,7 @@ pub(crate) mod any;
 pub(crate) mod cond;
 pub(crate) mod live;
 pub(crate) mod look;
+pub(crate) mod relook;
 pub(crate) mod scripts;
 pub(crate) mod ticket;
 
@@ -120,7 +121,7 @@ impl Backend for TokenBackend {
         // A waiter whose look at a live holder's session is due sends the look
         // alone, in place of the attempt.
         if wait != Waiting::No
-            && let Some(busy) = live::again(conn, keys, self.counter())?
+            && let Some(busy) = relook::again(conn, keys, self.counter())?
         {
             return Ok(busy);
         }
