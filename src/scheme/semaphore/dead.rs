@@ -32,7 +32,7 @@ use super::names::to_hex;
 use crate::net::connection::Conn;
 use crate::owner::ClientTag;
 use crate::scheme::redisson::unexpected;
-use crate::scheme::token::live::{alive_until, known_alive};
+use crate::scheme::token::sessions::{alive_until, known_alive};
 use crate::scheme::{Acquire, Keys, Request, Waiting};
 
 /// The most holders' sessions an acquire reports, and so looked at in one call.

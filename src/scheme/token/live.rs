@@ -10,7 +10,6 @@
 //! the holder is noted for the cluster's look in two steps
 //! (`topology/cluster/live.rs`).
 
-use std::collections::HashMap;
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use redis::RedisResult;
 
-use super::relook::{look_again_in, note_cross};
 use super::scripts::TOKEN_BREAK;
+use super::sessions::{ALIVE_KEPT, alive_until, due, known_alive, look_again_in, note_cross};
 use super::{SCRIPTS, remaining};
 use crate::net::connection::Conn;
 use crate::owner::{ClientTag, KEPT_MARK};
@@ -29,36 +28,10 @@ use crate::scheme::{Acquire, Keys, with_scripts};
 /// are skipped, and the locks of dead sessions wait for their TTL.
 static REFUSED: AtomicBool = AtomicBool::new(false);
 
-/// The sessions a look found alive, and until when they surely are (their
-/// record's `PTTL` then): a caller polling a busy lock looks at its holder's
-/// session once per session period, whatever its polling interval, and the
-/// process's callers share the answer. Expired entries go when it grows.
-static ALIVE: LazyLock<Mutex<HashMap<String, Instant>>> = LazyLock::new(Mutex::default);
-
 /// The sessions whose record a Redis Cluster keeps in another slot than a lock
 /// of theirs: no script sees both, so they are not looked at again.
 static CROSS_SLOT: LazyLock<Mutex<std::collections::HashSet<String>>> =
     LazyLock::new(Mutex::default);
-
-/// Entries [`ALIVE`] holds before it drops the expired ones.
-pub(super) const ALIVE_KEPT: usize = 1024;
-
-/// How long a look found the session `key` still alive for, from now.
-pub(crate) fn known_alive(key: &str) -> Option<Duration> {
-    let until = *ALIVE.lock().get(key)?;
-    let left = until.saturating_duration_since(Instant::now());
-    (!left.is_zero()).then_some(left)
-}
-
-/// Notes that the session `key` lives at least until `until`.
-pub(crate) fn alive_until(key: String, until: Instant) {
-    let mut alive = ALIVE.lock();
-    if alive.len() >= ALIVE_KEPT {
-        let now = Instant::now();
-        alive.retain(|_, t| *t > now);
-    }
-    alive.insert(key, until);
-}
 
 /// A Lua pattern for the owner field of a client that declared liveness:
 /// `<uuid>:<thread>` whose UUID is of version 8 (see
@@ -75,6 +48,26 @@ pub(crate) static LIVE_FIELD: LazyLock<String> = LazyLock::new(|| {
         hex(12)
     )
 });
+
+/// The attempt of a caller waiting for a key whose holder a look found alive,
+/// once the look is due (the session would have ended): the look alone, one
+/// command in place of the attempt (the script compares the holder, so a key
+/// freed or taken since answers at once, and the caller then tries as before).
+/// `None` when no look is due for the key, or the key may be free now (the
+/// caller's own attempt follows). Without it, each look of a waiter on a live
+/// holder would cost an attempt besides: two commands per session period.
+pub(crate) fn again(
+    conn: &mut Conn,
+    keys: &Keys,
+    broken: Option<&AtomicU64>,
+) -> RedisResult<Option<Acquire>> {
+    let Some(token) = due(&keys.lock) else {
+        return Ok(None);
+    };
+    Ok(look(conn, keys, token.as_bytes(), false, broken)?.filter(
+        |busy| !matches!(busy, Acquire::Busy { remaining: Some(left), .. } if left.is_zero()),
+    ))
+}
 
 /// After a busy attempt that named `holder`: when `holder` is the token of a
 /// client that declared liveness, and its session record shares the lock's

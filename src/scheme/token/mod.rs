@@ -24,8 +24,10 @@
 //! node); `look.rs` the look a caller polling a quorum takes before it tries;
 //! `any.rs` the acquire of the first free key of several (`lock_any` on one node);
 //! `live.rs` the look at a holder's liveness session in a waiter's busy attempt
-//! (its lock broken once the session is gone); `relook.rs` the other looks (the
-//! one due when a live session would end, a partition member's, a cluster's);
+//! (its lock broken once the session is gone); `sessions.rs` what the
+//! process's waiters know of those sessions (alive until when, the look due
+//! next, the holders a cluster looks at); `once.rs` the break of a caller that
+//! tries once (a partition member);
 //! `cond.rs` release, renewal and mark with a server's conditional commands
 //! (Valkey 9: `DELIFEQ`, `SET … IFEQ`), no script;
 //! `ticket.rs` the adoption of a ticket's lease (its token swapped for the
@@ -36,8 +38,9 @@ pub(crate) mod any;
 pub(crate) mod cond;
 pub(crate) mod live;
 pub(crate) mod look;
-pub(crate) mod relook;
+pub(crate) mod once;
 pub(crate) mod scripts;
+pub(crate) mod sessions;
 pub(crate) mod ticket;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -121,7 +124,7 @@ impl Backend for TokenBackend {
         // A waiter whose look at a live holder's session is due sends the look
         // alone, in place of the attempt.
         if wait != Waiting::No
-            && let Some(busy) = relook::again(conn, keys, self.counter())?
+            && let Some(busy) = live::again(conn, keys, self.counter())?
         {
             return Ok(busy);
         }

@@ -14,8 +14,7 @@
 use std::time::{Duration, Instant};
 
 use super::Cluster;
-use crate::scheme::token::live::{alive_until, known_alive};
-use crate::scheme::token::relook::take_cross;
+use crate::scheme::token::sessions::{alive_until, known_alive, take_cross};
 use crate::scheme::{Announce, Backend, Keys, Release};
 use crate::topology::Topology;
 

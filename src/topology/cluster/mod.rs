@@ -36,7 +36,9 @@
 //!
 //! Layout: this file is [`Cluster`]: routing by slot and redirections; `retry.rs`
 //! what a redirection or a down cluster asks for and how long it is waited out;
-//! `slot_map.rs` the slot map and its `redlease-map` thread.
+//! `slot_map.rs` the slot map and its `redlease-map` thread; `live.rs` the break
+//! of a dead liveness session's token lock in two steps (its record read on its
+//! own node).
 
 mod live;
 mod retry;

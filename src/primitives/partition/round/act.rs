@@ -7,7 +7,7 @@ use crate::client::options::LockOptions;
 use crate::primitives::partition::assign::assign;
 use crate::primitives::partition::events::PartitionEvent;
 use crate::scheme::partition::{View, ask_cmd, clear_cmd, force_cmd};
-use crate::scheme::token::relook;
+use crate::scheme::token::once;
 
 impl Worker {
     /// Takes, asks for and gives up what the assignment computed from `view`
@@ -142,15 +142,15 @@ impl Worker {
             Ok(redis::Value::BulkString(v)) => String::from_utf8(v).unwrap_or_default(),
             _ => return false,
         };
-        let Some((session, cmd)) = relook::break_cmd(prefix, lock, &holder) else {
+        let Some((session, cmd)) = once::break_cmd(prefix, lock, &holder) else {
             return false;
         };
         if !topology.one_step(&[lock, &session]) {
             return false;
         }
         let sent = Instant::now();
-        match topology.query(lock, &relook::BREAK_SCRIPTS, &cmd) {
-            Ok(reply) => relook::broke(&reply, session, sent, client.inner.id.broken()),
+        match topology.query(lock, &once::BREAK_SCRIPTS, &cmd) {
+            Ok(reply) => once::broke(&reply, session, sent, client.inner.id.broken()),
             Err(e) => {
                 log::debug!(
                     "member `{}`: looking at partition {p}'s holder: {e}",
