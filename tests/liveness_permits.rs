@@ -13,11 +13,11 @@ mod support;
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redlease::{LockClient, Semaphore};
 use support::RedisServer;
-use support::alone::spawn_until_ready;
+use support::alone::{kill_and_reap as kill, spawn_until_ready};
 use support::redisson::eval;
 use support::redisson::semaphore::{NO_LEASE, RedissonSemaphore, TRY_ACQUIRE, now_ms};
 
@@ -60,14 +60,6 @@ fn holder(
         .flat_map(|(_, held)| held.split(',').map(str::to_owned))
         .collect();
     (child, ids)
-}
-
-/// Kills a holder (SIGKILL: no release, no last word) and reaps it.
-fn kill(mut child: Child) -> Instant {
-    child.kill().unwrap();
-    let killed = Instant::now();
-    child.wait().unwrap();
-    killed
 }
 
 /// Run as a separate process by [`holder`]: holds its permits until killed (or

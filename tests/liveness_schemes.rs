@@ -14,7 +14,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use redlease::{LockClient, Release};
-use support::alone::spawn_until_ready;
+use support::alone::{kill_and_reap as kill, spawn_until_ready};
 use support::redisson::fair::RedissonFair;
 use support::redisson::rwlock::RedissonRwLock;
 use support::{RedisServer, eventually};
@@ -47,14 +47,6 @@ fn holder(server: &RedisServer, live: bool, holds: &[&str]) -> Child {
         (CHILD_ARGS, format!("{live} {}", holds.join(" "))),
     ];
     spawn_until_ready("child_holds", &env).0
-}
-
-/// SIGKILLs `child` (started by [`holder`]) and reaps it: the instant of the kill.
-fn kill(mut child: Child) -> Instant {
-    child.kill().unwrap();
-    let killed = Instant::now();
-    child.wait().unwrap();
-    killed
 }
 
 /// Run as a separate process by [`holder`]: holds until killed (or for at

@@ -269,6 +269,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     /// A lock of a dead liveness session was broken for one of its callers by
     /// a step outside its scripts (a Redis Cluster's, see
     /// `topology/cluster/live.rs`): counted where the scheme counts its own.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     fn broke(&self) {}
     /// The scripts its commands call by `EVALSHA`, to load after `NOSCRIPT`.
     fn scripts(&self) -> &'static [&'static std::sync::LazyLock<redis::Script>];

@@ -58,6 +58,15 @@ pub fn spawn_until_ready(test: &str, env: &[(&str, String)]) -> (Child, Vec<Stri
     panic!("the holder process `{test}` ended before it was ready");
 }
 
+/// SIGKILLs a holder started by [`spawn_until_ready`] (no release, no last
+/// word) and reaps it: the instant of the kill.
+pub fn kill_and_reap(mut child: Child) -> std::time::Instant {
+    child.kill().unwrap();
+    let killed = std::time::Instant::now();
+    child.wait().unwrap();
+    killed
+}
+
 /// Waits (bounded) for a child started by [`spawn_self`]; panics with its output unless it
 /// exited 0 having run exactly one test.
 pub fn finish(mut child: Child, timeout: Duration) -> Output {

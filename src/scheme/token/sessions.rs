@@ -102,6 +102,7 @@ pub(super) fn note_cross(lock: &str, token: &str, session: String) {
 /// The holder of `lock` a waiter's attempt just named, when it is the token of
 /// a liveness session whose record lives in another slot: its token and its
 /// session record.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) fn take_cross(lock: &str) -> Option<(String, String)> {
     if !CROSS_LOOKED.load(Ordering::Relaxed) {
         return None;
